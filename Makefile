@@ -1,0 +1,40 @@
+# Agora's front door. Each target is a thin wrapper: the raw command is
+# visible here.
+GO      ?= go
+BIN     ?= bin
+PKGS    ?= ./...
+
+.PHONY: run test bench lint images build fuzz clean
+
+## run: start everything on an embedded NATS server (agora dev)
+run:
+	$(GO) run ./cmd/agora dev
+
+## test: the whole test suite against real in-process JetStream servers
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## bench: Agora against a raw JetStream baseline, measured in the same run
+bench:
+	$(GO) run ./cmd/agora bench
+
+## lint: formatting and vet
+lint:
+	test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+	$(GO) vet $(PKGS)
+
+## build: static binaries into ./bin
+build:
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./services/worker/cmd/worker
+
+## images: container images FROM scratch with static binaries
+images: build
+	@echo "images: see deploy/ (not built yet)"
+
+## fuzz: a short fuzzing pass over the sentinel parser
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30s ./pkg/sentinel
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,89 @@
+// Package config loads a service's settings from AGORA_ environment
+// variables with envconfig and reports every bad variable at once, by name.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Prefix is the environment prefix of every Agora setting.
+const Prefix = "AGORA"
+
+// Validator is implemented by configs that check their values after loading.
+type Validator interface{ Validate() error }
+
+// Load fills spec, a pointer to a flat struct with envconfig tags, from
+// AGORA_* variables. Unlike a single envconfig.Process it keeps going after
+// the first bad variable, so the error lists every problem, each naming its
+// variable. When spec implements Validator its Validate error is joined in.
+func Load(spec any) error {
+	v := reflect.ValueOf(spec)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return fmt.Errorf("config: Load needs a pointer to a struct, got %T", spec)
+	}
+	v = v.Elem()
+	var errs []error
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		if !f.IsExported() || f.Tag.Get("ignored") == "true" {
+			continue
+		}
+		// Process one field at a time through a one-field struct, so
+		// envconfig's own decoding (durations, lists, maps, defaults,
+		// required) applies and one bad value does not hide the others.
+		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: f.Tag}}))
+		one.Elem().Field(0).Set(v.Field(i))
+		if err := envconfig.Process(Prefix, one.Interface()); err != nil {
+			errs = append(errs, describe(f, err))
+			continue
+		}
+		v.Field(i).Set(one.Elem().Field(0))
+	}
+	if val, ok := spec.(Validator); ok && len(errs) == 0 {
+		if err := val.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Var returns the environment variable name of a struct field, as Load
+// reads it.
+func Var(spec any, field string) string {
+	t := reflect.TypeOf(spec)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	f, ok := t.FieldByName(field)
+	if !ok {
+		return ""
+	}
+	return varName(f)
+}
+
+func varName(f reflect.StructField) string {
+	key := f.Tag.Get("envconfig")
+	if key == "" {
+		key = strings.ToUpper(f.Name)
+	}
+	return Prefix + "_" + key
+}
+
+func describe(f reflect.StructField, err error) error {
+	var pe *envconfig.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s=%q: not a valid %s", varName(f), pe.Value, pe.TypeName)
+	}
+	if strings.Contains(err.Error(), "required") {
+		return fmt.Errorf("%s is required", varName(f))
+	}
+	return fmt.Errorf("%s: %v", varName(f), err)
+}

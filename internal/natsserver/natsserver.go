@@ -1,0 +1,71 @@
+// Package natsserver runs an embedded NATS server with JetStream, for
+// `agora dev` and for tests.
+package natsserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config says where the embedded server listens and stores data.
+type Config struct {
+	Host     string // default 127.0.0.1
+	Port     int    // default 4222; -1 picks a free port
+	StoreDir string // JetStream file store; required unless Memory
+	Memory   bool   // keep JetStream data in memory only
+	// MaxPayload raises the server's max message size (default 1 MB).
+	MaxPayload int32
+	// Logging turns on the server's own log lines.
+	Logging bool
+}
+
+// Start starts the server and waits until it accepts connections. The
+// caller owns it: call Shutdown and WaitForShutdown to stop it.
+func Start(cfg Config) (*server.Server, error) {
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 4222
+	}
+	if cfg.StoreDir == "" && !cfg.Memory {
+		return nil, errors.New("natsserver: StoreDir is required for a file store")
+	}
+	opts := &server.Options{
+		ServerName:         "agora-embedded",
+		Host:               cfg.Host,
+		Port:               cfg.Port,
+		JetStream:          true,
+		StoreDir:           cfg.StoreDir,
+		NoLog:              !cfg.Logging,
+		NoSigs:             true,
+		MaxPayload:         cfg.MaxPayload,
+		JetStreamMaxMemory: -1,
+		JetStreamMaxStore:  -1,
+	}
+	if cfg.Memory {
+		opts.JetStreamMaxStore = 0
+		if opts.StoreDir == "" {
+			opts.StoreDir = "" // memory-only streams still need no dir
+		}
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: %w", err)
+	}
+	if cfg.Logging {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("natsserver: not ready on %s within 10s (is the port %s in use?)",
+			net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), strconv.Itoa(cfg.Port))
+	}
+	return s, nil
+}

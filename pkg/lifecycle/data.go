@@ -1,0 +1,177 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Common holds the fields every dispatch event's data carries.
+type Common struct {
+	DispatchID string `json:"dispatch_id"`
+	ThreadID   string `json:"thread_id"`
+	ParentID   string `json:"parent_id"` // empty for a root dispatch
+	Round      int    `json:"round"`     // 0 for a root dispatch
+	Subagent   string `json:"subagent"`
+}
+
+// Request is a dispatch request (dev.agora.dispatch.requested). Clients send
+// it on agora.requests.<subagent>; the dispatcher fills the ids and queues
+// the completed request on agora.dispatch.<subagent>.
+type Request struct {
+	// DispatchID is optional from a client; when set it is the idempotency key.
+	DispatchID string            `json:"dispatch_id,omitempty"`
+	Subagent   string            `json:"subagent"`
+	Input      json.RawMessage   `json:"input,omitempty"` // a JSON object
+	Target     string            `json:"target,omitempty"`
+	Env        map[string]string `json:"env,omitempty"` // non-secret values for the sub-agent
+	Labels     map[string]string `json:"labels,omitempty"`
+	Timeout    string            `json:"timeout,omitempty"` // Go duration, e.g. "30m"
+	MaxRounds  int               `json:"max_rounds,omitempty"`
+
+	// Set by the router on a re-dispatch.
+	ThreadID   string `json:"thread_id,omitempty"`
+	ParentID   string `json:"parent_id,omitempty"`
+	Round      int    `json:"round,omitempty"`
+	QuestionID string `json:"question_id,omitempty"`
+	// PartialStateRef names an object in the agora_state store that holds a
+	// partial state too large to travel inline; the worker resolves it into
+	// input.partial_state when it writes input.json.
+	PartialStateRef string `json:"partial_state_ref,omitempty"`
+
+	// SubagentRevision is set by the dispatcher: the definition's KV revision
+	// recorded at acceptance, so the worker runs exactly what was validated.
+	SubagentRevision uint64 `json:"subagent_revision,omitempty"`
+}
+
+// Accepted is the data of dev.agora.dispatch.accepted.
+type Accepted struct {
+	Common
+	SubagentRevision uint64            `json:"subagent_revision"`
+	Target           string            `json:"target,omitempty"`
+	Labels           map[string]string `json:"labels,omitempty"`
+}
+
+// Started is the data of dev.agora.dispatch.started.
+type Started struct {
+	Common
+	WorkerID string `json:"worker_id"`
+	Attempt  int    `json:"attempt"` // the work message's delivery count, from 1
+}
+
+// Finished is the data of dev.agora.dispatch.finished.
+type Finished struct {
+	Common
+	ExitCode   int             `json:"exit_code"`
+	DurationMS int64           `json:"duration_ms"`
+	Output     json.RawMessage `json:"output"` // .agora/output.json, or null
+	StdoutTail string          `json:"stdout_tail"`
+}
+
+// MaxInlineState is the largest partial_state carried inline in a
+// needs_input event; larger state travels as PartialStateRef.
+const MaxInlineState = 64 << 10
+
+// NeedsInput is the data of dev.agora.dispatch.needs_input.
+type NeedsInput struct {
+	Common
+	QuestionID      string          `json:"question_id"`
+	Question        string          `json:"question"`
+	Options         []string        `json:"options,omitempty"`
+	Context         string          `json:"context,omitempty"`
+	Kind            string          `json:"kind,omitempty"`
+	PartialState    json.RawMessage `json:"partial_state,omitempty"`
+	PartialStateRef string          `json:"partial_state_ref,omitempty"`
+	DurationMS      int64           `json:"duration_ms"`
+	ExitCode        int             `json:"exit_code"`
+}
+
+// Failed is the data of dev.agora.dispatch.failed.
+type Failed struct {
+	Common
+	Reason     Reason `json:"reason"`
+	Detail     string `json:"detail"`
+	ExitCode   *int   `json:"exit_code"` // null when the runtime never exited with a code
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// Cancelled is the data of dev.agora.dispatch.cancelled.
+type Cancelled struct {
+	Common
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Question is the data of every dev.agora.question.<event>: a snapshot of
+// the question record after the step. Large partial state never travels to
+// answerers; only its reference does.
+type Question struct {
+	Common
+	QuestionID string            `json:"question_id"`
+	Event      QuestionEvent     `json:"event"`
+	Status     string            `json:"status"` // asked, answered, expired, withdrawn
+	Route      string            `json:"route"`
+	Answerer   string            `json:"answerer"`
+	Question   string            `json:"question"`
+	Options    []string          `json:"options,omitempty"`
+	Context    string            `json:"context,omitempty"`
+	Kind       string            `json:"kind,omitempty"`
+	Target     string            `json:"target,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	AskedAt    time.Time         `json:"asked_at"`
+	Deadline   *time.Time        `json:"deadline,omitempty"`
+	Escalation int               `json:"escalation,omitempty"` // escalation steps taken so far
+
+	Answer     string     `json:"answer,omitempty"`
+	Decision   string     `json:"decision,omitempty"`
+	AnsweredBy string     `json:"answered_by,omitempty"`
+	AnsweredAt *time.Time `json:"answered_at,omitempty"`
+	Detail     string     `json:"detail,omitempty"` // why it expired, was withdrawn or escalated
+}
+
+// Answer is the data of dev.agora.answer.submitted.
+type Answer struct {
+	QuestionID string `json:"question_id"`
+	Route      string `json:"route,omitempty"` // the route the answerer serves
+	Answer     string `json:"answer"`
+	Decision   string `json:"decision,omitempty"` // approve | reject, for approval questions
+	AnsweredBy string `json:"answered_by"`
+	Comment    string `json:"comment,omitempty"`
+}
+
+// Data is the payload of an Agora CloudEvent: one of *Request, *Accepted,
+// *Started, *Finished, *NeedsInput, *Failed, *Cancelled, *Question or
+// *Answer. The set is closed.
+type Data interface {
+	eventType() string
+}
+
+func (*Request) eventType() string    { return TypeRequested }
+func (*Accepted) eventType() string   { return KindAccepted.Type() }
+func (*Started) eventType() string    { return KindStarted.Type() }
+func (*Finished) eventType() string   { return KindFinished.Type() }
+func (*NeedsInput) eventType() string { return KindNeedsInput.Type() }
+func (*Failed) eventType() string     { return KindFailed.Type() }
+func (*Cancelled) eventType() string  { return KindCancelled.Type() }
+func (q *Question) eventType() string { return q.Event.Type() }
+func (*Answer) eventType() string     { return TypeAnswerSubmitted }
+
+// Lifecycle is implemented by the data of the six lifecycle kinds.
+type Lifecycle interface {
+	Data
+	LifecycleKind() Kind
+	Base() Common
+}
+
+func (d *Accepted) LifecycleKind() Kind   { return KindAccepted }
+func (d *Started) LifecycleKind() Kind    { return KindStarted }
+func (d *Finished) LifecycleKind() Kind   { return KindFinished }
+func (d *NeedsInput) LifecycleKind() Kind { return KindNeedsInput }
+func (d *Failed) LifecycleKind() Kind     { return KindFailed }
+func (d *Cancelled) LifecycleKind() Kind  { return KindCancelled }
+
+// Base returns the common fields.
+func (c Common) Base() Common { return c }
+
+// QuestionID derives the question id of a dispatch: there is at most one
+// question per dispatch, so creating it twice is harmless.
+func QuestionID(dispatchID string) string { return "q-" + dispatchID }

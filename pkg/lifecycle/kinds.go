@@ -1,0 +1,123 @@
+package lifecycle
+
+// Kind is one of the six lifecycle kinds of a dispatch. The set is closed.
+type Kind string
+
+// The six lifecycle kinds (DESIGN §3.1).
+const (
+	KindAccepted   Kind = "accepted"    // the dispatcher validated and queued the request
+	KindStarted    Kind = "started"     // a worker began a delivery
+	KindFinished   Kind = "finished"    // the runtime exited 0 and wrote no sentinel
+	KindNeedsInput Kind = "needs_input" // the runtime wrote a valid sentinel
+	KindFailed     Kind = "failed"      // anything else; see Reason
+	KindCancelled  Kind = "cancelled"   // a cancel was honoured
+)
+
+// Kinds returns the six lifecycle kinds in lifecycle order.
+func Kinds() []Kind {
+	return []Kind{KindAccepted, KindStarted, KindFinished, KindNeedsInput, KindFailed, KindCancelled}
+}
+
+// Valid reports whether k is one of the six kinds.
+func (k Kind) Valid() bool {
+	switch k {
+	case KindAccepted, KindStarted, KindFinished, KindNeedsInput, KindFailed, KindCancelled:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether k ends a dispatch. Exactly one terminal event
+// exists per dispatch id.
+func (k Kind) Terminal() bool {
+	switch k {
+	case KindFinished, KindNeedsInput, KindFailed, KindCancelled:
+		return true
+	}
+	return false
+}
+
+// Type is the CloudEvents type of the kind: dev.agora.dispatch.<kind>.
+func (k Kind) Type() string { return typePrefixDispatch + string(k) }
+
+// Reason is why a dispatch failed. The set is closed.
+type Reason string
+
+// The failure reasons (DESIGN §3.1).
+const (
+	ReasonRejected            Reason = "rejected"             // the dispatcher refused the request
+	ReasonWorkerFailed        Reason = "worker-failed"        // malformed or oversized sentinel, workspace or adapter error
+	ReasonProviderFailed      Reason = "provider-failed"      // the runtime exited non-zero and wrote no sentinel
+	ReasonTimeout             Reason = "timeout"              // the runtime passed its time limit and wrote no sentinel
+	ReasonRedeliveryExhausted Reason = "redelivery-exhausted" // the work message hit MaxDeliver
+	ReasonMaxRounds           Reason = "max-rounds"           // the thread would exceed its round limit
+	ReasonUnanswered          Reason = "unanswered"           // the question expired with on_expiry fail
+)
+
+// Reasons returns every failure reason.
+func Reasons() []Reason {
+	return []Reason{ReasonRejected, ReasonWorkerFailed, ReasonProviderFailed, ReasonTimeout,
+		ReasonRedeliveryExhausted, ReasonMaxRounds, ReasonUnanswered}
+}
+
+// Valid reports whether r is one of the failure reasons.
+func (r Reason) Valid() bool {
+	for _, v := range Reasons() {
+		if r == v {
+			return true
+		}
+	}
+	return false
+}
+
+// QuestionEvent is a step in a question's lifecycle:
+// asked → answered | expired | withdrawn, plus escalated steps.
+type QuestionEvent string
+
+// The question events (DESIGN §3.4).
+const (
+	QuestionAsked     QuestionEvent = "asked"
+	QuestionAnswered  QuestionEvent = "answered"
+	QuestionExpired   QuestionEvent = "expired"
+	QuestionWithdrawn QuestionEvent = "withdrawn"
+	QuestionEscalated QuestionEvent = "escalated"
+)
+
+// QuestionEvents returns every question event.
+func QuestionEvents() []QuestionEvent {
+	return []QuestionEvent{QuestionAsked, QuestionAnswered, QuestionExpired, QuestionWithdrawn, QuestionEscalated}
+}
+
+// Valid reports whether q is a known question event.
+func (q QuestionEvent) Valid() bool {
+	for _, v := range QuestionEvents() {
+		if q == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Type is the CloudEvents type of the question event: dev.agora.question.<event>.
+func (q QuestionEvent) Type() string { return typePrefixQuestion + string(q) }
+
+// CloudEvents types that are not lifecycle kinds.
+const (
+	TypeRequested       = "dev.agora.dispatch.requested"
+	TypeAnswerSubmitted = "dev.agora.answer.submitted"
+
+	typePrefixDispatch = "dev.agora.dispatch."
+	typePrefixQuestion = "dev.agora.question."
+)
+
+// Types returns every CloudEvents type Agora emits.
+func Types() []string {
+	t := []string{TypeRequested, TypeAnswerSubmitted}
+	for _, k := range Kinds() {
+		t = append(t, k.Type())
+	}
+	for _, q := range QuestionEvents() {
+		t = append(t, q.Type())
+	}
+	return t
+}

@@ -1,0 +1,211 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+// Stream, bucket and subject names (DESIGN §2).
+const (
+	StreamRequests  = "AGORA_REQUESTS"
+	StreamDispatch  = "AGORA_DISPATCH"
+	StreamLifecycle = "AGORA_LIFECYCLE"
+	StreamQuestions = "AGORA_QUESTIONS"
+	StreamAnswers   = "AGORA_ANSWERS"
+
+	BucketSubagents  = "agora_subagents"
+	BucketDispatches = "agora_dispatches"
+	BucketQuestions  = "agora_questions"
+	BucketState      = "agora_state" // object store
+
+	// Durable consumer names.
+	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS
+	ConsumerWorkers    = "workers"    // AGORA_DISPATCH, shared by every worker
+
+	SubjectRequestsAll  = "agora.requests.>"
+	SubjectDispatchAll  = "agora.dispatch.>"
+	SubjectLifecycleAll = "agora.lifecycle.>"
+	SubjectQuestionsAll = "agora.questions.>"
+	SubjectAnswersAll   = "agora.answers.>"
+
+	APIDispatch = "agora.api.dispatch"
+	APICancel   = "agora.api.cancel"
+	APIStatus   = "agora.api.status"
+	APIAnswer   = "agora.api.answer"
+)
+
+// ErrBadToken reports a name or id that cannot be a subject token.
+var ErrBadToken = errors.New("lifecycle: invalid subject token")
+
+// ErrBadSubject reports a subject that is not of the expected shape.
+var ErrBadSubject = errors.New("lifecycle: invalid subject")
+
+// ValidToken reports nil when s can be a single NATS subject token: not
+// empty, at most 256 bytes, and free of dots, wildcards, whitespace and
+// control characters.
+func ValidToken(s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty", ErrBadToken)
+	}
+	if len(s) > 256 {
+		return fmt.Errorf("%w: %d bytes, limit 256", ErrBadToken, len(s))
+	}
+	for _, r := range s {
+		switch {
+		case r == '.', r == '*', r == '>':
+			return fmt.Errorf("%w: %q contains %q", ErrBadToken, s, r)
+		case unicode.IsSpace(r), unicode.IsControl(r), r == unicode.ReplacementChar:
+			return fmt.Errorf("%w: %q contains whitespace or a control character", ErrBadToken, s)
+		}
+	}
+	return nil
+}
+
+func join(tokens ...string) (string, error) {
+	for _, t := range tokens {
+		if err := ValidToken(t); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(tokens, "."), nil
+}
+
+// RequestSubject is agora.requests.<subagent>.
+func RequestSubject(subagent string) (string, error) { return join("agora", "requests", subagent) }
+
+// DispatchSubject is agora.dispatch.<subagent>.
+func DispatchSubject(subagent string) (string, error) { return join("agora", "dispatch", subagent) }
+
+// LifecycleSubject is agora.lifecycle.<kind>.<thread_id>.<dispatch_id>.
+func LifecycleSubject(k Kind, threadID, dispatchID string) (string, error) {
+	if !k.Valid() {
+		return "", fmt.Errorf("%w: unknown kind %q", ErrBadSubject, k)
+	}
+	return join("agora", "lifecycle", string(k), threadID, dispatchID)
+}
+
+// LifecycleFilter is a subject filter over lifecycle events; empty
+// arguments match any value.
+func LifecycleFilter(k Kind, threadID, dispatchID string) string {
+	w := func(s string) string {
+		if s == "" {
+			return "*"
+		}
+		return s
+	}
+	return "agora.lifecycle." + w(string(k)) + "." + w(threadID) + "." + w(dispatchID)
+}
+
+// QuestionSubject is agora.questions.<route>.<question_id>.<event>.
+func QuestionSubject(route, questionID string, ev QuestionEvent) (string, error) {
+	if !ev.Valid() {
+		return "", fmt.Errorf("%w: unknown question event %q", ErrBadSubject, ev)
+	}
+	return join("agora", "questions", route, questionID, string(ev))
+}
+
+// AnswerSubject is agora.answers.<route>.<question_id>.
+func AnswerSubject(route, questionID string) (string, error) {
+	return join("agora", "answers", route, questionID)
+}
+
+// CancelSubject is the core subject agora.control.cancel.<dispatch_id>.
+func CancelSubject(dispatchID string) (string, error) {
+	return join("agora", "control", "cancel", dispatchID)
+}
+
+// LifecycleAddr is a parsed lifecycle subject.
+type LifecycleAddr struct {
+	Kind       Kind
+	ThreadID   string
+	DispatchID string
+}
+
+// ParseLifecycleSubject parses agora.lifecycle.<kind>.<thread_id>.<dispatch_id>.
+func ParseLifecycleSubject(s string) (LifecycleAddr, error) {
+	t, err := split(s, 5, "agora", "lifecycle")
+	if err != nil {
+		return LifecycleAddr{}, err
+	}
+	a := LifecycleAddr{Kind: Kind(t[2]), ThreadID: t[3], DispatchID: t[4]}
+	if !a.Kind.Valid() {
+		return LifecycleAddr{}, fmt.Errorf("%w: %q: unknown kind %q", ErrBadSubject, s, t[2])
+	}
+	return a, nil
+}
+
+// QuestionAddr is a parsed question subject.
+type QuestionAddr struct {
+	Route      string
+	QuestionID string
+	Event      QuestionEvent
+}
+
+// ParseQuestionSubject parses agora.questions.<route>.<question_id>.<event>.
+func ParseQuestionSubject(s string) (QuestionAddr, error) {
+	t, err := split(s, 5, "agora", "questions")
+	if err != nil {
+		return QuestionAddr{}, err
+	}
+	a := QuestionAddr{Route: t[2], QuestionID: t[3], Event: QuestionEvent(t[4])}
+	if !a.Event.Valid() {
+		return QuestionAddr{}, fmt.Errorf("%w: %q: unknown question event %q", ErrBadSubject, s, t[4])
+	}
+	return a, nil
+}
+
+// ParseAnswerSubject parses agora.answers.<route>.<question_id>.
+func ParseAnswerSubject(s string) (route, questionID string, err error) {
+	t, err := split(s, 4, "agora", "answers")
+	if err != nil {
+		return "", "", err
+	}
+	return t[2], t[3], nil
+}
+
+// ParseRequestSubject parses agora.requests.<subagent>.
+func ParseRequestSubject(s string) (subagent string, err error) {
+	t, err := split(s, 3, "agora", "requests")
+	if err != nil {
+		return "", err
+	}
+	return t[2], nil
+}
+
+// ParseDispatchSubject parses agora.dispatch.<subagent>.
+func ParseDispatchSubject(s string) (subagent string, err error) {
+	t, err := split(s, 3, "agora", "dispatch")
+	if err != nil {
+		return "", err
+	}
+	return t[2], nil
+}
+
+// ParseCancelSubject parses agora.control.cancel.<dispatch_id>.
+func ParseCancelSubject(s string) (dispatchID string, err error) {
+	t, err := split(s, 4, "agora", "control", "cancel")
+	if err != nil {
+		return "", err
+	}
+	return t[3], nil
+}
+
+func split(s string, n int, prefix ...string) ([]string, error) {
+	t := strings.Split(s, ".")
+	if len(t) != n {
+		return nil, fmt.Errorf("%w: %q: want %d tokens, got %d", ErrBadSubject, s, n, len(t))
+	}
+	for i, p := range prefix {
+		if t[i] != p {
+			return nil, fmt.Errorf("%w: %q: token %d is %q, want %q", ErrBadSubject, s, i+1, t[i], p)
+		}
+	}
+	for _, tok := range t[len(prefix):] {
+		if err := ValidToken(tok); err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", ErrBadSubject, s, err)
+		}
+	}
+	return t, nil
+}

@@ -1,0 +1,240 @@
+package sentinel
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// utf8BOM is stripped from the start of a sentinel file; some editors and
+// Windows tools write one.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// kindReason is the reason given for a kind outside the four.
+const kindReason = "must be one of clarification, decision, information, approval"
+
+// Parse applies the sentinel content rules to b, the bytes of a sentinel
+// file, and returns the normalised [Request]. It does not check the size
+// limit, which is a property of the file (see [Resolve]).
+//
+// A leading UTF-8 byte order mark is ignored. b must hold exactly one JSON
+// object. question is required: a string that is not blank. options, when
+// present and not null, is an array of non-blank strings; an empty array
+// means no options and is returned as nil. context is a string. kind is one
+// of the four [Kind] values. partial_state is any JSON value, kept byte for
+// byte; null means absent. A JSON null context or kind is also treated as
+// absent. Field names are case-sensitive, unknown fields are ignored and,
+// as with encoding/json, the last of duplicate fields wins. Invalid UTF-8
+// in a known field is refused rather than replaced.
+//
+// A non-nil error is always a *[MalformedError] naming the first field at
+// fault (fields are checked in the order above), or no field when the
+// problem concerns the whole file.
+func Parse(b []byte) (Request, error) {
+	offset := 0
+	if bytes.HasPrefix(b, utf8BOM) {
+		b = b[len(utf8BOM):]
+		offset = len(utf8BOM)
+	}
+	if len(trimJSONSpace(b)) == 0 {
+		return Request{}, malformed("", "empty file")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var top json.RawMessage
+	if err := dec.Decode(&top); err != nil {
+		return Request{}, malformed("", "invalid JSON: "+syntaxReason(err, offset))
+	}
+	if top[0] != '{' {
+		return Request{}, malformed("", "not a JSON object (got "+jsonType(top)+")")
+	}
+	if len(trimJSONSpace(b[dec.InputOffset():])) != 0 {
+		return Request{}, malformed("", "trailing data after the JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(top, &fields); err != nil {
+		// Unreachable: top is a syntactically valid object.
+		return Request{}, malformed("", "invalid JSON: "+syntaxReason(err, offset))
+	}
+	return fromFields(fields)
+}
+
+// fromFields checks each known field of a decoded sentinel object.
+func fromFields(fields map[string]json.RawMessage) (Request, error) {
+	var r Request
+
+	raw, ok := fields["question"]
+	if !ok {
+		return Request{}, malformed("question", "required")
+	}
+	q, err := decodeString("question", raw)
+	if err != nil {
+		return Request{}, err
+	}
+	if strings.TrimSpace(q) == "" {
+		return Request{}, malformed("question", "must not be empty")
+	}
+	r.Question = q
+
+	if raw, ok := fields["options"]; ok && !isNull(raw) {
+		if raw[0] != '[' {
+			return Request{}, malformed("options", "must be an array of strings")
+		}
+		var elems []json.RawMessage
+		if err := json.Unmarshal(raw, &elems); err != nil {
+			return Request{}, malformed("options", "must be an array of strings")
+		}
+		for i, e := range elems {
+			name := "options[" + strconv.Itoa(i) + "]"
+			s, err := decodeString(name, e)
+			if err != nil {
+				return Request{}, err
+			}
+			if strings.TrimSpace(s) == "" {
+				return Request{}, malformed(name, "must not be empty")
+			}
+			r.Options = append(r.Options, s)
+		}
+	}
+
+	if raw, ok := fields["context"]; ok && !isNull(raw) {
+		s, err := decodeString("context", raw)
+		if err != nil {
+			return Request{}, err
+		}
+		r.Context = s
+	}
+
+	if raw, ok := fields["kind"]; ok && !isNull(raw) {
+		s, err := decodeString("kind", raw)
+		if err != nil {
+			return Request{}, err
+		}
+		if !Kind(s).Valid() {
+			return Request{}, malformed("kind", kindReason)
+		}
+		r.Kind = Kind(s)
+	}
+
+	if raw, ok := fields["partial_state"]; ok && !isNull(raw) {
+		if !utf8.Valid(raw) {
+			return Request{}, malformed("partial_state", "invalid UTF-8")
+		}
+		r.PartialState = raw
+	}
+	return r, nil
+}
+
+// Validate reports whether r satisfies the rules [Parse] applies to a
+// sentinel file, so that a request that validates can be written and read
+// back. It returns nil or a *[MalformedError] naming the first field at
+// fault.
+//
+// Unlike a file, a Request may leave Kind empty and may hold an empty
+// Options slice or a JSON null PartialState; [Write] omits all three.
+// PartialState, when set, must be valid JSON and valid UTF-8; whitespace
+// around the value is allowed. Strings must be valid UTF-8, because JSON
+// encoding would silently replace invalid bytes.
+func (r Request) Validate() error {
+	if !utf8.ValidString(r.Question) {
+		return malformed("question", "invalid UTF-8")
+	}
+	if strings.TrimSpace(r.Question) == "" {
+		return malformed("question", "must not be empty")
+	}
+	for i, o := range r.Options {
+		name := "options[" + strconv.Itoa(i) + "]"
+		if !utf8.ValidString(o) {
+			return malformed(name, "invalid UTF-8")
+		}
+		if strings.TrimSpace(o) == "" {
+			return malformed(name, "must not be empty")
+		}
+	}
+	if !utf8.ValidString(r.Context) {
+		return malformed("context", "invalid UTF-8")
+	}
+	if r.Kind != "" && !r.Kind.Valid() {
+		return malformed("kind", kindReason)
+	}
+	if len(r.PartialState) > 0 {
+		if !utf8.Valid(r.PartialState) {
+			return malformed("partial_state", "invalid UTF-8")
+		}
+		if !json.Valid(r.PartialState) {
+			return malformed("partial_state", "must be valid JSON")
+		}
+	}
+	return nil
+}
+
+// decodeString decodes raw, the bytes of one JSON value, as a string.
+func decodeString(field string, raw json.RawMessage) (string, error) {
+	if raw[0] != '"' {
+		return "", malformed(field, "must be a string")
+	}
+	if !utf8.Valid(raw) {
+		return "", malformed(field, "invalid UTF-8")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", malformed(field, "must be a string")
+	}
+	return s, nil
+}
+
+// malformed returns a *MalformedError as an error.
+func malformed(field, reason string) error {
+	return &MalformedError{Field: field, Reason: reason}
+}
+
+// isNull reports whether raw is the JSON literal null.
+func isNull(raw []byte) bool {
+	return string(raw) == "null"
+}
+
+// jsonType names the type of a syntactically valid JSON value.
+func jsonType(raw []byte) string {
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "boolean"
+	}
+	return "number"
+}
+
+// syntaxReason describes a JSON decoding error; offset is added to the
+// position so that it counts from the start of the file.
+func syntaxReason(err error, offset int) string {
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected end of input"
+	case errors.As(err, &se):
+		return se.Error() + " (offset " + strconv.FormatInt(se.Offset+int64(offset), 10) + ")"
+	}
+	return err.Error()
+}
+
+// trimJSONSpace removes the whitespace JSON allows around values: space,
+// tab, line feed and carriage return.
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,176 @@
+// Package subagent defines a sub-agent: what a worker runs for a dispatch
+// (DESIGN §5). Definitions are written as YAML or JSON, validated here, and
+// stored as JSON in the agora_subagents key-value bucket under their name.
+package subagent
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Runtimes a definition may name.
+const (
+	RuntimeExec       = "exec"        // run Command
+	RuntimeClaudeCode = "claude-code" // run the claude CLI with Prompt
+)
+
+// Permission modes of the claude-code runtime.
+const (
+	PermissionDefault = ""       // --dangerously-skip-permissions (the sub-agent runs unattended)
+	PermissionStrict  = "strict" // no --dangerously-skip-permissions
+)
+
+// DefaultTimeout applies when neither the definition nor the request sets one.
+const DefaultTimeout = 30 * time.Minute
+
+// DefaultMaxRounds applies when neither the definition nor the request sets one.
+const DefaultMaxRounds = 10
+
+// Definition is a sub-agent definition.
+type Definition struct {
+	Name        string            `json:"name"`
+	Runtime     string            `json:"runtime"`
+	Command     []string          `json:"command,omitempty"`
+	Prompt      string            `json:"prompt,omitempty"`
+	Model       string            `json:"model,omitempty"`
+	Permission  string            `json:"permission_mode,omitempty"`
+	Timeout     string            `json:"timeout,omitempty"`
+	EnvAllow    []string          `json:"env_allow,omitempty"`
+	Files       map[string]string `json:"files,omitempty"`
+	MaxRounds   int               `json:"max_rounds,omitempty"`
+	Description string            `json:"description,omitempty"`
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ValidName reports whether s can name a sub-agent: 1–64 letters, digits,
+// '-' or '_', starting with a letter or digit (it is a subject token and a
+// key).
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// ValidEnvName reports whether s is a portable environment variable name.
+func ValidEnvName(s string) bool { return envRE.MatchString(s) }
+
+// Reserved reports whether an environment variable name is Agora's own or a
+// credential a sub-agent must never be given: AGORA_* and NATS_*.
+func Reserved(name string) bool {
+	u := strings.ToUpper(name)
+	return strings.HasPrefix(u, "AGORA_") || strings.HasPrefix(u, "NATS_")
+}
+
+// Parse decodes a YAML or JSON definition and validates it.
+func Parse(b []byte) (Definition, error) {
+	var d Definition
+	if err := yaml.UnmarshalStrict(b, &d); err != nil {
+		return Definition{}, fmt.Errorf("subagent: %w", err)
+	}
+	if err := d.Validate(); err != nil {
+		return Definition{}, err
+	}
+	return d, nil
+}
+
+// TimeoutDuration returns the definition's timeout, or DefaultTimeout.
+func (d Definition) TimeoutDuration() time.Duration {
+	t, err := time.ParseDuration(d.Timeout)
+	if err != nil || t <= 0 {
+		return DefaultTimeout
+	}
+	return t
+}
+
+// Rounds returns the definition's round limit, or DefaultMaxRounds.
+func (d Definition) Rounds() int {
+	if d.MaxRounds > 0 {
+		return d.MaxRounds
+	}
+	return DefaultMaxRounds
+}
+
+// Validate reports every problem in d at once, each naming its field.
+func (d Definition) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	if !ValidName(d.Name) {
+		bad("name", "%q must be 1-64 letters, digits, '-' or '_'", d.Name)
+	}
+	switch d.Runtime {
+	case RuntimeExec:
+		if len(d.Command) == 0 || d.Command[0] == "" {
+			bad("command", "required for runtime exec")
+		}
+	case RuntimeClaudeCode:
+		if strings.TrimSpace(d.Prompt) == "" {
+			bad("prompt", "required for runtime claude-code")
+		}
+	default:
+		bad("runtime", "%q: want exec or claude-code", d.Runtime)
+	}
+	if d.Prompt != "" {
+		if _, err := template.New("prompt").Option("missingkey=zero").Parse(d.Prompt); err != nil {
+			bad("prompt", "%v", err)
+		}
+	}
+	switch d.Permission {
+	case PermissionDefault, PermissionStrict:
+	default:
+		bad("permission_mode", "%q: want empty or strict", d.Permission)
+	}
+	if d.Timeout != "" {
+		if t, err := time.ParseDuration(d.Timeout); err != nil || t <= 0 {
+			bad("timeout", "%q is not a positive duration such as 30m", d.Timeout)
+		}
+	}
+	for _, n := range d.EnvAllow {
+		switch {
+		case !ValidEnvName(n):
+			bad("env_allow", "%q is not a valid variable name", n)
+		case Reserved(n):
+			bad("env_allow", "%q is reserved: a sub-agent never sees AGORA_* or NATS_* settings", n)
+		}
+	}
+	for p := range d.Files {
+		if err := ValidFilePath(p); err != nil {
+			bad("files", "%v", err)
+		}
+	}
+	if d.MaxRounds < 0 {
+		bad("max_rounds", "%d is negative", d.MaxRounds)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("subagent %q: %w", d.Name, err)
+	}
+	return nil
+}
+
+// ValidFilePath checks a path in Files: relative, clean of "..", and not
+// inside .agora (Agora's own control files).
+func ValidFilePath(p string) error {
+	if p == "" {
+		return errors.New("empty file path")
+	}
+	if filepath.IsAbs(p) || strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`) {
+		return fmt.Errorf("%q is absolute", p)
+	}
+	c := path.Clean(filepath.ToSlash(p))
+	if c == "." || c == ".." || strings.HasPrefix(c, "../") {
+		return fmt.Errorf("%q escapes the workspace", p)
+	}
+	if c == ".agora" || strings.HasPrefix(c, ".agora/") {
+		return fmt.Errorf("%q is inside .agora, which Agora owns", p)
+	}
+	return nil
+}
