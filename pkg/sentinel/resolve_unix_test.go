@@ -71,8 +71,8 @@ func TestResolveSocket(t *testing.T) {
 func TestResolveDevice(t *testing.T) {
 	ws := newWorkspace(t)
 	mkAgora(t, ws)
-	// Point the sentinel at /dev/zero by hard link where allowed; otherwise
-	// create a device node (needs privileges).
+	// A node for /dev/zero; creating one needs privileges, so this test
+	// skips where they are missing.
 	if err := syscall.Mknod(sentinel.Path(ws), syscall.S_IFCHR|0o600, int(devZero())); err != nil {
 		t.Skipf("mknod: %v", err)
 	}
