@@ -1,0 +1,100 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Config is the worker's configuration, read from AGORA_* variables with
+// config.Load. The zero value of every field means its default.
+type Config struct {
+	// NATSURL is the NATS server to connect to.
+	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	// NATSCreds is a NATS credentials file.
+	NATSCreds string `envconfig:"NATS_CREDS"`
+	// Concurrency is the number of dispatches run at once, each slot
+	// pulling one message at a time.
+	Concurrency int `envconfig:"WORKER_CONCURRENCY" default:"4"`
+	// WorkspaceRoot holds one workspace per dispatch.
+	WorkspaceRoot string `envconfig:"WORKSPACE_ROOT"`
+	// KeepWorkspaces leaves workspaces in place after a dispatch ends.
+	KeepWorkspaces bool `envconfig:"WORKER_KEEP_WORKSPACES"`
+	// ShutdownTimeout is how long in-flight runs may go on after a stop
+	// request before they are cancelled.
+	ShutdownTimeout time.Duration `envconfig:"WORKER_SHUTDOWN_TIMEOUT" default:"30s"`
+	// KillGrace is the time between SIGTERM and SIGKILL.
+	KillGrace time.Duration `envconfig:"WORKER_KILL_GRACE" default:"5s"`
+	// HTTPAddr serves /metrics and /healthz when set.
+	HTTPAddr string `envconfig:"WORKER_HTTP_ADDR"`
+	// ID names this worker in `started` events; default host-pid.
+	ID string `envconfig:"WORKER_ID"`
+	// PullExpiry bounds one pull request; a stop waits at most this long
+	// for an idle slot.
+	PullExpiry time.Duration `envconfig:"WORKER_PULL_EXPIRY" default:"2s"`
+	// DisableNeedsInputHelper, when exactly "true", stops the claude-code
+	// runtime from writing the agora-needs-input skill.
+	DisableNeedsInputHelper string `envconfig:"DISABLE_NEEDS_INPUT_HELPER"`
+	// ClaudeBin is the claude CLI the claude-code runtime runs.
+	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.NATSURL == "" {
+		c.NATSURL = "nats://127.0.0.1:4222"
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.WorkspaceRoot == "" {
+		c.WorkspaceRoot = filepath.Join(os.TempDir(), "agora-workspaces")
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.KillGrace == 0 {
+		c.KillGrace = 5 * time.Second
+	}
+	if c.PullExpiry == 0 {
+		c.PullExpiry = 2 * time.Second
+	}
+	if c.ID == "" {
+		h, _ := os.Hostname()
+		if h == "" {
+			h = "worker"
+		}
+		c.ID = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if c.ClaudeBin == "" {
+		c.ClaudeBin = "claude"
+	}
+	return c
+}
+
+// Validate reports every problem at once, naming each variable.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Concurrency < 0 || c.Concurrency > 1024 {
+		errs = append(errs, fmt.Errorf("AGORA_WORKER_CONCURRENCY=%d: want 1 to 1024", c.Concurrency))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("AGORA_WORKER_SHUTDOWN_TIMEOUT=%s: must not be negative", c.ShutdownTimeout))
+	}
+	if c.KillGrace < 0 {
+		errs = append(errs, fmt.Errorf("AGORA_WORKER_KILL_GRACE=%s: must not be negative", c.KillGrace))
+	}
+	if c.PullExpiry < 0 || (c.PullExpiry > 0 && c.PullExpiry < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("AGORA_WORKER_PULL_EXPIRY=%s: want at least 100ms", c.PullExpiry))
+	}
+	if c.WorkspaceRoot != "" && !filepath.IsAbs(c.WorkspaceRoot) {
+		errs = append(errs, fmt.Errorf("AGORA_WORKSPACE_ROOT=%q: must be an absolute path", c.WorkspaceRoot))
+	}
+	switch c.DisableNeedsInputHelper {
+	case "", "true", "false":
+	default:
+		errs = append(errs, fmt.Errorf("AGORA_DISABLE_NEEDS_INPUT_HELPER=%q: want exactly true or false", c.DisableNeedsInputHelper))
+	}
+	return errors.Join(errs...)
+}

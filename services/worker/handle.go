@@ -1,0 +1,420 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/sentinel"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// job is one delivery being handled.
+type job struct {
+	msg     jetstream.Msg
+	req     *lifecycle.Request
+	common  lifecycle.Common
+	trace   string
+	attempt int
+	start   time.Time
+	log     *slog.Logger
+}
+
+// Handle runs one delivery of the work consumer to its end: skip it when it
+// is already terminal, otherwise run it and publish exactly one terminal
+// event, then acknowledge it. ctx bounds the run: when it ends the runtime
+// is stopped and the dispatch ends cancelled. Handle decides in one place
+// whether the message is acked, nak'ed with a delay or terminated.
+func (s *Service) Handle(ctx context.Context, msg jetstream.Msg) Outcome {
+	s.metrics.inFlight.Inc()
+	defer s.metrics.inFlight.Dec()
+	j := &job{msg: msg, start: time.Now(), attempt: 1}
+	if md, err := msg.Metadata(); err == nil {
+		j.attempt = int(md.NumDelivered)
+	}
+	ev, err := lifecycle.DecodeMsg(msg)
+	var d lifecycle.Data
+	if err == nil {
+		d, err = lifecycle.Parse(ev)
+	}
+	req, ok := d.(*lifecycle.Request)
+	if err != nil || !ok || lifecycle.ValidToken(req.DispatchID) != nil || lifecycle.ValidToken(req.Subagent) != nil {
+		// Not a dispatch we can name: nothing to report it on. Drop it
+		// for good rather than redeliver poison.
+		s.log.Error("undecodable work message terminated", "subject", msg.Subject(), "err", err, "type", fmt.Sprintf("%T", d))
+		_ = msg.TermWithReason("undecodable dispatch request")
+		s.metrics.outcome("", "undecodable")
+		return Outcome{Kind: "", ExitCode: -1}
+	}
+	if req.ThreadID == "" {
+		req.ThreadID = req.DispatchID
+	}
+	j.req = req
+	j.trace = lifecycle.Traceparent(ev)
+	j.common = lifecycle.Common{DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round, Subagent: req.Subagent}
+	j.log = s.log.With("dispatch_id", req.DispatchID, "thread_id", req.ThreadID, "round", req.Round, "attempt", j.attempt, "subagent", req.Subagent)
+	return s.handle(ctx, j)
+}
+
+func (s *Service) handle(ctx context.Context, j *job) Outcome {
+	out := Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
+
+	// Listen for a cancel before looking for a terminal event, so a cancel
+	// published after that look still reaches this run.
+	cancelCh := make(chan *nats.Msg, 4)
+	subj, _ := lifecycle.CancelSubject(j.req.DispatchID)
+	sub, err := s.nc.ChanSubscribe(subj, cancelCh)
+	if err != nil {
+		return s.retryLater(j, fmt.Errorf("subscribe cancel: %w", err))
+	}
+	defer sub.Unsubscribe()
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		return s.retryLater(j, fmt.Errorf("flush: %w", err))
+	}
+
+	kind, err := s.terminalKind(context.WithoutCancel(ctx), j.common)
+	if err != nil {
+		return s.retryLater(j, err)
+	}
+	if kind != "" {
+		j.log.Info("already terminal: acked without running", "kind", kind)
+		s.ack(j)
+		s.metrics.outcome("", "skipped")
+		out.Kind, out.Skipped = kind, true
+		return out
+	}
+
+	def, err := s.definition(ctx, j.req)
+	if err != nil {
+		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: err.Error()}, -1, "")
+	}
+	if err := s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}); err != nil {
+		return s.retryLater(j, err)
+	}
+
+	ws, inv, err := s.prepare(ctx, j, def)
+	cleanup := func() {
+		if ws != "" && !s.cfg.KeepWorkspaces {
+			if err := os.RemoveAll(ws); err != nil {
+				j.log.Warn("remove workspace", "err", err)
+			}
+		}
+	}
+	if err != nil {
+		o := s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: redact(err.Error(), secretValues(def))}, -1, "")
+		cleanup()
+		return o
+	}
+	rt := s.runtimes[def.Runtime]
+
+	timeout := def.TimeoutDuration()
+	if t, err := time.ParseDuration(j.req.Timeout); err == nil && t > 0 {
+		timeout = t
+	}
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	resCh := make(chan Result, 1)
+	go func() { resCh <- rt.Run(runCtx, inv) }()
+	j.log.Info("running", "runtime", def.Runtime, "timeout", timeout)
+
+	tick := time.NewTicker(max(s.ackWait/3, 100*time.Millisecond))
+	defer tick.Stop()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var res Result
+	var cancelBy, cancelReason string
+wait:
+	for {
+		select {
+		case res = <-resCh:
+			break wait
+		case <-tick.C:
+			if err := j.msg.InProgress(); err != nil {
+				j.log.Warn("in-progress ack failed", "err", err)
+			}
+		case <-deadline.C:
+			j.log.Warn("timeout: stopping the runtime", "timeout", timeout)
+			stop(errTimeout)
+		case m := <-cancelCh:
+			cancelBy, cancelReason = parseCancel(m.Data)
+			j.log.Info("cancel received: stopping the runtime", "by", cancelBy)
+			stop(errCancelled)
+		}
+	}
+	cause := context.Cause(runCtx)
+	if errors.Is(cause, context.Canceled) && ctx.Err() == nil {
+		cause = nil // our own deferred stop has not run yet; nothing cancelled the run
+	}
+	if ctx.Err() != nil {
+		cause = context.Cause(ctx)
+		if cause == nil || errors.Is(cause, context.Canceled) {
+			cause = ErrShutdown
+		}
+	}
+	o := s.resolve(ctx, j, def, ws, res, cause, cancelBy, cancelReason)
+	cleanup()
+	return o
+}
+
+// resolve turns a finished run into its one terminal event (DESIGN §3.3).
+func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, ws string, res Result, cause error, cancelBy, cancelReason string) Outcome {
+	dur := time.Since(j.start).Milliseconds()
+	exit := &res.ExitCode
+	if res.ExitCode < 0 {
+		exit = nil
+	}
+	failed := func(r lifecycle.Reason, detail string) Outcome {
+		detail = truncate(redact(detail, secretValues(def)), 1024)
+		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: r, Detail: detail, ExitCode: exit, DurationMS: dur}, res.ExitCode, "")
+	}
+	if errors.Is(cause, errCancelled) {
+		if cancelBy == "" {
+			cancelBy = "api"
+		}
+		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: cancelBy, Reason: cancelReason}, res.ExitCode, "")
+	}
+	rsl, err := sentinel.Resolve(ws)
+	if err != nil {
+		return failed(lifecycle.ReasonWorkerFailed, "sentinel: "+err.Error())
+	}
+	switch rsl.Status {
+	case sentinel.Valid:
+		ni := &lifecycle.NeedsInput{
+			Common: j.common, QuestionID: lifecycle.QuestionID(j.req.DispatchID),
+			Question: rsl.Request.Question, Options: rsl.Request.Options, Context: rsl.Request.Context,
+			Kind: string(rsl.Request.Kind), DurationMS: dur, ExitCode: res.ExitCode,
+		}
+		if len(rsl.Request.PartialState) > lifecycle.MaxInlineState {
+			if _, err := s.state.PutBytes(context.WithoutCancel(ctx), j.req.DispatchID, rsl.Request.PartialState); err != nil {
+				return s.retryLater(j, fmt.Errorf("store partial state: %w", err))
+			}
+			ni.PartialStateRef = j.req.DispatchID
+		} else {
+			ni.PartialState = rsl.Request.PartialState
+		}
+		return s.finish(ctx, j, ni, res.ExitCode, "")
+	case sentinel.Malformed, sentinel.Oversized:
+		return failed(lifecycle.ReasonWorkerFailed, rsl.Err.Error())
+	}
+	switch {
+	case errors.Is(cause, ErrShutdown):
+		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: "worker:" + s.cfg.ID, Reason: "worker shutdown timeout passed"}, res.ExitCode, "")
+	case res.Err != nil:
+		return failed(lifecycle.ReasonWorkerFailed, res.Err.Error())
+	case errors.Is(cause, errTimeout):
+		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr))
+	case res.ExitCode == 0:
+		out, why := readOutput(ws)
+		if why != "" {
+			j.log.Warn("output not carried", "why", why)
+		}
+		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out, StdoutTail: validUTF8(res.Stdout)}, 0, "")
+	default:
+		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s", res.ExitCode, stderrNote(res.Stderr)))
+	}
+}
+
+func stderrNote(b []byte) string {
+	s := strings.TrimSpace(validUTF8(b))
+	if s == "" {
+		return ""
+	}
+	if len(s) > 700 {
+		s = "…" + s[len(s)-700:]
+	}
+	return "; stderr: " + s
+}
+
+// finish publishes the terminal event, acks the message and reports the
+// outcome. A terminal event that already exists (PubAck.Duplicate) is not
+// an error: its first version stands.
+func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exitCode int, _ string) Outcome {
+	if err := s.publish(ctx, j, d); err != nil {
+		return s.retryLater(j, err)
+	}
+	s.ack(j)
+	out := Outcome{DispatchID: j.req.DispatchID, Kind: d.LifecycleKind(), ExitCode: exitCode}
+	attrs := []any{"kind", out.Kind, "duration_ms", time.Since(j.start).Milliseconds()}
+	if f, ok := d.(*lifecycle.Failed); ok {
+		out.Reason = f.Reason
+		attrs = append(attrs, "reason", f.Reason, "detail", f.Detail)
+	}
+	j.log.Info("dispatch ended", attrs...)
+	s.metrics.outcome(out.Kind, out.Reason)
+	s.metrics.duration.WithLabelValues(string(out.Kind)).Observe(time.Since(j.start).Seconds())
+	return out
+}
+
+// publish sends one event for the job, retrying for up to 30 s while NATS
+// is unreachable. It ignores ctx cancellation: an event for work already
+// done must still go out during shutdown.
+func (s *Service) publish(ctx context.Context, j *job, d lifecycle.Data) error {
+	_, m, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(j.trace))
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		ack, err := s.js.PublishMsg(pctx, m)
+		if err == nil {
+			if ack.Duplicate {
+				j.log.Info("event already recorded", "subject", m.Subject)
+			}
+			return nil
+		}
+		select {
+		case <-pctx.Done():
+			return fmt.Errorf("publish %s: %w", m.Subject, err)
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}
+
+func (s *Service) ack(j *job) {
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := j.msg.DoubleAck(actx); err != nil {
+		j.log.Warn("ack failed; the dispatch will be redelivered and skipped as terminal", "err", err)
+	}
+}
+
+// retryLater gives the message back for another attempt after a short
+// delay: used for transient NATS failures, never for a sub-agent's own
+// failure.
+func (s *Service) retryLater(j *job, err error) Outcome {
+	j.log.Warn("transient failure: message returned for redelivery", "err", err)
+	_ = j.msg.NakWithDelay(time.Second)
+	s.metrics.outcome("", "retried")
+	return Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
+}
+
+// terminalKind returns the kind of the dispatch's terminal event, or ""
+// when it has none. The last lifecycle event of a dispatch is terminal
+// when one exists.
+func (s *Service) terminalKind(ctx context.Context, c lifecycle.Common) (lifecycle.Kind, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, k := range []lifecycle.Kind{lifecycle.KindFinished, lifecycle.KindNeedsInput, lifecycle.KindFailed, lifecycle.KindCancelled} {
+		subj, err := lifecycle.LifecycleSubject(k, c.ThreadID, c.DispatchID)
+		if err != nil {
+			return "", err
+		}
+		_, err = s.events.GetLastMsgForSubject(ctx, subj)
+		if err == nil {
+			return k, nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return "", fmt.Errorf("look for terminal event: %w", err)
+		}
+	}
+	return "", nil
+}
+
+func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subagent.Definition, error) {
+	var (
+		e   jetstream.KeyValueEntry
+		err error
+	)
+	if req.SubagentRevision > 0 {
+		e, err = s.defs.GetRevision(ctx, req.Subagent, req.SubagentRevision)
+	} else {
+		e, err = s.defs.Get(ctx, req.Subagent)
+	}
+	if err != nil {
+		return subagent.Definition{}, fmt.Errorf("sub-agent %q (revision %d): %w", req.Subagent, req.SubagentRevision, err)
+	}
+	var def subagent.Definition
+	if err := json.Unmarshal(e.Value(), &def); err != nil {
+		return subagent.Definition{}, fmt.Errorf("sub-agent %q: stored definition: %w", req.Subagent, err)
+	}
+	if err := def.Validate(); err != nil {
+		return subagent.Definition{}, err
+	}
+	if _, ok := s.runtimes[def.Runtime]; !ok {
+		return subagent.Definition{}, fmt.Errorf("sub-agent %q: runtime %q is not available on this worker", def.Name, def.Runtime)
+	}
+	return def, nil
+}
+
+// prepare builds the workspace: input.json, runtime files, the
+// definition's files, and the environment.
+func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) (string, Invocation, error) {
+	ws, err := prepareWorkspace(s.cfg.WorkspaceRoot, j.req.DispatchID)
+	if err != nil {
+		return "", Invocation{}, err
+	}
+	input := map[string]json.RawMessage{}
+	if len(j.req.Input) > 0 && string(j.req.Input) != "null" {
+		if err := json.Unmarshal(j.req.Input, &input); err != nil {
+			return ws, Invocation{}, fmt.Errorf("input is not a JSON object: %w", err)
+		}
+	}
+	if ref := j.req.PartialStateRef; ref != "" {
+		b, err := s.state.GetBytes(ctx, ref)
+		if err != nil {
+			return ws, Invocation{}, fmt.Errorf("partial state %q: %w", ref, err)
+		}
+		input["partial_state"] = b
+	}
+	b, err := json.Marshal(input)
+	if err != nil {
+		return ws, Invocation{}, fmt.Errorf("input: %w", err)
+	}
+	if err := writeWorkspaceFile(ws, filepath.Join(".agora", "input.json"), b); err != nil {
+		return ws, Invocation{}, err
+	}
+	inv := Invocation{
+		Definition: def, Request: *j.req, Input: input, Workspace: ws, KillGrace: s.cfg.KillGrace,
+		Env: Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round),
+	}
+	if p, ok := s.runtimes[def.Runtime].(Preparer); ok {
+		if err := p.Prepare(inv); err != nil {
+			return ws, Invocation{}, fmt.Errorf("prepare %s runtime: %w", def.Runtime, err)
+		}
+	}
+	for name, content := range def.Files {
+		if err := subagent.ValidFilePath(name); err != nil {
+			return ws, Invocation{}, fmt.Errorf("definition file: %w", err)
+		}
+		if err := writeWorkspaceFile(ws, name, []byte(content)); err != nil {
+			return ws, Invocation{}, fmt.Errorf("definition file: %w", err)
+		}
+	}
+	return ws, inv, nil
+}
+
+func parseCancel(b []byte) (by, reason string) {
+	var c struct {
+		By     string `json:"by"`
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(b, &c)
+	return truncate(c.By, 200), truncate(c.Reason, 500)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) && len(s) > 0 {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}
+
+func validUTF8(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }

@@ -1,0 +1,317 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// TestMain doubles as the worker program when WORKER_TEST_MAIN=1, so crash
+// tests can SIGKILL a real worker process.
+func TestMain(m *testing.M) {
+	if os.Getenv("WORKER_TEST_MAIN") == "1" {
+		os.Exit(workerMain())
+	}
+	os.Exit(m.Run())
+}
+
+func workerMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var cfg worker.Config
+	if err := config.Load(&cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	svc, err := worker.New(cfg, worker.Deps{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := svc.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+type harness struct {
+	t    *testing.T
+	srv  *natstest.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	root string
+}
+
+func newHarness(t *testing.T, pc provision.Config) *harness {
+	t.Helper()
+	srv := natstest.StartProvisioned(t, pc)
+	nc := srv.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, srv: srv, nc: nc, js: js, root: t.TempDir()}
+}
+
+func quietLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// define stores a sub-agent definition and returns its revision.
+func (h *harness) define(d subagent.Definition) uint64 {
+	h.t.Helper()
+	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	rev, err := kv.Put(h.t.Context(), d.Name, b)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rev
+}
+
+// shell defines an exec sub-agent running script with sh -c.
+func (h *harness) shell(name, script string, mod ...func(*subagent.Definition)) uint64 {
+	d := subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}}
+	for _, f := range mod {
+		f(&d)
+	}
+	return h.define(d)
+}
+
+func (h *harness) workerConfig() worker.Config {
+	return worker.Config{WorkspaceRoot: h.root, Concurrency: 2, KillGrace: 500 * time.Millisecond, PullExpiry: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}
+}
+
+// startWorker runs a worker in this process until the test ends.
+func (h *harness) startWorker(cfg worker.Config, deps worker.Deps) *worker.Service {
+	h.t.Helper()
+	if deps.Conn == nil {
+		deps.Conn = h.srv.Conn(h.t)
+	}
+	if deps.Logger == nil {
+		deps.Logger = quietLogger()
+	}
+	svc, err := worker.New(cfg, deps)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := svc.Run(ctx); err != nil {
+			h.t.Errorf("worker.Run: %v", err)
+		}
+	})
+	h.t.Cleanup(func() { cancel(); wg.Wait() })
+	return svc
+}
+
+// dispatch queues a request as the dispatcher would and returns its id.
+func (h *harness) dispatch(req lifecycle.Request) string {
+	h.t.Helper()
+	if req.DispatchID == "" {
+		req.DispatchID = lifecycle.NewID()
+	}
+	if req.ThreadID == "" {
+		req.ThreadID = req.DispatchID
+	}
+	e, err := lifecycle.New(lifecycle.Source("test", "harness"), &req, lifecycle.WithTraceparent(lifecycle.NewTraceparent()))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	subj, err := lifecycle.DispatchSubject(req.Subagent)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := lifecycle.Encode(subj, e)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.js.PublishMsg(h.t.Context(), m); err != nil {
+		h.t.Fatal(err)
+	}
+	return req.DispatchID
+}
+
+// publishEvent publishes a lifecycle event directly (as another service would).
+func (h *harness) publishEvent(d lifecycle.Data) {
+	h.t.Helper()
+	_, m, err := lifecycle.Message(lifecycle.Source("test", "harness"), d)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.js.PublishMsg(h.t.Context(), m); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+type recorded struct {
+	Event lifecycle.Event
+	Data  lifecycle.Data
+}
+
+// events returns every lifecycle event of a dispatch stored so far.
+func (h *harness) events(dispatchID string) []recorded {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := h.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{lifecycle.LifecycleFilter("", "", dispatchID)},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []recorded
+	for range info.NumPending {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			h.t.Fatalf("read events of %s: %v", dispatchID, err)
+		}
+		e, err := lifecycle.DecodeMsg(m)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		d, err := lifecycle.Parse(e)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, recorded{e, d})
+	}
+	return out
+}
+
+// terminal waits for the dispatch's terminal event and returns it.
+func (h *harness) terminal(dispatchID string) recorded {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, r := range h.events(dispatchID) {
+			if l, ok := r.Data.(lifecycle.Lifecycle); ok && l.LifecycleKind().Terminal() {
+				return r
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.t.Fatalf("no terminal event for %s within 60s; events: %v", dispatchID, kinds(h.events(dispatchID)))
+	return recorded{}
+}
+
+// waitKind waits until the dispatch has an event of kind k.
+func (h *harness) waitKind(dispatchID string, k lifecycle.Kind) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, r := range h.events(dispatchID) {
+			if l, ok := r.Data.(lifecycle.Lifecycle); ok && l.LifecycleKind() == k {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.t.Fatalf("no %s event for %s within 30s", k, dispatchID)
+}
+
+func kinds(rs []recorded) []lifecycle.Kind {
+	var ks []lifecycle.Kind
+	for _, r := range rs {
+		if l, ok := r.Data.(lifecycle.Lifecycle); ok {
+			ks = append(ks, l.LifecycleKind())
+		}
+	}
+	return ks
+}
+
+// assertOneTerminal fails unless exactly one terminal event exists.
+func (h *harness) assertOneTerminal(dispatchID string) {
+	h.t.Helper()
+	n := 0
+	for _, k := range kinds(h.events(dispatchID)) {
+		if k.Terminal() {
+			n++
+		}
+	}
+	if n != 1 {
+		h.t.Fatalf("dispatch %s has %d terminal events (%v), want exactly 1", dispatchID, n, kinds(h.events(dispatchID)))
+	}
+}
+
+// workPending returns the messages left on the work queue.
+func (h *harness) workPending() uint64 {
+	h.t.Helper()
+	s, err := h.js.Stream(h.t.Context(), lifecycle.StreamDispatch)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := s.Info(h.t.Context())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// waitWorkEmpty waits until every work message has been acknowledged.
+func (h *harness) waitWorkEmpty() {
+	h.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for h.workPending() != 0 {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("work queue still holds %d messages", h.workPending())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func readJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v: %s", path, err, b)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+var _ = errors.New
+var _ = filepath.Join

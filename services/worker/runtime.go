@@ -1,0 +1,277 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"text/template"
+	"time"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// Invocation is one run of a sub-agent: everything a Runtime needs.
+type Invocation struct {
+	Definition subagent.Definition
+	Request    lifecycle.Request
+	// Input is the whole input object written to .agora/input.json,
+	// including answer and partial_state on a resume.
+	Input     map[string]json.RawMessage
+	Workspace string
+	// Env is the complete default-deny environment of the sub-agent.
+	Env []string
+	// KillGrace is the time between SIGTERM and SIGKILL when ctx ends.
+	KillGrace time.Duration
+}
+
+// Result is how a runtime ended.
+type Result struct {
+	// ExitCode is the process exit code, or -1 when it was killed by a
+	// signal or never started.
+	ExitCode int
+	// Stdout and Stderr hold the last 4 KiB of each stream.
+	Stdout, Stderr []byte
+	// Err is set when the runtime could not be started or waited for
+	// (an adapter error, not the sub-agent's own failure).
+	Err error
+}
+
+// Runtime runs a sub-agent in its workspace. Run blocks until the
+// sub-agent has exited. When ctx ends, Run must stop the sub-agent promptly
+// (SIGTERM, then SIGKILL after inv.KillGrace) and return.
+type Runtime interface {
+	Run(ctx context.Context, inv Invocation) Result
+}
+
+// Preparer is implemented by runtimes that lay down files in the workspace
+// before the definition's own files (which may override them).
+type Preparer interface {
+	Prepare(inv Invocation) error
+}
+
+// ExecRuntime runs the definition's command line.
+type ExecRuntime struct{}
+
+// Run implements Runtime.
+func (ExecRuntime) Run(ctx context.Context, inv Invocation) Result {
+	return runCommand(ctx, inv, inv.Definition.Command)
+}
+
+// ClaudeRuntime runs the claude CLI non-interactively with the prompt
+// rendered from the definition.
+type ClaudeRuntime struct {
+	// Bin is the claude executable (looked up on the sub-agent's PATH).
+	Bin string
+	// DisableHelper stops Prepare from writing the agora-needs-input skill.
+	DisableHelper bool
+}
+
+// SkillPath is where the claude-code runtime writes the needs-input skill.
+const SkillPath = ".claude/skills/agora-needs-input/SKILL.md"
+
+// Prepare writes the agora-needs-input skill unless disabled.
+func (c ClaudeRuntime) Prepare(inv Invocation) error {
+	if c.DisableHelper {
+		return nil
+	}
+	return writeWorkspaceFile(inv.Workspace, SkillPath, []byte(Skill(filepath.Join(inv.Workspace, ".agora", "needs_input.json"))))
+}
+
+// Args returns the claude command line for inv.
+func (c ClaudeRuntime) Args(inv Invocation) ([]string, error) {
+	prompt, err := RenderPrompt(inv.Definition.Prompt, inv.Input)
+	if err != nil {
+		return nil, err
+	}
+	bin := c.Bin
+	if bin == "" {
+		bin = "claude"
+	}
+	args := []string{bin, "--print", "--output-format", "json"}
+	if inv.Definition.Model != "" {
+		args = append(args, "--model", inv.Definition.Model)
+	}
+	if inv.Definition.Permission != subagent.PermissionStrict {
+		args = append(args, "--dangerously-skip-permissions")
+	}
+	return append(args, prompt), nil
+}
+
+// Run implements Runtime.
+func (c ClaudeRuntime) Run(ctx context.Context, inv Invocation) Result {
+	args, err := c.Args(inv)
+	if err != nil {
+		return Result{ExitCode: -1, Err: err}
+	}
+	return runCommand(ctx, inv, args)
+}
+
+// PromptData is what a prompt template sees.
+type PromptData struct {
+	Input        map[string]any
+	Answer       any
+	PartialState any
+}
+
+// RenderPrompt renders a definition's prompt template with the input, the
+// answer and the partial state of a resumed run.
+func RenderPrompt(tmpl string, input map[string]json.RawMessage) (string, error) {
+	t, err := template.New("prompt").Option("missingkey=zero").Parse(tmpl)
+	if err != nil {
+		return "", fmt.Errorf("worker: prompt template: %w", err)
+	}
+	data := PromptData{Input: map[string]any{}}
+	for k, v := range input {
+		var x any
+		dec := json.NewDecoder(bytes.NewReader(v))
+		dec.UseNumber()
+		if err := dec.Decode(&x); err != nil {
+			return "", fmt.Errorf("worker: prompt input %q: %w", k, err)
+		}
+		data.Input[k] = x
+	}
+	data.Answer = data.Input["answer"]
+	if a, ok := data.Answer.(map[string]any); ok {
+		if v, ok := a["answer"]; ok {
+			data.Answer = v
+		}
+	}
+	if ps, ok := input["partial_state"]; ok && string(ps) != "null" {
+		var out bytes.Buffer
+		if json.Indent(&out, ps, "", "  ") == nil {
+			data.PartialState = out.String()
+		}
+	}
+	var buf strings.Builder
+	if err := t.Execute(&buf, data); err != nil {
+		return "", fmt.Errorf("worker: prompt template: %w", err)
+	}
+	return buf.String(), nil
+}
+
+// runCommand runs argv in its own process group and stops the whole group
+// when ctx ends: SIGTERM, then SIGKILL after the grace period.
+func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
+	if len(argv) == 0 || argv[0] == "" {
+		return Result{ExitCode: -1, Err: errors.New("worker: empty command")}
+	}
+	path, err := lookPath(argv[0], inv.Env, inv.Workspace)
+	if err != nil {
+		return Result{ExitCode: -1, Err: err}
+	}
+	stdout, stderr := newTail(tailSize), newTail(tailSize)
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        argv,
+		Dir:         inv.Workspace,
+		Env:         inv.Env,
+		Stdout:      stdout,
+		Stderr:      stderr,
+		SysProcAttr: sysProcAttr(),
+		WaitDelay:   inv.KillGrace + time.Second,
+	}
+	if err := cmd.Start(); err != nil {
+		return Result{ExitCode: -1, Err: fmt.Errorf("worker: start %s: %w", argv[0], err)}
+	}
+	pgid := cmd.Process.Pid
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var werr error
+	select {
+	case werr = <-done:
+	case <-ctx.Done():
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		t := time.NewTimer(inv.KillGrace)
+		select {
+		case werr = <-done:
+			t.Stop()
+		case <-t.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			werr = <-done
+		}
+	}
+	// Nothing the sub-agent started outlives it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+
+	res := Result{ExitCode: cmd.ProcessState.ExitCode(), Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	var ee *exec.ExitError
+	if werr != nil && !errors.As(werr, &ee) && !errors.Is(werr, exec.ErrWaitDelay) {
+		res.Err = fmt.Errorf("worker: wait: %w", werr)
+	}
+	return res
+}
+
+// lookPath resolves argv[0] against the sub-agent's own PATH (not the
+// worker's) and its workspace for relative paths.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("worker: command %q: %w", name, err)
+		}
+		return p, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("worker: command %q not found on the sub-agent's PATH", name)
+}
+
+const tailSize = 4 << 10
+
+// tail keeps the last n bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+}
+
+func newTail(n int) *tail { return &tail{n: n} }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.n {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	if len(b) > t.n {
+		b = b[len(b)-t.n:]
+	}
+	return bytes.Clone(b)
+}
+
+var _ io.Writer = (*tail)(nil)

@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/agora-dispatch/agora/pkg/sentinel"
+)
+
+// Skill returns the agora-needs-input helper skill taught to claude-code
+// sub-agents, naming the absolute sentinel path the worker will check.
+func Skill(sentinelPath string) string {
+	return fmt.Sprintf(`---
+name: agora-needs-input
+description: Use when the task is ambiguous and only the operator can decide (which of two functions to change, whether a risky step is approved, a fact you cannot find). Ask through Agora instead of guessing, then stop.
+---
+
+# Ask instead of guessing
+
+You run unattended under Agora. Nobody reads your chat. When you reach a
+decision that only the operator can make, do not pick one yourself and do not
+stop silently. Write a question file and end your run; Agora routes the
+question to the right person, and you are started again with the answer.
+
+## When to ask
+- Two or more reasonable readings of the task lead to different changes.
+- A step is destructive or hard to undo and the task did not clearly ask for it.
+- You need a fact (a name, a limit, a credential's owner) that is not in the
+  workspace and that you cannot look up.
+Do not ask about things you can find out yourself by reading the code or
+running a command.
+
+## How to ask
+Write this JSON file, then finish your turn without doing more work:
+
+    %s
+
+    {
+      "question": "Rename parseConfig or loadConfig?",
+      "options": ["parseConfig", "loadConfig"],
+      "context": "Both read config.yaml; parseConfig has 3 callers, loadConfig 11.",
+      "kind": "decision",
+      "partial_state": {
+        "considered": ["parseConfig", "loadConfig"],
+        "ruled_out": {"readConfig": "only used in tests"},
+        "tentative": "loadConfig looks like the public entry point",
+        "next_steps": ["rename", "update callers", "run go test ./..."]
+      }
+    }
+
+Fields:
+- "question" (required): one clear question, a non-empty string.
+- "options": the answers you can act on, as strings. Leave it out for a free-text answer.
+- "context": what the person needs to know to answer, in plain text.
+- "kind": one of "clarification", "decision", "information", "approval".
+- "partial_state": any JSON. Save your analysis so far here: options you
+  considered, what you ruled out and why, tentative conclusions, and the
+  remaining steps, so the next run does not redo the work.
+
+The whole file must be at most %d bytes (1 MiB) and must be a regular file
+(not a link). Use exactly the path above (also in $AGORA_NEEDS_INPUT_FILE).
+
+## When you are started again
+Your input file ($AGORA_INPUT_FILE, .agora/input.json) then holds the
+original input plus "answer" (the operator's answer) and "partial_state"
+(what you saved). Continue from the saved state; do not repeat the analysis.
+Write your final result as JSON to $AGORA_OUTPUT_FILE (.agora/output.json).
+`, sentinelPath, sentinel.MaxSize)
+}

@@ -1,0 +1,335 @@
+// Package worker runs sub-agents for dispatches taken from JetStream.
+//
+// Every worker shares the one durable pull consumer `workers` on
+// AGORA_DISPATCH. Each of its slots pulls one message at a time, prepares a
+// fresh workspace, runs the sub-agent's runtime in its own process group
+// with a default-deny environment, resolves the needs_input sentinel, and
+// publishes exactly one terminal lifecycle event (id <dispatch_id>.terminal)
+// before it acknowledges the message. A worker that dies mid-run leaves the
+// message to be redelivered; the fixed terminal id and a look for an
+// existing terminal event before each run keep the outcome single.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// Deps are the worker's collaborators. Every field is optional.
+type Deps struct {
+	// Conn is an existing NATS connection; when nil, New connects to
+	// Config.NATSURL and Run closes the connection it made.
+	Conn *nats.Conn
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the worker's metrics; default a new registry
+	// served by Handler.
+	Registerer prometheus.Registerer
+	// Runtimes adds or replaces runtimes by definition runtime name
+	// (defaults: exec and claude-code).
+	Runtimes map[string]Runtime
+}
+
+// Service is a worker. Create it with New and start it with Run or RunOnce.
+type Service struct {
+	cfg      Config
+	nc       *nats.Conn
+	ownConn  bool
+	log      *slog.Logger
+	metrics  *metrics
+	gatherer prometheus.Gatherer
+	runtimes map[string]Runtime
+	source   string
+
+	bindOnce sync.Once
+	bindErr  error
+	js       jetstream.JetStream
+	work     jetstream.Consumer
+	dispatch jetstream.Stream
+	events   jetstream.Stream
+	defs     jetstream.KeyValue
+	state    jetstream.ObjectStore
+	ackWait  time.Duration
+}
+
+// Outcome is how one dispatch ended on this worker.
+type Outcome struct {
+	DispatchID string
+	Kind       lifecycle.Kind   // the terminal kind, or "" when skipped
+	Reason     lifecycle.Reason // for failed
+	ExitCode   int              // the runtime's exit code, -1 when none
+	Skipped    bool             // already terminal: acked without running
+}
+
+// ErrShutdown is the cause given to runs cancelled because the worker is
+// stopping and the shutdown timeout passed.
+var ErrShutdown = errors.New("worker: shutting down")
+
+var (
+	errTimeout   = errors.New("worker: timeout")
+	errCancelled = errors.New("worker: cancelled")
+)
+
+// New checks cfg and prepares a worker. It connects to NATS when deps.Conn
+// is nil; it does not touch JetStream until Run.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, log: deps.Logger, nc: deps.Conn}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("service", "worker", "worker_id", cfg.ID)
+	reg := deps.Registerer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, s.gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		s.gatherer = g
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.runtimes = map[string]Runtime{
+		subagent.RuntimeExec:       ExecRuntime{},
+		subagent.RuntimeClaudeCode: ClaudeRuntime{Bin: cfg.ClaudeBin, DisableHelper: cfg.DisableNeedsInputHelper == "true"},
+	}
+	for k, v := range deps.Runtimes {
+		s.runtimes[k] = v
+	}
+	s.source = lifecycle.Source("worker", cfg.ID)
+	if s.nc == nil {
+		opts := []nats.Option{nats.Name("agora-worker " + cfg.ID), nats.MaxReconnects(-1)}
+		if cfg.NATSCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+		}
+		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("worker: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+		}
+		s.nc, s.ownConn = nc, true
+	}
+	return s, nil
+}
+
+func (s *Service) bind(ctx context.Context) error {
+	s.bindOnce.Do(func() { s.bindErr = s.doBind(ctx) })
+	return s.bindErr
+}
+
+func (s *Service) doBind(ctx context.Context) error {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fmt.Errorf("worker: jetstream: %w", err)
+	}
+	s.js = js
+	hint := " (run `agora dev`, or provision the streams first)"
+	if s.work, err = js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers); err != nil {
+		return fmt.Errorf("worker: consumer %s/%s: %w%s", lifecycle.StreamDispatch, lifecycle.ConsumerWorkers, err, hint)
+	}
+	s.ackWait = s.work.CachedInfo().Config.AckWait
+	if s.dispatch, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
+		return fmt.Errorf("worker: stream %s: %w%s", lifecycle.StreamDispatch, err, hint)
+	}
+	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
+		return fmt.Errorf("worker: stream %s: %w%s", lifecycle.StreamLifecycle, err, hint)
+	}
+	if s.defs, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
+		return fmt.Errorf("worker: bucket %s: %w%s", lifecycle.BucketSubagents, err, hint)
+	}
+	if s.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
+		return fmt.Errorf("worker: object store %s: %w%s", lifecycle.BucketState, err, hint)
+	}
+	return nil
+}
+
+// Run pulls and runs dispatches until ctx ends, then shuts down gracefully:
+// it stops pulling, lets in-flight runs finish for up to ShutdownTimeout,
+// cancels those still running (they end `cancelled`), and closes the
+// connection it opened. It returns nil after a clean shutdown.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.bind(ctx); err != nil {
+		s.closeConn()
+		return err
+	}
+	// The advisory tells one worker (queue group) that a dispatch ran out
+	// of deliveries, so it ends failed redelivery-exhausted.
+	adv, err := s.nc.QueueSubscribe(maxDeliveriesSubject, "agora-workers", func(m *nats.Msg) { s.onMaxDeliveries(m) })
+	if err != nil {
+		s.closeConn()
+		return fmt.Errorf("worker: subscribe advisories: %w", err)
+	}
+	defer adv.Unsubscribe()
+
+	var srv *http.Server
+	if s.cfg.HTTPAddr != "" {
+		srv = &http.Server{Addr: s.cfg.HTTPAddr, Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		ln, err := listen(s.cfg.HTTPAddr)
+		if err != nil {
+			s.closeConn()
+			return fmt.Errorf("worker: AGORA_WORKER_HTTP_ADDR=%s: %w", s.cfg.HTTPAddr, err)
+		}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("http server", "err", err)
+			}
+		}()
+	}
+
+	// runCtx outlives ctx by ShutdownTimeout so in-flight runs can finish.
+	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopRuns(nil)
+	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait)
+
+	var wg sync.WaitGroup
+	for i := range s.cfg.Concurrency {
+		wg.Go(func() { s.slot(ctx, runCtx, i) })
+	}
+	<-ctx.Done()
+	s.log.Info("worker stopping: no new work; waiting for in-flight runs", "shutdown_timeout", s.cfg.ShutdownTimeout)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.log.Warn("shutdown timeout passed: cancelling in-flight runs")
+		stopRuns(ErrShutdown)
+		<-done
+	}
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	s.closeConn()
+	s.log.Info("worker stopped")
+	return nil
+}
+
+func (s *Service) closeConn() {
+	if s.ownConn {
+		_ = s.nc.Drain()
+	}
+}
+
+// slot pulls one message at a time until ctx ends.
+func (s *Service) slot(ctx, runCtx context.Context, n int) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
+		if err != nil {
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("pull failed; retrying", "slot", n, "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if ctx.Err() != nil {
+			// Pulled while stopping: hand it straight back.
+			_ = msg.Nak()
+			return
+		}
+		s.Handle(runCtx, msg)
+	}
+}
+
+// RunOnce handles exactly one dispatch and returns how it ended: the mode
+// for one-shot workers in Kubernetes Jobs. It waits for work until ctx
+// ends. A dispatch that was already terminal is acked, reported as
+// Skipped, and RunOnce returns.
+func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
+	defer s.closeConn()
+	if err := s.bind(ctx); err != nil {
+		return Outcome{}, err
+	}
+	for {
+		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
+		if ctx.Err() != nil {
+			if err == nil {
+				_ = msg.Nak()
+			}
+			return Outcome{}, ctx.Err()
+		}
+		if err != nil {
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+				continue
+			}
+			return Outcome{}, fmt.Errorf("worker: pull: %w", err)
+		}
+		runCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+		go func() {
+			select {
+			case <-ctx.Done():
+				select {
+				case <-time.After(s.cfg.ShutdownTimeout):
+					stop(ErrShutdown)
+				case <-runCtx.Done():
+				}
+			case <-runCtx.Done():
+			}
+		}()
+		out := s.Handle(runCtx, msg)
+		stop(nil)
+		return out, nil
+	}
+}
+
+// Handler serves /metrics and /healthz.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if s.nc.Status() != nats.CONNECTED {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "nats": s.nc.Status().String()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "nats": "connected", "worker_id": s.cfg.ID})
+	})
+	return mux
+}
+
+// ID returns the worker id used in `started` events.
+func (s *Service) ID() string { return s.cfg.ID }
+
+// ExitCode maps a one-shot outcome to the process exit code: 0 for
+// finished, needs_input or an already-terminal dispatch; the runtime's own
+// code for provider-failed; 1 for everything else.
+func ExitCode(o Outcome) int {
+	switch {
+	case o.Skipped, o.Kind == lifecycle.KindFinished, o.Kind == lifecycle.KindNeedsInput:
+		return 0
+	case o.Kind == lifecycle.KindFailed && o.Reason == lifecycle.ReasonProviderFailed && o.ExitCode > 0:
+		return o.ExitCode
+	}
+	return 1
+}
