@@ -1,0 +1,148 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+func TestCancelMidRun(t *testing.T) {
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	marks := t.TempDir()
+	// The agent records that it started, then sleeps; its child must die too.
+	h.shell("sleeper", `sleep 60 & echo $! > "$MARKS/child"; touch "$MARKS/started"; wait`)
+	id := h.dispatch(lifecycle.Request{Subagent: "sleeper", Env: map[string]string{"MARKS": marks}})
+	waitFile(t, filepath.Join(marks, "started"))
+
+	subj, _ := lifecycle.CancelSubject(id)
+	body, _ := json.Marshal(map[string]string{"by": "alice", "reason": "wrong repo"})
+	if err := h.nc.Publish(subj, body); err != nil {
+		t.Fatal(err)
+	}
+	r := h.terminal(id)
+	c, ok := r.Data.(*lifecycle.Cancelled)
+	if !ok {
+		t.Fatalf("terminal = %T %+v, want cancelled", r.Data, r.Data)
+	}
+	if c.By != "alice" || c.Reason != "wrong repo" {
+		t.Errorf("cancelled = %+v, want by alice, reason 'wrong repo'", c)
+	}
+	h.assertOneTerminal(id)
+	h.waitWorkEmpty()
+	assertGone(t, filepath.Join(marks, "child"))
+}
+
+// assertGone fails when the process whose pid is in file still runs.
+func assertGone(t *testing.T, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d (started by the sub-agent) still runs", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A dispatch cancelled while still queued (the dispatcher publishes its
+// terminal `cancelled`) is acked and never run.
+func TestCancelledBeforeStartIsNotRun(t *testing.T) {
+	h := newHarness(t, provision.Config{})
+	marks := t.TempDir()
+	h.shell("marker", `touch "$MARKS/ran"`)
+	id := lifecycle.NewID()
+	h.publishEvent(&lifecycle.Cancelled{Common: lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "marker"}, By: "bob"})
+	h.dispatch(lifecycle.Request{DispatchID: id, Subagent: "marker", Env: map[string]string{"MARKS": marks}})
+	svc := h.startWorker(h.workerConfig(), worker.Deps{})
+	_ = svc
+	h.waitWorkEmpty()
+	if _, err := os.Stat(filepath.Join(marks, "ran")); err == nil {
+		t.Fatal("the sub-agent ran although the dispatch was cancelled before it started")
+	}
+	if k := kinds(h.events(id)); len(k) != 1 || k[0] != lifecycle.KindCancelled {
+		t.Fatalf("events = %v, want only the dispatcher's cancelled", k)
+	}
+}
+
+// A redelivered dispatch that already has a terminal event is acked and
+// skipped: no second run, no second terminal event.
+func TestRedeliveryOfTerminalDispatchIsSkipped(t *testing.T) {
+	for _, k := range []lifecycle.Kind{lifecycle.KindFinished, lifecycle.KindNeedsInput, lifecycle.KindFailed} {
+		t.Run(string(k), func(t *testing.T) {
+			h := newHarness(t, provision.Config{})
+			marks := t.TempDir()
+			h.shell("marker", `touch "$MARKS/ran"`)
+			id := lifecycle.NewID()
+			c := lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "marker"}
+			switch k {
+			case lifecycle.KindFinished:
+				h.publishEvent(&lifecycle.Finished{Common: c})
+			case lifecycle.KindNeedsInput:
+				h.publishEvent(&lifecycle.NeedsInput{Common: c, QuestionID: lifecycle.QuestionID(id), Question: "q?"})
+			case lifecycle.KindFailed:
+				h.publishEvent(&lifecycle.Failed{Common: c, Reason: lifecycle.ReasonProviderFailed})
+			}
+			h.dispatch(lifecycle.Request{DispatchID: id, Subagent: "marker", Env: map[string]string{"MARKS": marks}})
+			out := make(chan worker.Outcome, 1)
+			svc, err := worker.New(h.workerConfig(), worker.Deps{Conn: h.srv.Conn(t), Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				o, err := svc.RunOnce(t.Context())
+				if err != nil {
+					t.Error(err)
+				}
+				out <- o
+			}()
+			select {
+			case o := <-out:
+				if !o.Skipped || o.Kind != k {
+					t.Fatalf("outcome = %+v, want skipped with kind %s", o, k)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("RunOnce did not return")
+			}
+			h.waitWorkEmpty()
+			if _, err := os.Stat(filepath.Join(marks, "ran")); err == nil {
+				t.Fatal("an already-terminal dispatch ran again")
+			}
+			h.assertOneTerminal(id)
+			if ks := kinds(h.events(id)); len(ks) != 1 {
+				t.Fatalf("events = %v, want only the original terminal event", ks)
+			}
+		})
+	}
+}
+
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within 30s", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
