@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/kelseyhightower/envconfig"
@@ -30,15 +32,18 @@ func Load(spec any) error {
 	var errs []error
 	for i := 0; i < v.NumField(); i++ {
 		f := v.Type().Field(i)
-		if !f.IsExported() || f.Tag.Get("ignored") == "true" {
+		if !f.IsExported() || isTrue(f.Tag.Get("ignored")) {
 			continue
 		}
 		// Process one field at a time through a one-field struct, so
 		// envconfig's own decoding (durations, lists, maps, defaults,
 		// required) applies and one bad value does not hide the others.
-		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: f.Tag}}))
+		// The field is tagged with its full variable name and processed
+		// without a prefix: envconfig would otherwise fall back to the
+		// unprefixed name of a tagged field (NATS_URL for AGORA_NATS_URL).
+		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: oneTag(f)}}))
 		one.Elem().Field(0).Set(v.Field(i))
-		if err := envconfig.Process(Prefix, one.Interface()); err != nil {
+		if err := envconfig.Process("", one.Interface()); err != nil {
 			errs = append(errs, describe(f, err))
 			continue
 		}
@@ -69,12 +74,50 @@ func Var(spec any, field string) string {
 	return varName(f)
 }
 
+// varName names f's variable as envconfig does under Prefix: the
+// envconfig tag, else the field name, split into words when split_words is
+// true, upper-cased.
 func varName(f reflect.StructField) string {
 	key := f.Tag.Get("envconfig")
 	if key == "" {
-		key = strings.ToUpper(f.Name)
+		key = f.Name
+		if isTrue(f.Tag.Get("split_words")) {
+			var words []string
+			for _, w := range wordRE.FindAllString(f.Name, -1) {
+				if m := acronymRE.FindStringSubmatch(w); len(m) == 3 {
+					words = append(words, m[1], m[2])
+				} else {
+					words = append(words, w)
+				}
+			}
+			key = strings.Join(words, "_")
+		}
 	}
-	return Prefix + "_" + key
+	return strings.ToUpper(Prefix + "_" + key)
+}
+
+// The word splitting of envconfig's split_words.
+var (
+	wordRE    = regexp.MustCompile("([^A-Z]+|[A-Z]+[^A-Z]+|[A-Z]+)")
+	acronymRE = regexp.MustCompile("([A-Z]+)([A-Z][^A-Z]+)")
+)
+
+// isTrue reads a boolean tag as envconfig does.
+func isTrue(s string) bool {
+	b, _ := strconv.ParseBool(s)
+	return b
+}
+
+// oneTag is f's tag for the one-field struct Load hands envconfig: the full
+// variable name plus the default and required settings.
+func oneTag(f reflect.StructField) reflect.StructTag {
+	tag := `envconfig:` + strconv.Quote(varName(f))
+	for _, k := range []string{"default", "required"} {
+		if v, ok := f.Tag.Lookup(k); ok {
+			tag += ` ` + k + `:` + strconv.Quote(v)
+		}
+	}
+	return reflect.StructTag(tag)
 }
 
 func describe(f reflect.StructField, err error) error {

@@ -73,6 +73,13 @@ func (c Config) Validate() error {
 	if min := c.WorkAckWait * time.Duration(c.WorkMaxDeliver); c.Duplicates <= min {
 		errs = append(errs, fmt.Errorf("duplicate window %s must exceed ack wait × max deliver (%s)", c.Duplicates, min))
 	}
+	// The server refuses a duplicate window longer than the stream's MaxAge.
+	if c.LifecycleMaxAge < c.Duplicates {
+		errs = append(errs, fmt.Errorf("lifecycle max age %s: want at least the duplicate window (%s)", c.LifecycleMaxAge, c.Duplicates))
+	}
+	if c.QuestionsMaxAge < c.Duplicates {
+		errs = append(errs, fmt.Errorf("questions max age %s: want at least the duplicate window (%s)", c.QuestionsMaxAge, c.Duplicates))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
@@ -154,7 +161,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	kvs := []jetstream.KeyValueConfig{
 		{Bucket: lifecycle.BucketSubagents, Description: "Agora sub-agent definitions", History: 5, Storage: st, Replicas: cfg.Replicas},
 		{Bucket: lifecycle.BucketDispatches, Description: "Agora dispatch records and thread index", History: 1, Storage: st, Replicas: cfg.Replicas},
-		{Bucket: lifecycle.BucketQuestions, Description: "Agora question records", History: 5, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Minute},
+		// The server raises every per-key TTL to at least LimitMarkerTTL, so
+		// keep it at its minimum (1s) for short question deadlines to hold.
+		{Bucket: lifecycle.BucketQuestions, Description: "Agora question records", History: 5, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 	}
 	for _, kc := range kvs {
 		if err := ensureKV(ctx, js, kc); err != nil {

@@ -292,7 +292,14 @@ func Message(source string, d Data, opts ...Option) (Event, *nats.Msg, error) {
 // binary mode (ce-* headers) or structured mode
 // (application/cloudevents+json body).
 func Decode(h nats.Header, data []byte) (Event, error) {
-	e, err := binding.ToEvent(context.Background(), cejs.NewMessage(&nats.Msg{Header: h, Data: data}))
+	m := cejs.NewMessage(&nats.Msg{Header: h, Data: data})
+	var e *Event
+	var err error
+	if m.ReadEncoding() == binding.EncodingStructured {
+		e, err = decodeStructured(data)
+	} else {
+		e, err = binding.ToEvent(context.Background(), m)
+	}
 	if err != nil {
 		return Event{}, fmt.Errorf("lifecycle: decode: %w", err)
 	}
@@ -300,6 +307,42 @@ func Decode(h nats.Header, data []byte) (Event, error) {
 		return Event{}, fmt.Errorf("lifecycle: decode: %w", err)
 	}
 	return *e, nil
+}
+
+// decodeStructured reads a structured-mode event. The sdk-go decoder
+// (jsoniter) refuses JSON numbers outside float64 range, such as 1e400,
+// inside data; Agora carries sub-agent JSON verbatim, so JSON data is split
+// off with encoding/json, which keeps it byte for byte, and the attributes
+// are decoded by sdk-go.
+func decodeStructured(body []byte) (*Event, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil {
+		return nil, err
+	}
+	data, hasData := members["data"]
+	delete(members, "data")
+	attrs, err := json.Marshal(members)
+	if err != nil {
+		return nil, err
+	}
+	e := new(Event)
+	if err := e.UnmarshalJSON(attrs); err != nil {
+		return nil, err
+	}
+	if !hasData {
+		return e, nil
+	}
+	switch mt, _ := e.Context.GetDataMediaType(); mt {
+	case "", event.ApplicationJSON, event.TextJSON:
+		e.DataEncoded = data
+		return e, nil
+	}
+	// Other media types carry data as a JSON string: let sdk-go decode it.
+	e = new(Event)
+	if err := e.UnmarshalJSON(body); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // DecodeMsg decodes a JetStream message with Decode.

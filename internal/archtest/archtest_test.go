@@ -1,0 +1,179 @@
+package archtest_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// pkg is the part of `go list -json` output the rules read.
+type pkg struct {
+	ImportPath string
+	Deps       []string // every package it imports, directly or not
+}
+
+// violations applies the import rules to pkgs of module and describes every
+// broken one.
+func violations(module string, pkgs []pkg) []string {
+	local := func(path string) (rel string, ok bool) {
+		if path == module {
+			return "", true
+		}
+		rel, ok = strings.CutPrefix(path, module+"/")
+		return rel, ok
+	}
+	under := func(rel, dir string) bool { return rel == dir || strings.HasPrefix(rel, dir+"/") }
+	// service returns X for services/X/...
+	service := func(rel string) string {
+		if !under(rel, "services") {
+			return ""
+		}
+		parts := strings.SplitN(rel, "/", 3)
+		if len(parts) < 2 {
+			return ""
+		}
+		return parts[1]
+	}
+
+	var out []string
+	for _, p := range pkgs {
+		rel, ok := local(p.ImportPath)
+		if !ok {
+			continue
+		}
+		for _, d := range p.Deps {
+			drel, ok := local(d)
+			if !ok {
+				continue
+			}
+			switch {
+			case under(rel, "pkg/sentinel"):
+				if !under(drel, "pkg/sentinel") {
+					out = append(out, p.ImportPath+" imports "+d+": pkg/sentinel imports nothing from the module")
+				}
+			case under(rel, "pkg"):
+				for _, banned := range []string{"services", "answerers", "cmd"} {
+					if under(drel, banned) {
+						out = append(out, p.ImportPath+" imports "+d+": pkg/ never imports "+banned+"/")
+					}
+				}
+			}
+			if x, y := service(rel), service(drel); x != "" && y != "" && x != y {
+				out = append(out, p.ImportPath+" imports "+d+": services never import each other")
+			}
+		}
+	}
+	return out
+}
+
+func TestViolations(t *testing.T) {
+	const m = "example.com/mod"
+	tests := []struct {
+		name string
+		pkgs []pkg
+		want int
+	}{
+		{"service imports pkg and internal", []pkg{{m + "/services/worker", []string{m + "/pkg/lifecycle", m + "/internal/config", "fmt"}}}, 0},
+		{"service main imports its own service", []pkg{{m + "/services/worker/cmd/worker", []string{m + "/services/worker"}}}, 0},
+		{"service subpackage imports its service", []pkg{{m + "/services/router/routes", []string{m + "/services/router/store"}}}, 0},
+		{"cmd imports every service", []pkg{{m + "/cmd/agora", []string{m + "/services/worker", m + "/services/router"}}}, 0},
+		{"answerer imports pkg", []pkg{{m + "/answerers/inbox", []string{m + "/pkg/answerer"}}}, 0},
+		{"sentinel imports the standard library", []pkg{{m + "/pkg/sentinel", []string{"os", "encoding/json"}}}, 0},
+		{"sentinel subpackage", []pkg{{m + "/pkg/sentinel/internal/x", []string{m + "/pkg/sentinel"}}}, 0},
+		{"other modules are not ours", []pkg{{"other.org/services/a", []string{"other.org/services/b"}}}, 0},
+		{"prefix lookalike", []pkg{{m + "/pkg/client", []string{m + "/servicesx/a", m + "/cmdline"}}}, 0},
+
+		{"service imports another service", []pkg{{m + "/services/worker", []string{m + "/services/dispatcher"}}}, 1},
+		{"service main imports another service", []pkg{{m + "/services/worker/cmd/worker", []string{m + "/services/worker", m + "/services/router/routes"}}}, 1},
+		{"sentinel imports lifecycle", []pkg{{m + "/pkg/sentinel", []string{m + "/pkg/lifecycle"}}}, 1},
+		{"sentinel imports internal", []pkg{{m + "/pkg/sentinel", []string{m + "/internal/config"}}}, 1},
+		{"pkg imports a service", []pkg{{m + "/pkg/client", []string{m + "/services/dispatcher"}}}, 1},
+		{"pkg imports an answerer", []pkg{{m + "/pkg/answerer", []string{m + "/answerers/inbox"}}}, 1},
+		{"pkg imports cmd", []pkg{{m + "/pkg/lifecycle", []string{m + "/cmd/agora"}}}, 1},
+		{"several at once", []pkg{
+			{m + "/pkg/lifecycle", []string{m + "/cmd/agora", m + "/services/worker"}},
+			{m + "/services/a", []string{m + "/services/b"}},
+		}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := violations(m, tt.pkgs)
+			if len(got) != tt.want {
+				t.Errorf("violations = %q, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// moduleRoot returns the module path and its root directory.
+func moduleRoot(t *testing.T) (module, dir string) {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-m", "-f", "{{.Path}}\t{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", exitDetail(err))
+	}
+	module, dir, ok := strings.Cut(strings.TrimSpace(string(out)), "\t")
+	if !ok || module == "" || dir == "" {
+		t.Fatalf("go list -m printed %q", out)
+	}
+	return module, dir
+}
+
+func exitDetail(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return errors.New(err.Error() + ": " + string(ee.Stderr))
+	}
+	return err
+}
+
+// listPackages lists every package of the module with its dependencies.
+// Packages that do not compile are still listed (-e): the rule is about
+// imports, and a half-written package elsewhere must not hide a violation.
+func listPackages(t *testing.T, dir string) []pkg {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-e", "-json=ImportPath,Deps", "./...")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", exitDetail(err))
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func TestImportDirection(t *testing.T) {
+	module, dir := moduleRoot(t)
+	pkgs := listPackages(t, dir)
+
+	// The listing really covers the module.
+	var paths []string
+	for _, p := range pkgs {
+		paths = append(paths, p.ImportPath)
+	}
+	for _, want := range []string{"pkg/lifecycle", "pkg/sentinel", "internal/archtest"} {
+		if !slices.Contains(paths, module+"/"+filepath.ToSlash(want)) {
+			t.Fatalf("go list in %s did not list %s/%s: %q", dir, module, want, paths)
+		}
+	}
+
+	for _, v := range violations(module, pkgs) {
+		t.Error(v)
+	}
+}

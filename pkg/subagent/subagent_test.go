@@ -1,0 +1,283 @@
+package subagent_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+func TestParse(t *testing.T) {
+	want := subagent.Definition{
+		Name:        "planner",
+		Runtime:     "exec",
+		Command:     []string{"./agent", "--plan"},
+		Prompt:      "{{.Input.task}} {{if .Answer}}Operator answered: {{.Answer}}{{end}}",
+		Timeout:     "30m",
+		EnvAllow:    []string{"ANTHROPIC_API_KEY"},
+		Files:       map[string]string{".claude/skills/house-rules/SKILL.md": "be nice"},
+		MaxRounds:   10,
+		Description: "plans work",
+	}
+	tests := []struct {
+		name string
+		in   string
+	}{
+		{"yaml", `
+name: planner
+runtime: exec            # or claude-code
+command: ["./agent", "--plan"]
+prompt: "{{.Input.task}} {{if .Answer}}Operator answered: {{.Answer}}{{end}}"
+model: ""
+timeout: 30m
+env_allow: [ANTHROPIC_API_KEY]
+files: {".claude/skills/house-rules/SKILL.md": "be nice"}
+max_rounds: 10
+description: plans work
+`},
+		{"yaml block style", `
+name: planner
+runtime: exec
+command:
+  - ./agent
+  - --plan
+prompt: >-
+  {{.Input.task}} {{if .Answer}}Operator answered: {{.Answer}}{{end}}
+timeout: 30m
+env_allow:
+  - ANTHROPIC_API_KEY
+files:
+  .claude/skills/house-rules/SKILL.md: be nice
+max_rounds: 10
+description: plans work
+`},
+		{"json", `{"name":"planner","runtime":"exec","command":["./agent","--plan"],
+"prompt":"{{.Input.task}} {{if .Answer}}Operator answered: {{.Answer}}{{end}}","timeout":"30m",
+"env_allow":["ANTHROPIC_API_KEY"],"files":{".claude/skills/house-rules/SKILL.md":"be nice"},"max_rounds":10,
+"description":"plans work"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := subagent.Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Parse = %+v\nwant    %+v", got, want)
+			}
+		})
+	}
+}
+
+// A definition is stored as JSON in the KV bucket and read back with Parse.
+func TestJSONRoundTrip(t *testing.T) {
+	d := subagent.Definition{Name: "coder", Runtime: subagent.RuntimeClaudeCode, Prompt: "Do {{.Input.task}}",
+		Model: "opus", Permission: subagent.PermissionStrict, Timeout: "1h", MaxRounds: 3}
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := subagent.Parse(b)
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", b, err)
+	}
+	if !reflect.DeepEqual(got, d) {
+		t.Errorf("round trip = %+v, want %+v", got, d)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"unknown yaml field", "name: a\nruntime: exec\ncommand: [x]\nretries: 3\n", "retries"},
+		{"unknown json field", `{"name":"a","runtime":"exec","command":["x"],"permissions":"all"}`, "permissions"},
+		{"misspelt field", "name: a\nruntime: exec\ncommand: [x]\nmax_round: 3\n", "max_round"},
+		{"wrong type", "name: a\nruntime: exec\ncommand: ./x\n", "command"},
+		{"not yaml", "name: [a\n", "subagent"},
+		{"invalid after parse", "name: a\nruntime: docker\n", "runtime"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := subagent.Parse([]byte(tt.in))
+			if err == nil {
+				t.Fatal("Parse: nil error")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func valid() subagent.Definition {
+	return subagent.Definition{Name: "planner", Runtime: subagent.RuntimeExec, Command: []string{"./agent"}}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*subagent.Definition)
+		want   []string // "field: ..." fragments; none means valid
+	}{
+		{"minimal exec", func(d *subagent.Definition) {}, nil},
+		{"claude-code with prompt", func(d *subagent.Definition) {
+			d.Runtime, d.Command, d.Prompt = subagent.RuntimeClaudeCode, nil, "Do {{.Input.task}}{{with .Answer}} ({{.}}){{end}}"
+		}, nil},
+		{"strict permissions", func(d *subagent.Definition) { d.Permission = subagent.PermissionStrict }, nil},
+		{"every valid option", func(d *subagent.Definition) {
+			d.Timeout, d.MaxRounds, d.EnvAllow = "90s", 1, []string{"ANTHROPIC_API_KEY", "_X", "lower_ok"}
+			d.Files = map[string]string{"a.txt": "", "dir/b.md": "", ".claude/x": "", "./c": "", "d/../e": "", ".agorax/f": ""}
+		}, nil},
+		{"64-character name", func(d *subagent.Definition) { d.Name = strings.Repeat("a", 64) }, nil},
+
+		{"empty name", func(d *subagent.Definition) { d.Name = "" }, []string{"name:"}},
+		{"name with dot", func(d *subagent.Definition) { d.Name = "a.b" }, []string{"name:"}},
+		{"name with space", func(d *subagent.Definition) { d.Name = "a b" }, []string{"name:"}},
+		{"name with wildcard", func(d *subagent.Definition) { d.Name = "a*" }, []string{"name:"}},
+		{"name starting with dash", func(d *subagent.Definition) { d.Name = "-a" }, []string{"name:"}},
+		{"65-character name", func(d *subagent.Definition) { d.Name = strings.Repeat("a", 65) }, []string{"name:"}},
+		{"missing runtime", func(d *subagent.Definition) { d.Runtime = "" }, []string{"runtime:"}},
+		{"unknown runtime", func(d *subagent.Definition) { d.Runtime = "docker" }, []string{"runtime:"}},
+		{"exec without command", func(d *subagent.Definition) { d.Command = nil }, []string{"command:"}},
+		{"exec with empty program", func(d *subagent.Definition) { d.Command = []string{"", "x"} }, []string{"command:"}},
+		{"claude-code without prompt", func(d *subagent.Definition) { d.Runtime = subagent.RuntimeClaudeCode; d.Prompt = " \n" }, []string{"prompt:"}},
+		{"bad template", func(d *subagent.Definition) { d.Prompt = "{{.Input.task" }, []string{"prompt:"}},
+		{"unknown template function", func(d *subagent.Definition) { d.Prompt = "{{nosuch .Input}}" }, []string{"prompt:"}},
+		{"unknown permission mode", func(d *subagent.Definition) { d.Permission = "yolo" }, []string{"permission_mode:"}},
+		{"bad timeout", func(d *subagent.Definition) { d.Timeout = "30" }, []string{"timeout:"}},
+		{"zero timeout", func(d *subagent.Definition) { d.Timeout = "0s" }, []string{"timeout:"}},
+		{"negative timeout", func(d *subagent.Definition) { d.Timeout = "-1m" }, []string{"timeout:"}},
+		{"invalid env name", func(d *subagent.Definition) { d.EnvAllow = []string{"1ABC"} }, []string{"env_allow:", `"1ABC"`}},
+		{"env name with dash", func(d *subagent.Definition) { d.EnvAllow = []string{"A-B"} }, []string{"env_allow:"}},
+		{"empty env name", func(d *subagent.Definition) { d.EnvAllow = []string{""} }, []string{"env_allow:"}},
+		{"reserved AGORA_", func(d *subagent.Definition) { d.EnvAllow = []string{"AGORA_NATS_CREDS"} }, []string{"env_allow:", "reserved"}},
+		{"reserved NATS_", func(d *subagent.Definition) { d.EnvAllow = []string{"NATS_TOKEN"} }, []string{"env_allow:", "reserved"}},
+		{"reserved in lower case", func(d *subagent.Definition) { d.EnvAllow = []string{"agora_x"} }, []string{"env_allow:", "reserved"}},
+		{"absolute file", func(d *subagent.Definition) { d.Files = map[string]string{"/etc/passwd": ""} }, []string{"files:", "absolute"}},
+		{"backslash file", func(d *subagent.Definition) { d.Files = map[string]string{`\x`: ""} }, []string{"files:", "absolute"}},
+		{"escaping file", func(d *subagent.Definition) { d.Files = map[string]string{"../x": ""} }, []string{"files:", "escapes"}},
+		{"escaping after clean", func(d *subagent.Definition) { d.Files = map[string]string{"a/../../x": ""} }, []string{"files:", "escapes"}},
+		{"workspace itself", func(d *subagent.Definition) { d.Files = map[string]string{".": ""} }, []string{"files:", "escapes"}},
+		{"parent dir", func(d *subagent.Definition) { d.Files = map[string]string{"..": ""} }, []string{"files:", "escapes"}},
+		{"empty file path", func(d *subagent.Definition) { d.Files = map[string]string{"": ""} }, []string{"files:", "empty"}},
+		{"inside .agora", func(d *subagent.Definition) { d.Files = map[string]string{".agora/needs_input.json": ""} }, []string{"files:", ".agora"}},
+		{".agora itself", func(d *subagent.Definition) { d.Files = map[string]string{".agora": ""} }, []string{"files:", ".agora"}},
+		{"into .agora after clean", func(d *subagent.Definition) { d.Files = map[string]string{"x/../.agora/input.json": ""} }, []string{"files:", ".agora"}},
+		{"into .agora via ./", func(d *subagent.Definition) { d.Files = map[string]string{"./.agora/output.json": ""} }, []string{"files:", ".agora"}},
+		{"negative max_rounds", func(d *subagent.Definition) { d.MaxRounds = -1 }, []string{"max_rounds:"}},
+
+		{"everything at once", func(d *subagent.Definition) {
+			*d = subagent.Definition{
+				Name: "bad name", Runtime: "docker", Prompt: "{{", Permission: "all", Timeout: "soon",
+				EnvAllow: []string{"9X", "NATS_URL"}, Files: map[string]string{"/abs": "", "../up": "", ".agora/x": ""}, MaxRounds: -3,
+			}
+		}, []string{"name:", "runtime:", "prompt:", "permission_mode:", "timeout:", `env_allow: "9X"`, `env_allow: "NATS_URL"`,
+			`files: "/abs"`, `files: "../up"`, `files: ".agora/x"`, "max_rounds:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := valid()
+			tt.change(&d)
+			err := d.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate: nil error, want %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), "subagent ") {
+				t.Errorf("error %q lacks the package prefix", err)
+			}
+			// Every problem is reported, one line each.
+			if lines := strings.Split(err.Error(), "\n"); len(lines) != len(tt.want) && len(tt.want) > 2 {
+				t.Errorf("error lists %d problems, want %d:\n%v", len(lines), len(tt.want), err)
+			}
+		})
+	}
+}
+
+func TestValidNames(t *testing.T) {
+	for _, n := range []string{"a", "A", "0", "planner", "data-lookup", "data_lookup", "x9"} {
+		if !subagent.ValidName(n) {
+			t.Errorf("ValidName(%q) = false", n)
+		}
+	}
+	for _, n := range []string{"", "_a", "-a", "a.b", "a b", "a/b", "a>", "é"} {
+		if subagent.ValidName(n) {
+			t.Errorf("ValidName(%q) = true", n)
+		}
+	}
+	for _, n := range []string{"A", "_", "a_1", "PATH"} {
+		if !subagent.ValidEnvName(n) {
+			t.Errorf("ValidEnvName(%q) = false", n)
+		}
+	}
+	for _, n := range []string{"", "1A", "A-B", "A=B", "A B"} {
+		if subagent.ValidEnvName(n) {
+			t.Errorf("ValidEnvName(%q) = true", n)
+		}
+	}
+	for _, n := range []string{"AGORA_X", "agora_x", "NATS_URL", "Nats_Creds"} {
+		if !subagent.Reserved(n) {
+			t.Errorf("Reserved(%q) = false", n)
+		}
+	}
+	for _, n := range []string{"AGORA", "NATS", "MY_AGORA_X", "ANTHROPIC_API_KEY", "NATSX"} {
+		if subagent.Reserved(n) {
+			t.Errorf("Reserved(%q) = true", n)
+		}
+	}
+}
+
+func TestTimeoutDuration(t *testing.T) {
+	tests := []struct {
+		timeout string
+		want    time.Duration
+	}{
+		{"", subagent.DefaultTimeout},
+		{"garbage", subagent.DefaultTimeout},
+		{"0s", subagent.DefaultTimeout},
+		{"-5m", subagent.DefaultTimeout},
+		{"90s", 90 * time.Second},
+		{"2h", 2 * time.Hour},
+	}
+	for _, tt := range tests {
+		d := subagent.Definition{Timeout: tt.timeout}
+		if got := d.TimeoutDuration(); got != tt.want {
+			t.Errorf("TimeoutDuration(%q) = %v, want %v", tt.timeout, got, tt.want)
+		}
+	}
+	if subagent.DefaultTimeout != 30*time.Minute {
+		t.Errorf("DefaultTimeout = %v, want 30m (DESIGN §5)", subagent.DefaultTimeout)
+	}
+}
+
+func TestRounds(t *testing.T) {
+	tests := []struct{ maxRounds, want int }{
+		{0, subagent.DefaultMaxRounds},
+		{-1, subagent.DefaultMaxRounds},
+		{1, 1},
+		{25, 25},
+	}
+	for _, tt := range tests {
+		d := subagent.Definition{MaxRounds: tt.maxRounds}
+		if got := d.Rounds(); got != tt.want {
+			t.Errorf("Rounds(max_rounds %d) = %d, want %d", tt.maxRounds, got, tt.want)
+		}
+	}
+	if subagent.DefaultMaxRounds != 10 {
+		t.Errorf("DefaultMaxRounds = %d, want 10", subagent.DefaultMaxRounds)
+	}
+}
