@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -27,6 +26,7 @@ type job struct {
 	common  lifecycle.Common
 	trace   string
 	attempt int
+	started jetstream.PubAckFuture // nil until `started` is sent
 	start   time.Time
 	log     *slog.Logger
 }
@@ -70,18 +70,10 @@ func (s *Service) Handle(ctx context.Context, msg jetstream.Msg) Outcome {
 func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	out := Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
 
-	// Listen for a cancel before looking for a terminal event, so a cancel
-	// published after that look still reaches this run.
-	cancelCh := make(chan *nats.Msg, 4)
-	subj, _ := lifecycle.CancelSubject(j.req.DispatchID)
-	sub, err := s.nc.ChanSubscribe(subj, cancelCh)
-	if err != nil {
-		return s.retryLater(j, fmt.Errorf("subscribe cancel: %w", err))
-	}
-	defer sub.Unsubscribe()
-	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
-		return s.retryLater(j, fmt.Errorf("flush: %w", err))
-	}
+	// Register for a cancel before looking for a terminal event, so a
+	// cancel published after that look still reaches this run.
+	cancelCh := s.cancels.register(j.req.DispatchID)
+	defer s.cancels.unregister(j.req.DispatchID)
 
 	kind, err := s.terminalKind(context.WithoutCancel(ctx), j.common)
 	if err != nil {
@@ -99,9 +91,9 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	if err != nil {
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: err.Error()}, -1, "")
 	}
-	if err := s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}); err != nil {
-		return s.retryLater(j, err)
-	}
+	// `started` goes out asynchronously while the workspace is prepared;
+	// finish waits for its acknowledgement before the terminal event.
+	j.started = s.publishAsync(j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
 
 	ws, inv, err := s.prepare(ctx, j, def)
 	cleanup := func() {
@@ -240,6 +232,9 @@ func stderrNote(b []byte) string {
 // outcome. A terminal event that already exists (PubAck.Duplicate) is not
 // an error: its first version stands.
 func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exitCode int, _ string) Outcome {
+	if err := s.awaitStarted(ctx, j); err != nil {
+		return s.retryLater(j, err)
+	}
 	if err := s.publish(ctx, j, d); err != nil {
 		return s.retryLater(j, err)
 	}
@@ -284,6 +279,42 @@ func (s *Service) publish(ctx context.Context, j *job, d lifecycle.Data) error {
 	}
 }
 
+// publishAsync sends an event without waiting for its acknowledgement.
+// A failure here is caught by awaitStarted, which republishes.
+func (s *Service) publishAsync(j *job, d lifecycle.Data) jetstream.PubAckFuture {
+	_, m, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(j.trace))
+	if err != nil {
+		return nil
+	}
+	f, err := s.js.PublishMsgAsync(m)
+	if err != nil {
+		j.log.Warn("async publish failed; will retry", "err", err)
+		return nil
+	}
+	return f
+}
+
+// awaitStarted makes sure `started` is stored before the terminal event:
+// it waits for the async acknowledgement and republishes (deduplicated by
+// its id) when that failed.
+func (s *Service) awaitStarted(ctx context.Context, j *job) error {
+	if j.started == nil {
+		if j.attempt == 0 {
+			return nil
+		}
+		return s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
+	}
+	select {
+	case <-j.started.Ok():
+		return nil
+	case err := <-j.started.Err():
+		j.log.Warn("started event not acknowledged; republishing", "err", err)
+		return s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
+	case <-time.After(30 * time.Second):
+		return s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
+	}
+}
+
 func (s *Service) ack(j *job) {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -308,20 +339,21 @@ func (s *Service) retryLater(j *job, err error) Outcome {
 func (s *Service) terminalKind(ctx context.Context, c lifecycle.Common) (lifecycle.Kind, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for _, k := range []lifecycle.Kind{lifecycle.KindFinished, lifecycle.KindNeedsInput, lifecycle.KindFailed, lifecycle.KindCancelled} {
-		subj, err := lifecycle.LifecycleSubject(k, c.ThreadID, c.DispatchID)
-		if err != nil {
-			return "", err
-		}
-		_, err = s.events.GetLastMsgForSubject(ctx, subj)
-		if err == nil {
-			return k, nil
-		}
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return "", fmt.Errorf("look for terminal event: %w", err)
-		}
+	// One lookup: the last event on any kind of this dispatch. A terminal
+	// event is always the dispatch's last (a redelivery looks here before
+	// it publishes `started`).
+	last, err := s.events.GetLastMsgForSubject(ctx, lifecycle.LifecycleFilter("", c.ThreadID, c.DispatchID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", nil
 	}
-	return "", nil
+	if err != nil {
+		return "", fmt.Errorf("look for terminal event: %w", err)
+	}
+	a, err := lifecycle.ParseLifecycleSubject(last.Subject)
+	if err != nil || !a.Kind.Terminal() {
+		return "", nil
+	}
+	return a.Kind, nil
 }
 
 func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subagent.Definition, error) {
@@ -330,6 +362,9 @@ func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subag
 		err error
 	)
 	if req.SubagentRevision > 0 {
+		if def, ok := s.defCache.get(req.Subagent, req.SubagentRevision); ok {
+			return def, nil
+		}
 		e, err = s.defs.GetRevision(ctx, req.Subagent, req.SubagentRevision)
 	} else {
 		e, err = s.defs.Get(ctx, req.Subagent)
@@ -347,13 +382,14 @@ func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subag
 	if _, ok := s.runtimes[def.Runtime]; !ok {
 		return subagent.Definition{}, fmt.Errorf("sub-agent %q: runtime %q is not available on this worker", def.Name, def.Runtime)
 	}
+	s.defCache.put(req.Subagent, e.Revision(), def)
 	return def, nil
 }
 
 // prepare builds the workspace: input.json, runtime files, the
 // definition's files, and the environment.
 func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) (string, Invocation, error) {
-	ws, err := prepareWorkspace(s.cfg.WorkspaceRoot, j.req.DispatchID)
+	ws, err := prepareWorkspace(s.cfg.WorkspaceRoot, j.req.DispatchID, j.attempt > 1)
 	if err != nil {
 		return "", Invocation{}, err
 	}
@@ -374,8 +410,10 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	if err != nil {
 		return ws, Invocation{}, fmt.Errorf("input: %w", err)
 	}
-	if err := writeWorkspaceFile(ws, filepath.Join(".agora", "input.json"), b); err != nil {
-		return ws, Invocation{}, err
+	// The workspace is brand new and nothing has run in it yet, so a plain
+	// write cannot be redirected by a link.
+	if err := os.WriteFile(filepath.Join(ws, ".agora", "input.json"), b, 0o600); err != nil {
+		return ws, Invocation{}, fmt.Errorf("write input.json: %w", err)
 	}
 	inv := Invocation{
 		Definition: def, Request: *j.req, Input: input, Workspace: ws, KillGrace: s.cfg.KillGrace,

@@ -64,6 +64,9 @@ type Service struct {
 	defs     jetstream.KeyValue
 	state    jetstream.ObjectStore
 	ackWait  time.Duration
+
+	cancels  cancels
+	defCache defCache
 }
 
 // Outcome is how one dispatch ended on this worker.
@@ -178,6 +181,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe advisories: %w", err)
 	}
 	defer adv.Unsubscribe()
+	csub, err := s.subscribeCancels()
+	if err != nil {
+		s.closeConn()
+		return err
+	}
+	defer csub.Unsubscribe()
 
 	var srv *http.Server
 	if s.cfg.HTTPAddr != "" {
@@ -222,6 +231,21 @@ func (s *Service) Run(ctx context.Context) error {
 	s.closeConn()
 	s.log.Info("worker stopped")
 	return nil
+}
+
+// subscribeCancels listens on agora.control.cancel.* for the whole worker
+// and waits until the server has the interest, so no cancel is missed.
+func (s *Service) subscribeCancels() (*nats.Subscription, error) {
+	sub, err := s.nc.Subscribe("agora.control.cancel.*", s.cancels.deliver)
+	if err != nil {
+		return nil, fmt.Errorf("worker: subscribe cancels: %w", err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := s.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("worker: subscribe cancels: %w", err)
+	}
+	return sub, nil
 }
 
 func (s *Service) closeConn() {
@@ -270,6 +294,11 @@ func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
 	if err := s.bind(ctx); err != nil {
 		return Outcome{}, err
 	}
+	csub, err := s.subscribeCancels()
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer csub.Unsubscribe()
 	for {
 		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
 		if ctx.Err() != nil {

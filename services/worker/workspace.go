@@ -10,18 +10,23 @@ import (
 	"syscall"
 )
 
-// prepareWorkspace creates <root>/<dispatch_id> afresh with mode 0700 and
-// its .agora directory. A workspace left by a crashed earlier attempt is
-// removed first.
-func prepareWorkspace(root, dispatchID string) (string, error) {
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return "", fmt.Errorf("workspace root %s: %w", root, err)
-	}
+// prepareWorkspace creates <root>/<dispatch_id> with mode 0700 and its
+// .agora directory. On a redelivery (stale true) a workspace left by a
+// crashed earlier attempt is removed first.
+func prepareWorkspace(root, dispatchID string, stale bool) (string, error) {
 	ws := filepath.Join(root, dispatchID)
-	if err := os.RemoveAll(ws); err != nil {
-		return "", fmt.Errorf("remove stale workspace: %w", err)
+	if stale {
+		if err := os.RemoveAll(ws); err != nil {
+			return "", fmt.Errorf("remove stale workspace: %w", err)
+		}
 	}
-	if err := os.Mkdir(ws, 0o700); err != nil {
+	err := os.Mkdir(ws, 0o700)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(root, 0o700); err == nil {
+			err = os.Mkdir(ws, 0o700)
+		}
+	}
+	if err != nil {
 		return "", fmt.Errorf("create workspace: %w", err)
 	}
 	if err := os.Mkdir(filepath.Join(ws, ".agora"), 0o700); err != nil {
