@@ -206,14 +206,14 @@ func (s *Service) Run(ctx context.Context) error {
 	// runCtx outlives ctx by ShutdownTimeout so in-flight runs can finish.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
-	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait)
+	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String())
 
 	var wg sync.WaitGroup
 	for i := range s.cfg.Concurrency {
 		wg.Go(func() { s.slot(ctx, runCtx, i) })
 	}
 	<-ctx.Done()
-	s.log.Info("worker stopping: no new work; waiting for in-flight runs", "shutdown_timeout", s.cfg.ShutdownTimeout)
+	s.log.Info("worker stopping: no new work; waiting for in-flight runs", "shutdown_timeout", s.cfg.ShutdownTimeout.String())
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {

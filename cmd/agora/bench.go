@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"runtime/pprof"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agora-dispatch/agora/internal/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	var cfg bench.Config
+	var asJSON bool
+	var cpuProfile string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure Agora against a raw JetStream baseline in the same run",
+		Long: `bench starts an embedded NATS server with file storage and measures, in one run:
+a raw JetStream baseline (request → consumer → started+finished → observer) and
+Agora's worker path with an in-process no-op runtime and with exec /bin/true.
+It prints p50/p99 latency of serial round trips, throughput with --concurrency
+in flight, each figure's ratio to the baseline, and the peak memory.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			progress := cmd.ErrOrStderr()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			rep, err := bench.Run(cmd.Context(), cfg, progress)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+			}
+			bench.Print(cmd.OutOrStdout(), rep)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Serial, "serial", 0, "serial round trips per scenario (default 1000; 200 with --quick)")
+	f.IntVar(&cfg.Throughput, "count", 0, "messages per throughput run (default 5000; 1000 with --quick)")
+	f.IntVar(&cfg.Concurrency, "concurrency", 16, "concurrent handlers / worker slots")
+	f.BoolVar(&cfg.Quick, "quick", false, "a short run (under 30 s)")
+	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	return cmd
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/natsserver"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+type devOptions struct {
+	http       string
+	natsListen string
+	data       string
+	memory     bool
+	workers    int
+	subagents  string
+}
+
+// envDefault returns the variable's value, or def.
+func envDefault(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func newDevCmd() *cobra.Command {
+	var o devOptions
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything in one process on an embedded NATS server",
+		Long: `dev starts an embedded NATS server with JetStream, provisions Agora's streams
+and buckets, and runs the services in one process with one HTTP listener
+(/healthz, /metrics). It registers the demo sub-agent. Ctrl-C drains cleanly;
+starting again on the same --data directory picks up queued work.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDev(cmd, o) },
+	}
+	f := cmd.Flags()
+	workers, _ := strconv.Atoi(envDefault("AGORA_WORKER_CONCURRENCY", "4"))
+	f.StringVar(&o.http, "http", envDefault("AGORA_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address (AGORA_HTTP_ADDR)")
+	f.StringVar(&o.natsListen, "nats-listen", envDefault("AGORA_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (AGORA_NATS_LISTEN)")
+	f.StringVar(&o.data, "data", envDefault("AGORA_DATA_DIR", filepath.Join(".agora", "data")), "JetStream data directory (AGORA_DATA_DIR)")
+	f.BoolVar(&o.memory, "memory", envDefault("AGORA_MEMORY", "") == "true", "keep everything in memory: a throwaway store (AGORA_MEMORY=true)")
+	f.IntVar(&o.workers, "workers", workers, "worker slots (AGORA_WORKER_CONCURRENCY)")
+	f.StringVar(&o.subagents, "subagents", envDefault("AGORA_SUBAGENTS_DIR", ""), "apply every *.yaml sub-agent definition in this directory at start (AGORA_SUBAGENTS_DIR)")
+	return cmd
+}
+
+func runDev(cmd *cobra.Command, o devOptions) error {
+	ctx := cmd.Context()
+	log := logging.New(os.Stderr)
+	host, portStr, err := net.SplitHostPort(o.natsListen)
+	if err != nil {
+		return fmt.Errorf("--nats-listen %q: %w", o.natsListen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("--nats-listen %q: bad port", o.natsListen)
+	}
+	if o.workers < 1 {
+		return fmt.Errorf("--workers %d: want at least 1", o.workers)
+	}
+	store := ""
+	if !o.memory {
+		if store, err = filepath.Abs(o.data); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(store, 0o700); err != nil {
+			return fmt.Errorf("--data %s: %w", o.data, err)
+		}
+	}
+	ln, err := net.Listen("tcp", o.http)
+	if err != nil {
+		return fmt.Errorf("--http %s: %w (is another agora dev running?)", o.http, err)
+	}
+	defer ln.Close()
+	srv, err := natsserver.Start(natsserver.Config{Host: host, Port: port, StoreDir: store, Memory: o.memory})
+	if err != nil {
+		return fmt.Errorf("embedded NATS on %s: %w (is another agora dev or nats-server running? use --nats-listen)", o.natsListen, err)
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	url := srv.ClientURL()
+
+	nc, err := nats.Connect(url, nats.Name("agora dev"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := provision.Ensure(ctx, js, provision.Config{Memory: o.memory}); err != nil {
+		return err
+	}
+	demo, err := demoDefinition()
+	if err != nil {
+		return err
+	}
+	defs := []subagent.Definition{demo}
+	if o.subagents != "" {
+		more, err := loadDefinitions(o.subagents)
+		if err != nil {
+			return err
+		}
+		defs = append(defs, more...)
+	}
+	if err := applyDefinitions(ctx, js, defs); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	wcfg := worker.Config{Concurrency: o.workers, WorkspaceRoot: filepath.Join(os.TempDir(), "agora-dev-workspaces")}
+	if !o.memory {
+		wcfg.WorkspaceRoot = filepath.Join(filepath.Dir(store), "workspaces")
+	}
+	w, err := worker.New(wcfg, worker.Deps{Conn: nc, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		if nc.Status() != nats.CONNECTED {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(rw).Encode(map[string]string{"status": "ok", "nats": nc.Status().String()})
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	wg.Go(func() {
+		if err := w.Run(ctx); err != nil {
+			errs <- fmt.Errorf("worker: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("http: %w", err)
+		}
+	})
+	printBanner(cmd, url, "http://"+ln.Addr().String(), store)
+
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "agora dev: stopping (in-flight runs get the shutdown timeout)…")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = hs.Shutdown(sctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+func printBanner(cmd *cobra.Command, natsURL, httpURL, store string) {
+	where := "in memory (gone when this process ends)"
+	if store != "" {
+		where = store
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), `
+Agora dev is running.
+  NATS      %s   (nats stream ls -s %s)
+  HTTP      %s/healthz   %s/metrics
+  data      %s
+  sub-agent demo
+
+Watch every lifecycle event:
+  nats sub -s %s 'agora.lifecycle.>'
+Press Ctrl-C to stop.
+
+`, natsURL, natsURL, httpURL, httpURL, where, natsURL)
+}
+
+func loadDefinitions(dir string) ([]subagent.Definition, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var defs []subagent.Definition
+	var errs []error
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d, err := subagent.Parse(b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		defs = append(defs, d)
+	}
+	return defs, errors.Join(errs...)
+}
+
+// applyDefinitions stores definitions in the agora_subagents bucket,
+// writing only those that changed (so revisions stay meaningful).
+func applyDefinitions(ctx context.Context, js jetstream.JetStream, defs []subagent.Definition) error {
+	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	if err != nil {
+		return err
+	}
+	for _, d := range defs {
+		b, err := json.Marshal(d)
+		if err != nil {
+			return err
+		}
+		if cur, err := kv.Get(ctx, d.Name); err == nil && string(cur.Value()) == string(b) {
+			continue
+		}
+		if _, err := kv.Put(ctx, d.Name, b); err != nil {
+			return fmt.Errorf("sub-agent %s: %w", d.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+type exitCoder interface{ ExitCode() int }
+
+func asExit(err error, ec *exitCoder) bool { return errors.As(err, ec) }
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "agora",
+		Short:         "Agora: durable dispatch for AI sub-agents that stop and ask",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoAgentCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Println("agora " + version)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,391 @@
+// Package bench measures Agora against a raw JetStream baseline in the same
+// run, on one embedded server with file storage, and prints a table of
+// figures with each Agora figure's ratio to the baseline. It backs
+// `agora bench` and `make bench`; nothing here asserts timings.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/natsserver"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// Config sets the size of a run.
+type Config struct {
+	Serial      int // round trips measured one at a time for p50/p99
+	Throughput  int // messages for the throughput figure
+	Concurrency int // concurrent handlers (baseline) and worker slots (Agora)
+	Quick       bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Quick {
+		c.Serial, c.Throughput = max(c.Serial, 0), max(c.Throughput, 0)
+		if c.Serial == 0 {
+			c.Serial = 200
+		}
+		if c.Throughput == 0 {
+			c.Throughput = 1000
+		}
+	}
+	if c.Serial == 0 {
+		c.Serial = 1000
+	}
+	if c.Throughput == 0 {
+		c.Throughput = 5000
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	return c
+}
+
+// Row is one measured figure.
+type Row struct {
+	Scenario   string  `json:"scenario"`
+	P50MS      float64 `json:"p50_ms"`
+	P99MS      float64 `json:"p99_ms"`
+	PerSecond  float64 `json:"per_second"`
+	P50Ratio   float64 `json:"p50_ratio,omitempty"` // to the baseline's p50
+	RateRatio  float64 `json:"rate_ratio,omitempty"`
+	Serial     int     `json:"serial_samples"`
+	Throughput int     `json:"throughput_messages"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Rows        []Row   `json:"rows"`
+	Concurrency int     `json:"concurrency"`
+	PeakRSSMiB  float64 `json:"peak_rss_mib"`
+	GoVersion   string  `json:"-"`
+}
+
+// Scenario is one path measured end to end: Setup prepares it, Do runs one
+// round trip identified by id and returns when its end was observed.
+type scenario struct {
+	name string
+	do   func(ctx context.Context, id string) error
+}
+
+// Run measures every scenario and returns the report.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
+	cfg = cfg.withDefaults()
+	dir, err := os.MkdirTemp("", "agora-bench-")
+	if err != nil {
+		return Report{}, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: dir})
+	if err != nil {
+		return Report{}, err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		return Report{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Report{}, err
+	}
+	if err := provision.Ensure(ctx, js, provision.Config{}); err != nil {
+		return Report{}, err
+	}
+	say := func(f string, a ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, f+"\n", a...)
+		}
+	}
+
+	rep := Report{Concurrency: cfg.Concurrency}
+	base, stopBase, err := baseline(ctx, nc, js, cfg.Concurrency)
+	if err != nil {
+		return Report{}, err
+	}
+	say("measuring %s", base.name)
+	row, err := measure(ctx, base, cfg)
+	stopBase()
+	if err != nil {
+		return Report{}, err
+	}
+	rep.Rows = append(rep.Rows, row)
+
+	for _, rt := range []struct{ name, runtime string }{
+		{"agora worker path, in-process no-op runtime", "noop"},
+		{"agora worker path, exec /bin/true", "exec"},
+	} {
+		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, dir, cfg.Concurrency, rt.runtime)
+		if err != nil {
+			return Report{}, err
+		}
+		sc.name = rt.name
+		say("measuring %s", sc.name)
+		row, err := measure(ctx, sc, cfg)
+		stop()
+		if err != nil {
+			return Report{}, err
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	b := rep.Rows[0]
+	for i := range rep.Rows[1:] {
+		r := &rep.Rows[i+1]
+		if b.P50MS > 0 {
+			r.P50Ratio = r.P50MS / b.P50MS
+		}
+		if b.PerSecond > 0 {
+			r.RateRatio = r.PerSecond / b.PerSecond
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		rep.PeakRSSMiB = float64(ru.Maxrss) / 1024
+	}
+	return rep, nil
+}
+
+// measure runs serial round trips for latency, then Throughput round trips
+// with Concurrency in flight for the rate.
+func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
+	// Warm up connections, consumers and caches.
+	for range 20 {
+		if err := sc.do(ctx, lifecycle.NewID()); err != nil {
+			return Row{}, fmt.Errorf("%s: warm-up: %w", sc.name, err)
+		}
+	}
+	lat := make([]time.Duration, 0, cfg.Serial)
+	for range cfg.Serial {
+		t0 := time.Now()
+		if err := sc.do(ctx, lifecycle.NewID()); err != nil {
+			return Row{}, fmt.Errorf("%s: %w", sc.name, err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		i := int(p * float64(len(lat)-1))
+		return float64(lat[i].Microseconds()) / 1000
+	}
+	ids := make(chan string)
+	errs := make(chan error, cfg.Concurrency)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for id := range ids {
+				if err := sc.do(ctx, id); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for range cfg.Throughput {
+		ids <- lifecycle.NewID()
+	}
+	close(ids)
+	wg.Wait()
+	el := time.Since(t0)
+	select {
+	case err := <-errs:
+		return Row{}, fmt.Errorf("%s: %w", sc.name, err)
+	default:
+	}
+	return Row{Scenario: sc.name, P50MS: pct(0.50), P99MS: pct(0.99), PerSecond: float64(cfg.Throughput) / el.Seconds(),
+		Serial: cfg.Serial, Throughput: cfg.Throughput}, nil
+}
+
+// waiter routes observed ends to the callers waiting for them.
+type waiter struct {
+	mu sync.Mutex
+	w  map[string]chan struct{}
+}
+
+func newWaiter() *waiter { return &waiter{w: map[string]chan struct{}{}} }
+
+func (w *waiter) expect(id string) chan struct{} {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	w.w[id] = ch
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *waiter) done(id string) {
+	w.mu.Lock()
+	ch, ok := w.w[id]
+	delete(w.w, id)
+	w.mu.Unlock()
+	if ok {
+		close(ch)
+	}
+}
+
+func wait(ctx context.Context, ch chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("no end observed within 30s")
+	}
+}
+
+// baseline is the same shape of work on raw JetStream: request → pull
+// consumer → two event publishes → observer.
+func baseline(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, conc int) (scenario, func(), error) {
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: "BENCH_REQ", Subjects: []string{"bench.req.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
+		{Name: "BENCH_EVT", Subjects: []string{"bench.evt.>"}, Storage: jetstream.FileStorage},
+	} {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return scenario{}, nil, err
+		}
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "BENCH_REQ", jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 10000})
+	if err != nil {
+		return scenario{}, nil, err
+	}
+	w := newWaiter()
+	sub, err := nc.Subscribe("bench.evt.finished.*", func(m *nats.Msg) { w.done(m.Header.Get("id")) })
+	if err != nil {
+		return scenario{}, nil, err
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for hctx.Err() == nil {
+				m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
+				if err != nil {
+					continue
+				}
+				id := m.Headers().Get("id")
+				for _, k := range []string{"started", "finished"} {
+					out := nats.NewMsg("bench.evt." + k + "." + id)
+					out.Header.Set("id", id)
+					out.Header.Set(jetstream.MsgIDHeader, id+"."+k)
+					out.Data = []byte(`{"dispatch_id":"` + id + `"}`)
+					_, _ = js.PublishMsg(hctx, out)
+				}
+				_ = m.DoubleAck(hctx)
+			}
+		})
+	}
+	stop := func() { cancel(); wg.Wait(); _ = sub.Unsubscribe() }
+	return scenario{name: "baseline: raw JetStream request → consumer → started+finished → observer", do: func(ctx context.Context, id string) error {
+		ch := w.expect(id)
+		m := nats.NewMsg("bench.req." + id)
+		m.Header.Set("id", id)
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Data = []byte(`{"subagent":"bench","input":{}}`)
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			return err
+		}
+		return wait(ctx, ch)
+	}}, stop, nil
+}
+
+type noopRuntime struct{}
+
+func (noopRuntime) Run(context.Context, worker.Invocation) worker.Result { return worker.Result{} }
+
+// workerPath runs a real worker (own connection) and measures a dispatch
+// message on agora.dispatch.* → worker → `finished` observed.
+func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string) (scenario, func(), error) {
+	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	if err != nil {
+		return scenario{}, nil, err
+	}
+	def := subagent.Definition{Name: "bench", Runtime: subagent.RuntimeExec, Command: []string{"/bin/true"}}
+	b, _ := json.Marshal(def)
+	rev, err := kv.Put(ctx, def.Name, b)
+	if err != nil {
+		return scenario{}, nil, err
+	}
+	wnc, err := nats.Connect(url)
+	if err != nil {
+		return scenario{}, nil, err
+	}
+	deps := worker.Deps{Conn: wnc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if runtime == "noop" {
+		deps.Runtimes = map[string]worker.Runtime{subagent.RuntimeExec: noopRuntime{}}
+	}
+	w, err := worker.New(worker.Config{Concurrency: conc, WorkspaceRoot: dir + "/ws-" + runtime, ID: "bench-" + runtime, PullExpiry: 500 * time.Millisecond}, deps)
+	if err != nil {
+		return scenario{}, nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = w.Run(wctx); close(done) }()
+
+	onc, err := nats.Connect(url)
+	if err != nil {
+		cancel()
+		return scenario{}, nil, err
+	}
+	wt := newWaiter()
+	_, err = onc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
+		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
+		if err == nil && a.Kind.Terminal() {
+			wt.done(a.DispatchID)
+		}
+	})
+	if err != nil {
+		cancel()
+		return scenario{}, nil, err
+	}
+	stop := func() { cancel(); <-done; onc.Close(); wnc.Close() }
+	src := lifecycle.Source("bench", "client")
+	subj, _ := lifecycle.DispatchSubject(def.Name)
+	return scenario{do: func(ctx context.Context, id string) error {
+		ch := wt.expect(id)
+		req := &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: def.Name, Input: json.RawMessage(`{}`), SubagentRevision: rev}
+		e, err := lifecycle.New(src, req)
+		if err != nil {
+			return err
+		}
+		m, err := lifecycle.Encode(subj, e)
+		if err != nil {
+			return err
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			return err
+		}
+		return wait(ctx, ch)
+	}}, stop, nil
+}
+
+// Print writes the report as a table.
+func Print(w io.Writer, r Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tper second\tp50 × baseline\trate × baseline")
+	for i, row := range r.Rows {
+		p, q := "1.00", "1.00"
+		if i > 0 {
+			p, q = fmt.Sprintf("%.2f", row.P50Ratio), fmt.Sprintf("%.2f", row.RateRatio)
+		}
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.0f\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, row.PerSecond, p, q)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "concurrency %d; peak RSS %.1f MiB\n", r.Concurrency, r.PeakRSSMiB)
+}
