@@ -1,0 +1,139 @@
+// Package examples_test runs the example sub-agents through a real worker
+// on a real JetStream server, both rounds: ask, then finish with the answer.
+package examples_test
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+func TestExampleAgentsAskThenFinish(t *testing.T) {
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goAgent := filepath.Join(t.TempDir(), "go-agent")
+	if out, err := exec.Command("go", "build", "-o", goAgent, "./go-agent").CombinedOutput(); err != nil {
+		t.Fatalf("build go-agent: %v\n%s", err, out)
+	}
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: 2, PullExpiry: 500 * time.Millisecond}, worker.Deps{Conn: srv.Conn(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cases := []struct {
+		name    string
+		command []string
+		answer  string
+		check   func(t *testing.T, out map[string]any)
+	}{
+		{"shell", []string{"sh", filepath.Join(repo, "examples/shell/agent.sh")}, "staging", func(t *testing.T, out map[string]any) {
+			if out["deployed_to"] != "staging" {
+				t.Errorf("output = %v", out)
+			}
+		}},
+		{"go", []string{goAgent}, "B", func(t *testing.T, out map[string]any) {
+			if out["rewrote"] != "B" || out["resumed_from"] == nil {
+				t.Errorf("output = %v, want rewrote B with the partial state", out)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			def := subagent.Definition{Name: "ex-" + c.name, Runtime: subagent.RuntimeExec, Command: c.command}
+			b, _ := json.Marshal(def)
+			kv, err := js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kv.Put(t.Context(), def.Name, b); err != nil {
+				t.Fatal(err)
+			}
+			// Round 0 asks.
+			ni, ok := run(t, js, &lifecycle.Request{Subagent: def.Name, Input: json.RawMessage(`{"task":"demo"}`)}).(*lifecycle.NeedsInput)
+			if !ok || len(ni.Options) != 2 || ni.PartialState == nil {
+				t.Fatalf("round 0 = %+v, want needs_input with two options and partial state", ni)
+			}
+			// Round 1 carries the answer and the partial state, as the router sends it.
+			in, _ := json.Marshal(map[string]any{"task": "demo", "answer": c.answer, "partial_state": ni.PartialState})
+			fin, ok := run(t, js, &lifecycle.Request{Subagent: def.Name, Input: in, ThreadID: ni.ThreadID, ParentID: ni.DispatchID, Round: 1}).(*lifecycle.Finished)
+			if !ok {
+				t.Fatalf("round 1 did not finish")
+			}
+			var out map[string]any
+			if err := json.Unmarshal(fin.Output, &out); err != nil {
+				t.Fatalf("output %s: %v", fin.Output, err)
+			}
+			c.check(t, out)
+		})
+	}
+}
+
+// run queues req as the dispatcher would and returns its terminal data.
+func run(t *testing.T, js jetstream.JetStream, req *lifecycle.Request) lifecycle.Data {
+	t.Helper()
+	req.DispatchID = lifecycle.NewID()
+	if req.ThreadID == "" {
+		req.ThreadID = req.DispatchID
+	}
+	e, err := lifecycle.New("/agora/test/examples", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := lifecycle.DispatchSubject(req.Subagent)
+	m, err := lifecycle.Encode(subj, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.OrderedConsumer(t.Context(), lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{lifecycle.LifecycleFilter("", req.ThreadID, req.DispatchID)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		msg, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			continue
+		}
+		ev, err := lifecycle.DecodeMsg(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := lifecycle.Parse(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, ok := d.(lifecycle.Lifecycle); ok && l.LifecycleKind().Terminal() {
+			if f, ok := d.(*lifecycle.Failed); ok {
+				t.Fatalf("dispatch failed: %s: %s", f.Reason, f.Detail)
+			}
+			return d
+		}
+	}
+	t.Fatalf("no terminal event for %s", req.DispatchID)
+	return nil
+}
+
