@@ -21,14 +21,15 @@ import (
 
 // job is one delivery being handled.
 type job struct {
-	msg     jetstream.Msg
-	req     *lifecycle.Request
-	common  lifecycle.Common
-	trace   string
-	attempt int
-	started jetstream.PubAckFuture // nil until `started` is sent
-	start   time.Time
-	log     *slog.Logger
+	msg         jetstream.Msg
+	req         *lifecycle.Request
+	common      lifecycle.Common
+	trace       string
+	attempt     int
+	started     jetstream.PubAckFuture // the async `started` publish, when it went out
+	startedSent bool                   // `started` was attempted; the terminal event must follow it
+	start       time.Time
+	log         *slog.Logger
 }
 
 // Handle runs one delivery of the work consumer to its end: skip it when it
@@ -93,7 +94,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	}
 	// `started` goes out asynchronously while the workspace is prepared;
 	// finish waits for its acknowledgement before the terminal event.
-	j.started = s.publishAsync(j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
+	j.started, j.startedSent = s.publishAsync(j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}), true
 
 	ws, inv, err := s.prepare(ctx, j, def)
 	cleanup := func() {
@@ -166,6 +167,9 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	if res.ExitCode < 0 {
 		exit = nil
 	}
+	// Redact stderr whole, before stderrNote keeps only its end: a secret
+	// cut by that truncation could no longer be recognised.
+	res.Stderr = []byte(redact(string(res.Stderr), secretValues(def)))
 	failed := func(r lifecycle.Reason, detail string) Outcome {
 		detail = truncate(redact(detail, secretValues(def)), 1024)
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: r, Detail: detail, ExitCode: exit, DurationMS: dur}, res.ExitCode, "")
@@ -298,10 +302,10 @@ func (s *Service) publishAsync(j *job, d lifecycle.Data) jetstream.PubAckFuture 
 // it waits for the async acknowledgement and republishes (deduplicated by
 // its id) when that failed.
 func (s *Service) awaitStarted(ctx context.Context, j *job) error {
+	if !j.startedSent {
+		return nil // ended before it started (e.g. no definition)
+	}
 	if j.started == nil {
-		if j.attempt == 0 {
-			return nil
-		}
 		return s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
 	}
 	select {
