@@ -77,8 +77,11 @@ func secretValues(def subagent.Definition) []string {
 	return vals
 }
 
-// redact replaces every secret value in s.
+// redact replaces every secret value in s, longest first, so a secret
+// that contains another is not left half shown.
 func redact(s string, secrets []string) string {
+	secrets = slices.Clone(secrets)
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
 	for _, v := range secrets {
 		s = strings.ReplaceAll(s, v, "[redacted]")
 	}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -103,6 +104,11 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 				j.log.Warn("remove workspace", "err", err)
 			}
 		}
+	}
+	var te *transientError
+	if errors.As(err, &te) {
+		cleanup()
+		return s.retryLater(j, te.err)
 	}
 	if err != nil {
 		o := s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: redact(err.Error(), secretValues(def))}, -1, "")
@@ -406,14 +412,20 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	if ref := j.req.PartialStateRef; ref != "" {
 		b, err := s.state.GetBytes(ctx, ref)
 		if err != nil {
+			if !errors.Is(err, jetstream.ErrObjectNotFound) {
+				return ws, Invocation{}, &transientError{fmt.Errorf("partial state %q: %w", ref, err)}
+			}
 			return ws, Invocation{}, fmt.Errorf("partial state %q: %w", ref, err)
 		}
 		input["partial_state"] = b
 	}
-	b, err := json.Marshal(input)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(input); err != nil {
 		return ws, Invocation{}, fmt.Errorf("input: %w", err)
 	}
+	b := bytes.TrimRight(buf.Bytes(), "\n")
 	// The workspace is brand new and nothing has run in it yet, so a plain
 	// write cannot be redirected by a link.
 	if err := os.WriteFile(filepath.Join(ws, ".agora", "input.json"), b, 0o600); err != nil {
@@ -438,6 +450,13 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	}
 	return ws, inv, nil
 }
+
+// transientError marks a preparation failure worth another delivery
+// (NATS unreachable), as opposed to one the request itself caused.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
 
 func parseCancel(b []byte) (by, reason string) {
 	var c struct {

@@ -130,7 +130,7 @@ func RenderPrompt(tmpl string, input map[string]json.RawMessage) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("worker: prompt template: %w", err)
 	}
-	data := PromptData{Input: map[string]any{}}
+	data := PromptData{Input: map[string]any{}, Answer: "", PartialState: ""}
 	for k, v := range input {
 		var x any
 		dec := json.NewDecoder(bytes.NewReader(v))
@@ -140,10 +140,12 @@ func RenderPrompt(tmpl string, input map[string]json.RawMessage) (string, error)
 		}
 		data.Input[k] = x
 	}
-	data.Answer = data.Input["answer"]
-	if a, ok := data.Answer.(map[string]any); ok {
-		if v, ok := a["answer"]; ok {
-			data.Answer = v
+	if a, ok := data.Input["answer"]; ok && a != nil {
+		data.Answer = a
+		if m, ok := a.(map[string]any); ok {
+			if v, ok := m["answer"]; ok {
+				data.Answer = v
+			}
 		}
 	}
 	if ps, ok := input["partial_state"]; ok && string(ps) != "null" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -14,6 +15,12 @@ import (
 // .agora directory. On a redelivery (stale true) a workspace left by a
 // crashed earlier attempt is removed first.
 func prepareWorkspace(root, dispatchID string, stale bool) (string, error) {
+	// A work message published past the dispatcher may carry any subject
+	// token: "/" would name the root itself, "a/b" a directory inside
+	// another dispatch's workspace.
+	if dispatchID == "" || dispatchID == "." || dispatchID == ".." || strings.ContainsAny(dispatchID, `/\`) {
+		return "", fmt.Errorf("dispatch id %q cannot name a workspace directory", dispatchID)
+	}
 	ws := filepath.Join(root, dispatchID)
 	if stale {
 		if err := os.RemoveAll(ws); err != nil {

@@ -1,0 +1,322 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// standInClaude replaces the claude CLI, which needs a network and keys.
+// It records its argv ($0 first, NUL-separated), its environment, its
+// working directory and the helper skill when present into $CLAUDE_REC
+// (a directory outside the workspace), then asks a question through the
+// sentinel as a real claude following the skill would.
+const standInClaude = `#!/bin/sh
+rec="$CLAUDE_REC"
+mkdir -p "$rec" || exit 90
+printf '%s\000' "$0" > "$rec/argv"
+for a in "$@"; do printf '%s\000' "$a" >> "$rec/argv"; done
+env > "$rec/env"
+pwd > "$rec/pwd"
+if [ -f .claude/skills/agora-needs-input/SKILL.md ]; then
+	cp .claude/skills/agora-needs-input/SKILL.md "$rec/skill.md"
+fi
+printf '%s' '{"question":"Ship it?","options":["yes","no"],"kind":"approval"}' > "$AGORA_NEEDS_INPUT_FILE"
+`
+
+// claudeRun is what the stand-in recorded for one dispatch.
+type claudeRun struct {
+	argv  []string
+	env   map[string]string
+	skill *string // nil when no skill file existed
+}
+
+func readClaudeRun(t *testing.T, rec string) claudeRun {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(rec, "argv"))
+	if err != nil {
+		t.Fatalf("the stand-in claude did not run: %v", err)
+	}
+	var r claudeRun
+	r.argv = strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	r.env = parseEnvDump(string(must(os.ReadFile(filepath.Join(rec, "env")))))
+	if s, err := os.ReadFile(filepath.Join(rec, "skill.md")); err == nil {
+		str := string(s)
+		r.skill = &str
+	} else if !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// writeExecutable writes an executable file and returns its path.
+func writeExecutable(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestClaudeCodeRuntime runs the claude-code adapter against a stand-in
+// claude found on the sub-agent's PATH.
+func TestClaudeCodeRuntime(t *testing.T) {
+	bin := t.TempDir()
+	claude := writeExecutable(t, bin, "claude", standInClaude)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	h := newHarness(t, provision.Config{})
+	cfg := h.workerConfig()
+	cfg.Concurrency = 5
+	h.startWorker(cfg, worker.Deps{})
+
+	const resumeTmpl = "Task: {{.Input.task}}\n{{if .Answer}}Operator answered: {{.Answer}}\n{{end}}{{if .PartialState}}Saved state:\n{{.PartialState}}{{end}}"
+	cases := []struct {
+		name     string
+		def      subagent.Definition
+		input    string
+		wantArgs []string // after argv[0]
+		// wantSkill is "" for the helper skill naming this workspace's
+		// sentinel, else the exact content expected.
+		wantSkill string
+	}{
+		{
+			name:     "model and default permission",
+			def:      subagent.Definition{Model: "M", Prompt: "Plan {{.Input.task}}."},
+			input:    `{"task":"the migration"}`,
+			wantArgs: []string{"--print", "--output-format", "json", "--model", "M", "--dangerously-skip-permissions", "Plan the migration."},
+		},
+		{
+			name:     "strict permission",
+			def:      subagent.Definition{Model: "M", Permission: subagent.PermissionStrict, Prompt: "Plan {{.Input.task}}."},
+			input:    `{"task":"x"}`,
+			wantArgs: []string{"--print", "--output-format", "json", "--model", "M", "Plan x."},
+		},
+		{
+			name:     "no model",
+			def:      subagent.Definition{Prompt: "Plan {{.Input.task}}."},
+			input:    `{"task":"x"}`,
+			wantArgs: []string{"--print", "--output-format", "json", "--dangerously-skip-permissions", "Plan x."},
+		},
+		{
+			name:  "resume renders answer and partial state",
+			def:   subagent.Definition{Model: "M", Prompt: resumeTmpl},
+			input: `{"task":"rename the loader","answer":{"answer":"loadConfig","answered_by":"alice@example.com"},"partial_state":{"considered":["parseConfig","loadConfig"],"next":1e400}}`,
+			wantArgs: []string{"--print", "--output-format", "json", "--model", "M", "--dangerously-skip-permissions",
+				"Task: rename the loader\nOperator answered: loadConfig\nSaved state:\n{\n  \"considered\": [\n    \"parseConfig\",\n    \"loadConfig\"\n  ],\n  \"next\": 1e400\n}"},
+		},
+		{
+			name:      "definition file overrides the helper skill",
+			def:       subagent.Definition{Prompt: "p", Files: map[string]string{worker.SkillPath: "house rules win\n", "notes/a.md": "a"}},
+			input:     `{}`,
+			wantArgs:  []string{"--print", "--output-format", "json", "--dangerously-skip-permissions", "p"},
+			wantSkill: "house rules win\n",
+		},
+	}
+	recs := map[string]string{}
+	ids := map[string]string{}
+	for i, c := range cases {
+		name := "claude-" + string(rune('a'+i))
+		def := c.def
+		def.Name, def.Runtime = name, subagent.RuntimeClaudeCode
+		h.define(def)
+		recs[c.name] = filepath.Join(t.TempDir(), "rec")
+		ids[c.name] = h.dispatch(lifecycle.Request{Subagent: name, Input: json.RawMessage(c.input), Env: map[string]string{"CLAUDE_REC": recs[c.name]}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := ids[c.name]
+			r := h.terminal(id)
+			ni, ok := r.Data.(*lifecycle.NeedsInput)
+			if !ok {
+				t.Fatalf("terminal = %T %+v, want needs_input from the stand-in's sentinel", r.Data, r.Data)
+			}
+			if ni.Question != "Ship it?" || ni.Kind != "approval" {
+				t.Errorf("needs_input = %+v", ni)
+			}
+			run := readClaudeRun(t, recs[c.name])
+			if run.argv[0] != claude {
+				t.Errorf("argv[0] = %q, want the claude found on PATH, %q", run.argv[0], claude)
+			}
+			if got := run.argv[1:]; !slices.Equal(got, c.wantArgs) {
+				t.Errorf("argv[1:] =\n  %q\nwant\n  %q", got, c.wantArgs)
+			}
+			ws := filepath.Join(h.root, id)
+			sentinelPath := filepath.Join(ws, ".agora", "needs_input.json")
+			if got := run.env["AGORA_NEEDS_INPUT_FILE"]; got != sentinelPath {
+				t.Errorf("AGORA_NEEDS_INPUT_FILE = %q, want %q", got, sentinelPath)
+			}
+			if got := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(recs[c.name], "pwd"))))); got != ws {
+				t.Errorf("claude ran in %q, want the workspace %q", got, ws)
+			}
+			if run.skill == nil {
+				t.Fatalf("no %s in the workspace when claude ran", worker.SkillPath)
+			}
+			if c.wantSkill != "" {
+				if *run.skill != c.wantSkill {
+					t.Errorf("skill = %q, want the definition's file %q", *run.skill, c.wantSkill)
+				}
+				return
+			}
+			if !strings.Contains(*run.skill, sentinelPath) {
+				t.Errorf("skill does not name the absolute sentinel path %s", sentinelPath)
+			}
+			if *run.skill != worker.Skill(sentinelPath) {
+				t.Errorf("skill is not worker.Skill(%q)", sentinelPath)
+			}
+		})
+	}
+}
+
+// TestClaudeCodeBinAndHelperOptOut: Config.ClaudeBin names the executable
+// by absolute path; DisableNeedsInputHelper "true" writes no skill.
+func TestClaudeCodeBinAndHelperOptOut(t *testing.T) {
+	cases := []struct {
+		name      string
+		disable   string
+		wantSkill bool
+	}{
+		{name: "helper on by default", disable: "", wantSkill: true},
+		{name: "helper explicitly on", disable: "false", wantSkill: true},
+		{name: "helper disabled", disable: "true", wantSkill: false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			claude := writeExecutable(t, t.TempDir(), "my-claude", standInClaude)
+			h := newHarness(t, provision.Config{})
+			cfg := h.workerConfig()
+			cfg.ClaudeBin = claude
+			cfg.DisableNeedsInputHelper = c.disable
+			h.startWorker(cfg, worker.Deps{})
+			h.define(subagent.Definition{Name: "coder", Runtime: subagent.RuntimeClaudeCode, Prompt: "Fix {{.Input.bug}}"})
+			rec := filepath.Join(t.TempDir(), "rec")
+			id := h.dispatch(lifecycle.Request{Subagent: "coder", Input: json.RawMessage(`{"bug":"#42"}`), Env: map[string]string{"CLAUDE_REC": rec}})
+			if k := h.terminal(id).Data.(lifecycle.Lifecycle).LifecycleKind(); k != lifecycle.KindNeedsInput {
+				t.Fatalf("terminal = %s, want needs_input", k)
+			}
+			run := readClaudeRun(t, rec)
+			want := []string{claude, "--print", "--output-format", "json", "--dangerously-skip-permissions", "Fix #42"}
+			if !slices.Equal(run.argv, want) {
+				t.Errorf("argv = %q, want %q", run.argv, want)
+			}
+			if (run.skill != nil) != c.wantSkill {
+				t.Errorf("skill written = %v, want %v", run.skill != nil, c.wantSkill)
+			}
+		})
+	}
+}
+
+// TestDisableNeedsInputHelperIsExact: only exactly "true" disables the
+// helper; any other spelling is a configuration error, not a silent "on".
+func TestDisableNeedsInputHelperIsExact(t *testing.T) {
+	for _, v := range []string{"", "true", "false"} {
+		if err := (worker.Config{DisableNeedsInputHelper: v}).Validate(); err != nil {
+			t.Errorf("Validate(%q) = %v, want nil", v, err)
+		}
+	}
+	for _, v := range []string{"TRUE", "True", "1", "yes", " true", "true "} {
+		err := (worker.Config{DisableNeedsInputHelper: v}).Validate()
+		if err == nil || !strings.Contains(err.Error(), "AGORA_DISABLE_NEEDS_INPUT_HELPER") {
+			t.Errorf("Validate(%q) = %v, want an error naming AGORA_DISABLE_NEEDS_INPUT_HELPER", v, err)
+		}
+		if _, err := worker.New(worker.Config{DisableNeedsInputHelper: v}, worker.Deps{}); err == nil {
+			t.Errorf("New accepted DisableNeedsInputHelper=%q", v)
+		}
+	}
+}
+
+func TestRenderPrompt(t *testing.T) {
+	cases := []struct {
+		name  string
+		tmpl  string
+		input string
+		want  string
+		err   bool
+	}{
+		{name: "input field", tmpl: "Plan {{.Input.task}} for {{.Input.team}}.", input: `{"task":"the release","team":"payments"}`, want: "Plan the release for payments."},
+		{name: "nested input", tmpl: "{{.Input.ticket.id}}/{{index .Input.files 1}}", input: `{"ticket":{"id":"T-1"},"files":["a","b"]}`, want: "T-1/b"},
+		{name: "numbers keep their text", tmpl: "{{.Input.n}} {{.Input.big}}", input: `{"n":12345678901234567890123,"big":1e400}`, want: "12345678901234567890123 1e400"},
+		{name: "answer object gives its answer", tmpl: "{{.Answer}}", input: `{"answer":{"answer":"B","answered_by":"alice","decision":"approve"}}`, want: "B"},
+		{name: "answer string", tmpl: "{{.Answer}}", input: `{"answer":"B"}`, want: "B"},
+		{name: "answer fields stay reachable", tmpl: "{{.Input.answer.answered_by}} {{.Input.answer.decision}}", input: `{"answer":{"answer":"B","answered_by":"alice","decision":"approve"}}`, want: "alice approve"},
+		{name: "first round has no answer or state", tmpl: "{{if .Answer}}A{{else}}no answer{{end}} {{if .PartialState}}S{{else}}no state{{end}}", input: `{"task":"t"}`, want: "no answer no state"},
+		{name: "partial state is indented JSON", tmpl: "{{.PartialState}}", input: `{"partial_state":{"a":[1,2],"b":"c"}}`, want: "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": \"c\"\n}"},
+		{name: "null partial state is absent", tmpl: "{{if .PartialState}}S{{else}}none{{end}}", input: `{"partial_state":null}`, want: "none"},
+		{name: "no input", tmpl: "static prompt", input: `{}`, want: "static prompt"},
+		{name: "parse error", tmpl: "{{.Input.task", input: `{}`, err: true},
+		{name: "execution error", tmpl: "{{.Nope}}", input: `{}`, err: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var in map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(c.input), &in); err != nil {
+				t.Fatal(err)
+			}
+			got, err := worker.RenderPrompt(c.tmpl, in)
+			if c.err {
+				if err == nil {
+					t.Fatalf("RenderPrompt = %q, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Errorf("RenderPrompt = %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestClaudeRuntimeArgs(t *testing.T) {
+	in := map[string]json.RawMessage{"task": json.RawMessage(`"x"`)}
+	cases := []struct {
+		name string
+		rt   worker.ClaudeRuntime
+		def  subagent.Definition
+		want []string
+		err  bool
+	}{
+		{name: "defaults", def: subagent.Definition{Prompt: "do {{.Input.task}}"},
+			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "do x"}},
+		{name: "model", def: subagent.Definition{Prompt: "do {{.Input.task}}", Model: "claude-opus-4"},
+			want: []string{"claude", "--print", "--output-format", "json", "--model", "claude-opus-4", "--dangerously-skip-permissions", "do x"}},
+		{name: "strict", def: subagent.Definition{Prompt: "do {{.Input.task}}", Model: "M", Permission: subagent.PermissionStrict},
+			want: []string{"claude", "--print", "--output-format", "json", "--model", "M", "do x"}},
+		{name: "strict without model", def: subagent.Definition{Prompt: "p", Permission: subagent.PermissionStrict},
+			want: []string{"claude", "--print", "--output-format", "json", "p"}},
+		{name: "bin", rt: worker.ClaudeRuntime{Bin: "/opt/claude/bin/claude"}, def: subagent.Definition{Prompt: "p"},
+			want: []string{"/opt/claude/bin/claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "p"}},
+		{name: "prompt starting with a dash stays one argument", def: subagent.Definition{Prompt: "--help me"},
+			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "--help me"}},
+		{name: "bad template", def: subagent.Definition{Prompt: "{{.Nope}}"}, err: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := c.rt.Args(worker.Invocation{Definition: c.def, Input: in})
+			if c.err {
+				if err == nil {
+					t.Fatalf("Args = %q, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("Args =\n  %q\nwant\n  %q", got, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,261 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// TestEnvironmentFirewall runs a real sub-agent that dumps its environment
+// and checks the default-deny rule of DESIGN §4 end to end: the base names,
+// the allowed name, the request's env and the documented AGORA_* run
+// variables pass; the worker's own settings, NATS credentials, tokens and
+// secrets, and reserved names smuggled in through the request, do not.
+func TestEnvironmentFirewall(t *testing.T) {
+	home := t.TempDir()
+	secrets := map[string]string{
+		"AGORA_NATS_URL":        "nats://firewall-secret-host:4222",
+		"AGORA_NATS_CREDS":      "/secret/firewall/agora.creds",
+		"NATS_TOKEN":            "nats-token-firewall-0f1e2d",
+		"AGORA_API_TOKENS":      "api-token-firewall-9a8b7c",
+		"MY_SECRET_TOKEN":       "my-secret-token-firewall-5d6e",
+		"AWS_SECRET_ACCESS_KEY": "aws-secret-firewall-wJalrXUtnFEMI",
+	}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	t.Setenv("HOME", home)
+	t.Setenv("LC_ALL", "C")
+	t.Setenv("TZ", "Europe/Paris")
+	t.Setenv("ALLOWED_KEY", "allowed-value-4f9a2c")
+
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	h.shell("env-dump", `env > "$ENV_OUT/env.txt"`, func(d *subagent.Definition) {
+		d.EnvAllow = []string{"ALLOWED_KEY"}
+	})
+
+	out := t.TempDir()
+	id := lifecycle.NewID()
+	h.dispatch(lifecycle.Request{
+		DispatchID: id, Subagent: "env-dump", Input: json.RawMessage(`{}`),
+		ThreadID: "thread-env-1", ParentID: "parent-env-1", Round: 3,
+		Env: map[string]string{"FOO": "bar", "ENV_OUT": out, "AGORA_EVIL": "1", "NATS_URL": "x"},
+	})
+	r := h.terminal(id)
+	if k := r.Data.(lifecycle.Lifecycle).LifecycleKind(); k != lifecycle.KindFinished {
+		t.Fatalf("terminal = %s (%+v), want finished", k, r.Data)
+	}
+
+	raw, err := os.ReadFile(filepath.Join(out, "env.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := parseEnvDump(string(raw))
+	ws := filepath.Join(h.root, id)
+	want := map[string]string{
+		"PATH":                   os.Getenv("PATH"),
+		"HOME":                   home,
+		"LC_ALL":                 "C",
+		"TZ":                     "Europe/Paris",
+		"ALLOWED_KEY":            "allowed-value-4f9a2c",
+		"FOO":                    "bar",
+		"ENV_OUT":                out,
+		"AGORA_WORKSPACE":        ws,
+		"AGORA_INPUT_FILE":       filepath.Join(ws, ".agora", "input.json"),
+		"AGORA_OUTPUT_FILE":      filepath.Join(ws, ".agora", "output.json"),
+		"AGORA_NEEDS_INPUT_FILE": filepath.Join(ws, ".agora", "needs_input.json"),
+		"AGORA_DISPATCH_ID":      id,
+		"AGORA_THREAD_ID":        "thread-env-1",
+		"AGORA_ROUND":            "3",
+	}
+	for k, v := range want {
+		got, ok := env[k]
+		if !ok {
+			t.Errorf("sub-agent does not see %s", k)
+		} else if got != v {
+			t.Errorf("sub-agent sees %s=%q, want %q", k, got, v)
+		}
+	}
+	for _, k := range []string{"AGORA_NATS_URL", "AGORA_NATS_CREDS", "NATS_TOKEN", "AGORA_API_TOKENS",
+		"MY_SECRET_TOKEN", "AWS_SECRET_ACCESS_KEY", "AGORA_EVIL", "NATS_URL"} {
+		if v, ok := env[k]; ok {
+			t.Errorf("sub-agent sees %s=%q; it must not", k, v)
+		}
+	}
+	for k, v := range secrets {
+		if strings.Contains(string(raw), v) {
+			t.Errorf("the value of %s leaked into the sub-agent's environment", k)
+		}
+	}
+	// The only AGORA_* names are the seven documented run variables, and
+	// no NATS_* name passes at all.
+	var agora []string
+	for k := range env {
+		if strings.HasPrefix(strings.ToUpper(k), "AGORA_") {
+			agora = append(agora, k)
+		}
+		if strings.HasPrefix(strings.ToUpper(k), "NATS_") {
+			t.Errorf("sub-agent sees %s", k)
+		}
+	}
+	slices.Sort(agora)
+	wantAgora := []string{"AGORA_DISPATCH_ID", "AGORA_INPUT_FILE", "AGORA_NEEDS_INPUT_FILE", "AGORA_OUTPUT_FILE", "AGORA_ROUND", "AGORA_THREAD_ID", "AGORA_WORKSPACE"}
+	if !slices.Equal(agora, wantAgora) {
+		t.Errorf("AGORA_* names seen = %v, want %v", agora, wantAgora)
+	}
+}
+
+// TestFailureDetailRedactsAllowedSecret: a sub-agent that prints the value
+// of an allowed variable (typically an API key) to stderr and fails must
+// not get that value into the failed event's detail.
+func TestFailureDetailRedactsAllowedSecret(t *testing.T) {
+	const secret = "sk-allowed-secret-7c1d9e"
+	t.Setenv("ALLOWED_KEY", secret)
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	h.shell("leaky", `echo "calling the API with key $ALLOWED_KEY failed" >&2; exit 2`, func(d *subagent.Definition) {
+		d.EnvAllow = []string{"ALLOWED_KEY"}
+	})
+	id := h.dispatch(lifecycle.Request{Subagent: "leaky", Input: json.RawMessage(`{}`)})
+	f := failedEvent(t, h.terminal(id))
+	if f.Reason != lifecycle.ReasonProviderFailed {
+		t.Errorf("reason = %s, want %s", f.Reason, lifecycle.ReasonProviderFailed)
+	}
+	if strings.Contains(f.Detail, secret) {
+		t.Fatalf("failed.detail shows the allowed secret: %q", f.Detail)
+	}
+	if !strings.Contains(f.Detail, "calling the API with key [redacted] failed") {
+		t.Errorf("detail = %q, want the stderr line with the value redacted", f.Detail)
+	}
+}
+
+// TestEnvironment checks worker.Environment directly.
+func TestEnvironment(t *testing.T) {
+	parent := []string{
+		"PATH=/usr/bin:/bin", "HOME=/home/agent", "LANG=en_US.UTF-8", "LC_ALL=C", "LC_TIME=de_DE",
+		"TZ=UTC", "TMPDIR=/var/tmp", "USER=agent", "SHELL=/bin/bash",
+		"AGORA_NATS_URL=nats://secret:4222", "AGORA_NATS_CREDS=/c.creds", "NATS_TOKEN=tok", "AGORA_X=1", "NATS_X=1",
+		"MY_SECRET_TOKEN=s3cr3t", "ALLOWED=yes", "NOEQUALS",
+	}
+	const ws = "/ws/root/D1"
+	run := func(extra ...string) []string {
+		out := []string{
+			"AGORA_DISPATCH_ID=D1", "AGORA_INPUT_FILE=" + ws + "/.agora/input.json",
+			"AGORA_NEEDS_INPUT_FILE=" + ws + "/.agora/needs_input.json", "AGORA_OUTPUT_FILE=" + ws + "/.agora/output.json",
+			"AGORA_ROUND=2", "AGORA_THREAD_ID=T1", "AGORA_WORKSPACE=" + ws,
+		}
+		out = append(out, extra...)
+		slices.Sort(out)
+		return out
+	}
+	base := []string{"PATH=/usr/bin:/bin", "HOME=/home/agent", "LANG=en_US.UTF-8", "LC_ALL=C", "LC_TIME=de_DE", "TZ=UTC", "TMPDIR=/var/tmp"}
+	cases := []struct {
+		name   string
+		parent []string
+		allow  []string
+		req    map[string]string
+		want   []string
+	}{
+		{name: "base names only", parent: parent, want: run(base...)},
+		{name: "allowed names pass, reserved ones never", parent: parent,
+			allow: []string{"ALLOWED", "AGORA_X", "NATS_X", "AGORA_NATS_URL", "NATS_TOKEN", "ABSENT"},
+			want:  run(append(slices.Clone(base), "ALLOWED=yes")...)},
+		{name: "request env adds and overrides, reserved and invalid names dropped", parent: parent,
+			req: map[string]string{
+				"FOO": "bar", "TZ": "Asia/Tokyo", "AGORA_WORKSPACE": "/evil", "AGORA_ROUND": "99", "AGORA_EVIL": "1",
+				"agora_lower": "1", "NATS_URL": "x", "nats_url": "x", "BAD-NAME": "1", "1X": "1", "": "empty",
+			},
+			want: run("PATH=/usr/bin:/bin", "HOME=/home/agent", "LANG=en_US.UTF-8", "LC_ALL=C", "LC_TIME=de_DE",
+				"TZ=Asia/Tokyo", "TMPDIR=/var/tmp", "FOO=bar")},
+		{name: "no PATH gets a default", parent: []string{"HOME=/h"},
+			want: run("HOME=/h", "PATH=/usr/local/bin:/usr/bin:/bin")},
+		{name: "empty parent", want: run("PATH=/usr/local/bin:/usr/bin:/bin")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			def := subagent.Definition{Name: "a", Runtime: subagent.RuntimeExec, Command: []string{"true"}, EnvAllow: c.allow}
+			got := worker.Environment(c.parent, def, c.req, ws, "D1", "T1", 2)
+			if !slices.Equal(got, c.want) {
+				t.Errorf("Environment =\n  %q\nwant\n  %q", got, c.want)
+			}
+		})
+	}
+}
+
+// parseEnvDump parses the output of env(1), one NAME=value a line.
+func parseEnvDump(s string) map[string]string {
+	env := map[string]string{}
+	for line := range strings.Lines(s) {
+		k, v, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+		if ok && subagent.ValidEnvName(k) {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// failedEvent returns r's data as a failed event, or fails the test.
+func failedEvent(t *testing.T, r recorded) *lifecycle.Failed {
+	t.Helper()
+	f, ok := r.Data.(*lifecycle.Failed)
+	if !ok {
+		t.Fatalf("terminal event is %T %+v, want failed", r.Data, r.Data)
+	}
+	return f
+}
+
+// TestFailureDetailRedactsOverlappingSecrets: when one secret value is a
+// prefix of another, the longer one is still redacted whole, not left
+// with its tail showing after the shorter one was replaced.
+func TestFailureDetailRedactsOverlappingSecrets(t *testing.T) {
+	// The short value is set first, so it comes first in the environment.
+	t.Setenv("SHORT_KEY", "sk-live-1234")
+	t.Setenv("LONG_KEY", "sk-live-1234-tail-that-must-not-leak")
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	h.shell("leaky2", `echo "key=$LONG_KEY" >&2; exit 2`, func(d *subagent.Definition) {
+		d.EnvAllow = []string{"SHORT_KEY", "LONG_KEY"}
+	})
+	f := failedEvent(t, h.terminal(h.dispatch(lifecycle.Request{Subagent: "leaky2", Input: json.RawMessage(`{}`)})))
+	if strings.Contains(f.Detail, "sk-live") || strings.Contains(f.Detail, "tail-that-must-not-leak") {
+		t.Fatalf("detail shows part of a secret: %q", f.Detail)
+	}
+	if !strings.Contains(f.Detail, "key=[redacted]") {
+		t.Errorf("detail = %q, want key=[redacted]", f.Detail)
+	}
+}
+
+// TestFailureDetailRedactsBeforeTruncating: the detail keeps only the end
+// of a long stderr; a secret cut in half by that truncation must not show
+// its remaining part.
+func TestFailureDetailRedactsBeforeTruncating(t *testing.T) {
+	const secret = "sk-secret-abcdef-0123456789"
+	t.Setenv("ALLOWED_KEY", secret)
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	// The secret sits just before the last 700 bytes of stderr, whose
+	// first 20 bytes or so it straddles, at every cut position nearby.
+	for i, pad := range []int{680, 685, 690, 695} {
+		name := "cut-" + string(rune('a'+i))
+		h.shell(name, `printf 'key %s ' "$ALLOWED_KEY" >&2; head -c `+strconv.Itoa(pad)+` /dev/zero | tr '\0' y >&2; exit 2`, func(d *subagent.Definition) {
+			d.EnvAllow = []string{"ALLOWED_KEY"}
+		})
+		f := failedEvent(t, h.terminal(h.dispatch(lifecycle.Request{Subagent: name, Input: json.RawMessage(`{}`)})))
+		for n := 6; n <= len(secret); n++ {
+			if tail := secret[len(secret)-n:]; strings.Contains(f.Detail, tail) {
+				t.Errorf("pad %d: detail shows the last %d bytes of the secret (%q): %.120q", pad, n, tail, f.Detail)
+				break
+			}
+		}
+	}
+}
