@@ -1,0 +1,284 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// DefaultTimeout bounds a request to an Agora endpoint when the context
+// carries no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// Client talks to Agora over one NATS connection. Create it with New or
+// Connect. It is safe for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	ownConn bool
+	timeout time.Duration
+	natsOpt []nats.Option
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout bounds each request to an Agora endpoint when the caller's
+// context has no deadline (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// WithNATSOptions adds options to the connection Connect opens, such as
+// nats.UserCredentials. New ignores them.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(c *Client) { c.natsOpt = append(c.natsOpt, opts...) }
+}
+
+// New returns a Client on an existing connection, which stays the
+// caller's: Close does not close it.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("client: nil NATS connection")
+	}
+	c := &Client{nc: nc, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("client: jetstream: %w", err)
+	}
+	c.js = js
+	return c, nil
+}
+
+// Connect connects to the NATS server at url (reconnecting forever) and
+// returns a Client that owns the connection: Close closes it.
+func Connect(url string, opts ...Option) (*Client, error) {
+	probe := &Client{}
+	for _, o := range opts {
+		o(probe)
+	}
+	nopts := append([]nats.Option{nats.Name("agora-client"), nats.MaxReconnects(-1)}, probe.natsOpt...)
+	nc, err := nats.Connect(url, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("client: connect %s: %w", url, err)
+	}
+	c, err := New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.ownConn = true
+	return c, nil
+}
+
+// Close closes the connection when the Client opened it with Connect,
+// after flushing what it published. It is a no-op for a Client from New.
+func (c *Client) Close() error {
+	if !c.ownConn {
+		return nil
+	}
+	return c.nc.Drain()
+}
+
+// Conn returns the underlying connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// call sends a JSON request to a micro endpoint and decodes the JSON
+// reply into out. A micro error reply becomes a *Problem.
+func (c *Client) call(ctx context.Context, subject string, hdr nats.Header, in, out any) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("client: %s: encode request: %w", subject, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	resp, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: hdr, Data: data})
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("client: %s: no service is answering: %w", subject, ErrUnavailable)
+	case err != nil:
+		return fmt.Errorf("client: %s: %w", subject, err)
+	}
+	if p := problemFromReply(resp); p != nil {
+		return p
+	}
+	if err := json.Unmarshal(resp.Data, out); err != nil {
+		return fmt.Errorf("client: %s: decode reply: %w", subject, err)
+	}
+	return nil
+}
+
+// Dispatch is a handle on one accepted dispatch: one round of a thread.
+type Dispatch struct {
+	// ID is the dispatch id; ThreadID its thread (the dispatch id of the
+	// thread's root).
+	ID       string
+	ThreadID string
+	// Record is the dispatch record as the dispatcher returned it.
+	Record Record
+
+	c *Client
+}
+
+// DispatchOption adjusts one Dispatch call.
+type DispatchOption func(*nats.Header)
+
+// WithTraceparent sends a W3C traceparent with the request so every event
+// of the dispatch joins that trace. Without it the dispatcher starts a new
+// trace.
+func WithTraceparent(tp string) DispatchOption {
+	return func(h *nats.Header) { h.Set(lifecycle.TraceparentExtension, tp) }
+}
+
+// Dispatch asks the dispatcher (agora.api.dispatch) to accept req and
+// returns a handle once it is accepted and queued. Set req.DispatchID to
+// make the call idempotent: the same id again returns the first dispatch.
+//
+// A refused request answers a *Problem matching ErrInvalidRequest whose
+// Errors name the fields at fault. A request past its thread's round limit
+// is not refused: the handle's Record already ended failed max-rounds.
+// Dispatch blocks until the dispatcher answers or ctx ends.
+func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...DispatchOption) (*Dispatch, error) {
+	hdr := nats.Header{}
+	for _, o := range opts {
+		o(&hdr)
+	}
+	var rec Record
+	if err := c.call(ctx, lifecycle.APIDispatch, hdr, req, &rec); err != nil {
+		return nil, err
+	}
+	return &Dispatch{ID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
+}
+
+// Item is one lifecycle event read from AGORA_LIFECYCLE.
+type Item struct {
+	// Seq is the event's stream sequence; pass it as Filter.AfterSeq to
+	// resume after this event.
+	Seq   uint64
+	Event lifecycle.Event
+	// Data is the parsed event data (*lifecycle.Accepted, *lifecycle.Started, …).
+	Data lifecycle.Lifecycle
+}
+
+// Kind returns the item's lifecycle kind.
+func (it Item) Kind() lifecycle.Kind {
+	if it.Data == nil {
+		return ""
+	}
+	return it.Data.LifecycleKind()
+}
+
+// Wait blocks until this dispatch has its terminal event (finished,
+// needs_input, failed or cancelled) and returns it. It reads the lifecycle
+// stream from its start, so it never misses an event that came before the
+// call. Wait covers one round: use WaitThread to follow the answers.
+func (d *Dispatch) Wait(ctx context.Context) (Item, error) {
+	for it, err := range d.c.Watch(ctx, Filter{ThreadID: d.ThreadID, DispatchID: d.ID, FromStart: true}) {
+		if err != nil {
+			return Item{}, err
+		}
+		if it.Kind().Terminal() {
+			return it, nil
+		}
+	}
+	return Item{}, ctx.Err()
+}
+
+// WaitThread follows a thread across its rounds until it ends: it calls
+// onEvent (when not nil) for every lifecycle event of the thread, oldest
+// first, and returns the first terminal event that is not needs_input. A
+// needs_input only pauses the thread: the router re-dispatches into it
+// once the question is answered. WaitThread blocks until then or until ctx
+// ends; onEvent runs on the calling goroutine.
+func (c *Client) WaitThread(ctx context.Context, threadID string, onEvent func(lifecycle.Event, lifecycle.Data)) (Item, error) {
+	if err := lifecycle.ValidToken(threadID); err != nil {
+		return Item{}, fmt.Errorf("client: thread id: %w", err)
+	}
+	for it, err := range c.Watch(ctx, Filter{ThreadID: threadID, FromStart: true}) {
+		if err != nil {
+			return Item{}, err
+		}
+		if onEvent != nil {
+			onEvent(it.Event, it.Data)
+		}
+		if k := it.Kind(); k.Terminal() && k != lifecycle.KindNeedsInput {
+			return it, nil
+		}
+	}
+	return Item{}, ctx.Err()
+}
+
+// CancelOption adjusts a Cancel or CancelThread call.
+type CancelOption func(*CancelRequest)
+
+// CancelBy names who cancels (default "api") and why.
+func CancelBy(by, reason string) CancelOption {
+	return func(r *CancelRequest) { r.By, r.Reason = by, reason }
+}
+
+// Cancel cancels a dispatch (agora.api.cancel) and returns its record. A
+// queued dispatch ends cancelled and never runs; a running one is stopped.
+// Cancel is idempotent: a dispatch that already ended is returned
+// unchanged. An unknown id answers an error matching ErrNotFound.
+func (c *Client) Cancel(ctx context.Context, dispatchID string, opts ...CancelOption) (*Record, error) {
+	req := CancelRequest{DispatchID: dispatchID}
+	for _, o := range opts {
+		o(&req)
+	}
+	var rec Record
+	if err := c.call(ctx, lifecycle.APICancel, nil, req, &rec); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// CancelThread cancels every dispatch of a thread that has not ended, and
+// a thread paused on a question, and returns the thread.
+func (c *Client) CancelThread(ctx context.Context, threadID string, opts ...CancelOption) (*Thread, error) {
+	req := CancelRequest{ThreadID: threadID}
+	for _, o := range opts {
+		o(&req)
+	}
+	var th Thread
+	if err := c.call(ctx, lifecycle.APICancel, nil, req, &th); err != nil {
+		return nil, err
+	}
+	return &th, nil
+}
+
+// Status returns a dispatch's record (agora.api.status). An unknown id
+// answers an error matching ErrNotFound.
+func (c *Client) Status(ctx context.Context, dispatchID string) (*Record, error) {
+	var rec Record
+	if err := c.call(ctx, lifecycle.APIStatus, nil, StatusRequest{DispatchID: dispatchID}, &rec); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// Thread returns every round of a thread with its events
+// (agora.api.status). An unknown id answers an error matching ErrNotFound.
+func (c *Client) Thread(ctx context.Context, threadID string) (*Thread, error) {
+	var th Thread
+	if err := c.call(ctx, lifecycle.APIStatus, nil, StatusRequest{ThreadID: threadID}, &th); err != nil {
+		return nil, err
+	}
+	return &th, nil
+}

@@ -1,0 +1,313 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+func TestDispatch(t *testing.T) {
+	e := newEnv(t)
+	d, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)}, client.WithTraceparent(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ID == "" || d.ThreadID != d.ID || d.Record.Status != lifecycle.KindAccepted || !d.Record.Queued {
+		t.Fatalf("handle: %+v", d)
+	}
+	if lifecycle.TraceID(d.Record.Traceparent) != lifecycle.TraceID(trace) {
+		t.Errorf("traceparent %q does not continue %q", d.Record.Traceparent, trace)
+	}
+	again, err := e.c.Dispatch(t.Context(), lifecycle.Request{DispatchID: d.ID, Subagent: "planner"})
+	if err != nil || again.ID != d.ID || !again.Record.CreatedAt.Equal(d.Record.CreatedAt) {
+		t.Errorf("the same id again: %+v %v", again, err)
+	}
+	rec, err := e.c.Status(t.Context(), d.ID)
+	if err != nil || rec.DispatchID != d.ID || string(rec.Request.Input) != `{"task":"x"}` {
+		t.Errorf("status: %+v %v", rec, err)
+	}
+	if _, err := e.c.Status(t.Context(), "nope"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("status of an unknown id: %v", err)
+	}
+}
+
+func TestDispatchRefused(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "ghost", Timeout: "soon", Env: map[string]string{"NATS_CREDS": "x"}})
+	if !errors.Is(err, client.ErrInvalidRequest) {
+		t.Fatalf("err = %v, want ErrInvalidRequest", err)
+	}
+	var p *client.Problem
+	if !errors.As(err, &p) || p.Status != 422 {
+		t.Fatalf("not a problem: %v", err)
+	}
+	for _, f := range []string{"subagent", "timeout", "env"} {
+		if p.Field(f) == "" {
+			t.Errorf("the problem does not name %s: %+v", f, p.Errors)
+		}
+	}
+	if !strings.Contains(err.Error(), "subagent") {
+		t.Errorf("error text: %v", err)
+	}
+}
+
+func TestNoDispatcher(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	c, err := client.Connect(srv.URL, client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"}); !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("dispatch with no dispatcher: %v", err)
+	}
+	if _, err := client.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+func TestWaitAndCancel(t *testing.T) {
+	e := newEnv(t)
+	d, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		it  client.Item
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		it, err := d.Wait(t.Context())
+		waited <- result{it, err}
+	}()
+	rec, err := e.c.Cancel(t.Context(), d.ID, client.CancelBy("ops", "test"))
+	if err != nil || rec.Status != lifecycle.KindCancelled {
+		t.Fatalf("cancel: %+v %v", rec, err)
+	}
+	select {
+	case r := <-waited:
+		if r.err != nil || r.it.Kind() != lifecycle.KindCancelled || r.it.Data.(*lifecycle.Cancelled).By != "ops" || r.it.Seq == 0 {
+			t.Errorf("wait: %+v %v", r.it, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return")
+	}
+	// Waiting after the end returns at once.
+	it, err := d.Wait(t.Context())
+	if err != nil || it.Event.ID() != lifecycle.TerminalID(d.ID) {
+		t.Errorf("wait after the end: %v %v", it.Event.ID(), err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	d2, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d2.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("wait on a dispatch nothing ends: %v", err)
+	}
+	if _, err := e.c.Cancel(t.Context(), "nope"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("cancel of an unknown id: %v", err)
+	}
+}
+
+// TestWaitThreadFollowsRounds checks WaitThread's following logic with the
+// dispatcher and events the test publishes in place of a worker (the
+// needs_input) and of the router (the round-1 dispatch). It is not a round
+// trip: that test waits for services/worker and services/router.
+func TestWaitThreadFollowsRounds(t *testing.T) {
+	e := newEnv(t)
+	root, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	type result struct {
+		it  client.Item
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		it, err := e.c.WaitThread(t.Context(), root.ThreadID, func(ev lifecycle.Event, d lifecycle.Data) {
+			kinds = append(kinds, string(d.(lifecycle.Lifecycle).LifecycleKind()))
+		})
+		done <- result{it, err}
+	}()
+	e.publishAsWorker(t, &lifecycle.NeedsInput{Common: root.Record.Common(), QuestionID: lifecycle.QuestionID(root.ID), Question: "A or B?"})
+	r1, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner", ThreadID: root.ThreadID, ParentID: root.ID, Round: 1, QuestionID: lifecycle.QuestionID(root.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+		t.Fatal("WaitThread ended at needs_input")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := e.c.Cancel(t.Context(), r1.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.it.Kind() != lifecycle.KindCancelled || r.it.Data.Base().DispatchID != r1.ID {
+			t.Errorf("final: %+v %v", r.it, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitThread did not return")
+	}
+	if got := strings.Join(kinds, ","); got != "accepted,needs_input,accepted,cancelled" {
+		t.Errorf("events seen: %s", got)
+	}
+	th, err := e.c.Thread(t.Context(), root.ThreadID)
+	if err != nil || len(th.Rounds) != 2 || th.Status != lifecycle.KindCancelled {
+		t.Errorf("thread: %+v %v", th, err)
+	}
+	th, err = e.c.CancelThread(t.Context(), root.ThreadID)
+	if err != nil || th.Status != lifecycle.KindCancelled {
+		t.Errorf("cancel an ended thread: %+v %v", th, err)
+	}
+	if _, err := e.c.WaitThread(t.Context(), "bad.id", nil); err == nil {
+		t.Error("WaitThread accepted an invalid id")
+	}
+}
+
+func TestWatch(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	// Live: the watch runs while the dispatches happen.
+	live := make(chan client.Item, 8)
+	liveCtx, stopLive := context.WithCancel(ctx)
+	liveErr := make(chan error, 1)
+	go func() {
+		for it, err := range e.c.Watch(liveCtx, client.Filter{Kind: lifecycle.KindCancelled, FromStart: true}) {
+			if err != nil {
+				liveErr <- err
+				return
+			}
+			live <- it
+		}
+	}()
+
+	var ids []string
+	for range 3 {
+		d, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+		if _, err := e.c.Cancel(ctx, d.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		select {
+		case it := <-live:
+			if it.Kind() != lifecycle.KindCancelled || it.Data.Base().DispatchID != ids[i] {
+				t.Errorf("live event %d: %s %s", i, it.Kind(), it.Data.Base().DispatchID)
+			}
+		case <-ctx.Done():
+			t.Fatal("no live event")
+		}
+	}
+	stopLive()
+	if err := <-liveErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("a stopped watch ends with %v", err)
+	}
+
+	// Replay one dispatch from the start, then resume after its first event.
+	var seqs []uint64
+	for it, err := range e.c.Watch(ctx, client.Filter{DispatchID: ids[1], FromStart: true}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, it.Seq)
+		if it.Kind().Terminal() {
+			break
+		}
+	}
+	if len(seqs) != 2 {
+		t.Fatalf("replay: %v", seqs)
+	}
+	for it, err := range e.c.Watch(ctx, client.Filter{DispatchID: ids[1], AfterSeq: seqs[0]}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Seq != seqs[1] {
+			t.Errorf("resumed at %d, want %d", it.Seq, seqs[1])
+		}
+		break
+	}
+	for _, err := range e.c.Watch(ctx, client.Filter{Kind: "exploded"}) {
+		if err == nil {
+			t.Error("an invalid filter yields no error")
+		}
+		break
+	}
+}
+
+func TestQuestions(t *testing.T) {
+	e := newEnv(t)
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qs, err := e.c.Questions(t.Context(), client.QuestionFilter{}); err != nil || len(qs) != 0 {
+		t.Fatalf("empty bucket: %v %v", qs, err)
+	}
+	// The test writes question records as the router will.
+	now := time.Now().UTC()
+	put := func(q lifecycle.Question) {
+		data, _ := json.Marshal(q)
+		if _, err := kv.Put(t.Context(), q.QuestionID, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(lifecycle.Question{Common: lifecycle.Common{DispatchID: "d2", ThreadID: "t2", Subagent: "planner"}, QuestionID: "q-d2", Status: "asked", Route: "human", Question: "B?", AskedAt: now.Add(time.Second)})
+	put(lifecycle.Question{Common: lifecycle.Common{DispatchID: "d1", ThreadID: "t1", Subagent: "planner"}, QuestionID: "q-d1", Status: "asked", Route: "data", Question: "A?", AskedAt: now})
+	put(lifecycle.Question{Common: lifecycle.Common{DispatchID: "d3", ThreadID: "t3", Subagent: "other"}, QuestionID: "q-d3", Status: "answered", Route: "human", Question: "C?", AskedAt: now})
+	if _, err := kv.Put(t.Context(), "not-a-question", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(t.Context(), "q-d3"); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := e.c.Questions(t.Context(), client.QuestionFilter{Status: "asked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0].QuestionID != "q-d1" || qs[1].QuestionID != "q-d2" {
+		t.Errorf("pending, oldest first: %+v", qs)
+	}
+	qs, _ = e.c.Questions(t.Context(), client.QuestionFilter{Route: "human"})
+	if len(qs) != 1 || qs[0].QuestionID != "q-d2" {
+		t.Errorf("by route, deleted skipped: %+v", qs)
+	}
+}
+
+func TestConnect(t *testing.T) {
+	e := newEnv(t)
+	c, err := client.Connect(e.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"}); err != nil {
+		t.Error(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	if _, err := client.Connect("nats://127.0.0.1:1"); err == nil {
+		t.Error("connected to nothing")
+	}
+}

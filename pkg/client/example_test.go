@@ -1,0 +1,244 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// The examples run against an embedded JetStream server with a dispatcher
+// and the sub-agent "planner" (startExampleAgora). No worker runs in them,
+// so a dispatch stays queued until it is cancelled.
+
+func ExampleClient_Dispatch() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, err := client.Connect(agora.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	d, err := c.Dispatch(ctx, lifecycle.Request{
+		DispatchID: "release-plan-42", // optional: makes retries safe
+		Subagent:   "planner",
+		Input:      json.RawMessage(`{"task": "plan the release"}`),
+		Labels:     map[string]string{"team": "payments"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(d.ID, d.Record.Status, d.Record.Queued)
+	fmt.Println("thread:", d.ThreadID)
+	fmt.Println("timeout:", d.Record.Request.Timeout, "max rounds:", d.Record.Request.MaxRounds)
+	// Output:
+	// release-plan-42 accepted true
+	// thread: release-plan-42
+	// timeout: 30m0s max rounds: 5
+}
+
+func ExampleClient_Dispatch_invalid() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+
+	_, err := c.Dispatch(context.Background(), lifecycle.Request{
+		Subagent: "planner",
+		Input:    json.RawMessage(`["not", "an", "object"]`),
+		Timeout:  "soon",
+		Env:      map[string]string{"AGORA_API_TOKENS": "x"},
+	})
+	fmt.Println(errors.Is(err, client.ErrInvalidRequest))
+	var p *client.Problem
+	if errors.As(err, &p) {
+		for _, f := range p.Errors {
+			fmt.Printf("%s: %s\n", f.Field, f.Message)
+		}
+	}
+	// Output:
+	// true
+	// input: must be a JSON object, not an array
+	// timeout: "soon" is not a positive duration such as 30m or 1h30m
+	// env: "AGORA_API_TOKENS" is reserved: a sub-agent never gets AGORA_* or NATS_* variables
+}
+
+func ExampleDispatch_Wait() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// No worker runs here: cancel it, so Wait has a terminal event.
+	if _, err := c.Cancel(ctx, d.ID, client.CancelBy("ops", "example")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	it, err := d.Wait(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(it.Kind(), "by", it.Data.(*lifecycle.Cancelled).By)
+	// Output: cancelled by ops
+}
+
+func ExampleClient_WaitThread() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := c.CancelThread(ctx, d.ThreadID); err != nil {
+		fmt.Println(err)
+		return
+	}
+	final, err := c.WaitThread(ctx, d.ThreadID, func(e lifecycle.Event, data lifecycle.Data) {
+		fmt.Println("event:", data.(lifecycle.Lifecycle).LifecycleKind())
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("thread ended:", final.Kind())
+	// Output:
+	// event: accepted
+	// event: cancelled
+	// thread ended: cancelled
+}
+
+func ExampleClient_Watch() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	d, _ := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	_, _ = c.Cancel(ctx, d.ID)
+	for it, err := range c.Watch(ctx, client.Filter{DispatchID: d.ID, FromStart: true}) {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(it.Kind(), it.Event.Type())
+		if it.Kind().Terminal() {
+			break
+		}
+	}
+	// Output:
+	// accepted dev.agora.dispatch.accepted
+	// cancelled dev.agora.dispatch.cancelled
+}
+
+func ExampleClient_Cancel() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+	ctx := context.Background()
+
+	d, _ := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	rec, err := c.Cancel(ctx, d.ID, client.CancelBy("alice", "wrong input"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(rec.Status, rec.Result.By, rec.Result.Detail)
+	again, _ := c.Cancel(ctx, d.ID, client.CancelBy("bob", ""))
+	fmt.Println("idempotent:", again.Result.By)
+	_, err = c.Cancel(ctx, "no-such-dispatch")
+	fmt.Println(errors.Is(err, client.ErrNotFound))
+	// Output:
+	// cancelled alice wrong input
+	// idempotent: alice
+	// true
+}
+
+func ExampleClient_Status() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+	ctx := context.Background()
+
+	d, _ := c.Dispatch(ctx, lifecycle.Request{DispatchID: "status-1", Subagent: "planner", Target: "repo/app"})
+	rec, err := c.Status(ctx, d.ID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(rec.DispatchID, rec.Status, rec.Request.Target)
+	th, _ := c.Thread(ctx, d.ThreadID)
+	fmt.Println(len(th.Rounds), "round, status", th.Status)
+	// Output:
+	// status-1 accepted repo/app
+	// 1 round, status accepted
+}
+
+func ExampleClient_Questions() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+
+	pending, err := c.Questions(context.Background(), client.QuestionFilter{Status: "asked"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, q := range pending {
+		fmt.Println(q.QuestionID, q.Question, q.Options)
+	}
+	fmt.Println(len(pending), "pending questions")
+	// Output: 0 pending questions
+}
+
+// Answer goes to the router (agora.api.answer). This example only shows
+// the error handling; it does not run.
+func ExampleClient_Answer() {
+	c, err := client.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	reply, err := c.Answer(context.Background(), "q-01J0EXAMPLE", lifecycle.Answer{Answer: "B", AnsweredBy: "alice@example.com"})
+	switch {
+	case errors.Is(err, client.ErrAlreadyAnswered):
+		var ae *client.AnswerError
+		errors.As(err, &ae)
+		fmt.Println("too late: answered by", ae.Reply.AnsweredBy)
+	case errors.Is(err, client.ErrInvalidAnswer):
+		fmt.Println("refused:", err)
+	case errors.Is(err, client.ErrNotFound):
+		fmt.Println("no such question")
+	case err != nil:
+		fmt.Println(err)
+	default:
+		fmt.Println("accepted at", reply.AnsweredAt)
+	}
+}

@@ -1,0 +1,100 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// QuestionFilter selects question records. Empty fields match anything.
+type QuestionFilter struct {
+	// Status is a question status: asked (pending), answered, expired or
+	// withdrawn.
+	Status     string
+	Route      string
+	ThreadID   string
+	DispatchID string
+	Subagent   string
+}
+
+func (f QuestionFilter) match(q *lifecycle.Question) bool {
+	return (f.Status == "" || q.Status == f.Status) && (f.Route == "" || q.Route == f.Route) &&
+		(f.ThreadID == "" || q.ThreadID == f.ThreadID) && (f.DispatchID == "" || q.DispatchID == f.DispatchID) &&
+		(f.Subagent == "" || q.Subagent == f.Subagent)
+}
+
+// Questions returns the question records in the agora_questions bucket that
+// match f, oldest first. It reads a snapshot: records written while it runs
+// may or may not be included. Values that are not question records are
+// skipped.
+func (c *Client) Questions(ctx context.Context, f QuestionFilter) ([]lifecycle.Question, error) {
+	kv, err := c.js.KeyValue(ctx, lifecycle.BucketQuestions)
+	if err != nil {
+		return nil, fmt.Errorf("client: bucket %s: %w", lifecycle.BucketQuestions, err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("client: questions: %w", err)
+	}
+	defer w.Stop()
+	var out []lifecycle.Question
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("client: questions: watcher closed")
+			}
+			if e == nil { // the initial values are all delivered
+				slices.SortStableFunc(out, func(a, b lifecycle.Question) int { return a.AskedAt.Compare(b.AskedAt) })
+				return out, nil
+			}
+			var q lifecycle.Question
+			if json.Unmarshal(e.Value(), &q) != nil || q.QuestionID == "" {
+				continue
+			}
+			if f.match(&q) {
+				out = append(out, q)
+			}
+		}
+	}
+}
+
+// Answer submits an answer to a question through the router's
+// agora.api.answer endpoint and returns its reply when the answer is
+// accepted. The first valid answer wins. Otherwise the error is an
+// *AnswerError wrapping ErrAlreadyAnswered, ErrInvalidAnswer, ErrNotFound
+// or ErrUnavailable (status retry); with no router running it matches
+// ErrUnavailable. a.QuestionID is set to questionID. Answer blocks until the
+// router replies or ctx ends.
+func (c *Client) Answer(ctx context.Context, questionID string, a lifecycle.Answer) (*AnswerReply, error) {
+	if err := lifecycle.ValidToken(questionID); err != nil {
+		return nil, fmt.Errorf("client: question id: %w", err)
+	}
+	if a.QuestionID != "" && a.QuestionID != questionID {
+		return nil, fmt.Errorf("client: answer names question %q, not %q", a.QuestionID, questionID)
+	}
+	a.QuestionID = questionID
+	var reply AnswerReply
+	if err := c.call(ctx, lifecycle.APIAnswer, nil, a, &reply); err != nil {
+		var p *Problem
+		if errors.As(err, &p) && p.Status == 404 {
+			return nil, &AnswerError{QuestionID: questionID, Reply: AnswerReply{Status: AnswerNotFound, Reason: p.Detail}}
+		}
+		return nil, err
+	}
+	switch reply.Status {
+	case AnswerAccepted:
+		return &reply, nil
+	case AnswerAlreadyAnswered, AnswerInvalid, AnswerNotFound, AnswerRetry:
+		return nil, &AnswerError{QuestionID: questionID, Reply: reply}
+	}
+	return nil, fmt.Errorf("client: answer to %s: unknown reply status %q", questionID, reply.Status)
+}

@@ -1,0 +1,143 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Record is a dispatch record: the value the dispatcher keeps under the
+// dispatch id in the agora_dispatches bucket, and what the dispatch, cancel
+// and status calls return. The dispatcher writes it when it accepts a
+// request and keeps it current from the lifecycle stream.
+type Record struct {
+	DispatchID       string `json:"dispatch_id"`
+	ThreadID         string `json:"thread_id"`
+	ParentID         string `json:"parent_id,omitempty"`
+	Round            int    `json:"round"`
+	Subagent         string `json:"subagent"`
+	SubagentRevision uint64 `json:"subagent_revision,omitempty"`
+	// Status is the latest lifecycle kind: accepted, then started, then one
+	// terminal kind, which never changes again.
+	Status lifecycle.Kind `json:"status"`
+	// Queued reports that the work message is on AGORA_DISPATCH. A record
+	// found with Queued false belongs to an acceptance that was interrupted;
+	// the dispatcher finishes it when the same request comes again.
+	Queued bool `json:"queued"`
+	// Attempt is the highest delivery attempt a worker reported as started.
+	Attempt  int    `json:"attempt,omitempty"`
+	WorkerID string `json:"worker_id,omitempty"`
+	// Traceparent is the W3C trace context every event of the dispatch
+	// carries (each event with its own span id).
+	Traceparent string `json:"traceparent,omitempty"`
+	// Request is the completed request as queued for the worker: ids,
+	// round, sub-agent revision, timeout and round limit filled in. Records
+	// of requests the dispatcher refused on the stream have none.
+	Request *lifecycle.Request `json:"request,omitempty"`
+	// Result summarises the terminal event; nil until there is one.
+	Result *Result `json:"result,omitempty"`
+
+	CreatedAt  time.Time  `json:"created_at"`
+	AcceptedAt *time.Time `json:"accepted_at,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"` // of the latest attempt
+	EndedAt    *time.Time `json:"ended_at,omitempty"`   // time of the terminal event
+	UpdatedAt  time.Time  `json:"updated_at"`
+
+	// Events lists the lifecycle events applied to the record, in the
+	// order the dispatcher applied them; their ids make the projection
+	// idempotent.
+	Events []EventRef `json:"events,omitempty"`
+}
+
+// Terminal reports whether the dispatch has ended.
+func (r *Record) Terminal() bool { return r.Status.Terminal() }
+
+// Common returns the fields every lifecycle event of the dispatch carries.
+func (r *Record) Common() lifecycle.Common {
+	return lifecycle.Common{DispatchID: r.DispatchID, ThreadID: r.ThreadID, ParentID: r.ParentID, Round: r.Round, Subagent: r.Subagent}
+}
+
+// Result summarises a dispatch's terminal event.
+type Result struct {
+	Kind lifecycle.Kind `json:"kind"`
+	// Reason is the failure reason of a failed dispatch.
+	Reason lifecycle.Reason `json:"reason,omitempty"`
+	// Detail explains a failure, or is the reason given for a cancel.
+	Detail     string `json:"detail,omitempty"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	// QuestionID and Question are set for needs_input: the question this
+	// dispatch asked.
+	QuestionID string `json:"question_id,omitempty"`
+	Question   string `json:"question,omitempty"`
+	// Output is the sub-agent's .agora/output.json of a finished dispatch.
+	Output json.RawMessage `json:"output,omitempty"`
+	// By names who cancelled.
+	By string `json:"by,omitempty"`
+}
+
+// EventRef names one lifecycle event applied to a record.
+type EventRef struct {
+	ID   string         `json:"id"`
+	Kind lifecycle.Kind `json:"kind"`
+	Time time.Time      `json:"time"`
+}
+
+// Thread is every round of a thread: the root dispatch and each
+// re-dispatch that carried an answer, in round order, each with its
+// lifecycle events.
+type Thread struct {
+	ThreadID string `json:"thread_id"`
+	// Status is the status of the latest round.
+	Status lifecycle.Kind `json:"status"`
+	Rounds []Round        `json:"rounds"`
+}
+
+// Latest returns the latest round's record, or nil for an empty thread.
+func (t *Thread) Latest() *Record {
+	if len(t.Rounds) == 0 {
+		return nil
+	}
+	return &t.Rounds[len(t.Rounds)-1].Record
+}
+
+// Round is one dispatch of a thread with its lifecycle events, oldest
+// first, as CloudEvents in structured JSON.
+type Round struct {
+	Record
+	Events []lifecycle.Event `json:"events,omitempty"`
+}
+
+// CancelRequest is the body of agora.api.cancel (and of the core messages
+// the dispatcher sends on agora.control.cancel.<dispatch_id> and
+// agora.control.cancel-thread.<thread_id>). Set DispatchID to cancel one
+// dispatch or ThreadID to cancel a whole thread.
+type CancelRequest struct {
+	DispatchID string `json:"dispatch_id,omitempty"`
+	ThreadID   string `json:"thread_id,omitempty"`
+	// By names who cancels; the dispatcher uses "api" when it is empty.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// StatusRequest is the body of agora.api.status: set DispatchID for one
+// dispatch's Record, or ThreadID for its Thread.
+type StatusRequest struct {
+	DispatchID string `json:"dispatch_id,omitempty"`
+	ThreadID   string `json:"thread_id,omitempty"`
+}
+
+// CancelThreadPrefix prefixes the core subject on which the dispatcher asks
+// the router to end a thread paused on a question:
+// agora.control.cancel-thread.<thread_id>, with a CancelRequest body whose
+// DispatchID is the paused dispatch.
+const CancelThreadPrefix = "agora.control.cancel-thread."
+
+// CancelThreadSubject returns agora.control.cancel-thread.<thread_id>.
+func CancelThreadSubject(threadID string) (string, error) {
+	if err := lifecycle.ValidToken(threadID); err != nil {
+		return "", err
+	}
+	return CancelThreadPrefix + threadID, nil
+}

@@ -1,0 +1,119 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Filter selects lifecycle events for Watch. Empty fields match anything.
+type Filter struct {
+	Kind       lifecycle.Kind
+	ThreadID   string
+	DispatchID string
+	// FromStart replays every retained event first (the lifecycle stream
+	// keeps 7 days by default); otherwise Watch starts with new events.
+	FromStart bool
+	// AfterSeq resumes after the event with this stream sequence (an
+	// Item.Seq seen before). It takes precedence over FromStart.
+	AfterSeq uint64
+}
+
+// Subject returns the lifecycle subject filter f selects.
+func (f Filter) Subject() string {
+	return lifecycle.LifecycleFilter(f.Kind, f.ThreadID, f.DispatchID)
+}
+
+func (f Filter) validate() error {
+	if f.Kind != "" && !f.Kind.Valid() {
+		return fmt.Errorf("client: filter: %q is not a lifecycle kind", f.Kind)
+	}
+	if f.ThreadID != "" {
+		if err := lifecycle.ValidToken(f.ThreadID); err != nil {
+			return fmt.Errorf("client: filter: thread id: %w", err)
+		}
+	}
+	if f.DispatchID != "" {
+		if err := lifecycle.ValidToken(f.DispatchID); err != nil {
+			return fmt.Errorf("client: filter: dispatch id: %w", err)
+		}
+	}
+	return nil
+}
+
+// Watch iterates over lifecycle events matching f, in stream order, through
+// an ordered consumer on AGORA_LIFECYCLE (nothing durable is left on the
+// server). The sequence ends when the loop stops or ctx ends; it then yields
+// ctx's error once. Events of unknown types or with undecodable data are
+// skipped, as the wire contract asks of every consumer. Any other error is
+// yielded once and ends the sequence.
+func (c *Client) Watch(ctx context.Context, f Filter) iter.Seq2[Item, error] {
+	return func(yield func(Item, error) bool) {
+		if err := f.validate(); err != nil {
+			yield(Item{}, err)
+			return
+		}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.Subject()}, DeliverPolicy: jetstream.DeliverNewPolicy}
+		switch {
+		case f.AfterSeq > 0:
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.AfterSeq+1
+		case f.FromStart:
+			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		}
+		cons, err := c.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, cfg)
+		if err != nil {
+			yield(Item{}, fmt.Errorf("client: watch %s: %w", f.Subject(), err))
+			return
+		}
+		msgs, err := cons.Messages()
+		if err != nil {
+			yield(Item{}, fmt.Errorf("client: watch %s: %w", f.Subject(), err))
+			return
+		}
+		defer msgs.Stop()
+		for {
+			m, err := msgs.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() != nil {
+					err = ctx.Err()
+				} else {
+					err = fmt.Errorf("client: watch %s: %w", f.Subject(), err)
+				}
+				yield(Item{}, err)
+				return
+			}
+			it, ok := item(m)
+			if !ok {
+				continue
+			}
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+}
+
+// item decodes a lifecycle message; ok is false for anything to skip.
+func item(m jetstream.Msg) (Item, bool) {
+	md, err := m.Metadata()
+	if err != nil {
+		return Item{}, false
+	}
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		return Item{}, false
+	}
+	d, err := lifecycle.Parse(e) // unknown types and bad data are skipped alike
+	if err != nil {
+		return Item{}, false
+	}
+	l, ok := d.(lifecycle.Lifecycle)
+	if !ok {
+		return Item{}, false
+	}
+	return Item{Seq: md.Sequence.Stream, Event: e, Data: l}, true
+}

@@ -1,0 +1,534 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// Limits on a dispatch request.
+const (
+	// MaxRequestBytes bounds a whole request as received (the server's
+	// default max payload is 1 MB, and the queued request grows a little).
+	MaxRequestBytes = 900 << 10
+	// MaxInputBytes bounds the input object.
+	MaxInputBytes = 512 << 10
+	// MaxTargetBytes bounds the target string.
+	MaxTargetBytes = 4 << 10
+	// MaxEntries bounds the entries of env and of labels.
+	MaxEntries = 256
+	// MaxLabelBytes bounds a label key and a label value.
+	MaxLabelBytes = 1 << 10
+)
+
+var (
+	// Dispatch, thread and parent ids: subject tokens, KV keys and URL
+	// path segments.
+	idRE = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,128}$`)
+	// Question ids are derived from dispatch ids (q-<dispatch_id>).
+	questionRE = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,200}$`)
+)
+
+// errNoRecord reports a dispatch id with no record.
+var errNoRecord = errors.New("dispatcher: no such dispatch")
+
+// decodeRequest reads a request's JSON, naming the field at fault. Unknown
+// members are ignored, as the schema allows.
+func decodeRequest(data []byte) (lifecycle.Request, *client.Problem) {
+	var req lifecycle.Request
+	if len(bytes.TrimSpace(data)) == 0 {
+		return req, client.Invalid(client.FieldError{Field: "request", Message: `is empty: want a JSON object such as {"subagent": "planner", "input": {}}`})
+	}
+	err := json.Unmarshal(data, &req)
+	if err == nil {
+		return req, nil
+	}
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return req, client.Invalid(client.FieldError{Field: te.Field, Message: fmt.Sprintf("must be %s, not a JSON %s", jsonKind(te.Type), te.Value)})
+	case errors.As(err, &te):
+		return req, client.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("must be a JSON object, not a JSON %s", te.Value)})
+	case errors.As(err, &se):
+		return req, client.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("is not valid JSON (at byte %d): %v", se.Offset, err)})
+	}
+	return req, client.Invalid(client.FieldError{Field: "request", Message: err.Error()})
+}
+
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Bool:
+		return "a boolean"
+	}
+	return "a " + t.String()
+}
+
+// validate checks req against the contract and the registry, reporting
+// every field at fault at once as a 422 *client.Problem. Any other error is
+// temporary. It returns the definition and its KV revision.
+func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Request, size int) (subagent.Definition, uint64, error) {
+	var errs []client.FieldError
+	add := func(field, format string, a ...any) {
+		errs = append(errs, client.FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
+	}
+	if size > MaxRequestBytes {
+		add("request", "is %d bytes; the limit is %d", size, MaxRequestBytes)
+	}
+	switch {
+	case req.Subagent == "":
+		add("subagent", "is required")
+	case !subagent.ValidName(req.Subagent):
+		add("subagent", "%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", clip(req.Subagent))
+	}
+	for _, f := range []struct{ name, v string }{{"dispatch_id", req.DispatchID}, {"thread_id", req.ThreadID}, {"parent_id", req.ParentID}} {
+		if f.v != "" && !idRE.MatchString(f.v) {
+			add(f.name, "%q is not a valid id: 1-128 letters, digits, '-', '_' or '='", clip(f.v))
+		}
+	}
+	if req.QuestionID != "" && !questionRE.MatchString(req.QuestionID) {
+		add("question_id", "%q is not a valid id: 1-200 letters, digits, '-', '_' or '='", clip(req.QuestionID))
+	}
+	switch {
+	case req.Round < 0:
+		add("round", "%d is negative", req.Round)
+	case req.Round == 0:
+		if req.ParentID != "" {
+			add("parent_id", "must be empty for a root dispatch (round 0)")
+		}
+		if req.ThreadID != "" && req.ThreadID != req.DispatchID {
+			add("thread_id", "a root dispatch (round 0) starts its own thread: leave thread_id empty or equal to dispatch_id")
+		}
+	default:
+		if req.ThreadID == "" {
+			add("thread_id", "is required when round > 0 (a re-dispatch continues a thread)")
+		}
+		if req.ParentID == "" {
+			add("parent_id", "is required when round > 0 (the dispatch whose question was answered)")
+		}
+	}
+	if in := bytes.TrimSpace(req.Input); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
+		if in[0] != '{' {
+			add("input", "must be a JSON object, not %s", jsonValueKind(in))
+		}
+		if len(in) > MaxInputBytes {
+			add("input", "is %d bytes; the limit is %d (pass large data by reference)", len(in), MaxInputBytes)
+		}
+	}
+	if req.Timeout != "" {
+		if d, err := time.ParseDuration(req.Timeout); err != nil || d <= 0 {
+			add("timeout", "%q is not a positive duration such as 30m or 1h30m", clip(req.Timeout))
+		}
+	}
+	if req.MaxRounds < 0 {
+		add("max_rounds", "%d is negative", req.MaxRounds)
+	}
+	if len(req.Env) > MaxEntries {
+		add("env", "has %d entries; the limit is %d", len(req.Env), MaxEntries)
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		switch {
+		case !subagent.ValidEnvName(k):
+			add("env", "%q is not a valid variable name (letters, digits and '_', not starting with a digit)", clip(k))
+		case subagent.Reserved(k):
+			add("env", "%q is reserved: a sub-agent never gets AGORA_* or NATS_* variables", k)
+		case strings.ContainsRune(req.Env[k], 0):
+			add("env", "the value of %s contains a NUL byte", k)
+		}
+	}
+	if len(req.Labels) > MaxEntries {
+		add("labels", "has %d entries; the limit is %d", len(req.Labels), MaxEntries)
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.Labels)) {
+		switch {
+		case k == "" || len(k) > MaxLabelBytes:
+			add("labels", "a key must be 1 to %d bytes", MaxLabelBytes)
+		case len(req.Labels[k]) > MaxLabelBytes:
+			add("labels", "the value of %q is longer than %d bytes", clip(k), MaxLabelBytes)
+		}
+	}
+	if len(req.Target) > MaxTargetBytes {
+		add("target", "is %d bytes; the limit is %d", len(req.Target), MaxTargetBytes)
+	}
+	if r := req.PartialStateRef; r != "" && (len(r) > 1024 || !utf8.ValidString(r) || strings.ContainsFunc(r, func(c rune) bool { return c < 0x20 || c == 0x7f })) {
+		add("partial_state_ref", "must be a printable name of at most 1024 bytes")
+	}
+
+	var def subagent.Definition
+	var rev uint64
+	if subagent.ValidName(req.Subagent) {
+		e, err := b.subagents.Get(ctx, req.Subagent)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			add("subagent", "no sub-agent named %q is registered (agora subagent apply -f FILE)", req.Subagent)
+		case err != nil:
+			return def, 0, fmt.Errorf("dispatcher: read sub-agent %q: %w", req.Subagent, err)
+		default:
+			if err := json.Unmarshal(e.Value(), &def); err != nil {
+				add("subagent", "the registered definition of %q cannot be read: %v", req.Subagent, err)
+			}
+			rev = e.Revision()
+		}
+	}
+	if len(errs) > 0 {
+		return def, 0, client.Invalid(errs...)
+	}
+	return def, rev, nil
+}
+
+func jsonValueKind(b []byte) string {
+	switch b[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// clip shortens a value quoted in an error message.
+func clip(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	cut := 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// complete fills what the dispatcher decides: ids, input, revision,
+// timeout and round limit.
+func complete(req *lifecycle.Request, def subagent.Definition, rev uint64) {
+	if req.DispatchID == "" {
+		req.DispatchID = lifecycle.NewID()
+	}
+	if req.ThreadID == "" {
+		req.ThreadID = req.DispatchID
+	}
+	if in := bytes.TrimSpace(req.Input); len(in) == 0 || bytes.Equal(in, []byte("null")) {
+		req.Input = json.RawMessage(`{}`)
+	}
+	req.SubagentRevision = rev
+	if req.Timeout == "" {
+		req.Timeout = def.Timeout // as the definition says it, when it is valid
+		if d, err := time.ParseDuration(def.Timeout); err != nil || d <= 0 {
+			req.Timeout = def.TimeoutDuration().String()
+		}
+	}
+	if req.MaxRounds == 0 {
+		req.MaxRounds = def.Rounds()
+	}
+}
+
+// accept is the one code path of every door. It returns the dispatch
+// record and the result label. The same dispatch id again returns the
+// first record, after finishing its acceptance if that was interrupted. A
+// refused request answers a *client.Problem; any other error is temporary
+// and the request may be retried as it is.
+func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent string) (client.Record, string, error) {
+	if req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
+		rec, _, err := s.record(ctx, b, req.DispatchID)
+		switch {
+		case err == nil:
+			rec, err = s.finish(ctx, b, rec, false)
+			return rec, resultDuplicate, err
+		case !errors.Is(err, errNoRecord):
+			return client.Record{}, resultError, err
+		}
+	}
+	def, rev, err := s.validate(ctx, b, &req, size)
+	if err != nil {
+		return client.Record{}, resultOf(err), err
+	}
+	complete(&req, def, rev)
+	if !lifecycle.ValidTraceparent(traceparent) {
+		traceparent = lifecycle.NewTraceparent()
+	}
+	now := time.Now().UTC()
+	rec := client.Record{
+		DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round,
+		Subagent: req.Subagent, SubagentRevision: rev, Status: lifecycle.KindAccepted,
+		Traceparent: traceparent, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
+	}
+	result := resultAccepted
+	if req.Round > req.MaxRounds {
+		rec.Status, rec.AcceptedAt, rec.EndedAt = lifecycle.KindFailed, nil, &now
+		rec.Result = &client.Result{Kind: lifecycle.KindFailed, Reason: lifecycle.ReasonMaxRounds,
+			Detail: fmt.Sprintf("round %d exceeds the thread's limit of %d rounds", req.Round, req.MaxRounds)}
+		result = resultMaxRounds
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return client.Record{}, resultError, fmt.Errorf("dispatcher: encode record: %w", err)
+	}
+	if _, err := b.dispatches.Create(ctx, rec.DispatchID, data); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return client.Record{}, resultError, fmt.Errorf("dispatcher: create record %s: %w", rec.DispatchID, err)
+		}
+		// Another door won the race for this id: answer its record.
+		first, _, err := s.record(ctx, b, rec.DispatchID)
+		if err != nil {
+			return client.Record{}, resultError, err
+		}
+		first, err = s.finish(ctx, b, first, false)
+		return first, resultDuplicate, err
+	}
+	rec, err = s.finish(ctx, b, rec, true)
+	return rec, result, err
+}
+
+func resultOf(err error) string {
+	var p *client.Problem
+	if errors.As(err, &p) {
+		return resultRejected
+	}
+	return resultError
+}
+
+// finish completes an acceptance whose record exists: index the thread,
+// then either publish failed max-rounds, or emit accepted, queue the
+// request and mark the record queued. Every step is idempotent, so finish
+// runs again safely when a retry finds a record that is not queued. fresh
+// says the record was created just now (nothing was published before).
+func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fresh bool) (client.Record, error) {
+	if rec.Request == nil {
+		return rec, nil // made by the projection from a refused request: nothing to queue
+	}
+	if err := s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
+		return rec, err
+	}
+	if rec.Result != nil && rec.Result.Reason == lifecycle.ReasonMaxRounds && rec.AcceptedAt == nil {
+		if !fresh {
+			if ok, err := s.eventExists(ctx, b, lifecycle.KindFailed, rec); err != nil || ok {
+				return rec, err
+			}
+		}
+		d := &lifecycle.Failed{Common: rec.Common(), Reason: lifecycle.ReasonMaxRounds, Detail: rec.Result.Detail}
+		_, _, err := s.emit(ctx, b, d, rec.Traceparent)
+		return rec, err
+	}
+	if rec.Queued || rec.Terminal() {
+		return rec, nil // done, or cancelled before it was queued: a worker would skip it
+	}
+	req := *rec.Request
+	publishAccepted := true
+	if !fresh {
+		ok, err := s.eventExists(ctx, b, lifecycle.KindAccepted, rec)
+		if err != nil {
+			return rec, err
+		}
+		publishAccepted = !ok
+	}
+	if publishAccepted {
+		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
+		if _, _, err := s.emit(ctx, b, d, rec.Traceparent); err != nil {
+			return rec, err
+		}
+	}
+	// A record a worker already started was queued: only the flag is missing.
+	if fresh || rec.Status == lifecycle.KindAccepted {
+		if err := s.queue(ctx, b, &req, rec.Traceparent); err != nil {
+			return rec, err
+		}
+	}
+	return s.update(ctx, b, rec.DispatchID, func(r *client.Record) bool {
+		if r.Queued {
+			return false
+		}
+		r.Queued = true
+		return true
+	})
+}
+
+// queue publishes the completed request on agora.dispatch.<subagent> with
+// Nats-Msg-Id = dispatch id, so a repeat is dropped as a duplicate.
+func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request, traceparent string) error {
+	e, err := lifecycle.New(s.source, req, lifecycle.WithTraceparent(traceparent))
+	if err != nil {
+		return fmt.Errorf("dispatcher: build request event: %w", err)
+	}
+	subj, err := lifecycle.DispatchSubject(req.Subagent)
+	if err != nil {
+		return err
+	}
+	msg, err := lifecycle.Encode(subj, e)
+	if err != nil {
+		return err
+	}
+	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamDispatch)); err != nil {
+		return fmt.Errorf("dispatcher: queue %s: %w", req.DispatchID, err)
+	}
+	return nil
+}
+
+// emit publishes a lifecycle event carrying the dispatch's trace.
+func (s *Service) emit(ctx context.Context, b *bindings, d lifecycle.Data, traceparent string) (lifecycle.Event, *jetstream.PubAck, error) {
+	e, msg, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(traceparent))
+	if err != nil {
+		return e, nil, fmt.Errorf("dispatcher: build event: %w", err)
+	}
+	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle))
+	if err != nil {
+		return e, nil, fmt.Errorf("dispatcher: publish %s: %w", e.ID(), err)
+	}
+	return e, ack, nil
+}
+
+// eventExists looks for an event of kind k of the dispatch on the
+// lifecycle stream.
+func (s *Service) eventExists(ctx context.Context, b *bindings, k lifecycle.Kind, rec client.Record) (bool, error) {
+	subj, err := lifecycle.LifecycleSubject(k, rec.ThreadID, rec.DispatchID)
+	if err != nil {
+		return false, err
+	}
+	_, err = b.events.GetLastMsgForSubject(ctx, subj)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("dispatcher: look up %s: %w", subj, err)
+}
+
+// record reads a dispatch record; errNoRecord when there is none.
+func (s *Service) record(ctx context.Context, b *bindings, id string) (client.Record, uint64, error) {
+	e, err := b.dispatches.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
+		return client.Record{}, 0, fmt.Errorf("%w: %s", errNoRecord, id)
+	case err != nil:
+		return client.Record{}, 0, fmt.Errorf("dispatcher: read record %s: %w", id, err)
+	}
+	var rec client.Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
+	}
+	return rec, e.Revision(), nil
+}
+
+// conflict reports a lost compare-and-set.
+func conflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+const maxCAS = 64
+
+// update applies mutate to a record with compare-and-set, retrying on
+// conflict. mutate reports whether it changed anything; when it did not,
+// nothing is written.
+func (s *Service) update(ctx context.Context, b *bindings, id string, mutate func(*client.Record) bool) (client.Record, error) {
+	for range maxCAS {
+		rec, rev, err := s.record(ctx, b, id)
+		if err != nil {
+			return rec, err
+		}
+		if !mutate(&rec) {
+			return rec, nil
+		}
+		rec.UpdatedAt = time.Now().UTC()
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return rec, fmt.Errorf("dispatcher: encode record: %w", err)
+		}
+		if _, err := b.dispatches.Update(ctx, id, data, rev); err == nil {
+			return rec, nil
+		} else if !conflict(err) {
+			return rec, fmt.Errorf("dispatcher: update record %s: %w", id, err)
+		}
+	}
+	return client.Record{}, fmt.Errorf("dispatcher: update record %s: %d conflicting writers", id, maxCAS)
+}
+
+// threadIndex is the value under thread.<thread_id> in agora_dispatches:
+// the thread's dispatches in round order.
+type threadIndex struct {
+	ThreadID   string        `json:"thread_id"`
+	Dispatches []threadEntry `json:"dispatches"`
+}
+
+type threadEntry struct {
+	Round      int    `json:"round"`
+	DispatchID string `json:"dispatch_id"`
+}
+
+func threadKey(threadID string) string { return "thread." + threadID }
+
+// indexThread adds a dispatch to its thread's index, once.
+func (s *Service) indexThread(ctx context.Context, b *bindings, threadID string, round int, dispatchID string) error {
+	key := threadKey(threadID)
+	if round == 0 {
+		// A root starts its thread: the index is most likely new.
+		data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
+		if _, err := b.dispatches.Create(ctx, key, data); err == nil {
+			return nil
+		} else if !conflict(err) {
+			return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
+		}
+	}
+	for range maxCAS {
+		e, err := b.dispatches.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
+			if _, err := b.dispatches.Create(ctx, key, data); err == nil {
+				return nil
+			} else if !conflict(err) {
+				return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
+		}
+		var idx threadIndex
+		if err := json.Unmarshal(e.Value(), &idx); err != nil {
+			return fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
+		}
+		if slices.ContainsFunc(idx.Dispatches, func(t threadEntry) bool { return t.DispatchID == dispatchID }) {
+			return nil
+		}
+		idx.Dispatches = append(idx.Dispatches, threadEntry{Round: round, DispatchID: dispatchID})
+		slices.SortStableFunc(idx.Dispatches, func(a, b threadEntry) int {
+			if a.Round != b.Round {
+				return a.Round - b.Round
+			}
+			return strings.Compare(a.DispatchID, b.DispatchID)
+		})
+		data, _ := json.Marshal(idx)
+		if _, err := b.dispatches.Update(ctx, key, data, e.Revision()); err == nil {
+			return nil
+		} else if !conflict(err) {
+			return fmt.Errorf("dispatcher: update thread index %s: %w", threadID, err)
+		}
+	}
+	return fmt.Errorf("dispatcher: update thread index %s: %d conflicting writers", threadID, maxCAS)
+}

@@ -1,0 +1,518 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/dispatcher"
+)
+
+const testTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+// dispatchVia sends body through one door and returns the record the door
+// answers (the stream door answers nothing: its record is read back once
+// it is queued).
+func (h *harness) dispatchVia(door string, id string, body string) client.Record {
+	h.t.Helper()
+	switch door {
+	case "stream":
+		h.publishRawRequest("planner", body)
+		var rec client.Record
+		h.eventually("stream request "+id+" to be queued", func() bool {
+			if !h.hasRecord(id) {
+				return false
+			}
+			rec, _ = h.record(id)
+			return rec.Queued
+		})
+		return rec
+	case "micro":
+		m := h.microCall(lifecycle.APIDispatch, []byte(body), nats.Header{"traceparent": []string{testTrace}})
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+			h.t.Fatalf("micro dispatch: %s %s", code, m.Data)
+		}
+		var rec client.Record
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			h.t.Fatal(err)
+		}
+		return rec
+	case "http":
+		resp, data := h.do(http.MethodPost, "/v1/dispatches", body, "", "traceparent", testTrace)
+		if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+			h.t.Fatalf("http dispatch: %d %s", resp.StatusCode, data)
+		}
+		var rec client.Record
+		if err := json.Unmarshal(data, &rec); err != nil {
+			h.t.Fatal(err)
+		}
+		return rec
+	}
+	h.t.Fatalf("no door %q", door)
+	return client.Record{}
+}
+
+var doors = []string{"stream", "micro", "http"}
+
+func TestAcceptThroughEachDoor(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	for _, door := range doors {
+		t.Run(door, func(t *testing.T) {
+			id := "door-" + door
+			body := fmt.Sprintf(`{"dispatch_id":%q,"subagent":"planner","input":{"task":"plan"},"env":{"FOO":"bar"},"labels":{"team":"a"},"target":"repo"}`, id)
+			if door == "stream" {
+				// The stream door takes the trace from the event itself.
+				h.publishRequest(lifecycle.Request{DispatchID: id, Subagent: "planner", Input: json.RawMessage(`{"task":"plan"}`),
+					Env: map[string]string{"FOO": "bar"}, Labels: map[string]string{"team": "a"}, Target: "repo"}, lifecycle.WithTraceparent(testTrace))
+				h.eventually("queued", func() bool { return h.hasRecord(id) && func() bool { r, _ := h.record(id); return r.Queued }() })
+			} else {
+				rec := h.dispatchVia(door, id, body)
+				if !rec.Queued || rec.Status != lifecycle.KindAccepted {
+					t.Fatalf("answered record: status %q queued %v", rec.Status, rec.Queued)
+				}
+			}
+			rec, _ := h.record(id)
+			if rec.ThreadID != id || rec.Round != 0 || rec.Subagent != "planner" || rec.SubagentRevision == 0 {
+				t.Errorf("record ids: %+v", rec)
+			}
+			if lifecycle.TraceID(rec.Traceparent) != lifecycle.TraceID(testTrace) {
+				t.Errorf("record traceparent %q does not continue %q", rec.Traceparent, testTrace)
+			}
+			q := h.queued(id)
+			if len(q) != 1 {
+				t.Fatalf("%d queued messages, want 1", len(q))
+			}
+			r := q[0]
+			if r.ThreadID != id || r.SubagentRevision != rec.SubagentRevision || r.Timeout != "5m" || r.MaxRounds != 3 ||
+				string(r.Input) != `{"task":"plan"}` || r.Env["FOO"] != "bar" || r.Labels["team"] != "a" {
+				t.Errorf("queued request not completed: %+v", r)
+			}
+			e, d := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindAccepted, id, id))
+			acc := d.(*lifecycle.Accepted)
+			if acc.SubagentRevision != rec.SubagentRevision || acc.Target != "repo" || acc.Labels["team"] != "a" {
+				t.Errorf("accepted data: %+v", acc)
+			}
+			if lifecycle.TraceID(lifecycle.Traceparent(e)) != lifecycle.TraceID(testTrace) {
+				t.Errorf("accepted event traceparent %q does not continue %q", lifecycle.Traceparent(e), testTrace)
+			}
+		})
+	}
+}
+
+func TestAcceptAssignsIDsAndTrace(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
+	if len(d.ID) != 26 || d.ThreadID != d.ID {
+		t.Fatalf("id %q thread %q: want a ULID that is also the thread id", d.ID, d.ThreadID)
+	}
+	if !lifecycle.ValidTraceparent(d.Record.Traceparent) {
+		t.Errorf("a root without a trace gets one: %q", d.Record.Traceparent)
+	}
+	if string(d.Record.Request.Input) != `{}` || d.Record.Request.Timeout != "5m" || d.Record.Request.MaxRounds != 3 {
+		t.Errorf("defaults not filled: %+v", d.Record.Request)
+	}
+}
+
+func TestIdempotentAcrossDoors(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	check := func(t *testing.T, id string, answers []client.Record) {
+		t.Helper()
+		h.eventually("requests stream drained", func() bool { return h.count(lifecycle.StreamRequests, "agora.requests.planner") == 0 })
+		rec, _ := h.record(id)
+		for _, a := range answers {
+			if a.DispatchID != id || !a.CreatedAt.Equal(rec.CreatedAt) {
+				t.Errorf("an answer is not the first record: %+v", a)
+			}
+		}
+		if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.accepted."+id+"."+id); n != 1 {
+			t.Errorf("%d accepted events, want 1", n)
+		}
+		if q := h.queued(id); len(q) != 1 {
+			t.Errorf("%d queued messages, want 1", len(q))
+		}
+	}
+	orders := [][]string{
+		{"stream", "micro", "http"},
+		{"micro", "stream", "http", "micro"},
+		{"http", "http", "stream", "micro", "stream"},
+	}
+	for i, order := range orders {
+		t.Run(strings.Join(order, "-"), func(t *testing.T) {
+			id := fmt.Sprintf("same-%d", i)
+			body := fmt.Sprintf(`{"dispatch_id":%q,"subagent":"planner","input":{"n":%d}}`, id, i)
+			var answers []client.Record
+			for _, door := range order {
+				answers = append(answers, h.dispatchVia(door, id, body))
+			}
+			check(t, id, answers)
+		})
+	}
+	t.Run("concurrent", func(t *testing.T) {
+		id := "same-concurrent"
+		body := fmt.Sprintf(`{"dispatch_id":%q,"subagent":"planner"}`, id)
+		var mu sync.Mutex
+		var answers []client.Record
+		var wg sync.WaitGroup
+		for i := range 12 {
+			door := doors[i%3]
+			wg.Go(func() {
+				if door == "stream" {
+					h.publishRawRequest("planner", body)
+					return
+				}
+				rec := h.dispatchVia(door, id, body)
+				mu.Lock()
+				answers = append(answers, rec)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		check(t, id, answers)
+	})
+	t.Run("http status", func(t *testing.T) {
+		body := `{"dispatch_id":"same-http","subagent":"planner"}`
+		first, _ := h.do(http.MethodPost, "/v1/dispatches", body, "")
+		again, _ := h.do(http.MethodPost, "/v1/dispatches", body, "")
+		if first.StatusCode != http.StatusCreated || again.StatusCode != http.StatusOK {
+			t.Errorf("statuses %d then %d, want 201 then 200", first.StatusCode, again.StatusCode)
+		}
+		if loc := first.Header.Get("Location"); loc != "/v1/dispatches/same-http" {
+			t.Errorf("Location %q", loc)
+		}
+	})
+}
+
+// lastSeq returns the lifecycle stream's last sequence.
+func (h *harness) lastSeq() uint64 {
+	h.t.Helper()
+	s, err := h.js.Stream(h.t.Context(), lifecycle.StreamLifecycle)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := s.Info(h.t.Context())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// nextFailed returns the first failed event after sequence after.
+func (h *harness) nextFailed(after uint64) *lifecycle.Failed {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.t.Context(), waitFor)
+	defer cancel()
+	cons, err := h.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{lifecycle.LifecycleFilter(lifecycle.KindFailed, "", "")},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(waitFor))
+	if err != nil {
+		h.t.Fatalf("no failed event: %v", err)
+	}
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	d, err := lifecycle.Parse(e)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return d.(*lifecycle.Failed)
+}
+
+func TestValidationErrorsThroughEachDoor(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	big := `{"subagent":"planner","input":{"blob":"` + strings.Repeat("x", 600<<10) + `"}}`
+	cases := []struct {
+		name, body, field string
+		syncOnly          bool // the stream subject names the sub-agent, so it cannot be missing or malformed there
+		subject           string
+	}{
+		{name: "missing subagent", body: `{"input":{}}`, field: "subagent", syncOnly: true},
+		{name: "malformed subagent", body: `{"subagent":"no way"}`, field: "subagent", syncOnly: true},
+		{name: "unknown subagent", body: `{"subagent":"ghost"}`, field: "subagent", subject: "ghost"},
+		{name: "input not an object", body: `{"subagent":"planner","input":[1,2]}`, field: "input"},
+		{name: "input a string", body: `{"subagent":"planner","input":"do it"}`, field: "input"},
+		{name: "input too large", body: big, field: "input"},
+		{name: "timeout unparsable", body: `{"subagent":"planner","timeout":"soon"}`, field: "timeout"},
+		{name: "timeout negative", body: `{"subagent":"planner","timeout":"-5m"}`, field: "timeout"},
+		{name: "env bad name", body: `{"subagent":"planner","env":{"1X":"a"}}`, field: "env"},
+		{name: "env reserved AGORA", body: `{"subagent":"planner","env":{"AGORA_API_TOKENS":"a"}}`, field: "env"},
+		{name: "env reserved NATS", body: `{"subagent":"planner","env":{"nats_url":"a"}}`, field: "env"},
+		{name: "env not strings", body: `{"subagent":"planner","env":{"A":1}}`, field: "env"},
+		{name: "max_rounds negative", body: `{"subagent":"planner","max_rounds":-1}`, field: "max_rounds"},
+		{name: "round negative", body: `{"subagent":"planner","round":-1}`, field: "round"},
+		{name: "round wrong type", body: `{"subagent":"planner","round":"two"}`, field: "round"},
+		{name: "re-dispatch without thread", body: `{"subagent":"planner","round":1,"parent_id":"p1"}`, field: "thread_id"},
+		{name: "root with parent", body: `{"subagent":"planner","parent_id":"p1"}`, field: "parent_id"},
+		{name: "bad dispatch id", body: `{"subagent":"planner","dispatch_id":"a.b"}`, field: "dispatch_id"},
+		{name: "not JSON", body: `{"subagent":`, field: "request"},
+		{name: "not an object", body: `[1]`, field: "request"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Run("http", func(t *testing.T) {
+				resp, data := h.do(http.MethodPost, "/v1/dispatches", tc.body, "")
+				if resp.StatusCode != http.StatusUnprocessableEntity {
+					t.Fatalf("status %d, want 422: %s", resp.StatusCode, data)
+				}
+				if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+					t.Errorf("content type %q", ct)
+				}
+				var p client.Problem
+				if err := json.Unmarshal(data, &p); err != nil {
+					t.Fatal(err)
+				}
+				if p.Status != 422 || p.Type != client.ProblemInvalidRequest || p.Title == "" || p.Field(tc.field) == "" {
+					t.Errorf("problem does not name %s: %s", tc.field, data)
+				}
+			})
+			t.Run("micro", func(t *testing.T) {
+				m := h.microCall(lifecycle.APIDispatch, []byte(tc.body), nil)
+				if code := m.Header.Get(micro.ErrorCodeHeader); code != "422" {
+					t.Fatalf("error code %q, want 422: %s", code, m.Data)
+				}
+				if desc := m.Header.Get(micro.ErrorHeader); !strings.Contains(desc, tc.field) {
+					t.Errorf("error description %q does not name %s", desc, tc.field)
+				}
+				var p client.Problem
+				if err := json.Unmarshal(m.Data, &p); err != nil || p.Field(tc.field) == "" {
+					t.Errorf("problem body does not name %s: %s", tc.field, m.Data)
+				}
+			})
+			if tc.syncOnly {
+				return
+			}
+			t.Run("stream", func(t *testing.T) {
+				subject := tc.subject
+				if subject == "" {
+					subject = "planner"
+				}
+				after := h.lastSeq()
+				h.publishRawRequest(subject, tc.body)
+				f := h.nextFailed(after)
+				if f.Reason != lifecycle.ReasonRejected || !strings.Contains(f.Detail, tc.field+": ") {
+					t.Errorf("failed %s %q does not name %s", f.Reason, f.Detail, tc.field)
+				}
+				if f.Subagent != subject || f.ThreadID != f.DispatchID {
+					t.Errorf("failed event ids: %+v", f.Common)
+				}
+			})
+		})
+	}
+	t.Run("stream only", func(t *testing.T) {
+		t.Run("subagent does not match the subject", func(t *testing.T) {
+			after := h.lastSeq()
+			h.publishRawRequest("planner", `{"subagent":"other","dispatch_id":"mismatch-1"}`)
+			f := h.nextFailed(after)
+			if f.DispatchID != "mismatch-1" || !strings.Contains(f.Detail, "subagent: ") {
+				t.Errorf("failed: %+v", f)
+			}
+		})
+		t.Run("not a CloudEvent", func(t *testing.T) {
+			after := h.lastSeq()
+			if _, err := h.js.Publish(t.Context(), "agora.requests.planner", []byte(`{"subagent":"planner"}`)); err != nil {
+				t.Fatal(err)
+			}
+			f := h.nextFailed(after)
+			if f.Subagent != "planner" || !strings.Contains(f.Detail, "not a CloudEvent") {
+				t.Errorf("failed: %+v", f)
+			}
+		})
+		t.Run("a re-dispatch is refused on its thread", func(t *testing.T) {
+			after := h.lastSeq()
+			h.publishRawRequest("planner", `{"subagent":"planner","dispatch_id":"r2","thread_id":"t1","parent_id":"r1","round":2,"timeout":"never"}`)
+			f := h.nextFailed(after)
+			if f.DispatchID != "r2" || f.ThreadID != "t1" || f.ParentID != "r1" || f.Round != 2 {
+				t.Errorf("failed ids: %+v", f.Common)
+			}
+		})
+	})
+	h.eventually("requests stream drained", func() bool {
+		s, _ := h.js.Stream(t.Context(), lifecycle.StreamRequests)
+		info, err := s.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	})
+	s, _ := h.js.Stream(t.Context(), lifecycle.StreamDispatch)
+	if info, _ := s.Info(t.Context()); info.State.Msgs != 0 {
+		t.Errorf("%d invalid requests reached AGORA_DISPATCH", info.State.Msgs)
+	}
+}
+
+func TestRequestTooLargeForHTTP(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	body := `{"subagent":"planner","target":"` + strings.Repeat("x", 2<<20) + `"}`
+	resp, data := h.do(http.MethodPost, "/v1/dispatches", body, "")
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d: %s", resp.StatusCode, data)
+	}
+	var p client.Problem
+	if err := json.Unmarshal(data, &p); err != nil || p.Field("request") == "" {
+		t.Errorf("problem: %s", data)
+	}
+	body = `{"subagent":"planner","target":"` + strings.Repeat("x", 950<<10) + `"}`
+	resp, data = h.do(http.MethodPost, "/v1/dispatches", body, "")
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(data), `"request"`) {
+		t.Errorf("a request over MaxRequestBytes: %d %s", resp.StatusCode, data)
+	}
+}
+
+func TestMaxRounds(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	redispatch := func(id string, round, maxRounds int) lifecycle.Request {
+		return lifecycle.Request{DispatchID: id, Subagent: "planner", ThreadID: "t-rounds", ParentID: "root", Round: round, MaxRounds: maxRounds, QuestionID: "q-root"}
+	}
+	t.Run("past the definition's limit", func(t *testing.T) {
+		d := h.dispatchMicro(redispatch("mr-4", 4, 0)) // planner allows 3
+		if d.Record.Status != lifecycle.KindFailed || d.Record.Result == nil || d.Record.Result.Reason != lifecycle.ReasonMaxRounds {
+			t.Fatalf("record: %+v", d.Record)
+		}
+		_, data := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindFailed, "t-rounds", "mr-4"))
+		if f := data.(*lifecycle.Failed); f.Reason != lifecycle.ReasonMaxRounds || f.Round != 4 || f.ParentID != "root" {
+			t.Errorf("failed: %+v", f)
+		}
+		if q := h.queued("mr-4"); len(q) != 0 {
+			t.Errorf("queued %d messages for a dispatch past its round limit", len(q))
+		}
+		if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.accepted.t-rounds.mr-4"); n != 0 {
+			t.Errorf("%d accepted events", n)
+		}
+		again := h.dispatchMicro(redispatch("mr-4", 4, 0))
+		if again.Record.Status != lifecycle.KindFailed {
+			t.Errorf("a retry: %+v", again.Record)
+		}
+		if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.failed.t-rounds.mr-4"); n != 1 {
+			t.Errorf("%d failed events, want 1", n)
+		}
+	})
+	t.Run("at the limit", func(t *testing.T) {
+		d := h.dispatchMicro(redispatch("mr-3", 3, 0))
+		if d.Record.Status != lifecycle.KindAccepted || !d.Record.Queued {
+			t.Errorf("record: %+v", d.Record)
+		}
+	})
+	t.Run("the request's own limit", func(t *testing.T) {
+		d := h.dispatchMicro(redispatch("mr-5", 5, 6))
+		if d.Record.Status != lifecycle.KindAccepted || d.Record.Request.MaxRounds != 6 {
+			t.Errorf("record: %+v", d.Record)
+		}
+	})
+	t.Run("http answers 201 with the failed record", func(t *testing.T) {
+		resp, data := h.do(http.MethodPost, "/v1/dispatches", mustJSON(t, redispatch("mr-9", 9, 0)), "")
+		if resp.StatusCode != http.StatusCreated || !strings.Contains(string(data), `"max-rounds"`) {
+			t.Errorf("%d %s", resp.StatusCode, data)
+		}
+	})
+	t.Run("the stream door", func(t *testing.T) {
+		h.publishRequest(redispatch("mr-7", 7, 0))
+		_, data := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindFailed, "t-rounds", "mr-7"))
+		if f := data.(*lifecycle.Failed); f.Reason != lifecycle.ReasonMaxRounds {
+			t.Errorf("failed: %+v", f)
+		}
+	})
+}
+
+// interruptedRecord writes the record an acceptance leaves when the
+// dispatcher dies right after kv.Create: queued false, nothing published.
+func (h *harness) interruptedRecord(id string) {
+	h.t.Helper()
+	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	def, err := kv.Get(h.t.Context(), "planner")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	req := lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`),
+		SubagentRevision: def.Revision(), Timeout: "5m", MaxRounds: 3}
+	rec := client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: def.Revision(), Status: lifecycle.KindAccepted,
+		Traceparent: testTrace, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now}
+	data, _ := json.Marshal(rec)
+	dk, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketDispatches)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := dk.Create(h.t.Context(), id, data); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestCrashSafeAcceptance(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	verify := func(t *testing.T, id string) {
+		t.Helper()
+		h.eventually("record queued", func() bool { r, _ := h.record(id); return r.Queued })
+		rec, _ := h.record(id)
+		if string(rec.Request.Input) != `{"from":"first"}` {
+			t.Errorf("the retry replaced the first request: %s", rec.Request.Input)
+		}
+		q := h.queued(id)
+		if len(q) != 1 || string(q[0].Input) != `{"from":"first"}` {
+			t.Fatalf("queued: %+v", q)
+		}
+		if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.accepted."+id+"."+id); n != 1 {
+			t.Errorf("%d accepted events, want 1", n)
+		}
+		e, _ := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindAccepted, id, id))
+		if lifecycle.TraceID(lifecycle.Traceparent(e)) != lifecycle.TraceID(testTrace) {
+			t.Errorf("the finished acceptance lost the stored trace")
+		}
+		if _, err := h.cl.Thread(t.Context(), id); err != nil {
+			t.Errorf("thread index: %v", err)
+		}
+	}
+	t.Run("micro retry", func(t *testing.T) {
+		h.interruptedRecord("crash-micro")
+		d := h.dispatchMicro(lifecycle.Request{DispatchID: "crash-micro", Subagent: "planner", Input: json.RawMessage(`{"from":"retry"}`)})
+		if !d.Record.Queued {
+			t.Errorf("the retry answered an unqueued record")
+		}
+		verify(t, "crash-micro")
+	})
+	t.Run("stream redelivery", func(t *testing.T) {
+		h.interruptedRecord("crash-stream")
+		h.publishRequest(lifecycle.Request{DispatchID: "crash-stream", Subagent: "planner"})
+		verify(t, "crash-stream")
+	})
+	t.Run("http retry", func(t *testing.T) {
+		h.interruptedRecord("crash-http")
+		rec := h.dispatchVia("http", "crash-http", `{"dispatch_id":"crash-http","subagent":"planner"}`)
+		if !rec.Queued {
+			t.Errorf("the retry answered an unqueued record")
+		}
+		verify(t, "crash-http")
+	})
+	t.Run("died after queueing, before the flag", func(t *testing.T) {
+		id := "crash-late"
+		h.interruptedRecord(id)
+		// What the dead dispatcher had published already.
+		rec, _ := h.record(id)
+		h.publishAsWorker(&lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision}, lifecycle.WithTraceparent(testTrace))
+		e, err := lifecycle.New(lifecycle.Source("dispatcher", "dead"), rec.Request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := lifecycle.Encode("agora.dispatch.planner", e)
+		if _, err := h.js.PublishMsg(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+		h.dispatchMicro(lifecycle.Request{DispatchID: id, Subagent: "planner"})
+		verify(t, id)
+	})
+}

@@ -1,0 +1,122 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Config is the dispatcher's configuration, read from AGORA_* variables
+// with config.Load. The zero value of every field means its default.
+type Config struct {
+	// NATSURL is the NATS server to connect to when Deps.Conn is nil.
+	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	// NATSCreds is a NATS credentials file.
+	NATSCreds string `envconfig:"NATS_CREDS"`
+	// HTTPAddr is where Run serves the HTTP API; empty serves nothing (the
+	// handler can still be mounted elsewhere with Handler). A non-loopback
+	// address needs APITokens.
+	HTTPAddr string `envconfig:"HTTP_ADDR"`
+	// APITokens are the bearer tokens the HTTP API accepts, comma
+	// separated. Empty means no authentication, allowed on loopback only.
+	APITokens []string `envconfig:"API_TOKENS"`
+	// ID names this instance in event sources (/agora/dispatcher/<id>);
+	// default host-pid.
+	ID string `envconfig:"DISPATCHER_ID"`
+	// Concurrency bounds the requests handled at once per door.
+	Concurrency int `envconfig:"DISPATCHER_CONCURRENCY" default:"64"`
+	// ShutdownTimeout is how long in-flight requests may go on after a stop
+	// request before they are abandoned (and redelivered later).
+	ShutdownTimeout time.Duration `envconfig:"DISPATCHER_SHUTDOWN_TIMEOUT" default:"30s"`
+	// SSEKeepalive is the interval of keepalive comments on /v1/events.
+	SSEKeepalive time.Duration `envconfig:"SSE_KEEPALIVE" default:"15s"`
+	// Provision makes the command create the streams, consumers and
+	// buckets before it starts (New and Run never provision).
+	Provision bool `envconfig:"PROVISION"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.NATSURL == "" {
+		c.NATSURL = "nats://127.0.0.1:4222"
+	}
+	if c.ID == "" {
+		h, _ := os.Hostname()
+		if h == "" || lifecycle.ValidToken(h) != nil {
+			h = "dispatcher"
+		}
+		c.ID = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 64
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.SSEKeepalive == 0 {
+		c.SSEKeepalive = 15 * time.Second
+	}
+	c.APITokens = tokens(c.APITokens)
+	return c
+}
+
+// tokens trims the configured tokens and drops empty ones.
+func tokens(in []string) []string {
+	var out []string
+	for _, t := range in {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Validate reports every problem at once, naming each variable.
+func (c Config) Validate() error {
+	var errs []error
+	v := func(field string) string { return config.Var(c, field) }
+	if c.HTTPAddr != "" {
+		loop, err := loopback(c.HTTPAddr)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s=%q: %v", v("HTTPAddr"), c.HTTPAddr, err))
+		case !loop && len(tokens(c.APITokens)) == 0:
+			errs = append(errs, fmt.Errorf("%s=%q is not a loopback address: refusing to serve the API there without authentication; set %s (comma-separated bearer tokens) or listen on 127.0.0.1",
+				v("HTTPAddr"), c.HTTPAddr, v("APITokens")))
+		}
+	}
+	if c.ID != "" {
+		if err := lifecycle.ValidToken(c.ID); err != nil || strings.Contains(c.ID, "/") {
+			errs = append(errs, fmt.Errorf("%s=%q: want letters, digits, '-' or '_' (no dots, slashes or spaces)", v("ID"), c.ID))
+		}
+	}
+	if c.Concurrency < 0 || c.Concurrency > 4096 {
+		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 4096", v("Concurrency"), c.Concurrency))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%s=%s: must not be negative", v("ShutdownTimeout"), c.ShutdownTimeout))
+	}
+	if c.SSEKeepalive < 0 || (c.SSEKeepalive > 0 && c.SSEKeepalive < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("SSEKeepalive"), c.SSEKeepalive))
+	}
+	return errors.Join(errs...)
+}
+
+// loopback reports whether a host:port address listens on loopback only.
+// An empty host or an unspecified address (0.0.0.0, ::) listens everywhere.
+func loopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback(), nil
+}

@@ -1,0 +1,276 @@
+package dispatcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// maxBodyBytes bounds an HTTP request body; bodies above MaxRequestBytes
+// but within this bound get a 422 naming the limit.
+const maxBodyBytes = 1 << 20
+
+// Handler returns the HTTP API. Every /v1 route needs a bearer token when
+// APITokens is set; /metrics and /healthz are open.
+//
+//	POST /v1/dispatches               a lifecycle.Request → 201 (new) or 200 (same dispatch_id again), the client.Record
+//	GET  /v1/dispatches/{id}          the client.Record
+//	POST /v1/dispatches/{id}/cancel   optional {"by", "reason"} → the client.Record
+//	GET  /v1/threads/{id}             the client.Thread: every round with its events
+//	POST /v1/threads/{id}/cancel      optional {"by", "reason"} → the client.Thread
+//	GET  /v1/events                   Server-Sent Events: lifecycle CloudEvents (query: thread, kind, dispatch, from=start; header Last-Event-ID)
+//	GET  /metrics                     Prometheus metrics
+//	GET  /healthz                     200 when NATS is connected and JetStream answers
+//
+// Errors are RFC 9457 problem documents (client.Problem); an invalid
+// request is a 422 whose errors name each field. The handler can be
+// mounted on another server (agora dev does); it works before Run and
+// ends its event streams when Run stops. Safe for concurrent use.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/dispatches", s.auth(s.httpDispatch))
+	mux.Handle("GET /v1/dispatches/{id}", s.auth(s.httpStatus))
+	mux.Handle("POST /v1/dispatches/{id}/cancel", s.auth(s.httpCancel))
+	mux.Handle("GET /v1/threads/{id}", s.auth(s.httpThread))
+	mux.Handle("POST /v1/threads/{id}/cancel", s.auth(s.httpCancelThread))
+	mux.Handle("GET /v1/events", s.auth(s.httpEvents))
+	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
+	mux.HandleFunc("GET /healthz", s.httpHealth)
+	return mux
+}
+
+// auth checks the bearer token in constant time (against the SHA-256 of
+// every configured token, so neither content nor length leaks).
+func (s *Service) auth(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(s.tokens) > 0 && !s.authorized(r.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agora"`)
+			writeProblem(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
+				Detail: "send Authorization: Bearer <token> with one of the tokens in AGORA_API_TOKENS"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (s *Service) authorized(header string) bool {
+	const prefix = "bearer "
+	if len(header) <= len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(header[len(prefix):])))
+	ok := 0
+	for _, t := range s.tokens {
+		ok |= subtle.ConstantTimeCompare(sum[:], t[:])
+	}
+	return ok == 1
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, p *client.Problem) {
+	out := *p
+	if out.Instance == "" {
+		out.Instance = r.URL.Path
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(out.Status)
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// opContext detaches a request's work from the client connection (a
+// disconnect must not interrupt an acceptance half way) and bounds it.
+func opContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), opTimeout)
+}
+
+func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		s.metrics.request(doorHTTP, resultRejected, start)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeProblem(w, r, &client.Problem{Type: client.ProblemTooLarge, Title: "Request too large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes),
+				Errors: []client.FieldError{{Field: "request", Message: fmt.Sprintf("is larger than %d bytes; the limit is %d", maxBodyBytes, MaxRequestBytes)}}})
+			return
+		}
+		writeProblem(w, r, client.Invalid(client.FieldError{Field: "request", Message: "cannot read the body: " + err.Error()}))
+		return
+	}
+	req, p := decodeRequest(data)
+	if p != nil {
+		s.metrics.request(doorHTTP, resultRejected, start)
+		writeProblem(w, r, p)
+		return
+	}
+	ctx, cancel := opContext(r)
+	defer cancel()
+	b, err := s.bind(ctx)
+	if err != nil {
+		s.metrics.request(doorHTTP, resultError, start)
+		writeProblem(w, r, s.problem(err))
+		return
+	}
+	rec, result, err := s.accept(ctx, b, req, len(data), r.Header.Get("traceparent"))
+	s.metrics.request(doorHTTP, result, start)
+	if err != nil {
+		writeProblem(w, r, s.problem(err))
+		return
+	}
+	status := http.StatusOK
+	if result == resultAccepted || result == resultMaxRounds {
+		status = http.StatusCreated
+	}
+	w.Header().Set("Location", "/v1/dispatches/"+url.PathEscape(rec.DispatchID))
+	writeJSON(w, status, rec)
+}
+
+func (s *Service) httpStatus(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := opContext(r)
+	defer cancel()
+	s.serve(w, r, func(b *bindings) (any, error) { return s.status(ctx, b, r.PathValue("id")) })
+}
+
+func (s *Service) httpThread(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := opContext(r)
+	defer cancel()
+	s.serve(w, r, func(b *bindings) (any, error) { return s.thread(ctx, b, r.PathValue("id")) })
+}
+
+func (s *Service) httpCancel(w http.ResponseWriter, r *http.Request) {
+	by, reason, err := cancelBody(w, r)
+	if err != nil {
+		writeProblem(w, r, s.problem(err))
+		return
+	}
+	ctx, cancel := opContext(r)
+	defer cancel()
+	s.serve(w, r, func(b *bindings) (any, error) { return s.cancelDispatch(ctx, b, r.PathValue("id"), by, reason) })
+}
+
+func (s *Service) httpCancelThread(w http.ResponseWriter, r *http.Request) {
+	by, reason, err := cancelBody(w, r)
+	if err != nil {
+		writeProblem(w, r, s.problem(err))
+		return
+	}
+	ctx, cancel := opContext(r)
+	defer cancel()
+	s.serve(w, r, func(b *bindings) (any, error) { return s.cancelThread(ctx, b, r.PathValue("id"), by, reason) })
+}
+
+// cancelBody reads the optional {"by", "reason"} of a cancel.
+func cancelBody(w http.ResponseWriter, r *http.Request) (by, reason string, err error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		return "", "", client.Invalid(client.FieldError{Field: "request", Message: "cannot read the body: " + err.Error()})
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return "", "", nil
+	}
+	var req client.CancelRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return "", "", client.Invalid(client.FieldError{Field: "request", Message: `must be empty or a JSON object {"by": "…", "reason": "…"}: ` + err.Error()})
+	}
+	return req.By, req.Reason, nil
+}
+
+// serve binds, runs f and writes its value as JSON or its error as a
+// problem.
+func (s *Service) serve(w http.ResponseWriter, r *http.Request, f func(*bindings) (any, error)) {
+	b, err := s.bind(r.Context())
+	if err != nil {
+		writeProblem(w, r, s.problem(err))
+		return
+	}
+	v, err := f(b)
+	if err != nil {
+		writeProblem(w, r, s.problem(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Service) httpHealth(w http.ResponseWriter, r *http.Request) {
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "nats": st.String()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	js, err := jetstream.New(s.nc)
+	if err == nil {
+		_, err = js.AccountInfo(ctx)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "nats": "connected", "jetstream": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "nats": "connected", "jetstream": "ok", "dispatcher_id": s.cfg.ID})
+}
+
+// sseFilter reads the query of GET /v1/events.
+func sseFilter(r *http.Request) (jetstream.OrderedConsumerConfig, error) {
+	q := r.URL.Query()
+	var errs []client.FieldError
+	kind := lifecycle.Kind(q.Get("kind"))
+	if kind != "" && !kind.Valid() {
+		errs = append(errs, client.FieldError{Field: "kind", Message: fmt.Sprintf("%q is not a lifecycle kind (accepted, started, finished, needs_input, failed, cancelled)", clip(string(kind)))})
+	}
+	thread, dispatch := q.Get("thread"), q.Get("dispatch")
+	if thread != "" && lifecycle.ValidToken(thread) != nil {
+		errs = append(errs, client.FieldError{Field: "thread", Message: fmt.Sprintf("%q is not a thread id", clip(thread))})
+	}
+	if dispatch != "" && lifecycle.ValidToken(dispatch) != nil {
+		errs = append(errs, client.FieldError{Field: "dispatch", Message: fmt.Sprintf("%q is not a dispatch id", clip(dispatch))})
+	}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{lifecycle.LifecycleFilter(kind, thread, dispatch)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	}
+	switch q.Get("from") {
+	case "", "now":
+	case "start":
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	default:
+		errs = append(errs, client.FieldError{Field: "from", Message: "want start (replay retained events) or now (the default)"})
+	}
+	last := r.Header.Get("Last-Event-ID")
+	field := "Last-Event-ID"
+	if last == "" {
+		last, field = q.Get("last_event_id"), "last_event_id"
+	}
+	if last != "" {
+		seq, err := strconv.ParseUint(last, 10, 64)
+		if err != nil {
+			errs = append(errs, client.FieldError{Field: field, Message: fmt.Sprintf("%q is not an event id (a stream sequence number)", clip(last))})
+		} else {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+		}
+	}
+	if len(errs) > 0 {
+		return cfg, client.Invalid(errs...)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,185 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// maxDetail bounds the detail of a failed rejected event.
+const maxDetail = 2048
+
+// handleIntake handles one message of the AGORA_REQUESTS stream door.
+func (s *Service) handleIntake(ctx context.Context, b *bindings, m jetstream.Msg) {
+	start := time.Now()
+	log := s.log.With("door", doorStream, "subject", m.Subject())
+	v, result := s.intake(ctx, b, m, log)
+	if result != "" {
+		s.metrics.request(doorStream, result, start)
+	}
+	s.settle(m, v, log)
+}
+
+// intake decides what becomes of a request message: accepted (ack),
+// refused with a failed rejected event (ack), unreportable (term) or
+// temporarily impossible (nak with delay).
+func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log *slog.Logger) (verdict, string) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	md, err := m.Metadata()
+	if err != nil {
+		log.Error("request message without metadata terminated", "err", err)
+		return term("no metadata"), ""
+	}
+	r := rejection{}
+	r.subagent, _ = lifecycle.ParseRequestSubject(m.Subject())
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		r.dispatchID = derivedID(md.Timestamp, lifecycle.StreamRequests, strconv.FormatUint(md.Sequence.Stream, 10))
+		r.detail = "the message is not a CloudEvent (send ce-* headers, or a structured application/cloudevents+json body): " + err.Error()
+		return s.reject(ctx, b, r, log), resultRejected
+	}
+	r.traceparent = lifecycle.Traceparent(e)
+	// A request without a dispatch id gets one derived from the event's
+	// identity, so a redelivery or a republished event maps to the same
+	// dispatch.
+	derived := derivedID(eventTime(e, md.Timestamp), e.Source(), e.ID())
+	r.dispatchID = derived
+	if e.Type() != lifecycle.TypeRequested {
+		r.detail = fmt.Sprintf("event type %q: want %s", e.Type(), lifecycle.TypeRequested)
+		return s.reject(ctx, b, r, log), resultRejected
+	}
+	req, p := decodeRequest(e.Data())
+	if p == nil && req.Subagent != "" && r.subagent != "" && req.Subagent != r.subagent {
+		p = client.Invalid(client.FieldError{Field: "subagent", Message: fmt.Sprintf("%q does not match the subject's sub-agent %q", clip(req.Subagent), r.subagent)})
+	}
+	if p != nil {
+		r.from(req)
+		r.detail = p.Detail
+		return s.reject(ctx, b, r, log), resultRejected
+	}
+	if req.Subagent == "" {
+		req.Subagent = r.subagent
+	}
+	if req.DispatchID == "" {
+		req.DispatchID = derived
+	}
+	rec, result, err := s.accept(ctx, b, req, len(e.Data()), r.traceparent)
+	if errors.As(err, &p) {
+		r.from(req)
+		r.detail = p.Detail
+		return s.reject(ctx, b, r, log), resultRejected
+	}
+	if err != nil {
+		log.Warn("request not accepted yet: temporary failure, redelivering", "dispatch_id", req.DispatchID, "err", err)
+		return retryLate, resultError
+	}
+	log.Debug("request handled", "dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "result", result)
+	return ack, result
+}
+
+// rejection is what a failed rejected event says about a refused request.
+type rejection struct {
+	subagent    string
+	dispatchID  string
+	threadID    string
+	parentID    string
+	round       int
+	traceparent string
+	detail      string
+}
+
+// from takes the ids of a refused request where they are usable.
+func (r *rejection) from(req lifecycle.Request) {
+	if r.subagent == "" && lifecycle.ValidToken(req.Subagent) == nil {
+		r.subagent = req.Subagent
+	}
+	if idRE.MatchString(req.DispatchID) {
+		r.dispatchID = req.DispatchID
+	}
+	if req.Round > 0 && idRE.MatchString(req.ThreadID) {
+		r.threadID, r.round = req.ThreadID, req.Round
+		if idRE.MatchString(req.ParentID) {
+			r.parentID = req.ParentID
+		}
+	}
+}
+
+// reject emits failed rejected for a refused stream request, so whoever
+// sent it sees why on the lifecycle stream. A request that cannot be named
+// (no valid sub-agent) is logged and terminated.
+func (s *Service) reject(ctx context.Context, b *bindings, r rejection, log *slog.Logger) verdict {
+	detail := truncate(r.detail, maxDetail)
+	if r.subagent == "" {
+		log.Error("refused request cannot be reported (no valid sub-agent name): terminated", "detail", detail)
+		return term("refused: " + truncate(detail, 200))
+	}
+	if r.threadID == "" {
+		r.threadID = r.dispatchID
+	}
+	tp := r.traceparent
+	if !lifecycle.ValidTraceparent(tp) {
+		tp = lifecycle.NewTraceparent()
+	}
+	d := &lifecycle.Failed{
+		Common: lifecycle.Common{DispatchID: r.dispatchID, ThreadID: r.threadID, ParentID: r.parentID, Round: r.round, Subagent: r.subagent},
+		Reason: lifecycle.ReasonRejected, Detail: detail,
+	}
+	_, _, err := s.emit(ctx, b, d, tp)
+	switch {
+	case errors.Is(err, lifecycle.ErrInvalid), errors.Is(err, lifecycle.ErrBadToken), errors.Is(err, lifecycle.ErrBadSubject):
+		log.Error("refused request cannot be reported: terminated", "detail", detail, "err", err)
+		return term("refused: " + truncate(detail, 200))
+	case err != nil:
+		log.Warn("cannot report refused request yet: redelivering", "dispatch_id", r.dispatchID, "err", err)
+		return retryLate
+	}
+	log.Info("request refused", "dispatch_id", r.dispatchID, "thread_id", r.threadID, "subagent", r.subagent, "detail", detail)
+	return ack
+}
+
+// derivedID makes a ULID from a time and the identity of a message, so the
+// same message always gets the same dispatch id.
+func derivedID(t time.Time, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	id, err := ulid.New(ulid.Timestamp(t), bytes.NewReader(h.Sum(nil)[:10]))
+	if err != nil {
+		return lifecycle.NewID()
+	}
+	return id.String()
+}
+
+// eventTime is the event's own time when it is plausible, else fallback.
+func eventTime(e lifecycle.Event, fallback time.Time) time.Time {
+	t := e.Time()
+	if t.Before(time.Unix(0, 0)) || t.Year() > 9999 {
+		return fallback
+	}
+	return t
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

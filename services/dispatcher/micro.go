@@ -1,0 +1,187 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// problem turns an error into the Problem a synchronous door answers: a
+// refusal as it is, anything else as a 503 (logged; its text stays here).
+func (s *Service) problem(err error) *client.Problem {
+	var p *client.Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	s.log.Warn("request failed: temporary failure", "err", err)
+	return &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+		Detail: "a temporary failure; retry the request (a dispatch_id makes a retried dispatch safe)"}
+}
+
+// The micro handlers run on the dispatcher's own goroutines (the pool), so
+// several requests are handled at once. They therefore answer by
+// publishing on the reply subject themselves: micro's Request.Respond and
+// Request.Error record the outcome for the endpoint's stats, which micro
+// reads as soon as the handler returns, so calling them after that is a
+// data race. micro's stats thus count requests but not errors; the
+// dispatcher's Prometheus metrics count both.
+
+// microError answers a micro request with the micro error headers (code =
+// the HTTP status, description = title and detail) and the Problem as body.
+func (s *Service) microError(r micro.Request, err error) {
+	p := s.problem(err)
+	data, _ := json.Marshal(p)
+	desc := p.Title
+	if p.Detail != "" {
+		desc += ": " + p.Detail
+	}
+	desc = truncate(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)
+	s.reply(r, nats.Header{
+		micro.ErrorHeader:     []string{desc},
+		micro.ErrorCodeHeader: []string{strconv.Itoa(p.Status)},
+		"Content-Type":        []string{"application/problem+json"},
+	}, data)
+}
+
+func (s *Service) microRespond(r micro.Request, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		s.microError(r, fmt.Errorf("dispatcher: encode reply: %w", err))
+		return
+	}
+	s.reply(r, nats.Header{"Content-Type": []string{"application/json"}}, data)
+}
+
+func (s *Service) reply(r micro.Request, hdr nats.Header, data []byte) {
+	if r.Reply() == "" {
+		return
+	}
+	if err := s.nc.PublishMsg(&nats.Msg{Subject: r.Reply(), Header: hdr, Data: data}); err != nil {
+		s.log.Warn("micro: respond", "subject", r.Subject(), "err", err)
+	}
+}
+
+func microTraceparent(r micro.Request) string {
+	h := r.Headers()
+	for _, k := range []string{lifecycle.TraceparentExtension, "Traceparent", "ce-traceparent"} {
+		if v := h.Get(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// microDispatch serves agora.api.dispatch: a lifecycle.Request in, the
+// dispatch record out.
+func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	b, err := s.bind(ctx)
+	if err != nil {
+		s.metrics.request(doorMicro, resultError, start)
+		s.microError(r, err)
+		return
+	}
+	req, p := decodeRequest(r.Data())
+	if p != nil {
+		s.metrics.request(doorMicro, resultRejected, start)
+		s.microError(r, p)
+		return
+	}
+	rec, result, err := s.accept(ctx, b, req, len(r.Data()), microTraceparent(r))
+	s.metrics.request(doorMicro, result, start)
+	if err != nil {
+		s.microError(r, err)
+		return
+	}
+	s.microRespond(r, rec)
+}
+
+// decodeTarget reads a cancel or status body: exactly one of dispatch_id
+// and thread_id.
+func decodeTarget(data []byte) (client.CancelRequest, error) {
+	var req client.CancelRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return req, client.Invalid(client.FieldError{Field: "request", Message: "must be a JSON object with dispatch_id or thread_id: " + err.Error()})
+	}
+	if (req.DispatchID == "") == (req.ThreadID == "") {
+		return req, client.Invalid(client.FieldError{Field: "dispatch_id", Message: "set exactly one of dispatch_id and thread_id"})
+	}
+	return req, nil
+}
+
+// microCancel serves agora.api.cancel: {"dispatch_id"|"thread_id", "by",
+// "reason"} in, the record (or the thread) out.
+func (s *Service) microCancel(ctx context.Context, r micro.Request) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	b, err := s.bind(ctx)
+	if err != nil {
+		s.microError(r, err)
+		return
+	}
+	req, err := decodeTarget(r.Data())
+	if err != nil {
+		s.microError(r, err)
+		return
+	}
+	if req.ThreadID != "" {
+		th, err := s.cancelThread(ctx, b, req.ThreadID, req.By, req.Reason)
+		if err != nil {
+			s.microError(r, err)
+			return
+		}
+		s.microRespond(r, th)
+		return
+	}
+	rec, err := s.cancelDispatch(ctx, b, req.DispatchID, req.By, req.Reason)
+	if err != nil {
+		s.microError(r, err)
+		return
+	}
+	s.microRespond(r, rec)
+}
+
+// microStatus serves agora.api.status: {"dispatch_id"} in, the record out;
+// or {"thread_id"} in, the thread out.
+func (s *Service) microStatus(ctx context.Context, r micro.Request) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	b, err := s.bind(ctx)
+	if err != nil {
+		s.microError(r, err)
+		return
+	}
+	req, err := decodeTarget(r.Data())
+	if err != nil {
+		s.microError(r, err)
+		return
+	}
+	if req.ThreadID != "" {
+		th, err := s.thread(ctx, b, req.ThreadID)
+		if err != nil {
+			s.microError(r, err)
+			return
+		}
+		s.microRespond(r, th)
+		return
+	}
+	rec, err := s.status(ctx, b, req.DispatchID)
+	if err != nil {
+		s.microError(r, err)
+		return
+	}
+	s.microRespond(r, rec)
+}

@@ -1,0 +1,222 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+const (
+	// projectionShards is how many dispatches the projection updates at
+	// once; the events of one dispatch stay in stream order on one shard.
+	projectionShards = 16
+	// maxEventRefs bounds the event ids kept in a record.
+	maxEventRefs = 256
+)
+
+// projection consumes the `projection` durable on AGORA_LIFECYCLE.
+type projection struct {
+	cc        jetstream.ConsumeContext
+	shards    []chan jetstream.Msg
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+func (s *Service) startProjection(ctx context.Context, b *bindings) (*projection, error) {
+	p := &projection{shards: make([]chan jetstream.Msg, projectionShards)}
+	for i := range p.shards {
+		ch := make(chan jetstream.Msg, 16)
+		p.shards[i] = ch
+		p.wg.Go(func() {
+			for m := range ch {
+				s.settle(m, s.project(ctx, b, m), s.log)
+			}
+		})
+	}
+	cc, err := b.projection.Consume(func(m jetstream.Msg) {
+		p.shards[shard(m.Subject(), len(p.shards))] <- m
+	}, jetstream.PullMaxMessages(256), jetstream.PullExpiry(5*time.Second), jetstream.ConsumeErrHandler(s.consumeErr("projection")))
+	if err != nil {
+		p.closeShards()
+		p.wg.Wait()
+		return nil, fmt.Errorf("dispatcher: consume %s: %w", lifecycle.StreamLifecycle, err)
+	}
+	p.cc = cc
+	return p, nil
+}
+
+func (p *projection) drain() { p.cc.Drain() }
+func (p *projection) stop()  { p.cc.Stop() }
+
+// wait returns once the consumer is closed and every shard is idle.
+func (p *projection) wait() {
+	<-p.cc.Closed()
+	p.closeShards()
+	p.wg.Wait()
+}
+
+func (p *projection) closeShards() {
+	p.closeOnce.Do(func() {
+		for _, ch := range p.shards {
+			close(ch)
+		}
+	})
+}
+
+// project applies one lifecycle message to its dispatch record.
+func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) verdict {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	log := s.log.With("subject", m.Subject())
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		log.Error("undecodable lifecycle message terminated", "err", err)
+		return term("undecodable")
+	}
+	d, err := lifecycle.Parse(e)
+	if errors.Is(err, lifecycle.ErrUnknownType) {
+		log.Warn("unknown event type skipped", "type", e.Type(), "id", e.ID())
+		return ack
+	}
+	if err != nil {
+		log.Error("lifecycle event with bad data terminated", "id", e.ID(), "err", err)
+		return term("bad data")
+	}
+	l, ok := d.(lifecycle.Lifecycle)
+	if !ok {
+		log.Warn("not a lifecycle event: skipped", "type", e.Type(), "id", e.ID())
+		return ack
+	}
+	c := l.Base()
+	if lifecycle.Validate(l) != nil || !idRE.MatchString(c.DispatchID) || !idRE.MatchString(c.ThreadID) {
+		log.Warn("lifecycle event with ids that cannot be recorded: skipped", "id", e.ID(), "dispatch_id", c.DispatchID)
+		return ack
+	}
+	_, created, err := s.apply(ctx, b, e, l)
+	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted) {
+		err = s.indexThread(ctx, b, c.ThreadID, c.Round, c.DispatchID)
+	}
+	if err != nil {
+		log.Warn("projection: temporary failure, redelivering", "id", e.ID(), "err", err)
+		return retryLate
+	}
+	return ack
+}
+
+// apply applies a lifecycle event to its dispatch record with
+// compare-and-set, once: an event whose id the record lists is a
+// redelivery and changes nothing. A dispatch without a record (a request
+// refused on the stream) gets one. created reports that.
+func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l lifecycle.Lifecycle) (rec client.Record, created bool, err error) {
+	c := l.Base()
+	ref := client.EventRef{ID: e.ID(), Kind: l.LifecycleKind(), Time: e.Time().UTC()}
+	for range maxCAS {
+		var rev uint64
+		rec, rev, err = s.record(ctx, b, c.DispatchID)
+		created = errors.Is(err, errNoRecord)
+		switch {
+		case created:
+			rec = client.Record{DispatchID: c.DispatchID, ThreadID: c.ThreadID, ParentID: c.ParentID, Round: c.Round, Subagent: c.Subagent, CreatedAt: ref.Time}
+		case err != nil:
+			return rec, false, err
+		}
+		if slices.ContainsFunc(rec.Events, func(r client.EventRef) bool { return r.ID == ref.ID }) {
+			return rec, false, nil
+		}
+		applyEvent(&rec, ref, l)
+		rec.UpdatedAt = time.Now().UTC()
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return rec, false, fmt.Errorf("dispatcher: encode record: %w", err)
+		}
+		if created {
+			_, err = b.dispatches.Create(ctx, c.DispatchID, data)
+		} else {
+			_, err = b.dispatches.Update(ctx, c.DispatchID, data, rev)
+		}
+		if err == nil {
+			var reason lifecycle.Reason
+			if f, ok := l.(*lifecycle.Failed); ok {
+				reason = f.Reason
+			}
+			s.metrics.applied(l.LifecycleKind(), reason)
+			return rec, created, nil
+		}
+		if !conflict(err) {
+			return rec, false, fmt.Errorf("dispatcher: write record %s: %w", c.DispatchID, err)
+		}
+	}
+	return rec, false, fmt.Errorf("dispatcher: write record %s: %d conflicting writers", c.DispatchID, maxCAS)
+}
+
+// rank orders the kinds so the status never goes back, whatever order
+// events of one dispatch are applied in.
+func rank(k lifecycle.Kind) int {
+	switch {
+	case k == lifecycle.KindAccepted:
+		return 1
+	case k == lifecycle.KindStarted:
+		return 2
+	case k.Terminal():
+		return 3
+	}
+	return 0
+}
+
+// applyEvent changes rec for one new event: status, the kind's timestamp,
+// attempt (the highest seen) and worker, and the terminal summary (the
+// first terminal event wins; there is only one per dispatch).
+func applyEvent(rec *client.Record, ref client.EventRef, l lifecycle.Lifecycle) {
+	rec.Events = append(rec.Events, ref)
+	if n := len(rec.Events); n > maxEventRefs {
+		rec.Events = rec.Events[n-maxEventRefs:]
+	}
+	t := ref.Time
+	switch v := l.(type) {
+	case *lifecycle.Accepted:
+		if rec.AcceptedAt == nil {
+			rec.AcceptedAt = &t
+		}
+		if rec.SubagentRevision == 0 {
+			rec.SubagentRevision = v.SubagentRevision
+		}
+	case *lifecycle.Started:
+		if v.Attempt >= rec.Attempt {
+			rec.Attempt, rec.WorkerID, rec.StartedAt = v.Attempt, v.WorkerID, &t
+		}
+	default:
+		if rec.Result == nil {
+			rec.Result, rec.EndedAt = result(l), &t
+		}
+	}
+	if k := l.LifecycleKind(); rank(k) > rank(rec.Status) {
+		rec.Status = k
+	}
+}
+
+// result summarises a terminal event.
+func result(l lifecycle.Lifecycle) *client.Result {
+	r := &client.Result{Kind: l.LifecycleKind()}
+	switch v := l.(type) {
+	case *lifecycle.Finished:
+		code := v.ExitCode
+		r.ExitCode, r.DurationMS, r.Output = &code, v.DurationMS, v.Output
+	case *lifecycle.NeedsInput:
+		code := v.ExitCode
+		r.ExitCode, r.DurationMS, r.QuestionID, r.Question = &code, v.DurationMS, v.QuestionID, v.Question
+	case *lifecycle.Failed:
+		r.Reason, r.Detail, r.ExitCode, r.DurationMS = v.Reason, v.Detail, v.ExitCode, v.DurationMS
+	case *lifecycle.Cancelled:
+		r.By, r.Detail = v.By, v.Reason
+	}
+	return r
+}

@@ -1,0 +1,406 @@
+// Package dispatcher is Agora's front door (DESIGN §1–3).
+//
+// It takes dispatch requests through three doors that share one code path:
+// the AGORA_REQUESTS stream (durable consumer `dispatcher`), the NATS micro
+// service `agora` (agora.api.dispatch, agora.api.cancel, agora.api.status)
+// and an HTTP API. It validates each request against the sub-agent
+// registry, writes the dispatch record to the agora_dispatches bucket,
+// emits `accepted` and queues the completed request on AGORA_DISPATCH. The
+// same dispatch id through any door, any number of times, yields one
+// dispatch. It keeps the records current from AGORA_LIFECYCLE (durable
+// consumer `projection`), with a thread index under thread.<thread_id>, and
+// it cancels dispatches and threads.
+//
+// Several dispatchers may run against one NATS cluster: they share the
+// durable consumers and the micro queue group, and every write is
+// idempotent or compare-and-set.
+package dispatcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Version is the dispatcher's version, announced by its micro service.
+const Version = "0.1.0"
+
+// opTimeout bounds the NATS work of one request.
+const opTimeout = 15 * time.Second
+
+// Deps are the dispatcher's collaborators. Every field is optional.
+type Deps struct {
+	// Conn is an existing NATS connection, which stays the caller's; when
+	// nil, New connects to Config.NATSURL and Run closes that connection.
+	Conn *nats.Conn
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the dispatcher's metrics; default a new registry
+	// served on /metrics by Handler.
+	Registerer prometheus.Registerer
+}
+
+// Service is a dispatcher. Create it with New and start it with Run.
+type Service struct {
+	cfg      Config
+	nc       *nats.Conn
+	ownConn  bool
+	log      *slog.Logger
+	metrics  *metrics
+	gatherer prometheus.Gatherer
+	source   string
+	tokens   [][sha256.Size]byte
+
+	bindMu sync.Mutex
+	b      *bindings
+
+	running  atomic.Bool
+	ready    chan struct{}
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+// bindings are the JetStream handles, looked up once.
+type bindings struct {
+	js         jetstream.JetStream
+	requests   jetstream.Consumer
+	projection jetstream.Consumer
+	events     jetstream.Stream
+	subagents  jetstream.KeyValue
+	dispatches jetstream.KeyValue
+}
+
+// New checks cfg and prepares a dispatcher. It connects to NATS when
+// deps.Conn is nil; it does not touch JetStream until Run or the first
+// request.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("dispatcher: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, nc: deps.Conn, log: deps.Logger, ready: make(chan struct{}), stopping: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("service", "dispatcher", "dispatcher_id", cfg.ID)
+	reg := deps.Registerer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, s.gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		s.gatherer = g
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.source = lifecycle.Source("dispatcher", cfg.ID)
+	for _, t := range cfg.APITokens {
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	if s.nc == nil {
+		opts := []nats.Option{nats.Name("agora-dispatcher " + cfg.ID), nats.MaxReconnects(-1)}
+		if cfg.NATSCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+		}
+		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("dispatcher: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+		}
+		s.nc, s.ownConn = nc, true
+	}
+	return s, nil
+}
+
+// bind looks up the streams, consumers and buckets once; a failure is not
+// remembered, so a later call tries again.
+func (s *Service) bind(ctx context.Context) (*bindings, error) {
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	if s.b != nil {
+		return s.b, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
+	}
+	const hint = " (run `agora dev`, or provision the streams first: AGORA_PROVISION=true)"
+	b := &bindings{js: js}
+	if b.requests, err = js.Consumer(ctx, lifecycle.StreamRequests, lifecycle.ConsumerDispatcher); err != nil {
+		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w%s", lifecycle.StreamRequests, lifecycle.ConsumerDispatcher, err, hint)
+	}
+	if b.projection, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerProjection); err != nil {
+		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w%s", lifecycle.StreamLifecycle, provision.ConsumerProjection, err, hint)
+	}
+	if b.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
+		return nil, fmt.Errorf("dispatcher: stream %s: %w%s", lifecycle.StreamLifecycle, err, hint)
+	}
+	if b.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
+		return nil, fmt.Errorf("dispatcher: bucket %s: %w%s", lifecycle.BucketSubagents, err, hint)
+	}
+	if b.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
+		return nil, fmt.Errorf("dispatcher: bucket %s: %w%s", lifecycle.BucketDispatches, err, hint)
+	}
+	s.b = b
+	return b, nil
+}
+
+// Ready is closed once Run serves every door.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// stop tells long-lived handlers (Server-Sent Events) to end.
+func (s *Service) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
+
+// pool runs handlers on goroutines, at most n at once, and waits for them.
+type pool struct {
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+func newPool(n int) *pool { return &pool{sem: make(chan struct{}, n)} }
+
+// Go runs f once a slot is free; it blocks the caller until then, which
+// pushes back on the NATS subscription that feeds it.
+func (p *pool) Go(f func()) {
+	p.sem <- struct{}{}
+	p.wg.Go(func() {
+		defer func() { <-p.sem }()
+		f()
+	})
+}
+
+// Run serves every door until ctx ends, then shuts down gracefully: it
+// stops taking requests (micro endpoints stopped, consumers drained, HTTP
+// listener closed), lets in-flight requests finish for up to
+// ShutdownTimeout, and closes the connection New opened. Unacknowledged
+// stream messages are redelivered to another dispatcher. Run returns nil
+// after a clean shutdown; it may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("dispatcher: Run called twice")
+	}
+	defer s.stop()
+	b, err := s.bind(ctx)
+	if err != nil {
+		s.closeConn()
+		return err
+	}
+	// work outlives ctx by ShutdownTimeout so in-flight requests finish.
+	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+
+	proj, err := s.startProjection(work, b)
+	if err != nil {
+		s.closeConn()
+		return err
+	}
+	intakePool := newPool(s.cfg.Concurrency)
+	intake, err := b.requests.Consume(func(m jetstream.Msg) {
+		intakePool.Go(func() { s.handleIntake(work, b, m) })
+	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(s.consumeErr("intake")))
+	if err != nil {
+		proj.stop()
+		s.closeConn()
+		return fmt.Errorf("dispatcher: consume %s: %w", lifecycle.StreamRequests, err)
+	}
+	microPool := newPool(s.cfg.Concurrency)
+	msvc, err := s.startMicro(work, microPool)
+	if err != nil {
+		intake.Stop()
+		proj.stop()
+		s.closeConn()
+		return err
+	}
+
+	var srv *http.Server
+	httpErr := make(chan error, 1)
+	if s.cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+		if err != nil {
+			_ = msvc.Stop()
+			intake.Stop()
+			proj.stop()
+			s.closeConn()
+			return fmt.Errorf("dispatcher: %s=%s: %w", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, err)
+		}
+		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				httpErr <- fmt.Errorf("dispatcher: http: %w", err)
+			}
+		}()
+		s.log.Info("http api listening", "addr", ln.Addr().String(), "auth", len(s.tokens) > 0)
+	}
+	// The endpoints' subscriptions reach the server before Ready.
+	if err := s.nc.FlushTimeout(opTimeout); err != nil {
+		s.log.Warn("flush", "err", err)
+	}
+	close(s.ready)
+	s.log.Info("dispatcher started", "concurrency", s.cfg.Concurrency, "source", s.source)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-httpErr:
+		s.log.Error("http server failed; stopping", "err", runErr)
+	}
+
+	s.log.Info("dispatcher stopping: no new requests; waiting for in-flight ones", "shutdown_timeout", s.cfg.ShutdownTimeout)
+	s.stop()
+	if err := msvc.Stop(); err != nil {
+		s.log.Warn("stop micro service", "err", err)
+	}
+	intake.Drain()
+	proj.drain()
+	if srv != nil {
+		go func() {
+			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+			defer cancel()
+			if err := srv.Shutdown(sctx); err != nil {
+				s.log.Warn("http shutdown", "err", err)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		<-intake.Closed()
+		proj.wait()
+		intakePool.wg.Wait()
+		microPool.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.log.Warn("shutdown timeout passed: abandoning in-flight requests (they are redelivered or retried)")
+		abandon()
+		intake.Stop()
+		proj.stop()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			s.log.Warn("in-flight requests did not end")
+		}
+	}
+	if srv != nil {
+		_ = srv.Close()
+	}
+	s.closeConn()
+	s.log.Info("dispatcher stopped")
+	return runErr
+}
+
+func (s *Service) closeConn() {
+	if s.ownConn {
+		if err := s.nc.Drain(); err != nil {
+			s.nc.Close()
+		}
+		return
+	}
+	_ = s.nc.FlushTimeout(5 * time.Second)
+}
+
+func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
+	return func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
+			s.log.Debug("consumer", "door", door, "err", err)
+			return
+		}
+		s.log.Warn("consumer", "door", door, "err", err)
+	}
+}
+
+// startMicro registers the micro service `agora` with its three endpoints.
+func (s *Service) startMicro(ctx context.Context, p *pool) (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name: "agora", Version: Version,
+		Description: "Agora dispatcher: dispatch, cancel and status",
+		Metadata:    map[string]string{"instance": s.cfg.ID, "source": s.source},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: micro service: %w", err)
+	}
+	g := svc.AddGroup("agora.api")
+	for name, h := range map[string]func(context.Context, micro.Request){
+		"dispatch": s.microDispatch, "cancel": s.microCancel, "status": s.microStatus,
+	} {
+		err := g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+			p.Go(func() { h(ctx, r) })
+		}))
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("dispatcher: micro endpoint %s: %w", name, err)
+		}
+	}
+	return svc, nil
+}
+
+// action is what becomes of a stream message; decided in one place, settle.
+type action int
+
+const (
+	actAck  action = iota // done (or a duplicate)
+	actNak                // a temporary failure: redeliver after a delay
+	actTerm               // poison: never redeliver
+)
+
+type verdict struct {
+	act   action
+	delay time.Duration
+	why   string
+}
+
+var (
+	ack       = verdict{act: actAck}
+	retryLate = verdict{act: actNak, delay: 2 * time.Second}
+)
+
+func term(why string) verdict { return verdict{act: actTerm, why: why} }
+
+func (s *Service) settle(m jetstream.Msg, v verdict, log *slog.Logger) {
+	var err error
+	switch v.act {
+	case actAck:
+		err = m.Ack()
+	case actNak:
+		err = m.NakWithDelay(v.delay)
+	case actTerm:
+		err = m.TermWithReason(v.why)
+	}
+	if err != nil {
+		log.Warn("settle message", "err", err, "action", v.act)
+	}
+}
+
+// shard picks the projection shard of a lifecycle message: events of one
+// dispatch always go to the same shard, in stream order.
+func shard(subject string, n int) int {
+	id := subject
+	if a, err := lifecycle.ParseLifecycleSubject(subject); err == nil {
+		id = a.DispatchID
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
+}
