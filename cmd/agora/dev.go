@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/agora-dispatch/agora/internal/logging"
@@ -25,6 +25,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/worker"
 )
 
@@ -142,15 +143,18 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		return err
 	}
 
+	tokens := splitList(os.Getenv("AGORA_API_TOKENS"))
+	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, ID: "dev"}
+	if err := dcfg.Validate(); err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	dcfg.HTTPAddr = "" // served on the shared listener below
+	d, err := dispatcher.New(dcfg, dispatcher.Deps{Conn: nc, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		rw.Header().Set("Content-Type", "application/json")
-		if nc.Status() != nats.CONNECTED {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(rw).Encode(map[string]string{"status": "ok", "nats": nc.Status().String()})
-	})
+	mux.Handle("/", d.Handler()) // /v1/…, /healthz, /metrics (the shared registry)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	var wg sync.WaitGroup
@@ -161,15 +165,24 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		}
 	})
 	wg.Go(func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("http: %w", err)
+		if err := d.Run(ctx); err != nil {
+			errs <- fmt.Errorf("dispatcher: %w", err)
 		}
 	})
-	printBanner(cmd, url, "http://"+ln.Addr().String(), store)
-
 	select {
-	case <-ctx.Done():
+	case <-d.Ready():
+		wg.Go(func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("http: %w", err)
+			}
+		})
+		printBanner(cmd, url, "http://"+ln.Addr().String(), store)
+		select {
+		case <-ctx.Done():
+		case err = <-errs:
+		}
 	case err = <-errs:
+	case <-ctx.Done():
 	}
 	fmt.Fprintln(cmd.ErrOrStderr(), "agora dev: stopping (in-flight runs get the shutdown timeout)…")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -241,4 +254,15 @@ func applyDefinitions(ctx context.Context, js jetstream.JetStream, defs []subage
 		}
 	}
 	return nil
+}
+
+// splitList splits a comma-separated setting, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
