@@ -24,6 +24,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/worker"
 )
 
@@ -128,11 +129,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	rep.Rows = append(rep.Rows, row)
 
-	for _, rt := range []struct{ name, runtime string }{
-		{"agora worker path, in-process no-op runtime", "noop"},
-		{"agora worker path, exec /bin/true", "exec"},
+	for _, rt := range []struct {
+		name, runtime string
+		viaDispatcher bool
+	}{
+		{"agora worker path (dispatch message → worker), no-op runtime", "noop", false},
+		{"agora end to end (request → dispatcher → worker), no-op runtime", "noop", true},
+		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", true},
 	} {
-		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, dir, cfg.Concurrency, rt.runtime)
+		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, dir, cfg.Concurrency, rt.runtime, rt.viaDispatcher)
 		if err != nil {
 			return Report{}, err
 		}
@@ -311,7 +316,7 @@ func (noopRuntime) Run(context.Context, worker.Invocation) worker.Result { retur
 
 // workerPath runs a real worker (own connection) and measures a dispatch
 // message on agora.dispatch.* → worker → `finished` observed.
-func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string) (scenario, func(), error) {
+func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, viaDispatcher bool) (scenario, func(), error) {
 	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
 	if err != nil {
 		return scenario{}, nil, err
@@ -335,8 +340,29 @@ func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir str
 		return scenario{}, nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	running.Go(func() { _ = w.Run(wctx) })
+	if viaDispatcher {
+		dnc, err := nats.Connect(url)
+		if err != nil {
+			cancel()
+			return scenario{}, nil, err
+		}
+		d, err := dispatcher.New(dispatcher.Config{ID: "bench", Concurrency: 4 * conc}, dispatcher.Deps{Conn: dnc, Logger: deps.Logger})
+		if err != nil {
+			cancel()
+			return scenario{}, nil, err
+		}
+		running.Go(func() { _ = d.Run(wctx); dnc.Close() })
+		select {
+		case <-d.Ready():
+		case <-time.After(30 * time.Second):
+			cancel()
+			return scenario{}, nil, fmt.Errorf("dispatcher not ready within 30s")
+		}
+	}
 	done := make(chan struct{})
-	go func() { _ = w.Run(wctx); close(done) }()
+	go func() { running.Wait(); close(done) }()
 
 	onc, err := nats.Connect(url)
 	if err != nil {
@@ -357,9 +383,16 @@ func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir str
 	stop := func() { cancel(); <-done; onc.Close(); wnc.Close() }
 	src := lifecycle.Source("bench", "client")
 	subj, _ := lifecycle.DispatchSubject(def.Name)
+	if viaDispatcher {
+		subj, _ = lifecycle.RequestSubject(def.Name)
+	}
 	return scenario{do: func(ctx context.Context, id string) error {
 		ch := wt.expect(id)
 		req := &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: def.Name, Input: json.RawMessage(`{}`), SubagentRevision: rev}
+		if viaDispatcher {
+			// A client's request: the dispatcher fills thread and revision.
+			req = &lifecycle.Request{DispatchID: id, Subagent: def.Name, Input: json.RawMessage(`{}`)}
+		}
 		e, err := lifecycle.New(src, req)
 		if err != nil {
 			return err
