@@ -1,0 +1,456 @@
+// Package answerer is the SDK for Agora answerers: programs that answer the
+// questions sub-agents ask (DESIGN §3.4, §6).
+//
+// The router publishes every question on
+// agora.questions.<route>.<question_id>.asked, the route being chosen by its
+// routing file. [Serve] consumes the asked events of one route through a
+// durable consumer (answerer-<route> on AGORA_QUESTIONS, created if
+// missing, shared by every process serving the route), hands each question
+// to a [Handler], and submits what the handler returns to the router's
+// agora.api.answer endpoint, so it learns at once whether the answer was
+// accepted. A handler may answer, decline (the question then goes to the
+// route's fallback), or fail: a failure is retried with backoff, and after
+// the last attempt the question is declined.
+//
+// Questions that are no longer waiting on the route (answered, expired,
+// withdrawn, or moved to another route) are acknowledged without calling
+// the handler.
+package answerer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Reply is what a Handler returns for a question: an answer or a decline.
+// Build it with [Answer], [Decide] or [Decline].
+type Reply struct {
+	// Answer is the answer; for a question with options, one of them.
+	Answer string
+	// Decision is approve or reject; an approval question needs one.
+	Decision string
+	// Comment travels with the answer to the resumed sub-agent.
+	Comment string
+	// Declined refuses to answer: the router sends the question to the
+	// route's fallback. Reason says why.
+	Declined bool
+	Reason   string
+}
+
+// Answer is a Reply answering text.
+func Answer(text string) Reply { return Reply{Answer: text} }
+
+// Decide is a Reply to an approval question: decision is approve or
+// reject.
+func Decide(decision, comment string) Reply {
+	return Reply{Answer: decision, Decision: decision, Comment: comment}
+}
+
+// Decline is a Reply that refuses to answer, so the route's fallback gets
+// the question.
+func Decline(reason string) Reply { return Reply{Declined: true, Reason: reason} }
+
+// Handler answers questions. Handle may be called concurrently (see
+// WithConcurrency); ctx ends when Serve stops and its shutdown timeout has
+// passed. An error is retried with backoff; after the last attempt the
+// question is declined.
+type Handler interface {
+	Handle(ctx context.Context, q lifecycle.Question) (Reply, error)
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, q lifecycle.Question) (Reply, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, q lifecycle.Question) (Reply, error) {
+	return f(ctx, q)
+}
+
+// Report says what became of one question handled by Serve.
+type Report struct {
+	Question lifecycle.Question
+	Reply    Reply
+	// Status is the router's reply status (accepted, already_answered,
+	// invalid, not_found); Reason explains it.
+	Status client.AnswerStatus
+	Reason string
+	// Err is the handler's last error when the question was declined
+	// because the handler kept failing.
+	Err error
+}
+
+// ErrBadRoute reports a route name that cannot be served.
+var ErrBadRoute = errors.New("answerer: invalid route name")
+
+var routeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+type options struct {
+	answeredBy  string
+	concurrency int
+	maxAttempts int
+	backoffMin  time.Duration
+	backoffMax  time.Duration
+	ackWait     time.Duration
+	pullExpiry  time.Duration
+	callTimeout time.Duration
+	shutdown    time.Duration
+	durable     string
+	log         *slog.Logger
+	report      func(Report)
+}
+
+// Option configures Serve.
+type Option func(*options)
+
+// WithAnsweredBy names the answerer in answers (default "answerer:<route>").
+func WithAnsweredBy(name string) Option { return func(o *options) { o.answeredBy = name } }
+
+// WithConcurrency sets how many questions are handled at once (default 1).
+func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
+
+// WithMaxAttempts sets how many times a question is handed to the handler
+// before it is declined (default 5).
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
+
+// WithBackoff sets the delay before a failed question is handled again:
+// min after the first failure, doubling up to max (default 1s to 1m).
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
+}
+
+// WithAckWait sets the consumer's AckWait, how long a question handled by
+// a process that died waits before another gets it (default 30s); while
+// the handler runs, Serve extends it.
+func WithAckWait(d time.Duration) Option { return func(o *options) { o.ackWait = d } }
+
+// WithShutdownTimeout sets how long handlers may run on after ctx ends
+// before their context is cancelled (default 30s).
+func WithShutdownTimeout(d time.Duration) Option { return func(o *options) { o.shutdown = d } }
+
+// WithDurable names the durable consumer (default answerer-<route>).
+func WithDurable(name string) Option { return func(o *options) { o.durable = name } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithReport calls f after each question is settled: answered, declined,
+// or refused by the router. f runs on the handling goroutine.
+func WithReport(f func(Report)) Option { return func(o *options) { o.report = f } }
+
+// QuestionFilter returns the subject filter of a route's asked events:
+// agora.questions.<route>.*.asked.
+func QuestionFilter(route string) string { return "agora.questions." + route + ".*.asked" }
+
+// Serve answers the questions of route with h until ctx ends. It creates
+// the route's durable consumer when missing (idempotent), then pulls one
+// question per concurrency slot. When ctx ends it stops pulling, lets
+// handlers finish for up to the shutdown timeout, then cancels their
+// context; unsettled questions are redelivered later. Serve returns nil
+// after a clean stop, or the error that kept it from starting. nc stays
+// the caller's.
+func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...Option) error {
+	if !routeRE.MatchString(route) {
+		return fmt.Errorf("%w: %q: want 1-64 letters, digits, '-' or '_'", ErrBadRoute, route)
+	}
+	if h == nil {
+		return errors.New("answerer: nil handler")
+	}
+	if nc == nil {
+		return errors.New("answerer: nil NATS connection")
+	}
+	o := options{
+		answeredBy: "answerer:" + route, concurrency: 1, maxAttempts: 5,
+		backoffMin: time.Second, backoffMax: time.Minute, ackWait: 30 * time.Second,
+		pullExpiry: 5 * time.Second, callTimeout: 10 * time.Second, shutdown: 30 * time.Second,
+		durable: "answerer-" + route, log: slog.Default(),
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	o.concurrency = max(o.concurrency, 1)
+	o.maxAttempts = max(o.maxAttempts, 1)
+	o.ackWait = max(o.ackWait, time.Second)
+	o.backoffMin = max(o.backoffMin, 10*time.Millisecond)
+	o.backoffMax = max(o.backoffMax, o.backoffMin)
+	s := &server{nc: nc, route: route, h: h, o: o, log: o.log.With("route", route)}
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("answerer: jetstream: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s.cons, err = js.CreateOrUpdateConsumer(sctx, lifecycle.StreamQuestions, jetstream.ConsumerConfig{
+		Durable: o.durable, Description: "answerer for route " + route, FilterSubject: QuestionFilter(route),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: o.ackWait, MaxDeliver: -1,
+		MaxAckPending: max(4*o.concurrency, 64), DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("answerer: consumer %s on %s: %w", o.durable, lifecycle.StreamQuestions, err)
+	}
+	if kv, err := js.KeyValue(sctx, lifecycle.BucketQuestions); err == nil {
+		s.records = kv
+	}
+
+	// run outlives ctx by the shutdown timeout so handlers can finish.
+	run, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var wg sync.WaitGroup
+	for range o.concurrency {
+		wg.Go(func() { s.slot(ctx, run) })
+	}
+	s.log.Info("answerer serving", "durable", o.durable, "concurrency", o.concurrency)
+	<-ctx.Done()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(o.shutdown):
+		s.log.Warn("shutdown timeout passed: cancelling handlers")
+		stop()
+		<-done
+	}
+	s.log.Info("answerer stopped")
+	return nil
+}
+
+type server struct {
+	nc      *nats.Conn
+	route   string
+	h       Handler
+	o       options
+	log     *slog.Logger
+	cons    jetstream.Consumer
+	records jetstream.KeyValue
+}
+
+// slot pulls one question at a time until ctx ends.
+func (s *server) slot(ctx, run context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		// The pull ends with ctx, so a stop does not wait for its expiry.
+		pctx, cancel := context.WithTimeout(ctx, s.o.pullExpiry)
+		m, err := s.cons.Next(jetstream.FetchContext(pctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+			s.log.Warn("pull failed; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if ctx.Err() != nil {
+			_ = m.Nak() // pulled while stopping: hand it straight back
+			return
+		}
+		s.handle(run, m)
+	}
+}
+
+// action is what becomes of a question message; decided in handle only.
+type action struct {
+	ack   bool
+	term  bool
+	delay time.Duration
+}
+
+func (s *server) handle(ctx context.Context, m jetstream.Msg) {
+	a := s.decide(ctx, m)
+	var err error
+	switch {
+	case a.term:
+		err = m.Term()
+	case a.ack:
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = m.DoubleAck(actx)
+		cancel()
+	default:
+		err = m.NakWithDelay(a.delay)
+	}
+	if err != nil {
+		s.log.Warn("settle question message", "subject", m.Subject(), "err", err)
+	}
+}
+
+func (s *server) backoff(attempt int) time.Duration {
+	d := s.o.backoffMin
+	for i := 1; i < attempt && d < s.o.backoffMax; i++ {
+		d *= 2
+	}
+	return min(d, s.o.backoffMax)
+}
+
+func (s *server) decide(ctx context.Context, m jetstream.Msg) action {
+	attempt := 1
+	if md, err := m.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		s.log.Error("undecodable question terminated", "subject", m.Subject(), "err", err)
+		return action{term: true}
+	}
+	d, err := lifecycle.Parse(e)
+	if err != nil {
+		s.log.Error("question with bad data terminated", "id", e.ID(), "err", err)
+		return action{term: true}
+	}
+	q, ok := d.(*lifecycle.Question)
+	if !ok || q.Event != lifecycle.QuestionAsked {
+		return action{ack: true}
+	}
+	log := s.log.With("question_id", q.QuestionID, "attempt", attempt)
+	if !s.waiting(ctx, q.QuestionID) {
+		log.Debug("question no longer waits on this route: skipped")
+		return action{ack: true}
+	}
+
+	stopKeepAlive := s.keepAlive(m)
+	reply, herr := s.call(ctx, *q)
+	stopKeepAlive()
+	if herr != nil {
+		if ctx.Err() != nil {
+			return action{delay: s.o.backoffMin} // stopping: another process takes it
+		}
+		if attempt < s.o.maxAttempts {
+			log.Warn("handler failed; will retry", "err", herr, "retry_in", s.backoff(attempt))
+			return action{delay: s.backoff(attempt)}
+		}
+		log.Warn("handler failed on its last attempt: declining", "err", herr)
+		reply = Decline(fmt.Sprintf("answerer %s failed %d times: %v", s.route, attempt, herr))
+	}
+	rep, err := s.submit(ctx, *q, reply)
+	if err == nil && rep.Status == client.AnswerInvalid && !reply.Declined {
+		// The router refused the answer itself: let the fallback try.
+		log.Warn("answer refused as invalid: declining", "reason", rep.Reason)
+		reply = Decline("the answer was refused: " + rep.Reason)
+		rep, err = s.submit(ctx, *q, reply)
+	}
+	if err != nil {
+		log.Warn("submit failed; will retry", "err", err)
+		return action{delay: s.backoff(attempt)}
+	}
+	if rep.Status == client.AnswerRetry {
+		return action{delay: s.backoff(attempt)}
+	}
+	log.Info("question settled", "declined", reply.Declined, "status", rep.Status, "reason", rep.Reason)
+	if s.o.report != nil {
+		s.o.report(Report{Question: *q, Reply: reply, Status: rep.Status, Reason: rep.Reason, Err: herr})
+	}
+	return action{ack: true}
+}
+
+// waiting reports whether the question still waits for an answer on this
+// route, as its record says; true when the record cannot be read.
+func (s *server) waiting(ctx context.Context, qid string) bool {
+	if s.records == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.callTimeout)
+	defer cancel()
+	e, err := s.records.Get(ctx, qid)
+	if err != nil {
+		return true
+	}
+	var q lifecycle.Question
+	if json.Unmarshal(e.Value(), &q) != nil {
+		return true
+	}
+	return q.Status == "asked" && q.Route == s.route
+}
+
+// keepAlive tells the server the question is being worked on every
+// AckWait/3 until the returned function is called.
+func (s *server) keepAlive(m jetstream.Msg) func() {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(max(s.o.ackWait/3, 100*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// call runs the handler, turning a panic into an error.
+func (s *server) call(ctx context.Context, q lifecycle.Question) (r Reply, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("answerer: handler panicked: %v", p)
+		}
+	}()
+	return s.h.Handle(ctx, q)
+}
+
+// submission is the body of agora.api.answer: a lifecycle.Answer, plus
+// decline and reason for a decline.
+type submission struct {
+	QuestionID string `json:"question_id"`
+	Route      string `json:"route,omitempty"`
+	Answer     string `json:"answer,omitempty"`
+	Decision   string `json:"decision,omitempty"`
+	AnsweredBy string `json:"answered_by,omitempty"`
+	Comment    string `json:"comment,omitempty"`
+	Decline    bool   `json:"decline,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (client.AnswerReply, error) {
+	body := submission{QuestionID: q.QuestionID, Route: s.route, AnsweredBy: s.o.answeredBy}
+	if r.Declined {
+		body.Decline, body.Reason = true, r.Reason
+	} else {
+		body.Answer, body.Decision, body.Comment = r.Answer, r.Decision, r.Comment
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return client.AnswerReply{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.callTimeout)
+	defer cancel()
+	msg, err := s.nc.RequestWithContext(ctx, lifecycle.APIAnswer, data)
+	if err != nil {
+		return client.AnswerReply{}, fmt.Errorf("answerer: %s: %w", lifecycle.APIAnswer, err)
+	}
+	var rep client.AnswerReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Status == "" {
+		return client.AnswerReply{}, fmt.Errorf("answerer: %s: unexpected reply %q", lifecycle.APIAnswer, clip(string(msg.Data)))
+	}
+	return rep, nil
+}
+
+func clip(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}

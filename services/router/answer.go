@@ -1,0 +1,391 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Limits on an answer.
+const (
+	MaxAnswerBytes     = 16 << 10
+	MaxCommentBytes    = 4 << 10
+	MaxAnsweredByBytes = 256
+	MaxReasonBytes     = 1 << 10
+)
+
+// DefaultAnsweredBy names who answered with a route's default option when
+// its question expired.
+const DefaultAnsweredBy = "agora:default"
+
+// Submission is the body of agora.api.answer and the data of
+// dev.agora.answer.submitted on AGORA_ANSWERS: a lifecycle.Answer, or, with
+// Decline set, an answerer's refusal to answer (Reason says why), which
+// sends the question to its route's fallback.
+//
+// Its JSON is that of lifecycle.Answer plus "decline" and "reason".
+type Submission struct {
+	QuestionID string `json:"question_id"`
+	Route      string `json:"route,omitempty"` // the route the answerer serves
+	Answer     string `json:"answer,omitempty"`
+	Decision   string `json:"decision,omitempty"` // approve | reject, for approval questions
+	AnsweredBy string `json:"answered_by,omitempty"`
+	Comment    string `json:"comment,omitempty"`
+	Decline    bool   `json:"decline,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// The doors an answer comes through, as recorded in the history.
+const (
+	viaAPI      = "api"
+	viaStream   = "stream"
+	viaDeadline = "deadline"
+)
+
+// submit handles one answer or decline and returns the reply for its
+// sender. Every attempt lands in the question's history.
+func (s *Service) submit(ctx context.Context, sub Submission, via string) client.AnswerReply {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	qid := sub.QuestionID
+	if err := lifecycle.ValidToken(qid); err != nil {
+		return s.reply(via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "question_id: " + err.Error()})
+	}
+	log := s.log.With("question_id", qid, "via", via, "answered_by", sub.AnsweredBy)
+	mu := s.lock(qid)
+	mu.Lock()
+	defer mu.Unlock()
+
+	var (
+		reply      client.AnswerReply
+		cancelSeen bool
+		cancelReq  client.CancelRequest
+		cancelled  bool
+		outcome    lifecycle.QuestionEvent
+	)
+	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
+		now := time.Now().UTC()
+		a := attempt{At: now, Via: via, Route: sub.Route, AnsweredBy: clip(sub.AnsweredBy, MaxAnsweredByBytes),
+			Answer: clip(sub.Answer, 256), Decision: clip(sub.Decision, 32)}
+		outcome = ""
+		if r.Status == statusAsked && !cancelSeen {
+			cancelReq, cancelled = s.cancelRequested(ctx, r, nil)
+			cancelSeen = true
+		}
+		if r.Status == statusAsked && cancelled {
+			withdraw(r, cancelReq, "answer")
+			if err := r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail); err != nil {
+				return false, err
+			}
+			outcome = lifecycle.QuestionWithdrawn
+		}
+		if r.Status != statusAsked {
+			reply = closedReply(r)
+			a.Result, a.Status, a.Reason = "refused", string(reply.Status), reply.Reason
+			if sub.Decline {
+				a.Result = "decline-refused"
+			}
+			r.addHistory(a)
+			return true, nil
+		}
+		if sub.Decline {
+			ev, err := s.decline(r, sub, a, &reply)
+			outcome = ev
+			return true, err
+		}
+		if reason := validate(r, &sub); reason != "" {
+			reply = client.AnswerReply{Status: client.AnswerInvalid, Reason: reason}
+			a.Result, a.Status, a.Reason = "refused", string(reply.Status), reason
+			r.addHistory(a)
+			return true, nil
+		}
+		a.AnsweredBy, a.Answer, a.Decision = sub.AnsweredBy, clip(sub.Answer, 256), sub.Decision
+		a.Result, a.Status = "accepted", string(client.AnswerAccepted)
+		r.Answer, r.Decision, r.AnsweredBy, r.Comment = sub.Answer, sub.Decision, sub.AnsweredBy, sub.Comment
+		r.AnsweredAt = &now
+		r.Status = statusAnswered
+		r.addHistory(a)
+		if err := s.resume(r, fmt.Sprintf("answered by %s", sub.AnsweredBy)); err != nil {
+			return false, err
+		}
+		if err := r.queueQuestion(lifecycle.QuestionAnswered, ""); err != nil {
+			return false, err
+		}
+		outcome = lifecycle.QuestionAnswered
+		reply = client.AnswerReply{Status: client.AnswerAccepted, AnsweredBy: r.AnsweredBy, AnsweredAt: r.AnsweredAt}
+		if r.Outcome != outcomeRedispatched {
+			reply.Reason = "the thread ends " + r.Outcome + ": the answer is not re-dispatched"
+		}
+		return true, nil
+	})
+	switch {
+	case errors.Is(err, errNoQuestion):
+		return s.reply(via, s.unknown(ctx, qid))
+	case err != nil:
+		log.Warn("answer not handled: temporary failure", "err", err)
+		return s.reply(via, client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"})
+	}
+	if changed {
+		s.afterChange(ctx, r, outcome)
+		if err := s.flush(ctx, qid); err != nil {
+			log.Warn("publish question events: left for the scanner", "err", err)
+		}
+	}
+	switch {
+	case reply.Status == client.AnswerAccepted && sub.Decline:
+		log.Info("decline handled", "route", r.Route, "outcome", outcome, "reason", reply.Reason)
+	case reply.Status == client.AnswerAccepted:
+		log.Info("answer accepted", "route", r.Route, "outcome", outcome, "decline", sub.Decline, "next_dispatch_id", r.NextDispatchID)
+	default:
+		log.Info("answer refused", "route", r.Route, "status", reply.Status, "reason", reply.Reason)
+	}
+	return s.reply(via, reply)
+}
+
+func (s *Service) reply(via string, r client.AnswerReply) client.AnswerReply {
+	s.metrics.answers.WithLabelValues(via, string(r.Status)).Inc()
+	return r
+}
+
+// afterChange counts a question transition once, by the router whose
+// compare-and-set made it.
+func (s *Service) afterChange(_ context.Context, r *record, ev lifecycle.QuestionEvent) {
+	if ev == "" {
+		return
+	}
+	s.metrics.question(r.Route, ev)
+	if (ev == lifecycle.QuestionAnswered || ev == lifecycle.QuestionExpired) && r.AnsweredAt != nil {
+		s.metrics.timeToAnswer.WithLabelValues(r.Origin).Observe(r.AnsweredAt.Sub(r.AskedAt).Seconds())
+	}
+	if r.Outcome == outcomeMaxRounds {
+		s.metrics.questions.WithLabelValues(r.Route, "max_rounds").Inc()
+	}
+}
+
+// closedReply is the refusal of an answer to a question that is no longer
+// asked.
+func closedReply(r *record) client.AnswerReply {
+	rep := client.AnswerReply{Status: client.AnswerAlreadyAnswered, AnsweredBy: r.AnsweredBy, AnsweredAt: r.AnsweredAt}
+	switch r.Status {
+	case statusAnswered:
+		rep.Reason = fmt.Sprintf("already answered by %s at %s", r.AnsweredBy, r.AnsweredAt.Format(time.RFC3339))
+	case statusExpired:
+		rep.Reason = "the question expired: " + r.Detail
+	case statusWithdrawn:
+		rep.Reason = "the question was withdrawn: " + r.Detail
+	default:
+		rep.Reason = "the question is " + r.Status
+	}
+	return rep
+}
+
+// validate checks an answer against its question (DESIGN §3.4) and
+// normalises it; it returns why the answer is refused, or "".
+func validate(r *record, sub *Submission) string {
+	sub.Answer = strings.TrimSpace(sub.Answer)
+	sub.Decision = strings.ToLower(strings.TrimSpace(sub.Decision))
+	sub.AnsweredBy = strings.TrimSpace(sub.AnsweredBy)
+	switch {
+	case len(sub.Answer) > MaxAnswerBytes:
+		return fmt.Sprintf("answer is %d bytes; the limit is %d", len(sub.Answer), MaxAnswerBytes)
+	case len(sub.Comment) > MaxCommentBytes:
+		return fmt.Sprintf("comment is %d bytes; the limit is %d", len(sub.Comment), MaxCommentBytes)
+	case len(sub.AnsweredBy) > MaxAnsweredByBytes:
+		return fmt.Sprintf("answered_by is %d bytes; the limit is %d", len(sub.AnsweredBy), MaxAnsweredByBytes)
+	case !utf8.ValidString(sub.Answer) || !utf8.ValidString(sub.Comment) || !utf8.ValidString(sub.AnsweredBy):
+		return "answer, comment and answered_by must be UTF-8 text"
+	case sub.Decision != "" && sub.Decision != "approve" && sub.Decision != "reject":
+		return fmt.Sprintf("decision %q: want approve or reject", clip(sub.Decision, 32))
+	}
+	if r.Kind == "approval" {
+		if sub.Decision == "" {
+			return "an approval question needs a decision: approve or reject"
+		}
+		if sub.Answer == "" {
+			sub.Answer = sub.Decision
+		}
+	}
+	if sub.Answer == "" {
+		return "the answer is empty"
+	}
+	if len(r.Options) > 0 && !slices.Contains(r.Options, sub.Answer) {
+		return fmt.Sprintf("%q is not one of the options: %s", clip(sub.Answer, 64), strings.Join(r.Options, ", "))
+	}
+	if sub.AnsweredBy == "" {
+		sub.AnsweredBy = "anonymous"
+	}
+	return ""
+}
+
+// decline moves a declined question to its route's fallback.
+func (s *Service) decline(r *record, sub Submission, a attempt, reply *client.AnswerReply) (lifecycle.QuestionEvent, error) {
+	reason := clip(strings.TrimSpace(sub.Reason), MaxReasonBytes)
+	a.Reason, a.Answer, a.Decision = reason, "", ""
+	if sub.Route != "" && sub.Route != r.Route {
+		*reply = client.AnswerReply{Status: client.AnswerInvalid, Reason: fmt.Sprintf("the question is on route %s now, not %s", r.Route, sub.Route)}
+		a.Result, a.Status = "decline-refused", string(reply.Status)
+		r.addHistory(a)
+		return "", nil
+	}
+	from := r.Route
+	a.Route = from
+	a.Result, a.Status = "declined", string(client.AnswerAccepted)
+	r.addHistory(a)
+	if !slices.Contains(r.Declined, from) {
+		r.Declined = append(r.Declined, from)
+	}
+	next := s.fallback(r)
+	if next == nil {
+		*reply = client.AnswerReply{Status: client.AnswerAccepted, Reason: fmt.Sprintf("declined; route %s has no fallback that has not declined, so the question waits on it", from)}
+		return "", nil
+	}
+	detail := "declined by " + from
+	if reason != "" {
+		detail += ": " + reason
+	}
+	if err := r.moveTo(next, detail); err != nil {
+		return "", err
+	}
+	*reply = client.AnswerReply{Status: client.AnswerAccepted, Reason: "declined; the question went to the fallback route " + next.Name}
+	return lifecycle.QuestionEscalated, nil
+}
+
+// fallback finds where a declined question goes: the current route's
+// fallback, and that route's fallback in turn when it declined already.
+func (s *Service) fallback(r *record) *Route {
+	routes := s.routes.Load()
+	cur, ok := routes.Route(r.Route)
+	if !ok {
+		cur, ok = routes.Route(r.Origin)
+	}
+	for i := 0; ok && i < len(routes.list); i++ {
+		next, found := routes.Route(cur.Fallback)
+		if !found {
+			return nil
+		}
+		if next.Name != r.Route && !slices.Contains(r.Declined, next.Name) {
+			return next
+		}
+		cur = next
+	}
+	return nil
+}
+
+// moveTo sends the question to another route: question.escalated, then
+// question.asked on the new route.
+func (r *record) moveTo(rt *Route, detail string) error {
+	r.Escalation++
+	r.Route, r.Answerer = rt.Name, rt.Answerer
+	if err := r.queueQuestion(lifecycle.QuestionEscalated, detail); err != nil {
+		return err
+	}
+	return r.queueQuestion(lifecycle.QuestionAsked, detail)
+}
+
+// unknown answers for a question without a record: "retry" when its
+// dispatch is still running or its needs_input is on the way, "not_found"
+// otherwise.
+func (s *Service) unknown(ctx context.Context, qid string) client.AnswerReply {
+	notFound := client.AnswerReply{Status: client.AnswerNotFound, Reason: "no question " + qid}
+	did, ok := strings.CutPrefix(qid, "q-")
+	if !ok || lifecycle.ValidToken(did) != nil {
+		return notFound
+	}
+	soon := client.AnswerReply{Status: client.AnswerRetry, Reason: fmt.Sprintf("the question of dispatch %s is not recorded yet; send the answer again shortly", did)}
+	drec, err := s.dispatchRecord(ctx, did)
+	switch {
+	case err == nil:
+		if !drec.Terminal() || drec.Status == lifecycle.KindNeedsInput {
+			return soon
+		}
+		notFound.Reason = fmt.Sprintf("no question %s: dispatch %s ended %s without asking one", qid, did, drec.Status)
+		return notFound
+	case !errors.Is(err, errNoRecord):
+		return client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"}
+	}
+	// No dispatch record: a needs_input event published without the
+	// dispatcher may still be waiting for the router.
+	_, err = s.events.GetLastMsgForSubject(ctx, lifecycle.LifecycleFilter(lifecycle.KindNeedsInput, "", did))
+	switch {
+	case err == nil:
+		return soon
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return notFound
+	}
+	return client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"}
+}
+
+// microAnswer serves agora.api.answer.
+func (s *Service) microAnswer(ctx context.Context, req micro.Request) {
+	var sub Submission
+	var rep client.AnswerReply
+	if err := json.Unmarshal(req.Data(), &sub); err != nil {
+		rep = s.reply(viaAPI, client.AnswerReply{Status: client.AnswerInvalid, Reason: "the body is not a JSON answer: " + err.Error()})
+	} else {
+		rep = s.submit(ctx, sub, viaAPI)
+	}
+	if err := req.RespondJSON(rep); err != nil {
+		s.log.Warn("micro: respond", "err", err)
+	}
+}
+
+// maxStreamRetries bounds the redeliveries of a stream answer whose
+// question is not recorded yet (about 4 minutes at 2 s).
+const maxStreamRetries = 120
+
+// onAnswerMsg handles one answer from AGORA_ANSWERS.
+func (s *Service) onAnswerMsg(ctx context.Context, m jetstream.Msg) verdict {
+	log := s.log.With("subject", m.Subject())
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		log.Error("undecodable answer terminated", "err", err)
+		return term("undecodable")
+	}
+	if e.Type() != lifecycle.TypeAnswerSubmitted {
+		log.Warn("not an answer: skipped", "type", e.Type(), "id", e.ID())
+		return ack
+	}
+	var sub Submission
+	if err := json.Unmarshal(e.Data(), &sub); err != nil {
+		log.Error("answer with bad data terminated", "id", e.ID(), "err", err)
+		return term("bad data")
+	}
+	if route, qid, err := lifecycle.ParseAnswerSubject(m.Subject()); err == nil {
+		if sub.QuestionID == "" {
+			sub.QuestionID = qid
+		}
+		if sub.Route == "" {
+			sub.Route = route
+		}
+	}
+	rep := s.submit(ctx, sub, viaStream)
+	if rep.Status == client.AnswerRetry {
+		if md, err := m.Metadata(); err == nil && md.NumDelivered >= maxStreamRetries {
+			log.Warn("answer dropped: its question never appeared", "question_id", sub.QuestionID, "reason", rep.Reason)
+			return term("question never appeared")
+		}
+		return retryIn(2 * time.Second)
+	}
+	return ack
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,210 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// onNeedsInput turns one needs_input event into a question: record, then
+// question.asked. A redelivery finds the record and only publishes what is
+// still pending.
+func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	log := s.log.With("subject", m.Subject())
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		log.Error("undecodable lifecycle message terminated", "err", err)
+		return term("undecodable")
+	}
+	d, err := lifecycle.Parse(e)
+	if errors.Is(err, lifecycle.ErrUnknownType) {
+		log.Warn("unknown event type skipped", "type", e.Type(), "id", e.ID())
+		return ack
+	}
+	if err != nil {
+		log.Error("needs_input with bad data terminated", "id", e.ID(), "err", err)
+		return term("bad data")
+	}
+	ni, ok := d.(*lifecycle.NeedsInput)
+	if !ok {
+		log.Warn("not a needs_input event: skipped", "type", e.Type(), "id", e.ID())
+		return ack
+	}
+	if err := lifecycle.Validate(ni); err != nil {
+		log.Error("needs_input that breaks the contract skipped", "id", e.ID(), "err", err)
+		return ack
+	}
+	qid := ni.QuestionID
+	log = log.With("question_id", qid, "dispatch_id", ni.DispatchID, "thread_id", ni.ThreadID)
+
+	mu := s.lock(qid)
+	mu.Lock()
+	defer mu.Unlock()
+
+	if _, _, err := s.store.get(ctx, qid); err == nil {
+		// Asked before (a redelivery, or another replica): finish publishing.
+		if err := s.flush(ctx, qid); err != nil {
+			log.Warn("publish pending question events: redelivering", "err", err)
+			return retryIn(time.Second)
+		}
+		return ack
+	} else if !errors.Is(err, errNoQuestion) {
+		log.Warn("read question: redelivering", "err", err)
+		return retryIn(time.Second)
+	}
+
+	drec, err := s.dispatchRecord(ctx, ni.DispatchID)
+	switch {
+	case errors.Is(err, errNoRecord):
+		// The dispatcher writes the record before it queues the work, so
+		// it is normally there. Wait a little for it, then ask without it.
+		if md, merr := m.Metadata(); merr == nil && time.Since(md.Timestamp) < s.cfg.RecordWait {
+			return retryIn(min(time.Second, s.cfg.RecordWait))
+		}
+		log.Warn("no dispatch record: asking without the original request settings")
+		drec = nil
+	case err != nil:
+		log.Warn("read dispatch record: redelivering", "err", err)
+		return retryIn(time.Second)
+	}
+
+	r, err := s.newRecord(ctx, ni, lifecycle.Traceparent(e), drec)
+	if err != nil {
+		log.Error("cannot build the question: skipped", "err", err)
+		return ack
+	}
+	if _, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
+		log.Debug("question created by another router")
+	} else if err != nil {
+		log.Warn("create question: redelivering", "err", err)
+		return retryIn(time.Second)
+	} else {
+		s.metrics.question(r.Route, r.Event)
+		log.Info("question asked", "route", r.Route, "answerer", r.Answerer, "kind", r.Kind, "deadline", r.Deadline, "status", r.Status)
+	}
+	if err := s.flush(ctx, qid); err != nil {
+		log.Warn("publish question events: redelivering", "err", err)
+		return retryIn(time.Second)
+	}
+	return ack
+}
+
+// newRecord builds the record of a new question.
+func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, traceparent string, drec *dispatchRecord) (*record, error) {
+	var req *lifecycle.Request
+	if drec != nil && drec.Request != nil {
+		o := drec.Request
+		req = &lifecycle.Request{
+			Subagent: ni.Subagent, Input: o.Input, Target: o.Target, Env: maps.Clone(o.Env), Labels: maps.Clone(o.Labels),
+			Timeout: o.Timeout, MaxRounds: o.MaxRounds,
+		}
+		if traceparent == "" {
+			traceparent = drec.Traceparent
+		}
+	}
+	now := time.Now().UTC()
+	r := &record{
+		Question: lifecycle.Question{
+			Common: ni.Common, QuestionID: ni.QuestionID, Status: statusAsked,
+			Question: ni.Question, Options: ni.Options, Context: ni.Context, Kind: ni.Kind, AskedAt: now,
+		},
+		Traceparent: traceparent, PartialState: ni.PartialState, PartialStateRef: ni.PartialStateRef,
+		Request: req, History: []attempt{},
+	}
+	if req != nil {
+		r.Target, r.Labels = req.Target, req.Labels
+	}
+	rt := s.routes.Load().Match(Facts{Kind: ni.Kind, Subagent: ni.Subagent, Labels: r.Labels})
+	r.Route, r.Answerer, r.Origin = rt.Name, rt.Answerer, rt.Name
+	if rt.Deadline > 0 {
+		d := now.Add(rt.Deadline)
+		r.Deadline, r.OnExpiry = &d, rt.OnExpiry.String()
+	}
+	for _, st := range rt.Escalate {
+		r.Ladder = append(r.Ladder, rung{At: now.Add(st.After), To: st.To})
+	}
+	r.MaxRounds = s.maxRounds(ctx, req, ni.Subagent)
+
+	// A thread cancelled before its question was recorded: withdraw at once.
+	if cr, ok := s.cancelRequested(ctx, r, drec); ok {
+		withdraw(r, cr, "ask")
+		return r, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
+	}
+	return r, r.queueQuestion(lifecycle.QuestionAsked, "")
+}
+
+// maxRounds is the thread's round limit: the request's, else the
+// sub-agent definition's, else the default.
+func (s *Service) maxRounds(ctx context.Context, req *lifecycle.Request, name string) int {
+	if req != nil && req.MaxRounds > 0 {
+		return req.MaxRounds
+	}
+	if e, err := s.subagents.Get(ctx, name); err == nil {
+		var def subagent.Definition
+		if json.Unmarshal(e.Value(), &def) == nil {
+			return def.Rounds()
+		}
+	}
+	return subagent.DefaultMaxRounds
+}
+
+// dispatchRecord is the part of the dispatcher's record the router reads.
+type dispatchRecord struct {
+	client.Record
+	// CancelRequested is set by the dispatcher on a paused dispatch's
+	// record when its thread is cancelled: the durable twin of the core
+	// message on agora.control.cancel-thread.<thread_id>.
+	CancelRequested *client.CancelRequest `json:"cancel_requested,omitempty"`
+}
+
+// errNoRecord reports a dispatch id without a dispatch record.
+var errNoRecord = errors.New("router: no dispatch record")
+
+func (s *Service) dispatchRecord(ctx context.Context, id string) (*dispatchRecord, error) {
+	e, err := s.dispatches.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
+		return nil, fmt.Errorf("%w: %s", errNoRecord, id)
+	case err != nil:
+		return nil, fmt.Errorf("router: read dispatch record %s: %w", id, err)
+	}
+	var r dispatchRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, fmt.Errorf("router: decode dispatch record %s: %w", id, err)
+	}
+	return &r, nil
+}
+
+// cancelRequested reports whether the question's thread was cancelled
+// while paused: a cancel-thread message this process saw, or the mark the
+// dispatcher leaves on the paused dispatch's record (read from drec when
+// given, else from the bucket).
+func (s *Service) cancelRequested(ctx context.Context, r *record, drec *dispatchRecord) (client.CancelRequest, bool) {
+	if cr, ok := s.cancelled.get(r.ThreadID, r.DispatchID); ok {
+		return cr, true
+	}
+	if drec == nil {
+		var err error
+		if drec, err = s.dispatchRecord(ctx, r.DispatchID); err != nil {
+			return client.CancelRequest{}, false
+		}
+	}
+	if drec.CancelRequested != nil {
+		return *drec.CancelRequested, true
+	}
+	if drec.Status == lifecycle.KindCancelled {
+		return client.CancelRequest{DispatchID: drec.DispatchID, ThreadID: drec.ThreadID, By: "api"}, true
+	}
+	return client.CancelRequest{}, false
+}

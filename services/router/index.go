@@ -1,0 +1,210 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+)
+
+// pendingGrace is how long unpublished events may stay in a record before
+// the scanner publishes them: the writer normally does so at once.
+const pendingGrace = 3 * time.Second
+
+// index keeps, for every question that still needs the router (asked, or
+// with events to publish), when it is next due. Every replica builds it
+// from a watch on the agora_questions bucket, so it is rebuilt from the
+// stored records after a restart.
+type index struct {
+	mu sync.Mutex
+	m  map[string]entry
+}
+
+type entry struct {
+	due     time.Time // next deadline or escalation step; zero when none
+	pending bool      // events to publish
+	seen    time.Time // when this replica saw the record's revision
+	thread  string
+	asked   bool
+}
+
+func newIndex() *index { return &index{m: map[string]entry{}} }
+
+func (x *index) set(qid string, r *record) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r == nil || (r.Status != statusAsked && len(r.Pending) == 0) {
+		delete(x.m, qid)
+		return
+	}
+	x.m[qid] = entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked}
+}
+
+// dueAt returns the questions due at now.
+func (x *index) dueAt(now time.Time) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []string
+	for qid, e := range x.m {
+		if (!e.due.IsZero() && !now.Before(e.due)) || (e.pending && now.Sub(e.seen) >= pendingGrace) {
+			out = append(out, qid)
+		}
+	}
+	return out
+}
+
+// thread returns the asked questions of a thread.
+func (x *index) thread(threadID string) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []string
+	for qid, e := range x.m {
+		if e.asked && e.thread == threadID {
+			out = append(out, qid)
+		}
+	}
+	return out
+}
+
+// asked counts the questions waiting for an answer.
+func (x *index) asked() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := 0
+	for _, e := range x.m {
+		if e.asked {
+			n++
+		}
+	}
+	return n
+}
+
+// watch keeps the index current until ctx ends. It returns once the
+// stored records are all indexed; done is closed when the watch stops.
+func (s *Service) watch(ctx context.Context) (done <-chan struct{}, err error) {
+	w, err := s.store.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("router: watch %s: %w", s.store.kv.Bucket(), err)
+	}
+	initial := make(chan struct{})
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		defer func() { _ = w.Stop() }()
+		first := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					if first {
+						first = false
+						close(initial)
+					}
+					continue
+				}
+				if e.Operation() != jetstream.KeyValuePut {
+					s.idx.set(e.Key(), nil)
+					continue
+				}
+				var r record
+				if err := json.Unmarshal(e.Value(), &r); err != nil || r.QuestionID == "" {
+					continue
+				}
+				s.idx.set(e.Key(), &r)
+			}
+		}
+	}()
+	select {
+	case <-initial:
+		return ch, nil
+	case <-ch:
+		return nil, fmt.Errorf("router: watch %s ended before the records were read", s.store.kv.Bucket())
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// scanLoop acts on due questions every Tick until loop ends; the actions
+// it starts run with work, so a stop lets them finish.
+func (s *Service) scanLoop(loop, work context.Context, p *pool) {
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		s.scan(loop, work, p)
+		select {
+		case <-loop.Done():
+			return
+		case <-t.C:
+		}
+		s.cancelled.prune(time.Now())
+	}
+}
+
+func (s *Service) scan(loop, work context.Context, p *pool) {
+	for _, qid := range s.idx.dueAt(time.Now()) {
+		if loop.Err() != nil {
+			return
+		}
+		if _, busy := s.inflight.LoadOrStore(qid, true); busy {
+			continue
+		}
+		p.Go(func() {
+			defer s.inflight.Delete(qid)
+			s.advance(work, qid)
+		})
+	}
+}
+
+// cancelMemo remembers recent cancels of paused threads, for a
+// needs_input that is processed after its thread's cancel arrived.
+type cancelMemo struct {
+	mu sync.Mutex
+	m  map[string]memoEntry
+}
+
+type memoEntry struct {
+	req client.CancelRequest
+	at  time.Time
+}
+
+// cancelMemoTTL is how long a thread cancel is remembered.
+const cancelMemoTTL = 15 * time.Minute
+
+func newCancelMemo() *cancelMemo { return &cancelMemo{m: map[string]memoEntry{}} }
+
+func (c *cancelMemo) add(req client.CancelRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[req.ThreadID] = memoEntry{req: req, at: time.Now()}
+}
+
+// get returns the remembered cancel of a thread's paused dispatch.
+func (c *cancelMemo) get(threadID, dispatchID string) (client.CancelRequest, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[threadID]
+	if !ok || (e.req.DispatchID != "" && e.req.DispatchID != dispatchID) {
+		return client.CancelRequest{}, false
+	}
+	return e.req, true
+}
+
+func (c *cancelMemo) prune(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		if now.Sub(e.at) > cancelMemoTTL {
+			delete(c.m, k)
+		}
+	}
+}

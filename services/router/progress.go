@@ -1,0 +1,364 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// How a thread went on after its question (record.Outcome).
+const (
+	outcomeRedispatched = "redispatched"
+	outcomeUnanswered   = "failed:unanswered"
+	outcomeMaxRounds    = "failed:max-rounds"
+	outcomeCancelled    = "cancelled"
+	outcomeWithdrawn    = "withdrawn"
+)
+
+// The name the router gives as the canceller of a thread whose question
+// expired with on_expiry cancel.
+const expiryCanceller = "agora:router"
+
+// next returns the Common of the thread's next dispatch.
+func (r *record) next() lifecycle.Common {
+	return lifecycle.Common{DispatchID: r.NextDispatchID, ThreadID: r.ThreadID, ParentID: r.DispatchID, Round: r.Round + 1, Subagent: r.Subagent}
+}
+
+// resume decides what an answered question does to its thread: the
+// re-dispatch, or failed max-rounds when the next round is past the limit.
+// It picks the next dispatch id once; the caller's compare-and-set stores
+// it with the answer.
+func (s *Service) resume(r *record, why string) error {
+	r.NextDispatchID = lifecycle.NewID()
+	if r.Round+1 > r.MaxRounds {
+		r.Outcome = outcomeMaxRounds
+		return r.queueEnd(&lifecycle.Failed{
+			Common: r.next(), Reason: lifecycle.ReasonMaxRounds,
+			Detail: fmt.Sprintf("round %d exceeds the thread's limit of %d rounds; question %s was %s", r.Round+1, r.MaxRounds, r.QuestionID, why),
+		}, nil)
+	}
+	if _, err := r.resumeRequest(); err != nil {
+		return err
+	}
+	subj, err := lifecycle.RequestSubject(r.Subagent)
+	if err != nil {
+		return err
+	}
+	r.Outcome = outcomeRedispatched
+	r.Pending = append(r.Pending, pending{ID: r.QuestionID, Subject: subj, Resume: true})
+	return nil
+}
+
+// queueEnd appends the one lifecycle event of the dispatch that ends the
+// thread.
+func (r *record) queueEnd(f *lifecycle.Failed, c *lifecycle.Cancelled) error {
+	p := pending{ID: lifecycle.TerminalID(r.NextDispatchID), Failed: f, Cancelled: c}
+	k := lifecycle.KindFailed
+	if c != nil {
+		k = lifecycle.KindCancelled
+	}
+	subj, err := lifecycle.LifecycleSubject(k, r.ThreadID, r.NextDispatchID)
+	if err != nil {
+		return err
+	}
+	p.Subject = subj
+	r.Pending = append(r.Pending, p)
+	return nil
+}
+
+// resumeRequest builds the re-dispatch: the original request's settings,
+// the thread's ids, and input = original input + answer, answered_by,
+// decision, comment and the partial state (inline, or by reference in
+// partial_state_ref for the worker to resolve).
+func (r *record) resumeRequest() (*lifecycle.Request, error) {
+	req := &lifecycle.Request{
+		DispatchID: r.NextDispatchID, Subagent: r.Subagent, MaxRounds: r.MaxRounds,
+		ThreadID: r.ThreadID, ParentID: r.DispatchID, Round: r.Round + 1, QuestionID: r.QuestionID,
+		PartialStateRef: r.PartialStateRef,
+	}
+	var orig json.RawMessage
+	if o := r.Request; o != nil {
+		req.Target, req.Env, req.Labels, req.Timeout = o.Target, o.Env, o.Labels, o.Timeout
+		if o.MaxRounds > 0 {
+			req.MaxRounds = o.MaxRounds
+		}
+		orig = o.Input
+	}
+	in := map[string]json.RawMessage{}
+	if t := strings.TrimSpace(string(orig)); t != "" && t != "null" {
+		// The dispatcher accepts only objects; anything else is dropped
+		// rather than leaving the question unable to resume.
+		if json.Unmarshal(orig, &in) != nil {
+			in = map[string]json.RawMessage{}
+		}
+	}
+	// What an earlier round added goes; this round's answer replaces it.
+	for _, k := range []string{"answer", "answered_by", "decision", "comment", "partial_state"} {
+		delete(in, k)
+	}
+	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+	in["answer"] = str(r.Answer)
+	in["answered_by"] = str(r.AnsweredBy)
+	if r.Decision != "" {
+		in["decision"] = str(r.Decision)
+	}
+	if r.Comment != "" {
+		in["comment"] = str(r.Comment)
+	}
+	if len(r.PartialState) > 0 && r.PartialStateRef == "" {
+		in["partial_state"] = r.PartialState
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("router: question %s: encode input: %w", r.QuestionID, err)
+	}
+	req.Input = b
+	return req, nil
+}
+
+// withdraw marks the question withdrawn because its thread was cancelled.
+func withdraw(r *record, cr client.CancelRequest, via string) {
+	by := cr.By
+	if by == "" {
+		by = "api"
+	}
+	r.Status, r.Outcome = statusWithdrawn, outcomeWithdrawn
+	r.Detail = "the thread was cancelled by " + by
+	if cr.Reason != "" {
+		r.Detail += ": " + clip(cr.Reason, MaxReasonBytes)
+	}
+	r.addHistory(attempt{At: time.Now().UTC(), Via: "cancel", AnsweredBy: clip(by, MaxAnsweredByBytes), Result: "withdrawn", Reason: r.Detail + " (seen on " + via + ")"})
+}
+
+// advance acts on a question the scanner found due: escalation steps, the
+// deadline, events still to publish.
+func (s *Service) advance(ctx context.Context, qid string) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	log := s.log.With("question_id", qid)
+	mu := s.lock(qid)
+	mu.Lock()
+	defer mu.Unlock()
+	var ev lifecycle.QuestionEvent
+	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
+		ev = ""
+		now := time.Now().UTC()
+		if r.Status != statusAsked {
+			return false, nil
+		}
+		if due := r.due(); due.IsZero() || now.Before(due) {
+			return false, nil
+		}
+		if cr, ok := s.cancelRequested(ctx, r, nil); ok {
+			withdraw(r, cr, "deadline")
+			ev = lifecycle.QuestionWithdrawn
+			return true, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
+		}
+		if r.Deadline != nil && !now.Before(*r.Deadline) {
+			ev = lifecycle.QuestionExpired
+			return true, s.expire(r, now)
+		}
+		// Escalation rungs past due; after a long pause only the last
+		// counts, so the question moves once.
+		var to string
+		for r.Step < len(r.Ladder) && !now.Before(r.Ladder[r.Step].At) {
+			to = r.Ladder[r.Step].To
+			r.Step++
+		}
+		rt, ok := s.routes.Load().Route(to)
+		if !ok {
+			log.Warn("escalation target is no longer a route: step skipped", "to", to)
+			return true, nil
+		}
+		if rt.Name == r.Route {
+			return true, nil
+		}
+		ev = lifecycle.QuestionEscalated
+		return true, r.moveTo(rt, fmt.Sprintf("escalated from %s: no answer %s after it was asked", r.Route, now.Sub(r.AskedAt).Round(time.Second)))
+	})
+	if err != nil {
+		if !errors.Is(err, errNoQuestion) {
+			log.Warn("advance question: will retry", "err", err)
+		}
+		return
+	}
+	if changed {
+		s.afterChange(ctx, r, ev)
+		if ev != "" {
+			log.Info("question "+string(ev), "route", r.Route, "detail", r.Detail, "outcome", r.Outcome, "next_dispatch_id", r.NextDispatchID)
+		}
+	}
+	if err := s.flush(ctx, qid); err != nil {
+		log.Warn("publish question events: will retry", "err", err)
+	}
+}
+
+// expire applies the question's expiry action.
+func (s *Service) expire(r *record, now time.Time) error {
+	r.Status = statusExpired
+	action, _ := parseExpiry(r.OnExpiry)
+	if action.Action == "" {
+		action.Action = ExpiryFail
+	}
+	a := attempt{At: now, Via: viaDeadline, Result: "expired", Reason: "on_expiry " + action.String()}
+	var detail string
+	if action.Action == ExpiryDefault {
+		sub := Submission{QuestionID: r.QuestionID, Answer: action.Option, AnsweredBy: DefaultAnsweredBy}
+		if r.Kind == "approval" && (action.Option == "approve" || action.Option == "reject") {
+			sub.Decision = action.Option
+		}
+		if why := validate(r, &sub); why != "" {
+			detail = fmt.Sprintf("no answer by the deadline; the default option %q cannot answer (%s), so the thread ends failed unanswered", action.Option, why)
+			action.Action = ExpiryFail
+		} else {
+			r.Answer, r.Decision, r.AnsweredBy, r.AnsweredAt = sub.Answer, sub.Decision, DefaultAnsweredBy, &now
+			a.AnsweredBy, a.Answer, a.Decision, a.Result = DefaultAnsweredBy, sub.Answer, sub.Decision, "accepted"
+			r.addHistory(a)
+			r.Detail = fmt.Sprintf("no answer by the deadline; answered with the default option %q", sub.Answer)
+			if err := s.resume(r, "answered by "+DefaultAnsweredBy); err != nil {
+				return err
+			}
+			if r.Outcome == outcomeMaxRounds {
+				r.Detail += "; the thread ends failed max-rounds"
+			}
+			return r.queueQuestion(lifecycle.QuestionExpired, r.Detail)
+		}
+	}
+	r.NextDispatchID = lifecycle.NewID()
+	switch action.Action {
+	case ExpiryCancel:
+		if detail == "" {
+			detail = "no answer by the deadline; the thread ends cancelled"
+		}
+		r.Outcome = outcomeCancelled
+		if err := r.queueEnd(nil, &lifecycle.Cancelled{Common: r.next(), By: expiryCanceller,
+			Reason: fmt.Sprintf("question %s expired unanswered (route %s, on_expiry cancel)", r.QuestionID, r.Origin)}); err != nil {
+			return err
+		}
+	default:
+		if detail == "" {
+			detail = "no answer by the deadline; the thread ends failed unanswered"
+		}
+		r.Outcome = outcomeUnanswered
+		if err := r.queueEnd(&lifecycle.Failed{Common: r.next(), Reason: lifecycle.ReasonUnanswered,
+			Detail: fmt.Sprintf("question %s expired unanswered after %s (route %s)", r.QuestionID, now.Sub(r.AskedAt).Round(time.Second), r.Origin)}, nil); err != nil {
+			return err
+		}
+	}
+	r.addHistory(a)
+	return r.queueQuestion(lifecycle.QuestionExpired, detail)
+}
+
+// onCancelThread withdraws the pending question of a thread cancelled
+// while paused (core message agora.control.cancel-thread.<thread_id>).
+func (s *Service) onCancelThread(ctx context.Context, m *nats.Msg) {
+	thread := strings.TrimPrefix(m.Subject, client.CancelThreadPrefix)
+	if lifecycle.ValidToken(thread) != nil {
+		return
+	}
+	var cr client.CancelRequest
+	if len(m.Data) > 0 {
+		if err := json.Unmarshal(m.Data, &cr); err != nil {
+			s.log.Warn("cancel-thread message with a bad body: cancelling the thread anyway", "thread_id", thread, "err", err)
+		}
+	}
+	cr.ThreadID = thread
+	s.cancelled.add(cr)
+	qids := s.idx.thread(thread)
+	if cr.DispatchID != "" && lifecycle.ValidToken(cr.DispatchID) == nil {
+		if q := lifecycle.QuestionID(cr.DispatchID); !slices.Contains(qids, q) {
+			qids = append(qids, q)
+		}
+	}
+	for _, qid := range qids {
+		s.withdrawQuestion(ctx, qid, cr)
+	}
+}
+
+func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.CancelRequest) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	log := s.log.With("question_id", qid, "thread_id", cr.ThreadID)
+	mu := s.lock(qid)
+	mu.Lock()
+	defer mu.Unlock()
+	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
+		if r.Status != statusAsked || r.ThreadID != cr.ThreadID {
+			return false, nil
+		}
+		withdraw(r, cr, "cancel-thread")
+		return true, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
+	})
+	switch {
+	case errors.Is(err, errNoQuestion):
+		return // its needs_input finds the cancel in the memo or the record
+	case err != nil:
+		log.Warn("withdraw question", "err", err)
+		return
+	}
+	if changed {
+		s.afterChange(ctx, r, lifecycle.QuestionWithdrawn)
+		log.Info("question withdrawn", "route", r.Route, "detail", r.Detail)
+	}
+	if err := s.flush(ctx, qid); err != nil {
+		log.Warn("publish question events: left for the scanner", "err", err)
+	}
+}
+
+// flush publishes the record's pending events in order, each with its
+// fixed id, then removes the published ones from the record.
+func (s *Service) flush(ctx context.Context, qid string) error {
+	r, _, err := s.store.get(ctx, qid)
+	if err != nil || len(r.Pending) == 0 {
+		return err
+	}
+	var done []string
+	var perr error
+	for _, p := range r.Pending {
+		if perr = s.publish(ctx, r, p); perr != nil {
+			break
+		}
+		done = append(done, p.ID)
+	}
+	if len(done) > 0 {
+		_, _, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
+			n := len(r.Pending)
+			r.Pending = slices.DeleteFunc(r.Pending, func(p pending) bool { return slices.Contains(done, p.ID) })
+			return len(r.Pending) != n, nil
+		})
+		perr = errors.Join(perr, err)
+	}
+	return perr
+}
+
+func (s *Service) publish(ctx context.Context, r *record, p pending) error {
+	d, err := p.data(r)
+	if err != nil {
+		return err
+	}
+	if d == nil {
+		return nil
+	}
+	e, err := lifecycle.New(s.source, d, lifecycle.WithTraceparent(r.Traceparent))
+	if err != nil {
+		return fmt.Errorf("router: build %s: %w", p.ID, err)
+	}
+	e.SetID(p.ID)
+	msg, err := lifecycle.Encode(p.Subject, e)
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("router: publish %s on %s: %w", p.ID, p.Subject, err)
+	}
+	return nil
+}

@@ -1,0 +1,470 @@
+// Package router turns a sub-agent's question into an answer and the
+// answer into the thread's next round (DESIGN §3.4, §6).
+//
+// The router consumes `needs_input` events (durable consumer `router` on
+// AGORA_LIFECYCLE). For each it creates a question record in the
+// agora_questions bucket, keyed by the question id (q-<dispatch_id>), and
+// publishes `question.asked` on agora.questions.<route>.<question_id>.asked,
+// where the route is chosen by the routing file. Answerers on that route
+// answer through the NATS micro endpoint agora.api.answer (service
+// "agora-router"), which replies synchronously, or on AGORA_ANSWERS
+// (durable consumer `router-answers`). The first valid answer wins by
+// compare-and-set on the record's revision; it is re-dispatched exactly once
+// on agora.requests.<subagent> (Nats-Msg-Id = the question id) as a new
+// request of the same thread, round + 1, carrying the answer and the
+// sub-agent's partial state. Later, duplicate and invalid answers are
+// refused with a reason and kept in the question's history.
+//
+// Deadlines, escalation ladders and expiry actions are stored in the record,
+// so they survive restarts: every replica watches the bucket and acts on
+// questions past due with compare-and-set, so two replicas never both act.
+// Every change that must publish events writes them into the record first
+// (an outbox with fixed event ids) and publishes them after; whoever sees
+// them later — another replica, or this one after a restart — publishes
+// them again, and the streams' duplicate windows drop the copies.
+//
+// A dispatch has exactly one terminal event. When a question expires with
+// on_expiry fail or cancel, or when an answer would take the thread past its
+// round limit, the paused dispatch already has its terminal event
+// (needs_input), so the thread's end is recorded on a new dispatch id of the
+// same thread (round + 1, parent = the paused dispatch) whose only lifecycle
+// event is that end: failed unanswered, failed max-rounds or cancelled.
+//
+// The question record is JSON: the fields of lifecycle.Question plus
+// traceparent, origin, ladder, step, on_expiry, asks, declined,
+// partial_state or partial_state_ref, request (the settings the re-dispatch
+// copies), max_rounds, comment, next_dispatch_id, outcome, history (every
+// answer attempt and decline with its result and reason), pending (events
+// not yet published) and updated_at.
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Version is the router's version, announced by its micro service.
+const Version = "0.1.0"
+
+// MicroName is the name of the router's NATS micro service, which serves
+// agora.api.answer.
+const MicroName = "agora-router"
+
+// opTimeout bounds the NATS work of one message or request.
+const opTimeout = 15 * time.Second
+
+// Deps are the router's collaborators. Every field is optional.
+type Deps struct {
+	// Conn is an existing NATS connection, which stays the caller's; when
+	// nil, New connects to Config.NATSURL and Run closes that connection.
+	Conn *nats.Conn
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the router's metrics; default a new registry
+	// served on /metrics by Handler.
+	Registerer prometheus.Registerer
+}
+
+// Service is a router. Create it with New and start it with Run.
+type Service struct {
+	cfg      Config
+	nc       *nats.Conn
+	ownConn  bool
+	log      *slog.Logger
+	metrics  *metrics
+	gatherer prometheus.Gatherer
+	source   string
+	routes   atomic.Pointer[Routes]
+
+	js         jetstream.JetStream
+	store      store
+	dispatches jetstream.KeyValue
+	subagents  jetstream.KeyValue
+	events     jetstream.Stream
+	asks       jetstream.Consumer
+	answers    jetstream.Consumer
+
+	locks     [64]sync.Mutex
+	idx       *index
+	cancelled *cancelMemo
+	inflight  sync.Map // question ids being advanced by the scanner
+
+	running atomic.Bool
+	serving atomic.Bool
+	ready   chan struct{}
+}
+
+// New checks cfg, loads the routing file and prepares a router. An invalid
+// routing file is an error naming its line and problem. New connects to
+// NATS when deps.Conn is nil; it does not touch JetStream until Run.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("router: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	routes := DefaultRoutes()
+	if cfg.RoutesFile != "" {
+		r, err := LoadRoutes(cfg.RoutesFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, config.Var(cfg, "RoutesFile"))
+		}
+		routes = r
+	}
+	s := &Service{cfg: cfg, nc: deps.Conn, log: deps.Logger, ready: make(chan struct{}), idx: newIndex(), cancelled: newCancelMemo()}
+	s.routes.Store(routes)
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("service", "router", "router_id", cfg.ID)
+	reg := deps.Registerer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, s.gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		s.gatherer = g
+	}
+	m, err := newMetrics(reg, s.idx)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.source = lifecycle.Source("router", cfg.ID)
+	if s.nc == nil {
+		opts := []nats.Option{nats.Name("agora-router " + cfg.ID), nats.MaxReconnects(-1)}
+		if cfg.NATSCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+		}
+		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("router: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+		}
+		s.nc, s.ownConn = nc, true
+	}
+	return s, nil
+}
+
+// Routes returns the routes in use.
+func (s *Service) Routes() *Routes { return s.routes.Load() }
+
+// Reload reads the routing file again (on SIGHUP). An invalid file is
+// logged and returned, and the routes in use stay. Questions already asked
+// keep their stored deadline, ladder and expiry action; the new routes
+// apply to new questions, escalation targets and fallbacks. Reload is safe
+// to call at any time, concurrently with Run.
+func (s *Service) Reload() error {
+	if s.cfg.RoutesFile == "" {
+		s.log.Info("no routing file to reload; the built-in routes stay", "var", config.Var(s.cfg, "RoutesFile"))
+		return nil
+	}
+	r, err := LoadRoutes(s.cfg.RoutesFile)
+	if err != nil {
+		s.log.Error("routing file is invalid: keeping the previous routes", "file", s.cfg.RoutesFile, "err", err)
+		return err
+	}
+	s.routes.Store(r)
+	s.log.Info("routes reloaded", "file", s.cfg.RoutesFile, "routes", len(r.list))
+	return nil
+}
+
+// Ready is closed once Run serves every door.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+func (s *Service) bind(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fmt.Errorf("router: jetstream: %w", err)
+	}
+	s.js = js
+	const hint = " (run `agora dev`, or provision the streams first)"
+	kv, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
+	if err != nil {
+		return fmt.Errorf("router: bucket %s: %w%s", lifecycle.BucketQuestions, err, hint)
+	}
+	s.store = store{kv: kv}
+	if s.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
+		return fmt.Errorf("router: bucket %s: %w%s", lifecycle.BucketDispatches, err, hint)
+	}
+	if s.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
+		return fmt.Errorf("router: bucket %s: %w%s", lifecycle.BucketSubagents, err, hint)
+	}
+	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
+		return fmt.Errorf("router: stream %s: %w%s", lifecycle.StreamLifecycle, err, hint)
+	}
+	if s.asks, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerRouter); err != nil {
+		return fmt.Errorf("router: consumer %s/%s: %w%s", lifecycle.StreamLifecycle, provision.ConsumerRouter, err, hint)
+	}
+	if s.answers, err = js.Consumer(ctx, lifecycle.StreamAnswers, provision.ConsumerRouterAns); err != nil {
+		return fmt.Errorf("router: consumer %s/%s: %w%s", lifecycle.StreamAnswers, provision.ConsumerRouterAns, err, hint)
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then shuts down gracefully: it stops the micro
+// endpoint and the consumers, lets in-flight work finish for up to
+// ShutdownTimeout, and closes the connection New opened. Unacknowledged
+// messages are redelivered to another router; records keep every decision
+// and the events still to publish. Run returns nil after a clean shutdown;
+// it may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("router: Run called twice")
+	}
+	if err := s.bind(ctx); err != nil {
+		s.closeConn()
+		return err
+	}
+	// work outlives ctx by ShutdownTimeout so in-flight work finishes.
+	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	p := newPool(s.cfg.Concurrency)
+
+	var stops []func()
+	fail := func(err error) error {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		abandon()
+		s.closeConn()
+		return err
+	}
+
+	watchDone, err := s.watch(work)
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, func() { abandon(); <-watchDone })
+
+	// Cancels of paused threads are core messages: subscribe before the
+	// consumers start so no question is asked for a thread cancelled now.
+	csub, err := s.nc.Subscribe(client.CancelThreadPrefix+"*", func(m *nats.Msg) {
+		p.Go(func() { s.onCancelThread(work, m) })
+	})
+	if err != nil {
+		return fail(fmt.Errorf("router: subscribe %s*: %w", client.CancelThreadPrefix, err))
+	}
+	_ = csub.SetPendingLimits(-1, -1)
+	stops = append(stops, func() { _ = csub.Unsubscribe() })
+
+	asks, err := s.asks.Consume(func(m jetstream.Msg) {
+		p.Go(func() { s.settle(m, s.onNeedsInput(work, m)) })
+	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second), jetstream.ConsumeErrHandler(s.consumeErr("needs_input")))
+	if err != nil {
+		return fail(fmt.Errorf("router: consume needs_input: %w", err))
+	}
+	stops = append(stops, asks.Stop)
+	answers, err := s.answers.Consume(func(m jetstream.Msg) {
+		p.Go(func() { s.settle(m, s.onAnswerMsg(work, m)) })
+	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second), jetstream.ConsumeErrHandler(s.consumeErr("answers")))
+	if err != nil {
+		return fail(fmt.Errorf("router: consume answers: %w", err))
+	}
+	stops = append(stops, answers.Stop)
+
+	msvc, err := micro.AddService(s.nc, micro.Config{
+		Name: MicroName, Version: Version,
+		Description: "Agora router: answers to questions",
+		Metadata:    map[string]string{"instance": s.cfg.ID, "source": s.source},
+	})
+	if err != nil {
+		return fail(fmt.Errorf("router: micro service: %w", err))
+	}
+	stops = append(stops, func() { _ = msvc.Stop() })
+	err = msvc.AddGroup("agora.api").AddEndpoint("answer", micro.HandlerFunc(func(r micro.Request) {
+		p.Go(func() { s.microAnswer(work, r) })
+	}))
+	if err != nil {
+		return fail(fmt.Errorf("router: micro endpoint answer: %w", err))
+	}
+
+	var srv *http.Server
+	httpErr := make(chan error, 1)
+	if s.cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+		if err != nil {
+			return fail(fmt.Errorf("router: %s=%s: %w", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, err))
+		}
+		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				httpErr <- fmt.Errorf("router: http: %w", err)
+			}
+		}()
+		s.log.Info("http listening", "addr", ln.Addr().String())
+	}
+
+	tickDone := make(chan struct{})
+	tickCtx, stopTick := context.WithCancel(work)
+	go func() {
+		defer close(tickDone)
+		s.scanLoop(tickCtx, work, p)
+	}()
+
+	s.serving.Store(true)
+	close(s.ready)
+	rt := s.routes.Load()
+	s.log.Info("router started", "routes", rt.Source(), "route_count", len(rt.list), "tick", s.cfg.Tick, "concurrency", s.cfg.Concurrency)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-httpErr:
+		s.log.Error("http server failed; stopping", "err", runErr)
+	}
+	s.serving.Store(false)
+	s.log.Info("router stopping: no new work; waiting for in-flight work", "shutdown_timeout", s.cfg.ShutdownTimeout)
+	_ = msvc.Stop()
+	_ = csub.Unsubscribe()
+	asks.Drain()
+	answers.Drain()
+	stopTick()
+	<-tickDone
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	done := make(chan struct{})
+	go func() {
+		<-asks.Closed()
+		<-answers.Closed()
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.log.Warn("shutdown timeout passed: abandoning in-flight work (it is redelivered, or finished from the records)")
+		abandon()
+		asks.Stop()
+		answers.Stop()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			s.log.Warn("in-flight work did not end")
+		}
+	}
+	abandon()
+	<-watchDone
+	s.closeConn()
+	s.log.Info("router stopped")
+	return runErr
+}
+
+func (s *Service) closeConn() {
+	if s.ownConn {
+		if err := s.nc.Drain(); err != nil {
+			s.nc.Close()
+		}
+		return
+	}
+	_ = s.nc.FlushTimeout(5 * time.Second)
+}
+
+func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
+	return func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
+			s.log.Debug("consumer", "door", door, "err", err)
+			return
+		}
+		s.log.Warn("consumer", "door", door, "err", err)
+	}
+}
+
+// Handler serves /metrics and /healthz.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		st := s.nc.Status()
+		if st != nats.CONNECTED || !s.serving.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]any{"status": "unavailable", "nats": st.String(), "serving": s.serving.Load()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "nats": "connected", "router_id": s.cfg.ID, "pending_questions": s.idx.asked()})
+	})
+	return mux
+}
+
+// lock serialises the work of this process on one question, which keeps
+// compare-and-set conflicts for the replicas' races only.
+func (s *Service) lock(qid string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(qid))
+	return &s.locks[h.Sum32()%uint32(len(s.locks))]
+}
+
+// pool runs work on goroutines, at most n at once, and waits for them.
+type pool struct {
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+func newPool(n int) *pool { return &pool{sem: make(chan struct{}, n)} }
+
+// Go runs f once a slot is free; it blocks the caller until then, which
+// pushes back on the subscription that feeds it.
+func (p *pool) Go(f func()) {
+	p.sem <- struct{}{}
+	p.wg.Go(func() {
+		defer func() { <-p.sem }()
+		f()
+	})
+}
+
+// action is what becomes of a stream message; decided in one place, settle.
+type action int
+
+const (
+	actAck  action = iota // done (or nothing to do)
+	actNak                // a temporary failure: redeliver after a delay
+	actTerm               // poison: never redeliver
+)
+
+type verdict struct {
+	act   action
+	delay time.Duration
+	why   string
+}
+
+var ack = verdict{act: actAck}
+
+func retryIn(d time.Duration) verdict { return verdict{act: actNak, delay: d} }
+func term(why string) verdict         { return verdict{act: actTerm, why: why} }
+
+func (s *Service) settle(m jetstream.Msg, v verdict) {
+	var err error
+	switch v.act {
+	case actAck:
+		err = m.Ack()
+	case actNak:
+		err = m.NakWithDelay(v.delay)
+	case actTerm:
+		err = m.TermWithReason(v.why)
+	}
+	if err != nil {
+		s.log.Warn("settle message", "subject", m.Subject(), "err", err)
+	}
+}
