@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
 )
 
@@ -36,6 +39,7 @@ type devOptions struct {
 	memory     bool
 	workers    int
 	subagents  string
+	routes     string
 }
 
 // envDefault returns the variable's value, or def.
@@ -65,6 +69,7 @@ starting again on the same --data directory picks up queued work.`,
 	f.StringVar(&o.data, "data", envDefault("AGORA_DATA_DIR", filepath.Join(".agora", "data")), "JetStream data directory (AGORA_DATA_DIR)")
 	f.BoolVar(&o.memory, "memory", envDefault("AGORA_MEMORY", "") == "true", "keep everything in memory: a throwaway store (AGORA_MEMORY=true)")
 	f.IntVar(&o.workers, "workers", workers, "worker slots (AGORA_WORKER_CONCURRENCY)")
+	f.StringVar(&o.routes, "router-config", envDefault("AGORA_ROUTER_CONFIG", ""), "routing file (AGORA_ROUTER_CONFIG); default: every question goes to the route human")
 	f.StringVar(&o.subagents, "subagents", envDefault("AGORA_SUBAGENTS_DIR", ""), "apply every *.yaml sub-agent definition in this directory at start (AGORA_SUBAGENTS_DIR)")
 	return cmd
 }
@@ -153,6 +158,10 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	r, err := router.New(router.Config{RoutesFile: o.routes, ID: "dev"}, router.Deps{Conn: nc, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/", d.Handler()) // /v1/…, /healthz, /metrics (the shared registry)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -169,8 +178,31 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 			errs <- fmt.Errorf("dispatcher: %w", err)
 		}
 	})
+	wg.Go(func() {
+		if err := r.Run(ctx); err != nil {
+			errs <- fmt.Errorf("router: %w", err)
+		}
+	})
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := r.Reload(); err != nil {
+				log.Error("routing file not reloaded; keeping the previous routes", "err", err)
+			} else {
+				log.Info("routing file reloaded")
+			}
+		}
+	}()
+	ready := make(chan struct{})
+	go func() {
+		<-d.Ready()
+		<-r.Ready()
+		close(ready)
+	}()
 	select {
-	case <-d.Ready():
+	case <-ready:
 		wg.Go(func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("http: %w", err)
