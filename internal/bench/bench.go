@@ -150,13 +150,23 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
+	say("measuring resume latency")
+	samples := cfg.Serial / 4
+	if samples < 20 {
+		samples = 20
+	}
+	row, err = resume(ctx, srv.ClientURL(), js, dir, samples)
+	if err != nil {
+		return Report{}, err
+	}
+	rep.Rows = append(rep.Rows, row)
 	b := rep.Rows[0]
 	for i := range rep.Rows[1:] {
 		r := &rep.Rows[i+1]
 		if b.P50MS > 0 {
 			r.P50Ratio = r.P50MS / b.P50MS
 		}
-		if b.PerSecond > 0 {
+		if b.PerSecond > 0 && r.PerSecond > 0 {
 			r.RateRatio = r.PerSecond / b.PerSecond
 		}
 	}
@@ -417,7 +427,11 @@ func Print(w io.Writer, r Report) {
 		if i > 0 {
 			p, q = fmt.Sprintf("%.2f", row.P50Ratio), fmt.Sprintf("%.2f", row.RateRatio)
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.0f\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, row.PerSecond, p, q)
+		rate := fmt.Sprintf("%.0f", row.PerSecond)
+		if row.PerSecond == 0 {
+			rate, q = "-", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "concurrency %d; peak RSS %.1f MiB\n", r.Concurrency, r.PeakRSSMiB)

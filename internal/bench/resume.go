@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/sentinel"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/router"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// askRuntime asks on round 0 and, on a resumed round, reports the moment
+// it started.
+type askRuntime struct {
+	mu      sync.Mutex
+	started map[string]chan time.Time // by thread id
+}
+
+func (a *askRuntime) expect(thread string) chan time.Time {
+	ch := make(chan time.Time, 1)
+	a.mu.Lock()
+	a.started[thread] = ch
+	a.mu.Unlock()
+	return ch
+}
+
+func (a *askRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result {
+	if inv.Request.Round == 0 {
+		err := sentinel.Write(inv.Workspace, sentinel.Request{Question: "A or B?", Options: []string{"A", "B"}, Kind: sentinel.KindDecision,
+			PartialState: json.RawMessage(`{"analysis":"done once"}`)})
+		if err != nil {
+			return worker.Result{ExitCode: -1, Err: err}
+		}
+		return worker.Result{}
+	}
+	now := time.Now()
+	a.mu.Lock()
+	ch := a.started[inv.Request.ThreadID]
+	delete(a.started, inv.Request.ThreadID)
+	a.mu.Unlock()
+	if ch != nil {
+		ch <- now
+	}
+	return worker.Result{}
+}
+
+// resume measures answer submitted (agora.api.answer) → the resumed
+// dispatch's runtime started, through router, dispatcher and worker.
+func resume(ctx context.Context, url string, js jetstream.JetStream, dir string, samples int) (Row, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	if err != nil {
+		return Row{}, err
+	}
+	def := subagent.Definition{Name: "bench-ask", Runtime: subagent.RuntimeExec, Command: []string{"in-process"}}
+	b, _ := json.Marshal(def)
+	if _, err := kv.Put(ctx, def.Name, b); err != nil {
+		return Row{}, err
+	}
+	var conns []*nats.Conn
+	conn := func() (*nats.Conn, error) {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			conns = append(conns, nc)
+		}
+		return nc, err
+	}
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	rt := &askRuntime{started: map[string]chan time.Time{}}
+	wnc, err := conn()
+	if err != nil {
+		return Row{}, err
+	}
+	w, err := worker.New(worker.Config{Concurrency: 4, WorkspaceRoot: dir + "/ws-resume", ID: "bench-resume", PullExpiry: 500 * time.Millisecond},
+		worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: rt}})
+	if err != nil {
+		return Row{}, err
+	}
+	dnc, err := conn()
+	if err != nil {
+		return Row{}, err
+	}
+	d, err := dispatcher.New(dispatcher.Config{ID: "bench-resume"}, dispatcher.Deps{Conn: dnc, Logger: quiet})
+	if err != nil {
+		return Row{}, err
+	}
+	rnc, err := conn()
+	if err != nil {
+		return Row{}, err
+	}
+	r, err := router.New(router.Config{ID: "bench-resume"}, router.Deps{Conn: rnc, Logger: quiet})
+	if err != nil {
+		return Row{}, err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{w.Run, d.Run, r.Run} {
+		wg.Go(func() { _ = run(sctx) })
+	}
+	defer func() { stop(); wg.Wait() }()
+	<-d.Ready()
+	<-r.Ready()
+
+	cnc, err := conn()
+	if err != nil {
+		return Row{}, err
+	}
+	c, err := client.New(cnc)
+	if err != nil {
+		return Row{}, err
+	}
+	asked := map[string]chan struct{}{}
+	var mu sync.Mutex
+	askedCh := func(qid string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		ch, ok := asked[qid]
+		if !ok {
+			ch = make(chan struct{})
+			asked[qid] = ch
+		}
+		return ch
+	}
+	sub, err := cnc.Subscribe("agora.questions.*.*.asked", func(m *nats.Msg) {
+		if a, err := lifecycle.ParseQuestionSubject(m.Subject); err == nil {
+			close(askedCh(a.QuestionID))
+		}
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	defer sub.Unsubscribe()
+
+	one := func() (time.Duration, error) {
+		disp, err := c.Dispatch(ctx, lifecycle.Request{Subagent: def.Name, Input: json.RawMessage(`{}`)})
+		if err != nil {
+			return 0, err
+		}
+		qid := lifecycle.QuestionID(disp.ID)
+		select {
+		case <-askedCh(qid):
+		case <-time.After(30 * time.Second):
+			return 0, fmt.Errorf("question %s not asked within 30s", qid)
+		}
+		started := rt.expect(disp.ThreadID)
+		t0 := time.Now()
+		if _, err := c.Answer(ctx, qid, lifecycle.Answer{Answer: "B", AnsweredBy: "bench"}); err != nil {
+			return 0, err
+		}
+		select {
+		case t1 := <-started:
+			return t1.Sub(t0), nil
+		case <-time.After(30 * time.Second):
+			return 0, fmt.Errorf("resumed run of %s not started within 30s", disp.ThreadID)
+		}
+	}
+	for range 10 {
+		if _, err := one(); err != nil {
+			return Row{}, fmt.Errorf("resume warm-up: %w", err)
+		}
+	}
+	lat := make([]time.Duration, 0, samples)
+	for range samples {
+		l, err := one()
+		if err != nil {
+			return Row{}, fmt.Errorf("resume: %w", err)
+		}
+		lat = append(lat, l)
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	return Row{Scenario: "agora resume: answer submitted → resumed runtime started", P50MS: pct(0.5), P99MS: pct(0.99), Serial: samples}, nil
+}
