@@ -37,6 +37,15 @@ type Record struct {
 	Request *lifecycle.Request `json:"request,omitempty"`
 	// Result summarises the terminal event; nil until there is one.
 	Result *Result `json:"result,omitempty"`
+	// CancelRequested is set on the record of a dispatch paused on a
+	// question when its thread is cancelled: the durable twin of the core
+	// message on agora.control.cancel-thread.<thread_id>. The router reads
+	// it before it accepts an answer, acts on a deadline or asks the
+	// question, so a cancel sent while no router ran still withdraws the
+	// question. The dispatcher writes it once (compare-and-set), before it
+	// sends that message; nil when the thread was not cancelled while
+	// paused.
+	CancelRequested *CancelMark `json:"cancel_requested,omitempty"`
 
 	CreatedAt  time.Time  `json:"created_at"`
 	AcceptedAt *time.Time `json:"accepted_at,omitempty"`
@@ -119,6 +128,14 @@ type CancelRequest struct {
 	// By names who cancels; the dispatcher uses "api" when it is empty.
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// CancelMark is Record.CancelRequested: the cancel of a thread paused on a
+// question (the paused dispatch, its thread, who cancelled and why) and
+// when the dispatcher took it. Its JSON is that of CancelRequest plus "at".
+type CancelMark struct {
+	CancelRequest
+	At time.Time `json:"at"`
 }
 
 // StatusRequest is the body of agora.api.status: set DispatchID for one

@@ -339,6 +339,10 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 	if rec.Queued || rec.Terminal() {
 		return rec, nil // done, or cancelled before it was queued: a worker would skip it
 	}
+	mark, err := s.parentCancel(ctx, b, rec)
+	if err != nil {
+		return rec, err
+	}
 	req := *rec.Request
 	publishAccepted := true
 	if !fresh {
@@ -354,6 +358,12 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 			return rec, err
 		}
 	}
+	if mark != nil {
+		// The thread was cancelled while paused on the question this
+		// round answers: it ends here, never queued.
+		s.log.Info("re-dispatch of a cancelled thread: cancelled on acceptance", "dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "parent_id", rec.ParentID)
+		return s.cancelDispatch(ctx, b, rec.DispatchID, mark.By, mark.Reason)
+	}
 	// A record a worker already started was queued: only the flag is missing.
 	if fresh || rec.Status == lifecycle.KindAccepted {
 		if err := s.queue(ctx, b, &req, rec.Traceparent); err != nil {
@@ -367,6 +377,26 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 		r.Queued = true
 		return true
 	})
+}
+
+// parentCancel returns the cancel mark on the record of the dispatch a
+// re-dispatch continues (its parent, paused on the question this round
+// answers), or nil. The thread index lists rec before this read, so a
+// cancel that marks the parent after it finds rec in the index.
+func (s *Service) parentCancel(ctx context.Context, b *bindings, rec client.Record) (*client.CancelMark, error) {
+	if rec.Round == 0 || rec.ParentID == "" || rec.Status != lifecycle.KindAccepted {
+		return nil, nil
+	}
+	parent, _, err := s.record(ctx, b, rec.ParentID)
+	switch {
+	case errors.Is(err, errNoRecord):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case parent.ThreadID != rec.ThreadID:
+		return nil, nil
+	}
+	return parent.CancelRequested, nil
 }
 
 // queue publishes the completed request on agora.dispatch.<subagent> with

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,11 +24,19 @@ func notFound(what, id string) *client.Problem {
 }
 
 // cancelDispatch cancels one dispatch, idempotently. A terminal dispatch
-// is returned unchanged (for the latest round of a thread paused on a
-// question, the router is asked to end the thread). Otherwise the
-// dispatcher publishes the dispatch's one terminal event, cancelled, and
-// then tells a worker running it to stop: a queued dispatch is skipped by
-// the worker that pulls it, a running one is killed.
+// is returned unchanged, except that the latest round of a thread paused on
+// a question ends the thread (cancelPausedThread). Otherwise the dispatcher
+// publishes the dispatch's one terminal event, cancelled, and then tells a
+// worker running it to stop: a queued dispatch is skipped by the worker
+// that pulls it, a running one is killed.
+//
+// The record may lag the stream (the projection applies events
+// asynchronously), so the terminal event that counts is the one on
+// AGORA_LIFECYCLE: it is looked up before the cancelled event is
+// published, so none is published after a terminal event older than the
+// duplicate window, and again when the publish is a duplicate. When that
+// event is needs_input, the dispatch is paused on a question and the
+// thread is ended through the router.
 func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reason string) (client.Record, error) {
 	if !idRE.MatchString(id) {
 		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", clip(id))})
@@ -43,25 +53,30 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 	}
 	if rec.Terminal() {
 		if rec.Status == lifecycle.KindNeedsInput {
-			return rec, s.cancelPausedThread(ctx, b, rec, by, reason)
+			return s.cancelPausedThread(ctx, b, rec, by, reason)
 		}
 		return rec, nil
 	}
-	d := &lifecycle.Cancelled{Common: rec.Common(), By: by, Reason: reason}
-	e, pub, err := s.emit(ctx, b, d, rec.Traceparent)
+	e, l, found, err := s.terminalEvent(ctx, b, rec)
 	if err != nil {
 		return rec, err
 	}
-	l := lifecycle.Lifecycle(d)
-	if pub.Duplicate {
-		// The dispatch has a terminal event already (maybe this cancel's,
-		// sent before): record that one instead.
-		var found bool
-		if e, l, found, err = s.terminalEvent(ctx, b, rec); err != nil {
+	if !found {
+		d := &lifecycle.Cancelled{Common: rec.Common(), By: by, Reason: reason}
+		var pub *jetstream.PubAck
+		if e, pub, err = s.emit(ctx, b, d, rec.Traceparent); err != nil {
 			return rec, err
 		}
-		if !found {
-			return rec, nil
+		l = d
+		if pub.Duplicate {
+			// The dispatch has a terminal event already (the worker's, or
+			// this cancel's, sent before): that one counts.
+			if e, l, found, err = s.terminalEvent(ctx, b, rec); err != nil {
+				return rec, err
+			}
+			if !found {
+				return rec, nil
+			}
 		}
 	}
 	if l.LifecycleKind() == lifecycle.KindCancelled {
@@ -69,11 +84,15 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 			return rec, err
 		}
 	}
-	rec, _, err = s.apply(ctx, b, e, l)
-	if err == nil {
-		s.log.Info("dispatch cancelled", "dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "by", by, "status", rec.Status)
+	if rec, _, err = s.apply(ctx, b, e, l); err != nil {
+		return rec, err
 	}
-	return rec, err
+	if l.LifecycleKind() == lifecycle.KindNeedsInput {
+		// Paused on a question the record did not show yet.
+		return s.cancelPausedThread(ctx, b, rec, by, reason)
+	}
+	s.log.Info("dispatch cancelled", "dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "by", by, "status", rec.Status)
+	return rec, nil
 }
 
 // signalCancel publishes the core message that stops a worker running the
@@ -93,44 +112,90 @@ func (s *Service) signalCancel(ctx context.Context, rec client.Record, by, reaso
 	return nil
 }
 
-// cancelPausedThread asks the router to end a thread paused on a question:
-// a core message on agora.control.cancel-thread.<thread_id>, body a
-// client.CancelRequest naming the paused dispatch. It does so only when rec
-// is the thread's latest round.
+// cancelPausedThread ends a thread paused on a question, when rec (a
+// needs_input dispatch) is the thread's latest round. It is the handshake
+// with the router:
 //
-// TODO(router): the router withdraws the question and ends the thread
-// cancelled; agree the handshake (who emits which event on which dispatch
-// id) and test it end to end once services/router exists.
-func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec client.Record, by, reason string) error {
-	idx, err := s.threadIndex(ctx, b, rec.ThreadID)
-	if err != nil {
-		var p *client.Problem
-		if errors.As(err, &p) {
-			return nil // no index: nothing says it is the latest round
-		}
-		return err
+//  1. It marks rec's record with cancel_requested (client.CancelMark) by
+//     compare-and-set; the first mark stands. The router reads the mark
+//     whenever it handles an answer, a deadline or a new question of the
+//     dispatch, and when it starts, so the cancel survives a router that
+//     is down or misses step 2.
+//  2. It publishes the mark's client.CancelRequest on the core subject
+//     agora.control.cancel-thread.<thread_id>, so a running router acts at
+//     once.
+//
+// The router then withdraws the question (question.withdrawn) and ends the
+// thread with the one event of a new dispatch of the thread: cancelled,
+// round + 1, parent = rec, by and reason from the mark. An answer that won
+// the race has a re-dispatch instead: a later round, which is cancelled
+// here, or when it is accepted (finish reads the mark on its parent).
+func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec client.Record, by, reason string) (client.Record, error) {
+	if !s.latestRound(ctx, b, rec) {
+		return rec, nil
 	}
-	if n := len(idx.Dispatches); n == 0 || idx.Dispatches[n-1].DispatchID != rec.DispatchID {
-		return nil // answered already: a later round exists
+	mark := client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason}, At: time.Now().UTC()}
+	rec, err := s.update(ctx, b, rec.DispatchID, func(r *client.Record) bool {
+		if r.CancelRequested != nil {
+			return false // cancelled before: the first mark stands
+		}
+		m := mark
+		r.CancelRequested = &m
+		return true
+	})
+	if err != nil {
+		return rec, err
 	}
 	subj, err := client.CancelThreadSubject(rec.ThreadID)
 	if err != nil {
-		return err
+		return rec, err
 	}
-	data, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason})
+	data, _ := json.Marshal(rec.CancelRequested.CancelRequest)
 	if err := s.nc.Publish(subj, data); err != nil {
-		return fmt.Errorf("dispatcher: cancel paused thread %s: %w", rec.ThreadID, err)
+		return rec, fmt.Errorf("dispatcher: cancel paused thread %s: %w", rec.ThreadID, err)
 	}
 	if err := s.nc.FlushWithContext(ctx); err != nil {
-		return fmt.Errorf("dispatcher: cancel paused thread %s: %w", rec.ThreadID, err)
+		return rec, fmt.Errorf("dispatcher: cancel paused thread %s: %w", rec.ThreadID, err)
 	}
-	s.log.Info("asked the router to end a thread paused on a question", "thread_id", rec.ThreadID, "dispatch_id", rec.DispatchID, "by", by)
-	return nil
+	s.log.Info("asked the router to end a thread paused on a question", "thread_id", rec.ThreadID, "dispatch_id", rec.DispatchID, "by", rec.CancelRequested.By)
+
+	// A round indexed since the first look is the re-dispatch of an answer
+	// that won the race; its acceptance may have read rec before the mark.
+	idx, err := s.threadIndex(ctx, b, rec.ThreadID)
+	if err != nil {
+		return rec, nil
+	}
+	pos := slices.IndexFunc(idx.Dispatches, func(t threadEntry) bool { return t.DispatchID == rec.DispatchID })
+	for _, ent := range idx.Dispatches[pos+1:] {
+		if ent.Round <= rec.Round {
+			continue
+		}
+		if _, err := s.cancelDispatch(ctx, b, ent.DispatchID, rec.CancelRequested.By, rec.CancelRequested.Reason); err != nil && !errors.Is(err, client.ErrNotFound) {
+			return rec, err
+		}
+	}
+	return rec, nil
+}
+
+// latestRound reports whether rec is its thread's latest round; false when
+// the thread has no index.
+func (s *Service) latestRound(ctx context.Context, b *bindings, rec client.Record) bool {
+	idx, err := s.threadIndex(ctx, b, rec.ThreadID)
+	if err != nil {
+		return false
+	}
+	n := len(idx.Dispatches)
+	return n > 0 && idx.Dispatches[n-1].DispatchID == rec.DispatchID
 }
 
 // terminalEvent finds the dispatch's terminal event on the lifecycle
-// stream.
+// stream: the first one stored, should there be more.
 func (s *Service) terminalEvent(ctx context.Context, b *bindings, rec client.Record) (lifecycle.Event, lifecycle.Lifecycle, bool, error) {
+	var (
+		first *jetstream.RawStreamMsg
+		e     lifecycle.Event
+		l     lifecycle.Lifecycle
+	)
 	for _, k := range []lifecycle.Kind{lifecycle.KindFinished, lifecycle.KindNeedsInput, lifecycle.KindFailed, lifecycle.KindCancelled} {
 		subj, err := lifecycle.LifecycleSubject(k, rec.ThreadID, rec.DispatchID)
 		if err != nil {
@@ -143,19 +208,22 @@ func (s *Service) terminalEvent(ctx context.Context, b *bindings, rec client.Rec
 		if err != nil {
 			return lifecycle.Event{}, nil, false, fmt.Errorf("dispatcher: look up %s: %w", subj, err)
 		}
-		e, err := lifecycle.Decode(raw.Header, raw.Data)
+		if first != nil && first.Sequence < raw.Sequence {
+			continue
+		}
+		ev, err := lifecycle.Decode(raw.Header, raw.Data)
 		if err != nil {
 			return lifecycle.Event{}, nil, false, err
 		}
-		d, err := lifecycle.Parse(e)
+		d, err := lifecycle.Parse(ev)
 		if err != nil {
 			return lifecycle.Event{}, nil, false, err
 		}
-		if l, ok := d.(lifecycle.Lifecycle); ok {
-			return e, l, true, nil
+		if ld, ok := d.(lifecycle.Lifecycle); ok {
+			first, e, l = raw, ev, ld
 		}
 	}
-	return lifecycle.Event{}, nil, false, nil
+	return e, l, first != nil, nil
 }
 
 // cancelThread cancels every dispatch of a thread that has not ended and,

@@ -1,14 +1,19 @@
 package dispatcher_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/provision"
 
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -228,9 +233,151 @@ func TestCancelThreadPausedOnAQuestion(t *testing.T) {
 	if err := json.Unmarshal(receive(t, hook).Data, &body); err != nil || body.ThreadID != "paused" || body.DispatchID != "paused" || body.By != "dave" {
 		t.Errorf("router hook: %+v %v", body, err)
 	}
-	// Cancelling the paused dispatch by its id asks the same.
-	if _, err := h.cl.Cancel(t.Context(), "paused"); err != nil {
+	// The mark was on the record before the message went out.
+	rec, _ := h.record("paused")
+	m := rec.CancelRequested
+	if m == nil || m.DispatchID != "paused" || m.ThreadID != "paused" || m.By != "dave" || m.Reason != "no longer needed" || m.At.IsZero() {
+		t.Fatalf("cancel mark: %+v", m)
+	}
+	if r := th.Rounds[0].CancelRequested; r == nil || r.By != "dave" {
+		t.Errorf("the returned thread does not show the mark: %+v", r)
+	}
+	// Cancelling the paused dispatch by its id asks the same; the first
+	// mark stands.
+	again, err := h.cl.Cancel(t.Context(), "paused", client.CancelBy("eve", ""))
+	if err != nil {
 		t.Fatal(err)
 	}
-	receive(t, hook)
+	if again.CancelRequested == nil || again.CancelRequested.By != "dave" || !again.CancelRequested.At.Equal(m.At) {
+		t.Errorf("second cancel changed the mark: %+v", again.CancelRequested)
+	}
+	if err := json.Unmarshal(receive(t, hook).Data, &body); err != nil || body.By != "dave" {
+		t.Errorf("router hook again: %+v %v", body, err)
+	}
+}
+
+// pauseProjection stops the projection's deliveries until the test
+// resumes it, so the records lag the lifecycle stream.
+func (h *harness) pauseProjection() (resume func()) {
+	h.t.Helper()
+	if _, err := h.js.PauseConsumer(h.t.Context(), lifecycle.StreamLifecycle, provision.ConsumerProjection, time.Now().Add(time.Hour)); err != nil {
+		h.t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if _, err := h.js.ResumeConsumer(context.Background(), lifecycle.StreamLifecycle, provision.ConsumerProjection); err != nil {
+				h.t.Error(err)
+			}
+		})
+	}
+	h.t.Cleanup(resume)
+	return resume
+}
+
+// TestCancelThreadWhileTheProjectionLags: the record of a dispatch that
+// has asked its question still says started; cancelling the thread must
+// find the needs_input on the stream, publish no second terminal event,
+// and end the thread through the router (mark, then the core message).
+func TestCancelThreadWhileTheProjectionLags(t *testing.T) {
+	tests := []struct {
+		name  string
+		msgID string // of the needs_input; "" keeps its own, the terminal id
+	}{
+		// The cancel's publish is a duplicate of the needs_input.
+		{"duplicate publish", ""},
+		// The needs_input is not caught by the duplicate window (published
+		// longer ago than the window, here under another message id).
+		{"terminal already stored", "worker-msg-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, dispatcher.Config{})
+			d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
+			st := h.publishAsWorker(&lifecycle.Started{Common: d.Record.Common(), WorkerID: "w1", Attempt: 1})
+			h.projected(d.ID, st.ID())
+			resume := h.pauseProjection()
+
+			ni := &lifecycle.NeedsInput{Common: d.Record.Common(), QuestionID: lifecycle.QuestionID(d.ID), Question: "A or B?"}
+			e, msg, err := lifecycle.Message(lifecycle.Source("worker", "test"), ni)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.msgID != "" {
+				msg.Header.Set(jetstream.MsgIDHeader, tt.msgID)
+			}
+			if _, err := h.js.PublishMsg(t.Context(), msg); err != nil {
+				t.Fatal(err)
+			}
+			if rec, _ := h.record(d.ID); rec.Status != lifecycle.KindStarted {
+				t.Fatalf("the record should lag: %s", rec.Status)
+			}
+
+			hook := h.subscribeCore(client.CancelThreadPrefix + d.ThreadID)
+			th, err := h.cl.CancelThread(t.Context(), d.ThreadID, client.CancelBy("erin", "wrong task"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body client.CancelRequest
+			if err := json.Unmarshal(receive(t, hook).Data, &body); err != nil || body.DispatchID != d.ID || body.ThreadID != d.ThreadID || body.By != "erin" || body.Reason != "wrong task" {
+				t.Errorf("router hook: %+v %v", body, err)
+			}
+			if len(th.Rounds) != 1 || th.Rounds[0].Status != lifecycle.KindNeedsInput || th.Rounds[0].CancelRequested == nil || th.Rounds[0].CancelRequested.By != "erin" {
+				t.Fatalf("thread: %+v", th)
+			}
+			if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.cancelled."+d.ThreadID+"."+d.ID); n != 0 {
+				t.Errorf("%d cancelled events for a dispatch that ended needs_input", n)
+			}
+
+			resume()
+			h.projectionIdle()
+			rec := h.projected(d.ID, e.ID())
+			if rec.Status != lifecycle.KindNeedsInput || rec.CancelRequested == nil || rec.CancelRequested.By != "erin" {
+				t.Errorf("record after the projection caught up: status %s, mark %+v", rec.Status, rec.CancelRequested)
+			}
+			terminal := 0
+			for _, r := range rec.Events {
+				if r.Kind.Terminal() {
+					terminal++
+				}
+			}
+			if terminal != 1 {
+				t.Errorf("%d terminal events applied, want 1: %+v", terminal, rec.Events)
+			}
+		})
+	}
+}
+
+// TestRedispatchOfACancelledThread: the router's re-dispatch of an answer
+// that won the race with the thread's cancel ends cancelled on acceptance
+// and is never queued.
+func TestRedispatchOfACancelledThread(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	d0 := h.dispatchMicro(lifecycle.Request{DispatchID: "raced", Subagent: "planner"})
+	ni := h.publishAsWorker(&lifecycle.NeedsInput{Common: d0.Record.Common(), QuestionID: "q-raced", Question: "A or B?"})
+	h.projected(d0.ID, ni.ID())
+	if _, err := h.cl.CancelThread(t.Context(), "raced", client.CancelBy("frank", "too late")); err != nil {
+		t.Fatal(err)
+	}
+	h.publishRequest(lifecycle.Request{DispatchID: "raced-r1", Subagent: "planner", ThreadID: "raced", ParentID: "raced", Round: 1, QuestionID: "q-raced",
+		Input: json.RawMessage(`{"answer":"A"}`)})
+	_, data := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindCancelled, "raced", "raced-r1"))
+	if c := data.(*lifecycle.Cancelled); c.By != "frank" || c.Reason != "too late" || c.Round != 1 || c.ParentID != "raced" {
+		t.Errorf("cancelled: %+v", c)
+	}
+	h.projectionIdle()
+	rec, _ := h.record("raced-r1")
+	if rec.Status != lifecycle.KindCancelled || rec.Queued || rec.Result == nil || rec.Result.By != "frank" {
+		t.Errorf("record: %+v", rec)
+	}
+	if q := h.queued("raced-r1"); len(q) != 0 {
+		t.Errorf("the re-dispatch of a cancelled thread was queued")
+	}
+	th, err := h.cl.Thread(t.Context(), "raced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th.Status != lifecycle.KindCancelled || len(th.Rounds) != 2 {
+		t.Errorf("thread: %+v", th)
+	}
 }

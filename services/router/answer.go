@@ -84,7 +84,9 @@ func (s *Service) submit(ctx context.Context, sub Submission, via string) client
 			cancelSeen = true
 		}
 		if r.Status == statusAsked && cancelled {
-			withdraw(r, cancelReq, "answer")
+			if err := withdraw(r, cancelReq, "answer"); err != nil {
+				return false, err
+			}
 			if err := r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail); err != nil {
 				return false, err
 			}

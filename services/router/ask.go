@@ -138,7 +138,9 @@ func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, trace
 
 	// A thread cancelled before its question was recorded: withdraw at once.
 	if cr, ok := s.cancelRequested(ctx, r, drec); ok {
-		withdraw(r, cr, "ask")
+		if err := withdraw(r, cr, "ask"); err != nil {
+			return nil, err
+		}
 		return r, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
 	}
 	return r, r.queueQuestion(lifecycle.QuestionAsked, "")
@@ -159,13 +161,12 @@ func (s *Service) maxRounds(ctx context.Context, req *lifecycle.Request, name st
 	return subagent.DefaultMaxRounds
 }
 
-// dispatchRecord is the part of the dispatcher's record the router reads.
+// dispatchRecord is the dispatcher's record, as the router reads it. Its
+// CancelRequested (JSON cancel_requested) is set by the dispatcher on a
+// paused dispatch's record when its thread is cancelled: the durable twin
+// of the core message on agora.control.cancel-thread.<thread_id>.
 type dispatchRecord struct {
 	client.Record
-	// CancelRequested is set by the dispatcher on a paused dispatch's
-	// record when its thread is cancelled: the durable twin of the core
-	// message on agora.control.cancel-thread.<thread_id>.
-	CancelRequested *client.CancelRequest `json:"cancel_requested,omitempty"`
 }
 
 // errNoRecord reports a dispatch id without a dispatch record.
@@ -200,8 +201,15 @@ func (s *Service) cancelRequested(ctx context.Context, r *record, drec *dispatch
 			return client.CancelRequest{}, false
 		}
 	}
-	if drec.CancelRequested != nil {
-		return *drec.CancelRequested, true
+	if m := drec.CancelRequested; m != nil {
+		cr := m.CancelRequest
+		if cr.ThreadID == "" {
+			cr.ThreadID = r.ThreadID
+		}
+		if cr.DispatchID == "" {
+			cr.DispatchID = r.DispatchID
+		}
+		return cr, true
 	}
 	if drec.Status == lifecycle.KindCancelled {
 		return client.CancelRequest{DispatchID: drec.DispatchID, ThreadID: drec.ThreadID, By: "api"}, true

@@ -312,6 +312,7 @@ func TestCancelWhilePaused(t *testing.T) {
 	if len(e.requests("c")) != 0 {
 		t.Error("a withdrawn question was re-dispatched")
 	}
+	e.checkCancelledEnd(rec, "alice", "not needed")
 
 	// The core message was missed: the mark on the dispatch record stops
 	// the answer.
@@ -325,8 +326,100 @@ func TestCancelWhilePaused(t *testing.T) {
 	if rep := e.answer(router.Submission{QuestionID: qid2, Answer: "x", AnsweredBy: "bob"}); rep.Status != client.AnswerAlreadyAnswered || !strings.Contains(rep.Reason, "cancelled by ops") {
 		t.Errorf("answer to a thread cancelled while the router missed it = %+v", rep)
 	}
-	e.waitStatus(qid2, "withdrawn")
+	rec2 = e.waitStatus(qid2, "withdrawn")
 	if len(e.requests("c")) != 0 {
 		t.Error("a withdrawn question was re-dispatched")
+	}
+	e.checkCancelledEnd(rec2, "ops", "")
+}
+
+// checkCancelledEnd checks that a withdrawn question's thread ended
+// cancelled, once, on the dispatch id its record names: round + 1, parent
+// the paused dispatch, event id <id>.terminal.
+func (e *env) checkCancelledEnd(rec questionRecord, by, reason string) {
+	e.t.Helper()
+	if rec.Outcome != "withdrawn" || rec.NextDispatchID == "" {
+		e.t.Fatalf("withdrawn record: outcome %q, next dispatch %q", rec.Outcome, rec.NextDispatchID)
+	}
+	end := e.waitLifecycle(rec.NextDispatchID)
+	conform(e.t, end...)
+	c, ok := end[0].Data.(*lifecycle.Cancelled)
+	if len(end) != 1 || !ok || c.By != by || c.Reason != reason || c.ParentID != rec.DispatchID || c.ThreadID != rec.ThreadID ||
+		c.Round != rec.Round+1 || c.Subagent != rec.Subagent || end[0].Event.ID() != rec.NextDispatchID+".terminal" || end[0].MsgID != end[0].Event.ID() {
+		e.fatalEnd(end)
+	}
+	// The paused dispatch keeps its one terminal event; the thread has no
+	// other dispatch.
+	evs := e.streamEvents(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter("", rec.ThreadID, ""))
+	terminal := map[string]int{}
+	for _, ev := range evs {
+		if l := ev.Data.(lifecycle.Lifecycle); l.LifecycleKind().Terminal() {
+			terminal[l.Base().DispatchID]++
+		}
+	}
+	if len(terminal) != 2 || terminal[rec.DispatchID] != 1 || terminal[rec.NextDispatchID] != 1 {
+		e.t.Errorf("terminal events by dispatch: %v", terminal)
+	}
+}
+
+func (e *env) fatalEnd(end []event) {
+	e.t.Helper()
+	var out []string
+	for _, ev := range end {
+		out = append(out, ev.Subject+" "+string(ev.Event.Data()))
+	}
+	e.t.Fatalf("thread end: %v", out)
+}
+
+// TestCancelMarkFoundAtStart: a thread cancelled while no router ran
+// (only the mark on the paused dispatch's record tells) is withdrawn and
+// ended cancelled when a router starts, without waiting for an answer.
+func TestCancelMarkFoundAtStart(t *testing.T) {
+	e := newEnv(t, "routes:\n  - name: default\n    deadline: 1h\n")
+	rt := e.startRouter(e.config())
+	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
+	e.waitQuestionEvents(qid, 1)
+	rt.stop()
+	rec, _ := e.record(qid)
+	e.putDispatch(client.Record{
+		DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, Subagent: "c", Status: lifecycle.KindNeedsInput,
+		CancelRequested: &client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "ops", Reason: "shutting down"}, At: time.Now().UTC()},
+	})
+	e.startRouter(e.config())
+	rec = e.waitStatus(qid, "withdrawn")
+	if !strings.Contains(rec.Detail, "cancelled by ops: shutting down") {
+		t.Errorf("detail = %q", rec.Detail)
+	}
+	e.checkCancelledEnd(rec, "ops", "shutting down")
+	if rep := e.answer(router.Submission{QuestionID: qid, Answer: "x", AnsweredBy: "bob"}); rep.Status != client.AnswerAlreadyAnswered || !strings.Contains(rep.Reason, "withdrawn") {
+		t.Errorf("answer after withdrawal = %+v", rep)
+	}
+	if len(e.requests("c")) != 0 {
+		t.Error("a withdrawn question was re-dispatched")
+	}
+}
+
+// TestCancelWithTwoReplicas: both replicas hear the cancel-thread message;
+// the thread ends cancelled once, on one dispatch id.
+func TestCancelWithTwoReplicas(t *testing.T) {
+	e := newEnv(t, "")
+	a, b := e.config(), e.config()
+	a.ID, b.ID = "ra", "rb"
+	e.startRouter(a)
+	e.startRouter(b)
+	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
+	e.waitQuestionEvents(qid, 1)
+	rec, _ := e.record(qid)
+	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice"})
+	subj, _ := client.CancelThreadSubject(rec.ThreadID)
+	for range 3 {
+		if err := e.nc.Publish(subj, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec = e.waitStatus(qid, "withdrawn")
+	e.checkCancelledEnd(rec, "alice", "")
+	if evs := e.questionEvents(qid); len(evs) != 2 || evs[1].Subject != "agora.questions."+rec.Route+"."+qid+".withdrawn" {
+		t.Errorf("question events: %v", subjects(evs))
 	}
 }

@@ -71,6 +71,19 @@ func (x *index) thread(threadID string) []string {
 	return out
 }
 
+// askedIDs returns the questions waiting for an answer.
+func (x *index) askedIDs() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []string
+	for qid, e := range x.m {
+		if e.asked {
+			out = append(out, qid)
+		}
+	}
+	return out
+}
+
 // asked counts the questions waiting for an answer.
 func (x *index) asked() int {
 	x.mu.Lock()
@@ -134,12 +147,22 @@ func (s *Service) watch(ctx context.Context) (done <-chan struct{}, err error) {
 	}
 }
 
-// scanLoop acts on due questions every Tick until loop ends; the actions
+// cancelSweepEvery is how often the router looks for cancel marks on the
+// records of paused dispatches (besides at start).
+const cancelSweepEvery = time.Minute
+
+// scanLoop acts on due questions every Tick until loop ends, and sweeps
+// for cancelled threads at start and every cancelSweepEvery; the actions
 // it starts run with work, so a stop lets them finish.
 func (s *Service) scanLoop(loop, work context.Context, p *pool) {
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
+	var swept time.Time
 	for {
+		if time.Since(swept) >= cancelSweepEvery {
+			s.sweepCancels(loop, work, p)
+			swept = time.Now()
+		}
 		s.scan(loop, work, p)
 		select {
 		case <-loop.Done():
@@ -147,6 +170,40 @@ func (s *Service) scanLoop(loop, work context.Context, p *pool) {
 		case <-t.C:
 		}
 		s.cancelled.prune(time.Now())
+	}
+}
+
+// sweepCancels withdraws the asked questions whose threads were cancelled
+// while no router heard the cancel-thread message (it was down, or
+// disconnected): the dispatcher's mark on the paused dispatch's record
+// says so. Without the sweep such a question would wait for its next
+// answer or deadline.
+func (s *Service) sweepCancels(loop, work context.Context, p *pool) {
+	for _, qid := range s.idx.askedIDs() {
+		if loop.Err() != nil {
+			return
+		}
+		if _, busy := s.inflight.LoadOrStore(qid, true); busy {
+			continue
+		}
+		p.Go(func() {
+			defer s.inflight.Delete(qid)
+			s.checkCancel(work, qid)
+		})
+	}
+}
+
+// checkCancel withdraws an asked question whose thread was cancelled.
+func (s *Service) checkCancel(ctx context.Context, qid string) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	r, _, err := s.store.get(ctx, qid)
+	if err != nil || r.Status != statusAsked {
+		return
+	}
+	if cr, ok := s.cancelRequested(ctx, r, nil); ok {
+		cr.ThreadID = r.ThreadID
+		s.withdrawQuestion(ctx, qid, cr, "sweep")
 	}
 }
 

@@ -125,18 +125,34 @@ func (r *record) resumeRequest() (*lifecycle.Request, error) {
 	return req, nil
 }
 
-// withdraw marks the question withdrawn because its thread was cancelled.
-func withdraw(r *record, cr client.CancelRequest, via string) {
+// endCancelled ends the thread cancelled: it picks the thread's next
+// dispatch id, unless one was picked already (the caller's compare-and-set
+// stores it), and queues that dispatch's one event, cancelled by by.
+func (r *record) endCancelled(by, reason string) error {
+	if r.NextDispatchID == "" {
+		r.NextDispatchID = lifecycle.NewID()
+	}
+	return r.queueEnd(nil, &lifecycle.Cancelled{Common: r.next(), By: by, Reason: reason})
+}
+
+// withdraw marks the question withdrawn because its thread was cancelled,
+// and ends the thread cancelled (by and reason from cr) on the thread's
+// next dispatch id, as on_expiry cancel does. The caller queues
+// question.withdrawn after it.
+func withdraw(r *record, cr client.CancelRequest, via string) error {
 	by := cr.By
 	if by == "" {
 		by = "api"
 	}
+	by = clip(by, MaxAnsweredByBytes)
+	reason := clip(cr.Reason, MaxReasonBytes)
 	r.Status, r.Outcome = statusWithdrawn, outcomeWithdrawn
 	r.Detail = "the thread was cancelled by " + by
-	if cr.Reason != "" {
-		r.Detail += ": " + clip(cr.Reason, MaxReasonBytes)
+	if reason != "" {
+		r.Detail += ": " + reason
 	}
-	r.addHistory(attempt{At: time.Now().UTC(), Via: "cancel", AnsweredBy: clip(by, MaxAnsweredByBytes), Result: "withdrawn", Reason: r.Detail + " (seen on " + via + ")"})
+	r.addHistory(attempt{At: time.Now().UTC(), Via: "cancel", AnsweredBy: by, Result: "withdrawn", Reason: r.Detail + " (seen on " + via + ")"})
+	return r.endCancelled(by, reason)
 }
 
 // advance acts on a question the scanner found due: escalation steps, the
@@ -159,8 +175,10 @@ func (s *Service) advance(ctx context.Context, qid string) {
 			return false, nil
 		}
 		if cr, ok := s.cancelRequested(ctx, r, nil); ok {
-			withdraw(r, cr, "deadline")
 			ev = lifecycle.QuestionWithdrawn
+			if err := withdraw(r, cr, "deadline"); err != nil {
+				return false, err
+			}
 			return true, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
 		}
 		if r.Deadline != nil && !now.Before(*r.Deadline) {
@@ -233,21 +251,20 @@ func (s *Service) expire(r *record, now time.Time) error {
 			return r.queueQuestion(lifecycle.QuestionExpired, r.Detail)
 		}
 	}
-	r.NextDispatchID = lifecycle.NewID()
 	switch action.Action {
 	case ExpiryCancel:
 		if detail == "" {
 			detail = "no answer by the deadline; the thread ends cancelled"
 		}
 		r.Outcome = outcomeCancelled
-		if err := r.queueEnd(nil, &lifecycle.Cancelled{Common: r.next(), By: expiryCanceller,
-			Reason: fmt.Sprintf("question %s expired unanswered (route %s, on_expiry cancel)", r.QuestionID, r.Origin)}); err != nil {
+		if err := r.endCancelled(expiryCanceller, fmt.Sprintf("question %s expired unanswered (route %s, on_expiry cancel)", r.QuestionID, r.Origin)); err != nil {
 			return err
 		}
 	default:
 		if detail == "" {
 			detail = "no answer by the deadline; the thread ends failed unanswered"
 		}
+		r.NextDispatchID = lifecycle.NewID()
 		r.Outcome = outcomeUnanswered
 		if err := r.queueEnd(&lifecycle.Failed{Common: r.next(), Reason: lifecycle.ReasonUnanswered,
 			Detail: fmt.Sprintf("question %s expired unanswered after %s (route %s)", r.QuestionID, now.Sub(r.AskedAt).Round(time.Second), r.Origin)}, nil); err != nil {
@@ -280,11 +297,13 @@ func (s *Service) onCancelThread(ctx context.Context, m *nats.Msg) {
 		}
 	}
 	for _, qid := range qids {
-		s.withdrawQuestion(ctx, qid, cr)
+		s.withdrawQuestion(ctx, qid, cr, "cancel-thread")
 	}
 }
 
-func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.CancelRequest) {
+// withdrawQuestion withdraws an asked question of the thread cr cancels;
+// via names where the cancel was seen.
+func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.CancelRequest, via string) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	log := s.log.With("question_id", qid, "thread_id", cr.ThreadID)
@@ -295,7 +314,9 @@ func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.Ca
 		if r.Status != statusAsked || r.ThreadID != cr.ThreadID {
 			return false, nil
 		}
-		withdraw(r, cr, "cancel-thread")
+		if err := withdraw(r, cr, via); err != nil {
+			return false, err
+		}
 		return true, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
 	})
 	switch {
@@ -307,7 +328,7 @@ func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.Ca
 	}
 	if changed {
 		s.afterChange(ctx, r, lifecycle.QuestionWithdrawn)
-		log.Info("question withdrawn", "route", r.Route, "detail", r.Detail)
+		log.Info("question withdrawn", "route", r.Route, "detail", r.Detail, "next_dispatch_id", r.NextDispatchID)
 	}
 	if err := s.flush(ctx, qid); err != nil {
 		log.Warn("publish question events: left for the scanner", "err", err)

@@ -24,11 +24,22 @@
 // them again, and the streams' duplicate windows drop the copies.
 //
 // A dispatch has exactly one terminal event. When a question expires with
-// on_expiry fail or cancel, or when an answer would take the thread past its
-// round limit, the paused dispatch already has its terminal event
-// (needs_input), so the thread's end is recorded on a new dispatch id of the
-// same thread (round + 1, parent = the paused dispatch) whose only lifecycle
-// event is that end: failed unanswered, failed max-rounds or cancelled.
+// on_expiry fail or cancel, when an answer would take the thread past its
+// round limit, or when the thread is cancelled while paused, the paused
+// dispatch already has its terminal event (needs_input), so the thread's
+// end is recorded on a new dispatch id of the same thread (round + 1,
+// parent = the paused dispatch) whose only lifecycle event is that end:
+// failed unanswered, failed max-rounds or cancelled. That id is chosen once,
+// by the compare-and-set that ends the question, and kept in the record.
+//
+// A thread paused on a question is cancelled through the dispatcher, which
+// marks the paused dispatch's record (cancel_requested in agora_dispatches)
+// and then publishes the core message agora.control.cancel-thread.<thread_id>.
+// The router withdraws the question when it gets that message, and also
+// when it finds the mark: before it accepts an answer, acts on a deadline or
+// asks the question, at start and every minute. Withdrawing publishes
+// question.withdrawn and ends the thread cancelled, with the canceller's
+// name and reason, so a client waiting on the thread sees it end.
 //
 // The question record is JSON: the fields of lifecycle.Question plus
 // traceparent, origin, ladder, step, on_expiry, asks, declined,

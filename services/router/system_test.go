@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -77,22 +78,7 @@ func TestThroughDispatcher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	waitQuestion := func(thread string) lifecycle.Question {
-		for {
-			qs, err := c.Questions(ctx, client.QuestionFilter{ThreadID: thread, Status: "asked"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(qs) == 1 {
-				return qs[0]
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatal("no question")
-			case <-time.After(25 * time.Millisecond):
-			}
-		}
-	}
+	waitQuestion := func(thread string) lifecycle.Question { return waitAsked(ctx, t, c, thread) }
 
 	// Answered: the thread resumes.
 	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "asker", Input: json.RawMessage(`{"task":"t"}`), Env: map[string]string{"KEEP": "1"}})
@@ -132,18 +118,6 @@ func TestThroughDispatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	q2 := waitQuestion(d2.ThreadID)
-	// The dispatcher asks the router to withdraw only once its record of
-	// the paused dispatch says needs_input (its projection may lag).
-	for {
-		rec, err := c.Status(ctx, d2.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Status == lifecycle.KindNeedsInput {
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 	if _, err := c.CancelThread(ctx, d2.ThreadID, client.CancelBy("alice", "changed my mind")); err != nil {
 		t.Fatal(err)
 	}
@@ -155,4 +129,172 @@ func TestThroughDispatcher(t *testing.T) {
 	if _, err := c.Answer(ctx, q2.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "bob"}); !errors.Is(err, client.ErrAlreadyAnswered) || !errors.As(err, &ae) || !strings.Contains(ae.Reply.Reason, "withdrawn") {
 		t.Errorf("answer after the cancel = %v, want already answered (withdrawn)", err)
 	}
+}
+
+// waitAsked waits for the thread's asked question.
+func waitAsked(ctx context.Context, t *testing.T, c *client.Client, thread string) lifecycle.Question {
+	t.Helper()
+	for {
+		qs, err := c.Questions(ctx, client.QuestionFilter{ThreadID: thread, Status: "asked"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) == 1 {
+			return qs[0]
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no question")
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// checkThreadCancelled checks, with the real services, how a thread
+// cancelled by by while paused on question q ends: WaitThread returns
+// cancelled (by, reason) on the thread's next dispatch, the question is
+// withdrawn, a later answer is refused, and no dispatch of the thread has
+// more than one terminal event.
+func (e *env) checkThreadCancelled(ctx context.Context, c *client.Client, d *client.Dispatch, q lifecycle.Question, by, reason string) {
+	t := e.t
+	t.Helper()
+	end, err := c.WaitThread(ctx, d.ThreadID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd, ok := end.Data.(*lifecycle.Cancelled)
+	if !ok || cd.By != by || cd.Reason != reason || cd.Round != 1 || cd.ParentID != d.ID || cd.ThreadID != d.ThreadID {
+		t.Fatalf("thread ended %s %+v, want cancelled by %s", end.Kind(), end.Data, by)
+	}
+	r := e.waitStatus(q.QuestionID, "withdrawn")
+	if r.NextDispatchID != cd.DispatchID || r.Outcome != "withdrawn" || !strings.Contains(r.Detail, "cancelled by "+by) {
+		t.Errorf("question record: next %s outcome %s detail %q", r.NextDispatchID, r.Outcome, r.Detail)
+	}
+	var ae *client.AnswerError
+	_, err = c.Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "bob"})
+	if !errors.Is(err, client.ErrAlreadyAnswered) || !errors.As(err, &ae) || !strings.Contains(ae.Reply.Reason, "withdrawn") || !strings.Contains(ae.Reply.Reason, "cancelled by "+by) {
+		t.Errorf("answer after the cancel = %v, want refused: withdrawn, cancelled by %s", err, by)
+	}
+	// The dispatcher's view: the paused round and the round that ends the
+	// thread, nothing re-dispatched.
+	var th *client.Thread
+	for {
+		if th, err = c.Thread(ctx, d.ThreadID); err != nil {
+			t.Fatal(err)
+		}
+		if len(th.Rounds) == 2 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if th.Status != lifecycle.KindCancelled || len(th.Rounds) != 2 || th.Rounds[0].Status != lifecycle.KindNeedsInput ||
+		th.Rounds[1].DispatchID != cd.DispatchID || th.Rounds[1].Request != nil || th.Rounds[1].Result == nil || th.Rounds[1].Result.By != by {
+		t.Errorf("thread: %s, %d rounds", th.Status, len(th.Rounds))
+	}
+	terminal := map[string]int{}
+	for _, ev := range e.streamEvents(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter("", d.ThreadID, "")) {
+		l := ev.Data.(lifecycle.Lifecycle)
+		if l.LifecycleKind() == lifecycle.KindAccepted && l.Base().Round > 0 {
+			t.Errorf("round %d accepted: the withdrawn question was re-dispatched", l.Base().Round)
+		}
+		if l.LifecycleKind().Terminal() {
+			terminal[l.Base().DispatchID]++
+		}
+	}
+	if len(terminal) != 2 || terminal[d.ID] != 1 || terminal[cd.DispatchID] != 1 {
+		t.Errorf("terminal events by dispatch: %v", terminal)
+	}
+}
+
+// TestCancelPausedThreadEndToEnd: a sub-agent asks; the thread is
+// cancelled through the dispatcher once the question exists; the thread
+// ends cancelled, visibly, with the canceller's name. With the
+// dispatcher's projection paused from the start, its record of the paused
+// dispatch still says accepted when the cancel comes.
+func TestCancelPausedThreadEndToEnd(t *testing.T) {
+	for _, lagging := range []bool{false, true} {
+		name := "projection current"
+		if lagging {
+			name = "projection lagging"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, "")
+			e.startRouter(e.config())
+			c := e.startServices()
+			e.define("asker", asker)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+
+			resume := func() {}
+			if lagging {
+				if _, err := e.js.PauseConsumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerProjection, time.Now().Add(time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+				resume = func() {
+					if _, err := e.js.ResumeConsumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerProjection); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "asker"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := waitAsked(ctx, t, c, d.ThreadID)
+			for !lagging {
+				rec, err := c.Status(ctx, d.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Status == lifecycle.KindNeedsInput {
+					break
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			if lagging {
+				if rec, err := c.Status(ctx, d.ID); err != nil || rec.Status.Terminal() {
+					t.Fatalf("the record should lag: %v %v", rec, err)
+				}
+			}
+			if _, err := c.CancelThread(ctx, d.ThreadID, client.CancelBy("carol", "wrong repository")); err != nil {
+				t.Fatal(err)
+			}
+			resume()
+			e.checkThreadCancelled(ctx, c, d, q, "carol", "wrong repository")
+		})
+	}
+}
+
+// TestCancelWhileTheRouterIsDown: the thread is cancelled while no router
+// runs; the router started later withdraws the question from the mark the
+// dispatcher left, refuses the answer and re-dispatches nothing.
+func TestCancelWhileTheRouterIsDown(t *testing.T) {
+	e := newEnv(t, "")
+	rt := e.startRouter(e.config())
+	c := e.startServices()
+	e.define("asker", asker)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "asker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := waitAsked(ctx, t, c, d.ThreadID)
+	rt.stop()
+	if _, err := c.CancelThread(ctx, d.ThreadID, client.CancelBy("dave", "")); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := c.Status(ctx, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := rec.CancelRequested; m == nil || m.By != "dave" || m.DispatchID != d.ID || m.ThreadID != d.ThreadID || m.At.IsZero() {
+		t.Fatalf("no cancel mark on the paused dispatch: %+v", m)
+	}
+	if r, _ := e.record(q.QuestionID); r.Status != "asked" {
+		t.Fatalf("question %s with no router running", r.Status)
+	}
+	e.startRouter(e.config())
+	e.checkThreadCancelled(ctx, c, d, q, "dave", "")
 }
