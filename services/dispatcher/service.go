@@ -36,6 +36,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -100,13 +101,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("service", "dispatcher", "dispatcher_id", cfg.ID)
-	reg := deps.Registerer
-	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, s.gatherer = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		s.gatherer = g
-	}
+	reg, gatherer := svc.Registry(deps.Registerer)
+	s.gatherer = gatherer
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -117,13 +113,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
 	if s.nc == nil {
-		opts := []nats.Option{nats.Name("agora-dispatcher " + cfg.ID), nats.MaxReconnects(-1)}
-		if cfg.NATSCreds != "" {
-			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
-		}
-		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		nc, err := svc.Connect("dispatcher", cfg.ID, cfg.NATSURL, cfg.NATSCreds)
 		if err != nil {
-			return nil, fmt.Errorf("dispatcher: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+			return nil, err
 		}
 		s.nc, s.ownConn = nc, true
 	}

@@ -69,6 +69,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -146,13 +147,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("service", "router", "router_id", cfg.ID)
-	reg := deps.Registerer
-	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, s.gatherer = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		s.gatherer = g
-	}
+	reg, gatherer := svc.Registry(deps.Registerer)
+	s.gatherer = gatherer
 	m, err := newMetrics(reg, s.idx)
 	if err != nil {
 		return nil, err
@@ -160,13 +156,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.metrics = m
 	s.source = lifecycle.Source("router", cfg.ID)
 	if s.nc == nil {
-		opts := []nats.Option{nats.Name("agora-router " + cfg.ID), nats.MaxReconnects(-1)}
-		if cfg.NATSCreds != "" {
-			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
-		}
-		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		nc, err := svc.Connect("router", cfg.ID, cfg.NATSURL, cfg.NATSCreds)
 		if err != nil {
-			return nil, fmt.Errorf("router: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+			return nil, err
 		}
 		s.nc, s.ownConn = nc, true
 	}

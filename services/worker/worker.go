@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -99,13 +99,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("service", "worker", "worker_id", cfg.ID)
-	reg := deps.Registerer
-	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, s.gatherer = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		s.gatherer = g
-	}
+	reg, gatherer := svc.Registry(deps.Registerer)
+	s.gatherer = gatherer
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -120,13 +115,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.source = lifecycle.Source("worker", cfg.ID)
 	if s.nc == nil {
-		opts := []nats.Option{nats.Name("agora-worker " + cfg.ID), nats.MaxReconnects(-1)}
-		if cfg.NATSCreds != "" {
-			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
-		}
-		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		nc, err := svc.Connect("worker", cfg.ID, cfg.NATSURL, cfg.NATSCreds)
 		if err != nil {
-			return nil, fmt.Errorf("worker: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+			return nil, err
 		}
 		s.nc, s.ownConn = nc, true
 	}
