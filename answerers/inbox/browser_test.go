@@ -1,0 +1,200 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// chromium finds Debian's chromium. Without it the browser test skips,
+// except in CI (CI=true), where it fails: .ci/run installs it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is required in CI (apt-get install chromium): %v", err)
+		}
+		t.Skipf("no chromium to drive (apt-get install chromium): %v", err)
+	}
+	return path
+}
+
+// TestBrowser drives the inbox in real headless Chromium against the real
+// dispatcher, router and worker: sign in with the dev token, watch
+// questions appear (and one answered elsewhere disappear) without a
+// reload, open one, click an option, and see the thread resume and
+// finish. Set AGORA_INBOX_SCREENSHOTS=<dir> to keep screenshots of the
+// pages; on failure one is saved to a temporary directory.
+func TestBrowser(t *testing.T) {
+	exe := chromium(t)
+	s := start(t, options{dev: true})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1200, 860),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	browserCtx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	// The first call starts the browser, which lives as long as its
+	// context: no timeout there; the steps below get one.
+	if err := chromedp.Do(browserCtx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
+	t.Cleanup(cancel)
+	// Runs before the browser closes (cleanups run last-in first-out).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		dir, err := os.MkdirTemp("", "agora-inbox-browser-")
+		if err != nil {
+			t.Logf("no screenshot: %v", err)
+			return
+		}
+		shot(t, browserCtx, filepath.Join(dir, "failure.png"))
+	})
+	keep := os.Getenv("AGORA_INBOX_SCREENSHOTS")
+	snap := func(name string) {
+		if keep != "" {
+			shot(t, browserCtx, filepath.Join(keep, name+".png"))
+		}
+	}
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	value := func(what string, a chromedp.Action[string]) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, a)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+
+	// Sign in with the dev token, typed into the login page.
+	run("sign in",
+		chromedp.Navigate(s.web.URL+"/inbox/"),
+		chromedp.WaitVisible(css(`input[name="token"]`)),
+		chromedp.SendKeys(css(`input[name="token"]`), s.inbox.DevToken()),
+		chromedp.Click(css(`button[type="submit"]`)),
+		chromedp.WaitVisible(css(`#pending`)),
+		chromedp.WaitVisible(css(`body[data-live="on"]`)),
+		chromedp.WaitVisible(css(`#empty`)),
+	)
+	snap("empty")
+	// A mark that a reload would wipe out.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.agoraTestMark = true`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A question appears without a reload.
+	in, _ := json.Marshal(sentinel{
+		Question: "Rewrite function parseConfig in place, or add parseConfigV2 next to it?",
+		Options:  []string{"Rewrite in place", "Add parseConfigV2"},
+		Context:  "parseConfig has 14 call sites in 6 packages.\nThe signature stays the same either way.\n\nRewriting in place touches less code; a V2 keeps the old behaviour for the CLI.",
+		Kind:     "decision",
+	})
+	d, err := s.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "asker", Input: in, Target: "github.com/acme/app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qid := lifecycle.QuestionID(d.ID)
+	row := `#pending li[data-id="` + qid + `"]`
+	run("see the question arrive", chromedp.WaitVisible(css(row)))
+	// Another, answered elsewhere, disappears without a reload.
+	_, other := s.ask("ops-asker", sentinel{Question: "Which region is primary: eu-west or us-east?"}, 1)
+	otherRow := `#pending li[data-id="` + other + `"]`
+	run("see the second question arrive", chromedp.WaitVisible(css(otherRow)))
+	snap("pending")
+	if st, body := s.apiCall(http.MethodPost, "/inbox/api/questions/"+other+"/answer", map[string]string{"answer": "eu-west"}, map[string]string{"Authorization": "Bearer " + s.bearer}); st != http.StatusOK {
+		t.Fatalf("answer elsewhere: %d %s", st, body)
+	}
+	run("see the answered question go", chromedp.WaitNotPresent(css(otherRow)))
+	mark, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.agoraTestMark === true`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := value("read the count", chromedp.Text(css(`#pending-count`)))
+	if !mark {
+		t.Fatal("the page reloaded")
+	}
+	if count != "1" {
+		t.Errorf("pending count = %q, want 1", count)
+	}
+
+	// Open it and click an option.
+	run("open the question",
+		chromedp.Click(css(row+` a`)),
+		chromedp.WaitVisible(css(`#answer-form`)),
+		chromedp.WaitVisible(css(`body[data-live="on"]`)),
+	)
+	snap("question")
+	run("answer",
+		chromedp.Click(css(`button.option[value="Add parseConfigV2"]`)),
+		chromedp.WaitVisible(css(`#outcome`)),
+	)
+	outcome := value("read the outcome", chromedp.Text(css(`#outcome`)))
+	if !strings.Contains(outcome, "Add parseConfigV2") || !strings.Contains(outcome, "dev") {
+		t.Errorf("outcome = %q", outcome)
+	}
+
+	// The thread resumes and finishes with the answer…
+	out := s.finished(d.ThreadID)
+	if string(out["answer"]) != `"Add parseConfigV2"` || string(out["answered_by"]) != `"dev"` {
+		t.Errorf("round 1 input = %v", out)
+	}
+	// …and the page follows it there.
+	run("see the thread finish", chromedp.WaitVisible(css(`#thread li[data-status="finished"]`)))
+	snap("answered")
+
+	// The keyboard: 1 picks the first option.
+	d2, q2 := s.ask("asker", sentinel{Question: "Run the migration now?", Options: []string{"now", "tonight"}}, 1)
+	run("answer with the keyboard",
+		chromedp.Navigate(s.web.URL+"/inbox/questions/"+q2),
+		chromedp.WaitVisible(css(`#answer-form`)),
+		chromedp.KeyEvent("1"),
+		chromedp.WaitVisible(css(`#outcome`)),
+	)
+	if out := s.finished(d2.ThreadID); string(out["answer"]) != `"now"` {
+		t.Errorf("keyboard answer = %s", out["answer"])
+	}
+}
+
+// shot saves a full-page PNG of the browser's current page.
+func shot(t *testing.T, browserCtx context.Context, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(browserCtx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("no screenshot: %v", err)
+		return
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Logf("no screenshot: %v", err)
+		return
+	}
+	t.Logf("screenshot: %s", path)
+}

@@ -1,0 +1,360 @@
+// Package inbox is Agora's answerer for people: a web inbox where they read
+// the questions sub-agents ask and answer them (DESIGN §3.4, §8).
+//
+// The inbox reads the agora_questions bucket directly: a watch keeps an
+// in-memory view of every question record current, renders the pages from
+// it, and feeds live updates to open pages through Server-Sent Events (a
+// new question appears; one answered elsewhere, expired or withdrawn
+// disappears). It therefore does not use pkg/answerer's consumer of
+// question.asked events: a person is not a handler that must answer each
+// delivered question within an acknowledgement window, and the bucket
+// already holds what the inbox must show, including the questions that
+// were closed elsewhere. Answers go through the router's agora.api.answer
+// endpoint (client.Answer), which says at once whether the answer won; the
+// answer's answered_by is the signed-in user.
+//
+// Everything is served under Prefix (/inbox), so the handler can be
+// mounted on a shared listener:
+//
+//	GET  /inbox/                            pending questions, newest first (query: route, kind, subagent)
+//	GET  /inbox/questions/{id}              one question, its earlier rounds and its thread
+//	POST /inbox/questions/{id}/answer       the question page's form (answer, decision, comment, csrf)
+//	GET  /inbox/history                     answered, expired and withdrawn questions (query: status, route, kind, subagent)
+//	GET  /inbox/events                      Server-Sent Events for the pages (query: route, kind, subagent, question)
+//	GET  /inbox/login, POST /inbox/login    sign in; POST /inbox/logout signs out
+//	GET  /inbox/api/questions               JSON list (query: status=pending|answered|expired|withdrawn|closed|all, route, kind, subagent, thread, limit)
+//	GET  /inbox/api/questions/{id}          JSON Detail: the question, its earlier rounds, its thread
+//	POST /inbox/api/questions/{id}/answer   JSON {"answer", "decision", "comment"} → client.AnswerReply
+//	POST /inbox/api/login                   JSON {"name", "password"} or {"token"} → a bearer token
+//	GET  /inbox/static/…, GET /inbox/healthz
+//
+// People sign in from a users file (name, bcrypt hash, allowed routes) or,
+// for agora dev, with one token generated at start. Pages need the session
+// cookie (HttpOnly, SameSite=Strict, Secure over TLS) and every form
+// carries a CSRF token; the JSON API takes the cookie plus the X-CSRF-Token
+// header, or a bearer token. Without a sign-in pages redirect to the login
+// page and the API answers 401; a question on a route the user may not
+// answer is 403.
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Prefix is the path under which Handler serves everything.
+const Prefix = "/inbox"
+
+// Deps are the inbox's collaborators. Every field is optional.
+type Deps struct {
+	// Client is the Agora client to read and answer through; it stays the
+	// caller's. When nil, Conn is used.
+	Client *client.Client
+	// Conn is an existing NATS connection, which stays the caller's; when
+	// both are nil, New connects to Config.NATSURL and Run closes that
+	// connection.
+	Conn *nats.Conn
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the inbox's metrics; default a new registry.
+	Registerer prometheus.Registerer
+}
+
+// Server is an inbox. Create it with New; Handler serves the pages and the
+// API, Run keeps the questions current (and serves HTTP itself when
+// Config.HTTPAddr is set). A Server is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	c       *client.Client
+	nc      *nats.Conn
+	ownConn bool
+	log     *slog.Logger
+	metrics *metrics
+
+	users    map[string]*user // users-file mode
+	devToken string           // dev-token mode
+	devUser  *user
+	sessions *sessions
+	routes   map[string]bool // the routes shown; nil: all
+
+	store    *store
+	pages    map[string]*template.Template
+	assets   map[string]asset
+	handler  http.Handler
+	running  atomic.Bool
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+// New checks cfg, loads the users file (or generates the dev token) and
+// prepares an inbox. It connects to NATS when deps has neither Client nor
+// Conn; it does not touch JetStream until Run.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("inbox: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: deps.Logger, store: newStore(), sessions: newSessions(cfg.SessionTTL), stopping: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("service", "inbox")
+	if len(cfg.Routes) > 0 {
+		s.routes = map[string]bool{}
+		for _, r := range cfg.Routes {
+			s.routes[r] = true
+		}
+	}
+	if cfg.DevToken {
+		s.devToken = randomToken()
+		s.devUser = &user{name: DevUser}
+	} else {
+		list, err := LoadUsers(cfg.UsersFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, config.Var(cfg, "UsersFile"))
+		}
+		s.users = map[string]*user{}
+		for _, u := range list {
+			if cost, _ := bcryptCost(u.Bcrypt); cost < minBcryptCost {
+				s.log.Warn("users file: weak bcrypt hash; use cost 10 or more", "user", u.Name, "cost", cost)
+			}
+			s.users[u.Name] = &user{name: u.Name, hash: []byte(u.Bcrypt), routes: u.Routes}
+		}
+	}
+	reg := deps.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg, s.store)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.assets = loadAssets()
+	if s.pages, err = parsePages(s.staticURL); err != nil {
+		return nil, err
+	}
+
+	switch {
+	case deps.Client != nil:
+		s.c, s.nc = deps.Client, deps.Client.Conn()
+	case deps.Conn != nil:
+		c, err := client.New(deps.Conn)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: %w", err)
+		}
+		s.c, s.nc = c, deps.Conn
+	default:
+		opts := []nats.Option{nats.Name("agora-inbox"), nats.MaxReconnects(-1)}
+		if cfg.NATSCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+		}
+		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+		}
+		c, err := client.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("inbox: %w", err)
+		}
+		s.c, s.nc, s.ownConn = c, nc, true
+	}
+	s.handler = s.routesHandler()
+	return s, nil
+}
+
+// DevToken returns the token that signs in as DevUser in dev-token mode,
+// for the caller to print; "" in users-file mode. The login page fills it
+// in from its query: /inbox/login?token=<token>.
+func (s *Server) DevToken() string { return s.devToken }
+
+// Ready is closed once Run has loaded every question record.
+func (s *Server) Ready() <-chan struct{} { return s.store.ready }
+
+// Handler serves the pages, the live event streams and the JSON API under
+// Prefix. It may be mounted before Run starts: pages wait (up to a few
+// seconds) for the questions to be loaded. Event streams end when Run
+// stops.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run keeps the view of the questions current until ctx ends: it watches
+// the agora_questions bucket, feeding the live event streams, and restarts
+// the watch (reloading every record) when it breaks. When Config.HTTPAddr
+// is set it also serves Handler there. Run fails at once when the bucket
+// does not exist or the first load fails. On cancel it ends the event
+// streams, shuts the HTTP server down, and closes the connection New
+// opened; it returns nil after a clean stop. Run may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("inbox: Run called twice")
+	}
+	defer s.closeConn()
+	defer s.stop()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fmt.Errorf("inbox: jetstream: %w", err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	kv, err := js.KeyValue(bctx, lifecycle.BucketQuestions)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("inbox: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketQuestions, err)
+	}
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	loaded := make(chan struct{})
+	var loadedOnce sync.Once
+	firstErr := make(chan error, 1)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		s.watchLoop(wctx, kv, func() { loadedOnce.Do(func() { close(loaded) }) }, loaded, firstErr)
+	}()
+	select {
+	case <-loaded:
+	case err := <-firstErr:
+		<-watchDone
+		return err
+	case <-ctx.Done():
+		stopWatch()
+		<-watchDone
+		return nil
+	}
+	s.log.Info("inbox started", "questions", len(s.store.all()), "routes", s.cfg.Routes, "dev_token", s.devToken != "")
+
+	var srv *http.Server
+	httpErr := make(chan error, 1)
+	if s.cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+		if err != nil {
+			stopWatch()
+			<-watchDone
+			return fmt.Errorf("inbox: %s=%s: %w", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, err)
+		}
+		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		go func() {
+			var err error
+			if s.cfg.TLSCert != "" {
+				err = srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			} else {
+				err = srv.Serve(ln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				httpErr <- fmt.Errorf("inbox: http: %w", err)
+			}
+		}()
+		scheme := "http"
+		if s.cfg.TLSCert != "" {
+			scheme = "https"
+		}
+		s.log.Info("http listening", "url", scheme+"://"+ln.Addr().String()+Prefix+"/")
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-httpErr:
+		s.log.Error("http server failed; stopping", "err", runErr)
+	}
+	s.stop() // ends the event streams, so Shutdown does not wait for them
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	stopWatch()
+	<-watchDone
+	s.log.Info("inbox stopped")
+	return runErr
+}
+
+// watchLoop runs the bucket watch, restarting it with backoff. An error
+// before the first load is handed to firstErr and ends the loop.
+func (s *Server) watchLoop(ctx context.Context, kv jetstream.KeyValue, onLoaded func(), loaded <-chan struct{}, firstErr chan<- error) {
+	const maxBackoff = 30 * time.Second
+	backoff := 500 * time.Millisecond
+	for {
+		started := time.Now()
+		err := s.store.watchOnce(ctx, kv, onLoaded)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-loaded:
+		default:
+			firstErr <- err
+			return
+		}
+		if time.Since(started) > time.Minute {
+			backoff = 500 * time.Millisecond
+		}
+		s.log.Warn("the watch of the questions bucket broke; restarting it", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
+
+func (s *Server) closeConn() {
+	if !s.ownConn {
+		return
+	}
+	if err := s.nc.Drain(); err != nil {
+		s.nc.Close()
+	}
+}
+
+// shows reports whether this inbox shows questions on route.
+func (s *Server) shows(route string) bool { return s.routes == nil || s.routes[route] }
+
+// visible reports whether u sees q: the inbox shows its route and u may
+// answer there.
+func (s *Server) visible(u *user, q *Question) bool { return s.shows(q.Route) && u.may(q.Route) }
+
+// awaitReady waits for the first load of the questions, for requests that
+// come before Run has loaded them.
+func (s *Server) awaitReady(ctx context.Context) bool {
+	select {
+	case <-s.store.ready:
+		return true
+	default:
+	}
+	t := time.NewTimer(readyWait)
+	defer t.Stop()
+	select {
+	case <-s.store.ready:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
+// readyWait bounds how long a request waits for the first load.
+const readyWait = 10 * time.Second

@@ -1,0 +1,459 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Limits on what a browser or script sends.
+const (
+	maxFormBytes = 64 << 10
+	// answerTimeout bounds one answer's trip to the router.
+	answerTimeout = 15 * time.Second
+	// threadTimeout bounds the dispatcher's thread view for a page.
+	threadTimeout = 3 * time.Second
+	// settleWait bounds the wait for the watch to show an answered
+	// question closed, so the next page shows what the person just did.
+	settleWait = 3 * time.Second
+)
+
+func (s *Server) routesHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+Prefix+"/{$}", s.page(s.pendingPage))
+	mux.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix+"/", http.StatusMovedPermanently)
+	})
+	mux.Handle("GET "+Prefix+"/questions/{id}", s.page(s.questionPage))
+	mux.Handle("POST "+Prefix+"/questions/{id}/answer", s.form(s.answerForm))
+	mux.Handle("GET "+Prefix+"/history", s.page(s.historyPage))
+	mux.Handle("GET "+Prefix+"/events", s.page(s.events))
+	mux.HandleFunc("GET "+Prefix+"/login", s.loginPage)
+	mux.HandleFunc("POST "+Prefix+"/login", s.loginForm)
+	mux.Handle("POST "+Prefix+"/logout", s.form(s.logout))
+	mux.HandleFunc("GET "+Prefix+"/static/{file}", s.serveStatic)
+	mux.HandleFunc("GET "+Prefix+"/healthz", s.health)
+
+	mux.Handle("GET "+Prefix+"/api/questions", s.api(s.apiList))
+	mux.Handle("GET "+Prefix+"/api/questions/{id}", s.api(s.apiGet))
+	mux.Handle("POST "+Prefix+"/api/questions/{id}/answer", s.api(s.apiAnswer))
+	mux.HandleFunc("POST "+Prefix+"/api/login", s.apiLogin)
+	mux.HandleFunc(Prefix+"/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: "no such API call: " + r.Method + " " + r.URL.Path})
+	})
+	mux.Handle(Prefix+"/", s.page(func(w http.ResponseWriter, r *http.Request, id *identity) {
+		s.errorPage(w, r, id, http.StatusNotFound, "Page not found", "There is nothing at "+r.URL.Path+".")
+	}))
+	return securityHeaders(mux)
+}
+
+// csp allows only the inbox's own script and style: content from
+// sub-agents is escaped by the templates, and even if some slipped through
+// no inline script would run.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", csp)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	status, code := "ok", http.StatusOK
+	select {
+	case <-s.store.ready:
+	default:
+		status, code = "loading", http.StatusServiceUnavailable
+	}
+	if s.nc.Status() != nats.CONNECTED {
+		status, code = "nats "+strings.ToLower(s.nc.Status().String()), http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{"status": status, "questions": len(s.store.all())})
+}
+
+// pendingData is the pending page's data.
+type pendingData struct {
+	Rows                     []qview
+	Filter                   filter
+	Routes, Kinds, Subagents []choice
+	EventsURL                string
+	Total, Shown             int
+}
+
+func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request, id *identity) {
+	if !s.awaitReady(r.Context()) {
+		s.errorPage(w, r, id, http.StatusServiceUnavailable, "The inbox is starting", "The questions are still loading. Reload the page in a moment.")
+		return
+	}
+	f := filterFrom(r.URL.Query())
+	f.Thread = ""
+	now := time.Now()
+	var all, shown []*Question
+	for _, q := range s.store.all() {
+		if q.Pending() && s.visible(id.user, q) {
+			all = append(all, q)
+			if f.match(q) {
+				shown = append(shown, q)
+			}
+		}
+	}
+	sortNewest(shown)
+	d := pendingData{Filter: f, Total: len(all), Shown: len(shown), EventsURL: Prefix + "/events"}
+	if q := f.values().Encode(); q != "" {
+		d.EventsURL += "?" + q
+	}
+	for _, q := range shown {
+		d.Rows = append(d.Rows, newQView(q, now))
+	}
+	d.Routes = choices(distinct(all, func(q *Question) string { return q.Route }, f.Route), f.Route, nil)
+	d.Kinds = choices(distinct(all, kindOf, f.Kind), f.Kind, kindLabel)
+	d.Subagents = choices(distinct(all, func(q *Question) string { return q.Subagent }, f.Subagent), f.Subagent, nil)
+	v := s.baseView(id, "Pending questions")
+	v.Data = d
+	s.render(w, http.StatusOK, "pending", v)
+}
+
+// historyData is the history page's data.
+type historyData struct {
+	Rows                     []qview
+	Filter                   filter
+	Status                   string
+	Statuses                 []choice
+	Routes, Kinds, Subagents []choice
+	Total, Limit             int
+}
+
+// historyLimit bounds the rows of the history page and of a closed-list
+// API call without a limit.
+const historyLimit = 200
+
+func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, id *identity) {
+	if !s.awaitReady(r.Context()) {
+		s.errorPage(w, r, id, http.StatusServiceUnavailable, "The inbox is starting", "The questions are still loading. Reload the page in a moment.")
+		return
+	}
+	query := r.URL.Query()
+	f := filterFrom(query)
+	status := query.Get("status")
+	if status != StatusAnswered && status != StatusExpired && status != StatusWithdrawn {
+		status = ""
+	}
+	limit := parseLimit(query.Get("limit"), historyLimit, 5000)
+	now := time.Now()
+	var all, shown []*Question
+	for _, q := range s.store.all() {
+		if q.Pending() || !s.visible(id.user, q) {
+			continue
+		}
+		all = append(all, q)
+		if f.match(q) && (status == "" || q.Status == status) {
+			shown = append(shown, q)
+		}
+	}
+	sortClosed(shown)
+	d := historyData{Filter: f, Status: status, Total: len(shown), Limit: limit}
+	if len(shown) > limit {
+		shown = shown[:limit]
+	}
+	for _, q := range shown {
+		d.Rows = append(d.Rows, newQView(q, now))
+	}
+	d.Statuses = choices([]string{StatusAnswered, StatusExpired, StatusWithdrawn}, status, statusLabel)
+	d.Routes = choices(distinct(all, func(q *Question) string { return q.Route }, f.Route), f.Route, nil)
+	d.Kinds = choices(distinct(all, kindOf, f.Kind), f.Kind, kindLabel)
+	d.Subagents = choices(distinct(all, func(q *Question) string { return q.Subagent }, f.Subagent), f.Subagent, nil)
+	v := s.baseView(id, "History")
+	v.Data = d
+	s.render(w, http.StatusOK, "history", v)
+}
+
+func parseLimit(s string, def, max int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return def
+	}
+	return min(n, max)
+}
+
+// questionData is the question page's data.
+type questionData struct {
+	Q         qview
+	Earlier   []qview
+	Thread    *threadView
+	CanAnswer bool
+	// Closed says how the question closed, when it did.
+	Closed string
+	// Notice is a message about the last action; NoticeKind is ok, warn
+	// or error.
+	Notice, NoticeKind string
+	// Form holds what was typed, kept when an answer is refused.
+	Form      answerInput
+	EventsURL string
+	APIURL    string
+}
+
+// find looks a question up for u. The status is 200 when found, else 503
+// (before the first load), 404 (unknown, or on a route the inbox does not
+// show) or 403 (on a route u may not answer; q is then set); msg explains.
+func (s *Server) find(ctx context.Context, u *user, qid string) (q *Question, status int, msg string) {
+	if !s.awaitReady(ctx) {
+		return nil, http.StatusServiceUnavailable, "the inbox is still loading the questions; try again in a moment"
+	}
+	q, ok := s.store.get(qid)
+	if !ok || !s.shows(q.Route) {
+		return nil, http.StatusNotFound, "there is no question " + qid + " in this inbox"
+	}
+	if !u.may(q.Route) {
+		return q, http.StatusForbidden, fmt.Sprintf("%s may not answer questions on route %s", u.name, q.Route)
+	}
+	return q, http.StatusOK, ""
+}
+
+func (s *Server) findPage(w http.ResponseWriter, r *http.Request, id *identity) (*Question, bool) {
+	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
+	switch status {
+	case http.StatusOK:
+		return q, true
+	case http.StatusForbidden:
+		s.errorPage(w, r, id, status, "Not your route",
+			"You ("+id.user.name+") may not answer questions on route "+q.Route+". An administrator can add the route to your entry in the users file.")
+	case http.StatusNotFound:
+		s.errorPage(w, r, id, status, "Question not found", "There is no question "+r.PathValue("id")+" in this inbox.")
+	default:
+		s.errorPage(w, r, id, status, "The inbox is starting", msg)
+	}
+	return nil, false
+}
+
+// thread fetches the thread from the dispatcher; nil when it does not
+// answer in time (the page then shows the rounds it knows from the
+// questions).
+func (s *Server) thread(ctx context.Context, threadID string) *Thread {
+	ctx, cancel := context.WithTimeout(ctx, threadTimeout)
+	defer cancel()
+	th, err := s.c.Thread(ctx, threadID)
+	if err != nil {
+		s.log.Debug("thread view unavailable", "thread_id", threadID, "err", err)
+		return nil
+	}
+	return summarize(th)
+}
+
+func (s *Server) questionData(ctx context.Context, id *identity, q *Question) questionData {
+	now := time.Now()
+	d := questionData{Q: newQView(q, now), CanAnswer: q.Pending(), APIURL: Prefix + "/api/questions/" + q.QuestionID,
+		EventsURL: Prefix + "/events?question=" + q.QuestionID}
+	if !q.Pending() {
+		d.Closed = closedMessage(q)
+	}
+	for _, e := range s.store.thread(q.ThreadID) {
+		if e.QuestionID != q.QuestionID && e.Round < q.Round {
+			d.Earlier = append(d.Earlier, newQView(e, now))
+		}
+	}
+	d.Thread = newThreadView(s.thread(ctx, q.ThreadID), q.QuestionID)
+	return d
+}
+
+func (s *Server) questionPage(w http.ResponseWriter, r *http.Request, id *identity) {
+	q, ok := s.findPage(w, r, id)
+	if !ok {
+		return
+	}
+	d := s.questionData(r.Context(), id, q)
+	if r.URL.Query().Get("sent") == "1" && q.Status == StatusAnswered && q.AnsweredBy == id.user.name {
+		d.Notice, d.NoticeKind = "Your answer was sent. The sub-agent resumes with it.", "ok"
+	}
+	v := s.baseView(id, trimmed(q.Question.Question, 60))
+	v.Data = d
+	s.render(w, http.StatusOK, "question", v)
+}
+
+// answerInput is an answer as a form or script sends it.
+type answerInput struct {
+	Answer   string `json:"answer"`
+	Decision string `json:"decision,omitempty"`
+	Comment  string `json:"comment,omitempty"`
+}
+
+// submit sends an answer to the router as u and returns the router's
+// reply and the HTTP status that goes with it.
+func (s *Server) submit(ctx context.Context, u *user, q *Question, in answerInput) (client.AnswerReply, int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
+	defer cancel()
+	a := lifecycle.Answer{Route: q.Route, Answer: strings.TrimSpace(in.Answer), Decision: strings.TrimSpace(in.Decision),
+		AnsweredBy: u.name, Comment: strings.TrimSpace(in.Comment)}
+	log := s.log.With("question_id", q.QuestionID, "route", q.Route, "answered_by", u.name)
+	rep, err := s.c.Answer(ctx, q.QuestionID, a)
+	var out client.AnswerReply
+	var ae *client.AnswerError
+	switch {
+	case err == nil:
+		out = *rep
+	case errors.As(err, &ae):
+		out = ae.Reply
+	default:
+		log.Warn("answer not delivered", "err", err)
+		out = client.AnswerReply{Status: client.AnswerRetry, Reason: "the router did not answer: " + err.Error()}
+	}
+	s.metrics.answers.WithLabelValues(string(out.Status)).Inc()
+	log.Info("answer sent", "status", out.Status, "reason", out.Reason)
+	if out.Status == client.AnswerAccepted || out.Status == client.AnswerAlreadyAnswered {
+		// Let the watch catch up, so the next page shows the question closed.
+		wctx, cancel := context.WithTimeout(ctx, settleWait)
+		s.store.waitUntil(wctx, q.QuestionID, func(q *Question) bool { return q == nil || !q.Pending() })
+		cancel()
+	}
+	return out, replyStatus(out.Status)
+}
+
+func replyStatus(st client.AnswerStatus) int {
+	switch st {
+	case client.AnswerAccepted:
+		return http.StatusOK
+	case client.AnswerAlreadyAnswered:
+		return http.StatusConflict
+	case client.AnswerInvalid:
+		return http.StatusUnprocessableEntity
+	case client.AnswerNotFound:
+		return http.StatusNotFound
+	}
+	return http.StatusServiceUnavailable
+}
+
+// refusal says why an answer was not taken, for people.
+func refusal(rep client.AnswerReply) string {
+	switch rep.Status {
+	case client.AnswerAlreadyAnswered:
+		if rep.AnsweredBy != "" && rep.AnsweredAt != nil {
+			return fmt.Sprintf("This question was already answered by %s at %s.", rep.AnsweredBy, fmtTime(*rep.AnsweredAt))
+		}
+		return "This question is closed: " + rep.Reason + "."
+	case client.AnswerInvalid:
+		return "The answer was refused: " + rep.Reason + "."
+	case client.AnswerNotFound:
+		return "The router does not know this question any more."
+	}
+	return "The answer did not get through (" + rep.Reason + "). Nothing was lost: send it again."
+}
+
+func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity) {
+	q, ok := s.findPage(w, r, id)
+	if !ok {
+		return
+	}
+	in := answerInput{Answer: r.PostForm.Get("answer"), Decision: r.PostForm.Get("decision"), Comment: r.PostForm.Get("comment")}
+	rep, status := s.submit(r.Context(), id.user, q, in)
+	if rep.Status == client.AnswerAccepted {
+		http.Redirect(w, r, questionURL(q.QuestionID)+"?sent=1", http.StatusSeeOther)
+		return
+	}
+	if now, ok := s.store.get(q.QuestionID); ok {
+		q = now
+	}
+	d := s.questionData(r.Context(), id, q)
+	d.Notice, d.NoticeKind, d.Form = refusal(rep), "warn", in
+	if rep.Status == client.AnswerRetry {
+		d.NoticeKind = "error"
+	}
+	v := s.baseView(id, trimmed(q.Question.Question, 60))
+	v.Data = d
+	s.render(w, status, "question", v)
+}
+
+// loginData is the login page's data.
+type loginData struct {
+	Dev   bool
+	Name  string
+	Token string
+	Next  string
+	Error string
+}
+
+func (s *Server) loginCSRF(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(loginCookie); err == nil && len(c.Value) >= 32 {
+		return c.Value
+	}
+	tok := randomToken()
+	s.setCookie(w, r, loginCookie, tok, time.Hour)
+	return tok
+}
+
+func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, status int, d loginData) {
+	v := view{Title: "Sign in", CSRF: s.loginCSRF(w, r), Data: d}
+	s.render(w, status, "login", v)
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	next := safeNext(r.URL.Query().Get("next"))
+	if id, ok := s.authenticate(r); ok && !id.bearer {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	s.renderLogin(w, r, http.StatusOK, loginData{Dev: s.devToken != "", Next: next, Token: r.URL.Query().Get("token")})
+}
+
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "inbox: the form could not be read", http.StatusBadRequest)
+		return
+	}
+	d := loginData{Dev: s.devToken != "", Next: safeNext(r.PostForm.Get("next")), Name: r.PostForm.Get("name")}
+	c, err := r.Cookie(loginCookie)
+	if err != nil || !equal(r.PostForm.Get(csrfField), c.Value) {
+		s.metrics.csrfRefused.Inc()
+		d.Error = "The sign-in form expired. Please try again."
+		s.renderLogin(w, r, http.StatusForbidden, d)
+		return
+	}
+	u, ok := s.checkCredentials(r.PostForm.Get("name"), r.PostForm.Get("password"), strings.TrimSpace(r.PostForm.Get("token")))
+	if !ok {
+		s.metrics.logins.WithLabelValues("refused").Inc()
+		s.log.Info("sign-in refused", "remote", r.RemoteAddr)
+		d.Error = "Wrong name or password."
+		if d.Dev {
+			d.Error = "Wrong token. It is printed where the inbox was started."
+		}
+		s.renderLogin(w, r, http.StatusUnauthorized, d)
+		return
+	}
+	s.metrics.logins.WithLabelValues("ok").Inc()
+	tok, _ := s.sessions.create(u)
+	s.setCookie(w, r, sessionCookie, tok, s.cfg.SessionTTL)
+	s.setCookie(w, r, loginCookie, "", -1)
+	s.log.Info("signed in", "user", u.name)
+	http.Redirect(w, r, d.Next, http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, id *identity) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.delete(c.Value)
+	}
+	s.setCookie(w, r, sessionCookie, "", -1)
+	s.log.Info("signed out", "user", id.user.name)
+	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,220 @@
+package inbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Live updates (GET /inbox/events) are Server-Sent Events fed by the
+// store's watch of the agora_questions bucket. A stream follows the
+// pending questions the user sees that match its filter (query route,
+// kind, subagent), or one question (query question). Events:
+//
+//	sync    {"items": [item…], "pending": n}  first, and the whole set: the page drops rows not in it
+//	upsert  item, "pending"                   a question now waiting (new, or changed)
+//	remove  {"id", "status", "message", "answer", "answered_by", "answered_at", "pending"}  no longer waiting, or out of the filter
+//	count   {"pending"}                       the count changed by a question not shown here
+//
+// where item is {"id", "asked_at", "html"}: html is the row as the
+// pending page renders it (escaped by html/template). "pending" counts the
+// questions waiting for the user, every filter off. A comment is sent
+// every keepalive; a stream that falls behind is closed, and the browser's
+// reconnect starts with a fresh sync.
+
+// keepalive is the interval of comment lines on an idle stream.
+const keepalive = 25 * time.Second
+
+// sseWriteTimeout bounds one write to a stream.
+const sseWriteTimeout = 30 * time.Second
+
+type liveItem struct {
+	ID      string `json:"id"`
+	AskedAt string `json:"asked_at"`
+	HTML    string `json:"html"`
+	Pending int    `json:"pending"`
+}
+
+type liveRemoval struct {
+	ID      string `json:"id"`
+	Status  string `json:"status"`
+	Message string `json:"message"`
+	// Answer is the answer as one line (the decision of an approval).
+	Answer     string     `json:"answer,omitempty"`
+	AnsweredBy string     `json:"answered_by,omitempty"`
+	AnsweredAt *time.Time `json:"answered_at,omitempty"`
+	Pending    int        `json:"pending"`
+}
+
+type liveSync struct {
+	Items   []liveItem `json:"items"`
+	Pending int        `json:"pending"`
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
+	if !s.awaitReady(r.Context()) {
+		http.Error(w, "inbox: still loading the questions", http.StatusServiceUnavailable)
+		return
+	}
+	f := filterFrom(r.URL.Query())
+	only := r.URL.Query().Get("question")
+	match := func(q *Question) bool {
+		if q == nil || !q.Pending() || !s.visible(id.user, q) {
+			return false
+		}
+		if only != "" {
+			return q.QuestionID == only
+		}
+		return f.match(q)
+	}
+	sub, snap := s.store.subscribe()
+	defer s.store.unsubscribe(sub)
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(event string, v any) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		var err error
+		if event == "" {
+			_, err = fmt.Fprint(w, v)
+		} else {
+			var b []byte
+			if b, err = json.Marshal(v); err == nil {
+				_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+			}
+		}
+		return err == nil && rc.Flush() == nil
+	}
+
+	// pending counts what the user waits on; kept from the snapshot on.
+	waiting := map[string]bool{}
+	for _, q := range snap {
+		if q.Pending() && s.visible(id.user, q) {
+			waiting[q.QuestionID] = true
+		}
+	}
+	now := time.Now()
+	shown := map[string]string{} // id → the row last sent
+	var items []*Question
+	for _, q := range snap {
+		if match(q) {
+			items = append(items, q)
+		}
+	}
+	sortNewest(items)
+	first := liveSync{Items: []liveItem{}, Pending: len(waiting)}
+	for _, q := range items {
+		it, err := s.liveItem(q, now)
+		if err != nil {
+			s.log.Error("live: render row", "question_id", q.QuestionID, "err", err)
+			continue
+		}
+		first.Items = append(first.Items, it)
+		shown[q.QuestionID] = it.HTML
+	}
+	if !write("", "retry: 2000\n\n") || !write("sync", first) {
+		return
+	}
+	// One question that closed before the stream opened: say so at once.
+	if only != "" {
+		for _, q := range snap {
+			if q.QuestionID == only && !q.Pending() && s.visible(id.user, q) {
+				if !write("remove", s.removal(q.QuestionID, q, len(waiting))) {
+					return
+				}
+			}
+		}
+	}
+
+	tick := time.NewTicker(keepalive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.stopping:
+			return
+		case <-id.signedOut():
+			return // the browser's reconnect goes to the login page
+		case <-tick.C:
+			if !id.valid() || !write("", ": keepalive\n\n") {
+				return
+			}
+		case c, ok := <-sub.ch:
+			if !ok {
+				return // fell behind: the browser reconnects and resyncs
+			}
+			if !id.valid() {
+				return // expired
+			}
+			before := len(waiting)
+			if c.q != nil && c.q.Pending() && s.visible(id.user, c.q) {
+				waiting[c.id] = true
+			} else {
+				delete(waiting, c.id)
+			}
+			switch {
+			case match(c.q):
+				it, err := s.liveItem(c.q, time.Now())
+				if err != nil {
+					s.log.Error("live: render row", "question_id", c.id, "err", err)
+					continue
+				}
+				if shown[c.id] == it.HTML && len(waiting) == before {
+					continue // a new revision that changes nothing shown
+				}
+				it.Pending = len(waiting)
+				shown[c.id] = it.HTML
+				if !write("upsert", it) {
+					return
+				}
+			case shown[c.id] != "" || (only != "" && c.id == only):
+				delete(shown, c.id)
+				if c.q != nil && !s.visible(id.user, c.q) && only == "" {
+					// Moved to a route the user does not see.
+					if !write("remove", liveRemoval{ID: c.id, Status: c.q.Status, Message: "Moved to route " + c.q.Route, Pending: len(waiting)}) {
+						return
+					}
+					continue
+				}
+				if !write("remove", s.removal(c.id, c.q, len(waiting))) {
+					return
+				}
+			case len(waiting) != before:
+				// Not shown here, but the count in the header changed.
+				if !write("count", map[string]int{"pending": len(waiting)}) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (s *Server) removal(id string, q *Question, pending int) liveRemoval {
+	if q == nil {
+		return liveRemoval{ID: id, Status: "deleted", Message: "This question was removed.", Pending: pending}
+	}
+	msg := closedMessage(q)
+	if q.Pending() {
+		msg = "No longer matches the filter."
+	}
+	return liveRemoval{ID: id, Status: q.Status, Message: msg, Answer: answerText(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy, AnsweredAt: q.AnsweredAt, Pending: pending}
+}
+
+// liveItem renders q's row as on the pending page.
+func (s *Server) liveItem(q *Question, now time.Time) (liveItem, error) {
+	var buf bytes.Buffer
+	if err := s.pages["pending"].ExecuteTemplate(&buf, "row", newQView(q, now)); err != nil {
+		return liveItem{}, err
+	}
+	return liveItem{ID: q.QuestionID, AskedAt: isoTime(q.AskedAt), HTML: buf.String()}, nil
+}

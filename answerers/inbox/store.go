@@ -1,0 +1,289 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Question statuses (lifecycle.Question.Status).
+const (
+	StatusAsked     = "asked"
+	StatusAnswered  = "answered"
+	StatusExpired   = "expired"
+	StatusWithdrawn = "withdrawn"
+)
+
+// Question is a question record as the inbox reads it from the
+// agora_questions bucket: the fields of lifecycle.Question (the router's
+// record is a superset of them) plus the answer's comment and how the
+// thread went on. The record's partial state is never read.
+type Question struct {
+	lifecycle.Question
+	// Comment came with the accepted answer.
+	Comment string `json:"comment,omitempty"`
+	// Outcome says how the thread went on after the question closed:
+	// redispatched, failed:unanswered, failed:max-rounds, cancelled or
+	// withdrawn.
+	Outcome string `json:"outcome,omitempty"`
+	// NextDispatchID is the dispatch that continues (or ends) the thread.
+	NextDispatchID string    `json:"next_dispatch_id,omitempty"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	// Revision is the record's revision in the bucket.
+	Revision uint64 `json:"revision"`
+}
+
+// Pending reports whether the question waits for an answer.
+func (q *Question) Pending() bool { return q.Status == StatusAsked }
+
+// closedAt is when a closed question closed, for the history's order.
+func (q *Question) closedAt() time.Time {
+	if q.AnsweredAt != nil {
+		return *q.AnsweredAt
+	}
+	return q.UpdatedAt
+}
+
+// change is one change to the bucket as seen by the store: q is nil when
+// the record was deleted.
+type change struct {
+	id string
+	q  *Question
+}
+
+// subscriber receives changes; the store closes ch when the subscriber
+// falls too far behind (the stream then ends and the browser reconnects).
+type subscriber struct {
+	ch chan change
+}
+
+// subscriberBuffer is how many changes a live stream may lag behind.
+const subscriberBuffer = 256
+
+// store is the inbox's view of the agora_questions bucket, kept current by
+// a watch. It is safe for concurrent use.
+type store struct {
+	mu     sync.Mutex
+	qs     map[string]*Question
+	subs   map[*subscriber]struct{}
+	ready  chan struct{} // closed once the first snapshot is loaded
+	loaded bool
+	notify chan struct{} // closed and replaced on every change
+}
+
+func newStore() *store {
+	return &store{qs: map[string]*Question{}, subs: map[*subscriber]struct{}{}, ready: make(chan struct{}), notify: make(chan struct{})}
+}
+
+// put stores q unless the store has it at this revision already.
+func (s *store) put(q *Question) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.qs[q.QuestionID]; ok && old.Revision == q.Revision {
+		return
+	}
+	s.qs[q.QuestionID] = q
+	s.broadcast(change{id: q.QuestionID, q: q})
+}
+
+// remove forgets a deleted record.
+func (s *store) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.qs[id]; !ok {
+		return
+	}
+	delete(s.qs, id)
+	s.broadcast(change{id: id})
+}
+
+// loadedSnapshot marks the first snapshot complete and forgets records that
+// were not in the latest one (deleted while the watch was down).
+func (s *store) loadedSnapshot(seen map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.qs {
+		if !seen[id] {
+			delete(s.qs, id)
+			s.broadcast(change{id: id})
+		}
+	}
+	if !s.loaded {
+		s.loaded = true
+		close(s.ready)
+	}
+}
+
+// broadcast hands c to every subscriber; s.mu is held.
+func (s *store) broadcast(c change) {
+	close(s.notify)
+	s.notify = make(chan struct{})
+	for sub := range s.subs {
+		select {
+		case sub.ch <- c:
+		default: // too far behind: end its stream; the browser resyncs
+			delete(s.subs, sub)
+			close(sub.ch)
+		}
+	}
+}
+
+// subscribe registers a subscriber and returns it with a snapshot taken
+// at the same instant, so no change falls between the two.
+func (s *store) subscribe() (*subscriber, []*Question) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := &subscriber{ch: make(chan change, subscriberBuffer)}
+	s.subs[sub] = struct{}{}
+	return sub, s.snapshotLocked()
+}
+
+func (s *store) unsubscribe(sub *subscriber) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subs[sub]; ok {
+		delete(s.subs, sub)
+		close(sub.ch)
+	}
+}
+
+func (s *store) subscribers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs)
+}
+
+func (s *store) snapshotLocked() []*Question {
+	out := make([]*Question, 0, len(s.qs))
+	for _, q := range s.qs {
+		out = append(out, q)
+	}
+	return out
+}
+
+// all returns every record. The records are shared: callers must not
+// change them.
+func (s *store) all() []*Question {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked()
+}
+
+func (s *store) get(id string) (*Question, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.qs[id]
+	return q, ok
+}
+
+// thread returns the records of a thread, in round order.
+func (s *store) thread(threadID string) []*Question {
+	s.mu.Lock()
+	var out []*Question
+	for _, q := range s.qs {
+		if q.ThreadID == threadID {
+			out = append(out, q)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Question) int { return cmp.Compare(a.Round, b.Round) })
+	return out
+}
+
+// waitUntil blocks until ok holds for the record id (nil when absent) or
+// ctx ends; it reports whether ok held.
+func (s *store) waitUntil(ctx context.Context, id string, ok func(*Question) bool) bool {
+	for {
+		s.mu.Lock()
+		q := s.qs[id]
+		ch := s.notify
+		s.mu.Unlock()
+		if ok(q) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+}
+
+// decodeQuestion reads a bucket entry; ok is false for values that are not
+// question records.
+func decodeQuestion(e jetstream.KeyValueEntry) (*Question, bool) {
+	var q Question
+	if err := json.Unmarshal(e.Value(), &q); err != nil || q.QuestionID == "" || q.QuestionID != e.Key() {
+		return nil, false
+	}
+	q.Revision = e.Revision()
+	return &q, true
+}
+
+// errWatchClosed reports a watcher whose updates stopped.
+var errWatchClosed = errors.New("inbox: the watch of the questions bucket stopped")
+
+// watchOnce runs one watch of the bucket: it loads every record, marks
+// the snapshot loaded, then applies changes until ctx ends or the watch
+// breaks.
+func (s *store) watchOnce(ctx context.Context, kv jetstream.KeyValue, loaded func()) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: watch %s: %w", kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	seen := map[string]bool{}
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errWatchClosed
+			}
+			if e == nil {
+				if initial {
+					initial = false
+					s.loadedSnapshot(seen)
+					loaded()
+				}
+				continue
+			}
+			if initial {
+				seen[e.Key()] = true
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				s.remove(e.Key())
+				continue
+			}
+			if q, ok := decodeQuestion(e); ok {
+				s.put(q)
+			}
+		}
+	}
+}
+
+func (s *store) pendingCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, q := range s.qs {
+		if q.Pending() {
+			n++
+		}
+	}
+	return n
+}
