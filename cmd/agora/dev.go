@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -162,7 +163,16 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	// The inbox: a users file when AGORA_INBOX_USERS is set, else one dev
+	// login token printed in the banner.
+	icfg := inbox.Config{UsersFile: os.Getenv("AGORA_INBOX_USERS")}
+	icfg.DevToken = icfg.UsersFile == ""
+	ib, err := inbox.New(icfg, inbox.Deps{Conn: nc, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
+	mux.Handle("/inbox/", ib.Handler())
 	mux.Handle("/", d.Handler()) // /v1/…, /healthz, /metrics (the shared registry)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
@@ -183,6 +193,11 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 			errs <- fmt.Errorf("router: %w", err)
 		}
 	})
+	wg.Go(func() {
+		if err := ib.Run(ctx); err != nil {
+			errs <- fmt.Errorf("inbox: %w", err)
+		}
+	})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -199,6 +214,7 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	go func() {
 		<-d.Ready()
 		<-r.Ready()
+		<-ib.Ready()
 		close(ready)
 	}()
 	select {
@@ -208,7 +224,7 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 				errs <- fmt.Errorf("http: %w", err)
 			}
 		})
-		printBanner(cmd, url, "http://"+ln.Addr().String(), store)
+		printBanner(cmd, url, "http://"+ln.Addr().String(), store, ib.DevToken())
 		select {
 		case <-ctx.Done():
 		case err = <-errs:
@@ -224,23 +240,29 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	return err
 }
 
-func printBanner(cmd *cobra.Command, natsURL, httpURL, store string) {
+func printBanner(cmd *cobra.Command, natsURL, httpURL, store, token string) {
 	where := "in memory (gone when this process ends)"
 	if store != "" {
 		where = store
 	}
+	login := httpURL + "/inbox/"
+	if token != "" {
+		login = httpURL + "/inbox/login?token=" + token
+	}
 	fmt.Fprintf(cmd.ErrOrStderr(), `
 Agora dev is running.
-  NATS      %s   (nats stream ls -s %s)
-  HTTP      %s/healthz   %s/metrics
+  inbox     %s
+  API       %s/v1/…   %s/healthz   %s/metrics
+  NATS      %s
   data      %s
-  sub-agent demo
 
-Watch every lifecycle event:
-  nats sub -s %s 'agora.lifecycle.>'
+Try it (another shell):
+  curl -s -XPOST %s/v1/dispatches -d '{"subagent":"demo","input":{"task":"rename the config loader"}}'
+  then answer the demo's question in the inbox above, and watch it resume:
+  curl -sN %s/v1/events
 Press Ctrl-C to stop.
 
-`, natsURL, natsURL, httpURL, httpURL, where, natsURL)
+`, login, httpURL, httpURL, httpURL, natsURL, where, httpURL, httpURL)
 }
 
 func loadDefinitions(dir string) ([]subagent.Definition, error) {
