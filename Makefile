@@ -26,7 +26,7 @@ lint:
 
 ## build: static binaries into ./bin
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox
 
 ## images: container images FROM scratch with static binaries
 images: build
