@@ -21,6 +21,9 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoAgentCmd())
+	g := addGlobalFlags(root)
+	root.AddCommand(newDispatchCmd(g), newEventsCmd(g), newQuestionsCmd(g), newAnswerCmd(g),
+		newCancelCmd(g), newStatusCmd(g), newSubagentCmd(g))
 	return root
 }
 

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Exit codes of the client verbs. A dispatch followed to its end exits
+// with the code of its terminal kind.
+const (
+	exitOK         = 0
+	exitError      = 1 // anything that went wrong, a refused request or answer
+	exitFailed     = 2 // the dispatch (or thread) ended failed
+	exitCancelled  = 3 // … ended cancelled
+	exitNeedsInput = 4 // … stopped to ask a question (dispatch --round)
+	exitInterrupt  = 130
+)
+
+// exitErr carries an exit code to main. A nil err exits silently: the
+// verb has already said everything on stdout.
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e *exitErr) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+
+func (e *exitErr) ExitCode() int { return e.code }
+func (e *exitErr) Unwrap() error { return e.err }
+
+// exitWith ends a verb with code and nothing more to say.
+func exitWith(code int) error { return &exitErr{code: code} }
+
+// globals are the persistent flags every client verb shares.
+type globals struct {
+	natsURL string
+	creds   string
+	timeout time.Duration
+}
+
+func addGlobalFlags(root *cobra.Command) *globals {
+	g := &globals{}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.natsURL, "nats", envDefault("AGORA_NATS_URL", nats.DefaultURL), "NATS server URL of the client verbs (AGORA_NATS_URL)")
+	pf.StringVar(&g.creds, "creds", os.Getenv("AGORA_NATS_CREDS"), "NATS credentials file of the client verbs (AGORA_NATS_CREDS)")
+	pf.DurationVar(&g.timeout, "timeout", client.DefaultTimeout, "how long a client verb waits for each request to Agora")
+	return g
+}
+
+// connect opens a client, explaining a failure in terms of what to do.
+// A connection lost later is retried for ever and reported on diag.
+func (g *globals) connect(diag io.Writer) (*client.Client, error) {
+	opts := []nats.Option{
+		nats.Name("agora-cli"), nats.Timeout(min(g.timeout, 5*time.Second)),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				fmt.Fprintf(diag, "\nagora: lost the connection to NATS at %s (%v); reconnecting…\n", g.natsURL, unprefix(err))
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { fmt.Fprintf(diag, "agora: reconnected to NATS at %s\n", g.natsURL) }),
+	}
+	if g.creds != "" {
+		if _, err := os.Stat(g.creds); err != nil {
+			return nil, fmt.Errorf("credentials file --creds %s: %w", g.creds, errors.Unwrap(err))
+		}
+		opts = append(opts, nats.UserCredentials(g.creds))
+	}
+	c, err := client.Connect(g.natsURL, client.WithTimeout(g.timeout), client.WithNATSOptions(opts...))
+	if err != nil {
+		return nil, g.connectError(err)
+	}
+	return c, nil
+}
+
+func (g *globals) connectError(err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, nats.ErrNoServers), errors.Is(err, syscall.ECONNREFUSED), errors.As(err, &ne):
+		return fmt.Errorf("cannot reach NATS at %s — is `agora dev` running? (another server: --nats URL or AGORA_NATS_URL)", g.natsURL)
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		strings.Contains(strings.ToLower(err.Error()), "authorization"):
+		return fmt.Errorf("NATS at %s refused the connection (%v) — check --creds (AGORA_NATS_CREDS)", g.natsURL, unprefix(err))
+	}
+	return fmt.Errorf("cannot connect to NATS at %s: %v", g.natsURL, unprefix(err))
+}
+
+// apiServices names the service behind each Agora endpoint, for messages.
+var apiServices = map[string]string{
+	lifecycle.APIDispatch: "dispatcher",
+	lifecycle.APICancel:   "dispatcher",
+	lifecycle.APIStatus:   "dispatcher",
+	lifecycle.APIAnswer:   "router",
+}
+
+// explain turns an error of a pkg/client call on endpoint (an agora.api
+// subject, or "" for stream and bucket reads) into a message that says
+// what went wrong and what to do.
+func (g *globals) explain(err error, endpoint string) error {
+	var p *client.Problem
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		return &exitErr{code: exitInterrupt, err: errors.New("interrupted")}
+	case errors.Is(err, client.ErrUnavailable) && endpoint != "" && !errors.As(err, &p):
+		return fmt.Errorf("no %s is answering %s — is `agora dev` running? (NATS at %s)", apiServices[endpoint], endpoint, g.natsURL)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		what := endpoint
+		if what == "" {
+			what = "NATS"
+		}
+		return fmt.Errorf("%s did not answer within %s (--timeout) — is Agora overloaded, or its %s stopped?", what, g.timeout, cmpOr(apiServices[endpoint], "server"))
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoServers):
+		return fmt.Errorf("lost the connection to NATS at %s — is `agora dev` still running?", g.natsURL)
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("JetStream is not enabled on NATS at %s — Agora needs it: run `agora dev`, or nats-server -js", g.natsURL)
+	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound):
+		return fmt.Errorf("%v — NATS at %s has no Agora streams and buckets: is this Agora's server? (`agora dev` provisions them)", unprefix(err), g.natsURL)
+	case errors.As(err, &p):
+		return problemError(p, strings.TrimPrefix(endpoint, "agora.api."))
+	}
+	return errors.New(unprefix(err))
+}
+
+// problemError words a refused request, naming every field at fault.
+func problemError(p *client.Problem, action string) error {
+	if action == "" {
+		action = "request"
+	}
+	if len(p.Errors) == 0 {
+		msg := strings.ToLower(p.Title)
+		if p.Detail != "" {
+			msg += ": " + p.Detail
+		}
+		return errors.New(msg)
+	}
+	parts := make([]string, len(p.Errors))
+	for i, e := range p.Errors {
+		parts[i] = e.Field + ": " + e.Message
+	}
+	return fmt.Errorf("%s refused: %s", action, strings.Join(parts, "; "))
+}
+
+// unprefix drops the "client: " package prefix from an error message.
+func unprefix(err error) string {
+	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "client: "), "nats: ")
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// jsonLines writes one JSON object per line, nothing else.
+type jsonLines struct{ enc *json.Encoder }
+
+func newJSONLines(w io.Writer) *jsonLines {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return &jsonLines{enc: enc}
+}
+
+func (j *jsonLines) write(v any) error { return j.enc.Encode(v) }
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// whoAmI is the default name of whoever answers or cancels from the CLI.
+func whoAmI() string { return envDefault("USER", "cli") }
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,:/=@%+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// keyValues parses repeated k=v flags.
+func keyValues(flag string, items []string) (map[string]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(items))
+	for _, it := range items {
+		k, v, ok := strings.Cut(it, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--%s %q: want KEY=VALUE", flag, it)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// prettyJSON indents raw JSON for people, keeping its member order; it
+// returns raw as it is when it does not parse.
+func prettyJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// clipText shortens s to n runes for a table cell or a one-line summary.
+func clipText(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// ms formats a duration in milliseconds for people.
+func ms(d int64) string {
+	return (time.Duration(d) * time.Millisecond).Round(time.Millisecond).String()
+}

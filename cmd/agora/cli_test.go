@@ -1,0 +1,374 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/natstest"
+)
+
+func TestSubagentApplyListGet(t *testing.T) {
+	t.Parallel()
+	def := writeFile(t, "echoer.yaml", `name: echoer
+runtime: exec
+command: ["/bin/sh", "-c", "echo hello"]
+timeout: 1m
+description: says hello
+`)
+	first := mustAgora(t, "subagent", "apply", "-f", def)
+	m := regexp.MustCompile(`^sub-agent echoer (created|updated|unchanged) \(revision (\d+)\)\n$`).FindStringSubmatch(first.stdout)
+	if m == nil {
+		t.Fatalf("apply: %s", first)
+	}
+	again := mustAgora(t, "subagent", "apply", "-f", def)
+	if want := fmt.Sprintf("sub-agent echoer unchanged (revision %s)\n", m[2]); again.stdout != want {
+		t.Errorf("apply again = %q, want %q", again.stdout, want)
+	}
+
+	list := mustAgora(t, "subagent", "list")
+	if !regexp.MustCompile(`(?m)^echoer\s+exec\s+` + m[2] + `\s+.*says hello$`).MatchString(list.stdout) {
+		t.Errorf("list has no echoer row:\n%s", list.stdout)
+	}
+	var names []string
+	for _, l := range jsonLines(t, mustAgora(t, "subagent", "list", "--json").stdout) {
+		names = append(names, l["name"].(string))
+	}
+	if !slices.Contains(names, "echoer") || !slices.Contains(names, "demo") {
+		t.Errorf("list --json names = %v, want echoer and demo", names)
+	}
+
+	get := mustAgora(t, "subagent", "get", "echoer")
+	for _, want := range []string{"# sub-agent echoer, revision " + m[2], "name: echoer\nruntime: exec\ncommand:\n  - /bin/sh\n", "timeout: 1m\n"} {
+		if !strings.Contains(get.stdout, want) {
+			t.Errorf("get lacks %q:\n%s", want, get.stdout)
+		}
+	}
+	// The YAML applies back unchanged.
+	back := mustAgora(t, "subagent", "apply", "-f", writeFile(t, "back.yaml", get.stdout))
+	if !strings.Contains(back.stdout, "unchanged") {
+		t.Errorf("get's YAML applied back: %s", back)
+	}
+	getJSON := jsonLines(t, mustAgora(t, "subagent", "get", "echoer", "--json").stdout)
+	if len(getJSON) != 1 || getJSON[0]["name"] != "echoer" || getJSON[0]["runtime"] != "exec" {
+		t.Errorf("get --json = %v", getJSON)
+	}
+
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"invalid fields", "name: bad one\nruntime: exec\ntimeout: soon\n", []string{"name:", "command: required", "timeout:"}},
+		{"unknown field", "name: typo\nruntime: exec\ncomand: [x]\n", []string{`unknown field "comand"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := agora(t, "subagent", "apply", "-f", writeFile(t, "bad.yaml", tc.yaml))
+			if r.code == 0 || r.stdout != "" {
+				t.Fatalf("a bad definition was applied: %s", r)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q: %s", w, r.stderr)
+				}
+			}
+		})
+	}
+	if r := agora(t, "subagent", "get", "nobody"); r.code != 1 || !strings.Contains(r.stderr, "no sub-agent nobody") {
+		t.Errorf("get of an unknown name: %s", r)
+	}
+}
+
+var answerLineRE = regexp.MustCompile(`agora answer (q-\S+) readConfig$`)
+
+// TestDispatchWaitAcrossAQuestion is the walkthrough: dispatch the demo and
+// wait; it asks; another process answers; the waiting dispatch prints the
+// result and exits 0.
+func TestDispatchWaitAcrossAQuestion(t *testing.T) {
+	t.Parallel()
+	d := devServer(t)
+	wait := start(t, "dispatch", "demo", "--input", `{"task":"rename the config loader"}`, "--wait")
+	line := wait.waitLine(t, 30*time.Second, answerLineRE.MatchString)
+	qid := answerLineRE.FindStringSubmatch(line)[1]
+	out := wait.stdout.String()
+	for _, want := range []string{
+		"Which function should I rename to loadConfig?",
+		"Options: parseConfig, readConfig",
+		"Answer it in the inbox: " + d.httpURL + "/inbox/questions/" + qid,
+		"agora answer " + qid + " parseConfig",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the question block lacks %q:\n%s", want, out)
+		}
+	}
+
+	t.Run("inbox link", func(t *testing.T) {
+		// The printed link is the question's page in the inbox `agora dev`
+		// serves, read with the dev login token of its banner.
+		m := regexp.MustCompile(`token=([A-Za-z0-9_-]+)`).FindStringSubmatch(d.log.String())
+		if m == nil {
+			t.Skip("agora dev printed no dev login token")
+		}
+		// The inbox learns of the question from the stream: give it a moment.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			req, _ := http.NewRequest(http.MethodGet, d.httpURL+"/inbox/questions/"+qid, nil)
+			req.Header.Set("Authorization", "Bearer "+m[1])
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), "Which function should I rename") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET the printed inbox link: %s\n%s", resp.Status, body)
+			}
+		}
+	})
+
+	t.Run("questions", func(t *testing.T) {
+		var found map[string]any
+		for _, q := range jsonLines(t, mustAgora(t, "questions", "--json").stdout) {
+			if q["question_id"] == qid {
+				found = q
+			}
+		}
+		if found == nil {
+			t.Fatalf("questions --json does not list %s", qid)
+		}
+		for _, k := range []string{"question_id", "question", "options", "kind", "route", "status", "dispatch_id", "thread_id"} {
+			if _, ok := found[k]; !ok {
+				t.Errorf("question line lacks %q: %v", k, found)
+			}
+		}
+		if found["status"] != "asked" || found["route"] != "human" || found["kind"] != "decision" {
+			t.Errorf("question = %v", found)
+		}
+		if table := mustAgora(t, "questions"); !strings.Contains(table.stdout, qid) || !strings.Contains(table.stdout, "QUESTION_ID") {
+			t.Errorf("questions table:\n%s", table)
+		}
+	})
+
+	t.Run("invalid answer", func(t *testing.T) {
+		r := agora(t, "answer", qid, "renameEverything")
+		if r.code != 1 || !strings.Contains(r.stderr, "not one of the options") {
+			t.Errorf("an answer outside the options: %s", r)
+		}
+	})
+
+	// The printed line, run as it is.
+	args := strings.Fields(line[strings.Index(line, "agora answer"):])[1:]
+	if r := mustAgora(t, args...); !strings.Contains(r.stdout, "answered "+qid) {
+		t.Errorf("answer: %s", r)
+	}
+	if code := wait.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("dispatch --wait exit %d\n%s\n%s", code, wait.stdout.String(), wait.stderr.String())
+	}
+	out = wait.stdout.String()
+	for _, want := range []string{"Finished: demo, round 1", `"renamed": "readConfig"`, `"reused_analysis": true`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the result lacks %q:\n%s", want, out)
+		}
+	}
+
+	t.Run("answer twice", func(t *testing.T) {
+		r := agora(t, "answer", qid, "parseConfig", "--as", "bob")
+		if r.code != 1 || !strings.Contains(r.stderr, "already answered by tester at ") {
+			t.Errorf("a second answer: %s", r)
+		}
+	})
+
+	thread := strings.TrimPrefix(qid, "q-") // the root dispatch id is the thread id
+	t.Run("events", func(t *testing.T) {
+		r := mustAgora(t, "events", "--thread", thread)
+		var kinds []string
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			if f := strings.Fields(l); len(f) > 2 {
+				kinds = append(kinds, f[2])
+			}
+		}
+		want := []string{"accepted", "started", "needs_input", "accepted", "started", "finished"}
+		if !slices.Equal(kinds, want) {
+			t.Errorf("events --thread kinds = %v, want %v\n%s", kinds, want, r.stdout)
+		}
+		lines := jsonLines(t, mustAgora(t, "events", "--thread", thread, "--json").stdout)
+		if len(lines) != len(want) {
+			t.Fatalf("events --json: %d lines, want %d", len(lines), len(want))
+		}
+		for i, e := range lines {
+			if e["specversion"] != "1.0" || e["type"] != "dev.agora.dispatch."+want[i] || e["data"].(map[string]any)["thread_id"] != thread {
+				t.Errorf("event %d = %v", i, e)
+			}
+		}
+		if r := mustAgora(t, "events", "--thread", thread, "--kind", "finished"); strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("events --kind finished:\n%s", r.stdout)
+		}
+	})
+
+	t.Run("status", func(t *testing.T) {
+		r := mustAgora(t, "status", thread, "--thread")
+		if !strings.Contains(r.stdout, "thread "+thread+": finished") || !strings.Contains(r.stdout, "needs_input") {
+			t.Errorf("status --thread:\n%s", r.stdout)
+		}
+	})
+}
+
+func TestDispatchRoundJSON(t *testing.T) {
+	t.Parallel()
+	r := agora(t, "dispatch", "demo", "--input", `{"task":"x"}`, "--round", "--json")
+	if r.code != 4 {
+		t.Fatalf("dispatch --round of a dispatch that asks: %s", r)
+	}
+	lines := jsonLines(t, r.stdout)
+	var types []string
+	for _, e := range lines {
+		typ, _ := e["type"].(string)
+		if e["specversion"] != "1.0" || !strings.HasPrefix(typ, "dev.agora.dispatch.") || e["id"] == "" || e["source"] == "" {
+			t.Errorf("not an Agora CloudEvent: %v", e)
+		}
+		types = append(types, strings.TrimPrefix(typ, "dev.agora.dispatch."))
+	}
+	if want := []string{"accepted", "started", "needs_input"}; !slices.Equal(types, want) {
+		t.Errorf("events = %v, want %v", types, want)
+	}
+	data := lines[len(lines)-1]["data"].(map[string]any)
+	if data["question_id"] == "" || len(data["options"].([]any)) != 2 {
+		t.Errorf("needs_input data = %v", data)
+	}
+}
+
+func TestDispatchRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown sub-agent", []string{"dispatch", "nobody-registered", "--wait"}, []string{"subagent:", `"nobody-registered"`, "agora subagent apply"}},
+		{"input not an object", []string{"dispatch", "demo", "--input", "[1]"}, []string{"--input must be a JSON object"}},
+		{"bad label", []string{"dispatch", "demo", "--label", "novalue"}, []string{"--label", "KEY=VALUE"}},
+		{"wait and round", []string{"dispatch", "demo", "--wait", "--round"}, []string{"wait", "round"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := agora(t, tc.args...)
+			if r.code != 1 || r.stdout != "" {
+				t.Fatalf("%s", r)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q: %s", w, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestDispatchFailed(t *testing.T) {
+	t.Parallel()
+	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "failer.yaml", `name: failer
+runtime: exec
+command: ["/bin/sh", "-c", "echo boom >&2; exit 3"]
+`))
+	r := agora(t, "dispatch", "failer", "--wait")
+	if r.code != 2 || !strings.Contains(r.stdout, "Failed (provider-failed)") || !strings.Contains(r.stdout, "boom") {
+		t.Errorf("dispatch --wait of a failing sub-agent: %s", r)
+	}
+}
+
+func TestCancelRunning(t *testing.T) {
+	t.Parallel()
+	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "sleeper.yaml", `name: sleeper
+runtime: exec
+command: ["/bin/sh", "-c", "sleep 60"]
+`))
+	rec := jsonLines(t, mustAgora(t, "dispatch", "sleeper", "--json").stdout)
+	id := rec[0]["dispatch_id"].(string)
+	status := func() string {
+		t.Helper()
+		return jsonLines(t, mustAgora(t, "status", id, "--json").stdout)[0]["status"].(string)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for status() != "started" {
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatch %s never started", id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := mustAgora(t, "cancel", id); !strings.Contains(r.stdout, "cancelled dispatch "+id) {
+		t.Errorf("cancel: %s", r)
+	}
+	if s := status(); s != "cancelled" {
+		t.Errorf("status after cancel = %s", s)
+	}
+	if r := mustAgora(t, "status", id); !strings.Contains(r.stdout, "cancelled by tester") {
+		t.Errorf("status:\n%s", r.stdout)
+	}
+	// The same id again is the same dispatch, which ended cancelled.
+	if r := agora(t, "dispatch", "sleeper", "--id", id, "--round"); r.code != 3 || !strings.Contains(r.stdout, "Cancelled by tester") {
+		t.Errorf("dispatch --round of a cancelled dispatch: %s", r)
+	}
+	if r := agora(t, "cancel", "no-such-dispatch"); r.code != 1 || !strings.Contains(r.stderr, "no dispatch no-such-dispatch") {
+		t.Errorf("cancel of an unknown id: %s", r)
+	}
+}
+
+func TestAnswerUnknownQuestion(t *testing.T) {
+	t.Parallel()
+	r := agora(t, "answer", "q-no-such-dispatch", "yes")
+	if r.code != 1 || !strings.Contains(r.stderr, "no question q-no-such-dispatch") {
+		t.Errorf("answer to an unknown question: %s", r)
+	}
+	r = agora(t, "answer", "q-no-such-dispatch", "yes", "--json")
+	if r.code != 1 || len(jsonLines(t, r.stdout)) != 1 || jsonLines(t, r.stdout)[0]["status"] != "not_found" {
+		t.Errorf("answer --json to an unknown question: %s", r)
+	}
+}
+
+func TestConnectionErrors(t *testing.T) {
+	t.Parallel()
+	nothing := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	env := append(cleanEnv(), "AGORA_NATS_URL="+nothing)
+	for _, args := range [][]string{{"status", "x"}, {"dispatch", "demo", "--wait"}, {"events"}, {"subagent", "list"}} {
+		r := agoraWith(t, env, args...)
+		want := "cannot reach NATS at " + nothing + " — is `agora dev` running?"
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("agora %v with nothing listening: %s", args, r)
+		}
+	}
+
+	// A NATS server with no Agora on it.
+	srv := natstest.Start(t)
+	env = append(cleanEnv(), "AGORA_NATS_URL="+srv.URL)
+	if r := agoraWith(t, env, "dispatch", "demo"); r.code != 1 || !strings.Contains(r.stderr, "no dispatcher is answering agora.api.dispatch — is `agora dev` running?") {
+		t.Errorf("dispatch with no dispatcher: %s", r)
+	}
+	if r := agoraWith(t, env, "answer", "q-x", "yes"); r.code != 1 || !strings.Contains(r.stderr, "no router is answering agora.api.answer") {
+		t.Errorf("answer with no router: %s", r)
+	}
+	if r := agoraWith(t, env, "events"); r.code != 1 || !strings.Contains(r.stderr, "`agora dev` provisions them") {
+		t.Errorf("events with no streams: %s", r)
+	}
+}
+
+func TestJSONOnlyOnStdout(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"subagent", "list", "--json"},
+		{"questions", "--status", "all", "--json"},
+		{"events", "--kind", "accepted", "--json"},
+	} {
+		r := mustAgora(t, args...)
+		for _, l := range jsonLines(t, r.stdout) {
+			if _, err := json.Marshal(l); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+func newSubagentCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "subagent",
+		Aliases: []string{"subagents"},
+		Short:   "Register, list and show sub-agent definitions",
+		Long: `subagent manages the sub-agent definitions in the agora_subagents bucket. A
+definition is YAML or JSON: name, runtime (exec or claude-code), command or
+prompt, timeout, env_allow, files, max_rounds, description.`,
+	}
+	cmd.AddCommand(newSubagentApplyCmd(g), newSubagentListCmd(g), newSubagentGetCmd(g))
+	return cmd
+}
+
+// subagentKV connects and opens the agora_subagents bucket; the func
+// returned closes the connection.
+func subagentKV(ctx context.Context, g *globals, diag io.Writer) (jetstream.KeyValue, func(), error) {
+	c, err := g.connect(diag)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(c.Conn())
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	if err != nil {
+		c.Close()
+		return nil, nil, g.explain(fmt.Errorf("bucket %s: %w", lifecycle.BucketSubagents, err), "")
+	}
+	return kv, func() { _ = c.Close() }, nil
+}
+
+// applyResult is one line of `agora subagent apply --json`.
+type applyResult struct {
+	Name     string `json:"name"`
+	Revision uint64 `json:"revision"`
+	// Result is created, updated or unchanged.
+	Result string `json:"result"`
+	File   string `json:"file"`
+}
+
+func newSubagentApplyCmd(g *globals) *cobra.Command {
+	var files []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE [-f FILE…]",
+		Short: "Validate sub-agent definitions and store those that changed",
+		Long: `apply reads each definition (YAML or JSON; - is stdin), validates it, and
+stores it in the agora_subagents bucket under its name when it differs from the
+stored one, so revisions change only with the definition. It prints each
+definition's revision. An invalid file stores nothing and names every field at
+fault. A new dispatch uses the latest revision; one already accepted keeps the
+revision it was accepted with.`,
+		Example: `  agora subagent apply -f planner.yaml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return errors.New("-f FILE is required: a YAML or JSON sub-agent definition")
+			}
+			return runApply(cmd, g, files, asJSON)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "definition file, YAML or JSON (- reads stdin; repeatable)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only: one object per definition")
+	return cmd
+}
+
+func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error {
+	type parsed struct {
+		file string
+		def  subagent.Definition
+	}
+	var defs []parsed
+	var errs []error
+	for _, f := range files {
+		var b []byte
+		var err error
+		if f == "-" {
+			b, err = io.ReadAll(cmd.InOrStdin())
+		} else {
+			b, err = os.ReadFile(f)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d, err := subagent.Parse(b)
+		if err != nil {
+			msg := strings.TrimPrefix(err.Error(), "subagent: ")
+			errs = append(errs, fmt.Errorf("%s: invalid sub-agent definition:\n  %s", f, strings.ReplaceAll(msg, "\n", "\n  ")))
+			continue
+		}
+		defs = append(defs, parsed{f, d})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	defer cancel()
+	kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer done()
+	out := cmd.OutOrStdout()
+	jl := newJSONLines(out)
+	for _, p := range defs {
+		res, err := store(ctx, kv, p.def)
+		if err != nil {
+			return g.explain(fmt.Errorf("sub-agent %s (%s): %w", p.def.Name, p.file, err), "")
+		}
+		res.File = p.file
+		if asJSON {
+			if err := jl.write(res); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(out, "sub-agent %s %s (revision %d)\n", res.Name, res.Result, res.Revision)
+	}
+	return nil
+}
+
+// store writes d when it differs from the stored definition, with a
+// compare-and-set so a concurrent apply is not lost silently.
+func store(ctx context.Context, kv jetstream.KeyValue, d subagent.Definition) (applyResult, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return applyResult{}, err
+	}
+	res := applyResult{Name: d.Name}
+	cur, err := kv.Get(ctx, d.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		res.Revision, err = kv.Create(ctx, d.Name, b)
+		res.Result = "created"
+	case err != nil:
+		return res, err
+	case bytes.Equal(cur.Value(), b):
+		res.Revision, res.Result = cur.Revision(), "unchanged"
+		return res, nil
+	default:
+		res.Revision, err = kv.Update(ctx, d.Name, b, cur.Revision())
+		res.Result = "updated"
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+		return res, fmt.Errorf("changed by someone else meanwhile; apply again")
+	}
+	return res, err
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// listedSubagent is one line of `agora subagent list --json`.
+type listedSubagent struct {
+	Name       string              `json:"name"`
+	Revision   uint64              `json:"revision"`
+	UpdatedAt  time.Time           `json:"updated_at"`
+	Definition subagent.Definition `json:"definition"`
+}
+
+func newSubagentListCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the registered sub-agents",
+		Long: `list prints every registered sub-agent with its runtime, revision and
+description. With --json stdout carries one object per sub-agent: name,
+revision, updated_at and the definition.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+			defer cancel()
+			kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer done()
+			var list []listedSubagent
+			keys, err := kv.ListKeys(ctx)
+			if err != nil {
+				return g.explain(err, "")
+			}
+			for k := range keys.Keys() {
+				e, err := kv.Get(ctx, k)
+				if errors.Is(err, jetstream.ErrKeyNotFound) {
+					continue
+				}
+				if err != nil {
+					return g.explain(fmt.Errorf("sub-agent %s: %w", k, err), "")
+				}
+				var d subagent.Definition
+				if err := json.Unmarshal(e.Value(), &d); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "sub-agent %s: stored definition does not decode: %v\n", k, err)
+					continue
+				}
+				list = append(list, listedSubagent{Name: k, Revision: e.Revision(), UpdatedAt: e.Created(), Definition: d})
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				jl := newJSONLines(out)
+				for _, s := range list {
+					if err := jl.write(s); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			if len(list) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "no sub-agents are registered (%s subagent apply -f FILE)\n", g.cli(cmd))
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tRUNTIME\tREVISION\tUPDATED\tDESCRIPTION")
+			for _, s := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Name, s.Definition.Runtime, s.Revision, when(&s.UpdatedAt), clipText(s.Definition.Description, 70))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only: one object per sub-agent")
+	return cmd
+}
+
+func newSubagentGetCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Print a sub-agent's definition as YAML (or JSON)",
+		Long: `get prints the stored definition of NAME as YAML, headed by a comment with its
+revision; with --json, as one JSON object. Either can be edited and applied
+again with agora subagent apply -f.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if !subagent.ValidName(name) {
+				return fmt.Errorf("%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", name)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+			defer cancel()
+			kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer done()
+			e, err := kv.Get(ctx, name)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return errNotFound("sub-agent", name, fmt.Sprintf("`%s subagent list` lists them", g.cli(cmd)))
+			}
+			if err != nil {
+				return g.explain(err, "")
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				var v json.RawMessage = e.Value()
+				return newJSONLines(out).write(v)
+			}
+			y, err := jsonToYAML(e.Value())
+			if err != nil {
+				return fmt.Errorf("sub-agent %s: %w", name, err)
+			}
+			fmt.Fprintf(out, "# sub-agent %s, revision %d, stored %s\n%s", name, e.Revision(), e.Created().UTC().Format(time.RFC3339), y)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only: the definition")
+	return cmd
+}
+
+// jsonToYAML re-encodes a JSON document as YAML, keeping the order of
+// object members (the order of the definition's fields).
+func jsonToYAML(b []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	n, err := yamlNode(dec)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func yamlNode(dec *json.Decoder) (*yaml.Node, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	scalar := func(tag, v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }
+	switch t := tok.(type) {
+	case json.Delim:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		if t == '[' {
+			n = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		}
+		for dec.More() {
+			if n.Kind == yaml.MappingNode {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, scalar("!!str", fmt.Sprint(k)))
+			}
+			v, err := yamlNode(dec)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, v)
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return nil, err
+		}
+		return n, nil
+	case string:
+		n := scalar("!!str", t)
+		if strings.Contains(t, "\n") {
+			n.Style = yaml.LiteralStyle
+		}
+		return n, nil
+	case json.Number:
+		if _, err := t.Int64(); err == nil {
+			return scalar("!!int", t.String()), nil
+		}
+		return scalar("!!float", t.String()), nil
+	case bool:
+		return scalar("!!bool", fmt.Sprint(t)), nil
+	case nil:
+		return scalar("!!null", "null"), nil
+	}
+	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
