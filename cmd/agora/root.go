@@ -22,7 +22,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoAgentCmd())
 	g := addGlobalFlags(root)
-	root.AddCommand(newDispatchCmd(g), newEventsCmd(g), newQuestionsCmd(g), newAnswerCmd(g),
+	root.AddCommand(newInboxCmd(g), newDispatchCmd(g), newEventsCmd(g), newQuestionsCmd(g), newAnswerCmd(g),
 		newCancelCmd(g), newStatusCmd(g), newSubagentCmd(g))
 	return root
 }
