@@ -52,6 +52,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.IntVar(&cfg.Throughput, "count", 0, "messages per throughput run (default 5000; 1000 with --quick)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 16, "concurrent handlers / worker slots")
 	f.BoolVar(&cfg.Quick, "quick", false, "a short run (under 30 s)")
+	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "make the workers' workspaces under this directory (default: a temporary directory), e.g. to compare a tmpfs")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	return cmd

@@ -34,6 +34,9 @@ type Config struct {
 	Throughput  int // messages for the throughput figure
 	Concurrency int // concurrent handlers (baseline) and worker slots (Agora)
 	Quick       bool
+	// WorkspaceRoot is where the workers make workspaces (default: a
+	// temporary directory), to compare file systems.
+	WorkspaceRoot string
 }
 
 func (c Config) withDefaults() Config {
@@ -75,7 +78,9 @@ type Report struct {
 	Rows        []Row   `json:"rows"`
 	Concurrency int     `json:"concurrency"`
 	PeakRSSMiB  float64 `json:"peak_rss_mib"`
-	GoVersion   string  `json:"-"`
+	// WorkspaceRoot is where the workers made workspaces.
+	WorkspaceRoot string `json:"workspace_root"`
+	GoVersion     string `json:"-"`
 }
 
 // Scenario is one path measured end to end: Setup prepares it, Do runs one
@@ -117,6 +122,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 
 	rep := Report{Concurrency: cfg.Concurrency}
+	wsRoot := dir
+	if cfg.WorkspaceRoot != "" {
+		if wsRoot, err = os.MkdirTemp(cfg.WorkspaceRoot, "agora-bench-ws-"); err != nil {
+			return Report{}, err
+		}
+		defer os.RemoveAll(wsRoot)
+	}
+	rep.WorkspaceRoot = wsRoot
 	base, stopBase, err := baseline(ctx, nc, js, cfg.Concurrency)
 	if err != nil {
 		return Report{}, err
@@ -137,7 +150,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		{"agora end to end (request → dispatcher → worker), no-op runtime", "noop", true},
 		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", true},
 	} {
-		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, dir, cfg.Concurrency, rt.runtime, rt.viaDispatcher)
+		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, wsRoot, cfg.Concurrency, rt.runtime, rt.viaDispatcher)
 		if err != nil {
 			return Report{}, err
 		}
@@ -155,7 +168,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if samples < 20 {
 		samples = 20
 	}
-	row, err = resume(ctx, srv.ClientURL(), js, dir, samples)
+	row, err = resume(ctx, srv.ClientURL(), js, wsRoot, samples)
 	if err != nil {
 		return Report{}, err
 	}
@@ -434,5 +447,5 @@ func Print(w io.Writer, r Report) {
 		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "concurrency %d; peak RSS %.1f MiB\n", r.Concurrency, r.PeakRSSMiB)
+	fmt.Fprintf(w, "concurrency %d; workspaces under %s; peak RSS %.1f MiB\n", r.Concurrency, r.WorkspaceRoot, r.PeakRSSMiB)
 }
