@@ -28,9 +28,9 @@ lint:
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox
 
-## images: container images FROM scratch with static binaries
-images: build
-	@echo "images: see deploy/ (not built yet)"
+## images: container images FROM scratch with static binaries (deploy/images)
+images:
+	deploy/images/build.sh $(or $(TAG),dev)
 
 ## fuzz: a short fuzzing pass over the sentinel parser
 fuzz:

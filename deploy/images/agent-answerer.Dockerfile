@@ -1,0 +1,8 @@
+# Agora: the agent answerer (route agents).
+# Built by deploy/images/build.sh from a static binary (CGO_ENABLED=0) in a
+# tiny build context. No CA certificates: scratch has none, and Agora talks
+# only to NATS (add them from a base image if you enable TLS to public CAs).
+FROM scratch
+COPY agent-answerer /agent-answerer
+USER 65532:65532
+ENTRYPOINT ["/agent-answerer"]

@@ -1,0 +1,409 @@
+// Package nats_test proves the subject permissions of deploy/nats: it starts
+// an in-process nats-server from agora.conf itself (only the port and the
+// store directory are overridden), provisions as admin, and connects each
+// party as its own user.
+package nats_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/answerer"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/router"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// passwords are the test values of the NATS_PASS_* variables agora.conf
+// reads from the environment.
+var passwords = map[string]string{
+	"admin": "NATS_PASS_ADMIN", "client": "NATS_PASS_CLIENT", "dispatcher": "NATS_PASS_DISPATCHER",
+	"worker": "NATS_PASS_WORKER", "router": "NATS_PASS_ROUTER", "answerer-human": "NATS_PASS_ANSWERER_HUMAN",
+	"answerer-data": "NATS_PASS_ANSWERER_DATA", "answerer-agents": "NATS_PASS_ANSWERER_AGENTS",
+}
+
+func password(user string) string { return "pw-" + user }
+
+// env is a server started from agora.conf, provisioned by admin.
+type env struct {
+	t   *testing.T
+	url string
+	js  jetstream.JetStream // admin
+
+	mu         sync.Mutex
+	violations map[string][]string // user -> permission violations seen
+}
+
+func start(t *testing.T, file string) *env {
+	t.Helper()
+	for user, v := range passwords {
+		t.Setenv(v, password(user))
+	}
+	t.Setenv("NATS_SERVER_NAME", "test-1")
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+	opts.StoreDir = t.TempDir()
+	opts.Cluster = server.ClusterOpts{}
+	opts.Routes = nil
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	e := &env{t: t, url: s.ClientURL(), violations: map[string][]string{}}
+	js, err := jetstream.New(e.conn("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.js = js
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := provision.Ensure(ctx, js, provision.Config{}); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	return e
+}
+
+// conn connects as user and records the permission violations the server
+// reports to it.
+func (e *env) conn(user string) *nats.Conn {
+	e.t.Helper()
+	nc, err := nats.Connect(e.url, nats.UserInfo(user, password(user)), nats.Name(user),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				e.mu.Lock()
+				e.violations[user] = append(e.violations[user], err.Error())
+				e.mu.Unlock()
+			}
+		}))
+	if err != nil {
+		e.t.Fatalf("connect as %s: %v", user, err)
+	}
+	e.t.Cleanup(nc.Close)
+	return nc
+}
+
+// sawViolation waits until user was told of a permission violation on
+// subject.
+func (e *env) sawViolation(user, subject string) bool {
+	e.t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		e.mu.Lock()
+		for _, v := range e.violations[user] {
+			if strings.Contains(v, `"`+subject+`"`) {
+				e.mu.Unlock()
+				return true
+			}
+		}
+		e.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+func (e *env) seen(user string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.violations[user]...)
+}
+
+// stored counts the messages of stream on subject.
+func (e *env) stored(stream, subject string) uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(e.t.Context(), stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var opts []jetstream.StreamInfoOpt
+	if subject != "" {
+		opts = append(opts, jetstream.WithSubjectFilter(subject))
+	}
+	info, err := s.Info(e.t.Context(), opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if subject == "" {
+		return info.State.Msgs
+	}
+	return info.State.Subjects[subject]
+}
+
+// jsPublish publishes through JetStream as user and returns its error.
+func (e *env) jsPublish(user, subject string) error {
+	e.t.Helper()
+	js, err := jetstream.New(e.conn(user))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.t.Context(), time.Second)
+	defer cancel()
+	_, err = js.Publish(ctx, subject, []byte(`{}`))
+	return err
+}
+
+func TestClusterConfigParses(t *testing.T) {
+	t.Setenv("NATS_SERVER_NAME", "nats-1")
+	for user, v := range passwords {
+		t.Setenv(v, password(user))
+	}
+	opts, err := server.ProcessConfigFile("cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Cluster.Name != "agora" || len(opts.Routes) != 3 || !opts.JetStream || opts.ServerName != "nats-1" {
+		t.Errorf("cluster.conf: cluster %q, %d routes, jetstream %v, name %q", opts.Cluster.Name, len(opts.Routes), opts.JetStream, opts.ServerName)
+	}
+	if len(opts.Accounts) == 0 || len(opts.Users) != len(passwords) {
+		t.Errorf("cluster.conf: %d accounts, %d users, want the %d users of permissions.conf", len(opts.Accounts), len(opts.Users), len(passwords))
+	}
+}
+
+func TestDenied(t *testing.T) {
+	e := start(t, "agora.conf")
+	cases := []struct {
+		name, user, subject, stream string
+	}{
+		{"client publishes a lifecycle event", "client", "agora.lifecycle.finished.t1.d1", lifecycle.StreamLifecycle},
+		{"client publishes an answer", "client", "agora.answers.human.q-d1", lifecycle.StreamAnswers},
+		{"client publishes work", "client", "agora.dispatch.demo", lifecycle.StreamDispatch},
+		{"human answerer answers route data", "answerer-human", "agora.answers.data.x", lifecycle.StreamAnswers},
+		{"human answerer publishes a question", "answerer-human", "agora.questions.human.q1.asked", lifecycle.StreamQuestions},
+		{"worker publishes accepted", "worker", "agora.lifecycle.accepted.t1.d1", lifecycle.StreamLifecycle},
+		{"router publishes work", "router", "agora.dispatch.demo", lifecycle.StreamDispatch},
+		{"data answerer answers route human", "answerer-data", "agora.answers.human.x", lifecycle.StreamAnswers},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := e.jsPublish(c.user, c.subject); err == nil {
+				t.Errorf("JetStream publish to %s as %s succeeded", c.subject, c.user)
+			}
+			if !e.sawViolation(c.user, c.subject) {
+				t.Errorf("no permissions violation for %s publishing %s; saw %q", c.user, c.subject, e.seen(c.user))
+			}
+			if n := e.stored(c.stream, c.subject); n != 0 {
+				t.Errorf("%s holds %d messages on %s", c.stream, n, c.subject)
+			}
+		})
+	}
+
+	t.Run("human answerer reads route data", func(t *testing.T) {
+		nc := e.conn("answerer-human")
+		if _, err := nc.SubscribeSync("agora.questions.data.>"); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if !e.sawViolation("answerer-human", "agora.questions.data.>") {
+			t.Errorf("subscribing to agora.questions.data.> was allowed; saw %q", e.seen("answerer-human"))
+		}
+		// Nor through JetStream: a consumer on route data is refused.
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		err := answerer.Serve(ctx, nc, "data", answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
+			return answerer.Reply{}, errors.New("unreachable")
+		}))
+		if err == nil {
+			t.Error("the human answerer served route data")
+		}
+	})
+
+	t.Run("client takes over the router durable", func(t *testing.T) {
+		js, err := jetstream.New(e.conn("client"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		if err := js.DeleteConsumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerRouter); err == nil {
+			t.Error("client deleted the router's durable consumer")
+		}
+		if _, err := e.js.Consumer(t.Context(), lifecycle.StreamLifecycle, provision.ConsumerRouter); err != nil {
+			t.Errorf("router durable: %v", err)
+		}
+	})
+}
+
+// asker asks in round 0 and copies its input to its output when resumed.
+const asker = `if [ "$AGORA_ROUND" = "0" ]; then
+  printf '{"question":"A or B?","options":["A","B"],"partial_state":{"step":1}}' > "$AGORA_NEEDS_INPUT_FILE"
+else
+  cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"
+fi`
+
+// bigAsker asks with a partial_state over lifecycle.MaxInlineState, so the
+// worker stores it in agora_state and reads it back on the resume.
+const bigAsker = `if [ "$AGORA_ROUND" = "0" ]; then
+  pad=$(head -c 70000 /dev/zero | tr '\0' a)
+  printf '{"question":"A or B?","options":["A","B"],"partial_state":{"step":1,"pad":"%s"}}' "$pad" > "$AGORA_NEEDS_INPUT_FILE"
+elif grep -q '"pad": *"aaaaaaaa' "$AGORA_INPUT_FILE" && grep -q '"answer": *"B"' "$AGORA_INPUT_FILE"; then
+  printf '{"answer":"B","partial_state":{"step":1}}' > "$AGORA_OUTPUT_FILE"
+else
+  exit 3
+fi`
+
+// TestRoundTrip runs the real dispatcher, worker and router, each
+// connected as its own user, a client as `client` and the answer given as
+// `answerer-human`: dispatch → needs_input → answer → finished, and no
+// party is told of a single permission violation.
+func TestRoundTrip(t *testing.T) {
+	e := start(t, "agora.conf")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, script := range map[string]string{"asker": asker, "big-asker": bigAsker} {
+		def, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
+		if _, err := kv.Put(t.Context(), name, def); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: 1, PullExpiry: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		worker.Deps{Conn: e.conn("worker"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(router.Config{Tick: 100 * time.Millisecond, RecordWait: 2 * time.Second, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: e.conn("router"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for name, run := range map[string]func(context.Context) error{"dispatcher": d.Run, "worker": w.Run, "router": r.Run} {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	<-d.Ready()
+
+	c, err := client.New(e.conn("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	human, err := client.New(e.conn("answerer-human"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"asker", "big-asker"} {
+		tctx, tcancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer tcancel()
+		var dsp *client.Dispatch
+		for {
+			// The router's micro endpoint and consumers may still be starting.
+			dsp, err = c.Dispatch(tctx, lifecycle.Request{Subagent: name, Input: json.RawMessage(`{"task":"t"}`)})
+			if err == nil || !errors.Is(err, client.ErrUnavailable) || tctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("dispatch as client: %v", err)
+		}
+		var q lifecycle.Question
+		for q.QuestionID == "" {
+			qs, err := c.Questions(tctx, client.QuestionFilter{ThreadID: dsp.ThreadID, Status: "asked"})
+			if err != nil {
+				t.Fatalf("questions as client: %v", err)
+			}
+			if len(qs) == 1 {
+				q = qs[0]
+				break
+			}
+			select {
+			case <-tctx.Done():
+				t.Fatalf("no question; violations %q", e.all())
+			case <-time.After(25 * time.Millisecond):
+			}
+		}
+		if q.Route != "human" {
+			t.Fatalf("question route %q, want human", q.Route)
+		}
+		for {
+			_, err = human.Answer(tctx, q.QuestionID, lifecycle.Answer{Answer: "B", AnsweredBy: "alice"})
+			if err == nil || !errors.Is(err, client.ErrUnavailable) || tctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("answer as answerer-human: %v", err)
+		}
+		end, err := c.WaitThread(tctx, dsp.ThreadID, nil)
+		if err != nil {
+			t.Fatalf("wait as client: %v; violations %q", err, e.all())
+		}
+		fin, ok := end.Data.(*lifecycle.Finished)
+		if !ok || fin.Round != 1 || fin.ParentID != dsp.ID {
+			t.Fatalf("thread ended %s %+v; violations %q", end.Kind(), end.Data, e.all())
+		}
+		var in map[string]json.RawMessage
+		if err := json.Unmarshal(fin.Output, &in); err != nil {
+			t.Fatal(err)
+		}
+		var state struct{ Step int }
+		if string(in["answer"]) != `"B"` || json.Unmarshal(in["partial_state"], &state) != nil || state.Step != 1 {
+			t.Errorf("round 1 input = %s", fin.Output)
+		}
+		// The status projection follows the events: poll it.
+		for {
+			rec, err := c.Status(tctx, fin.DispatchID)
+			if err == nil && rec.Status == lifecycle.KindFinished {
+				break
+			}
+			if tctx.Err() != nil {
+				t.Fatalf("status as client: %+v, %v", rec, err)
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+	if n := e.stored("OBJ_"+lifecycle.BucketState, ""); n == 0 {
+		t.Error("big-asker's partial state did not go through the object store")
+	}
+	if v := e.all(); len(v) > 0 {
+		t.Errorf("permission violations during the round trip: %q", v)
+	}
+}
+
+func (e *env) all() map[string][]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string][]string{}
+	for k, v := range e.violations {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}

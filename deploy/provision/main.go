@@ -1,0 +1,83 @@
+// Command provision is the one-shot that creates Agora's streams,
+// consumers, buckets and object store (internal/provision) on a cluster,
+// with a replica count, and exits. Compose runs it as `init` and Kubernetes
+// as a Job before the services start. It connects as the NATS admin user:
+// no service user may create streams.
+//
+// Settings: AGORA_NATS_URL, AGORA_NATS_CREDS, AGORA_PROVISION_REPLICAS
+// (default 1). It stands in until the lead moves it to a CLI verb
+// (`agora provision --replicas 3`); see deploy/README.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/provision"
+)
+
+// Config is read from AGORA_* variables.
+type Config struct {
+	NATSURL   string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	NATSCreds string `envconfig:"NATS_CREDS"`
+	// Replicas of every stream, bucket and consumer (1 to 5).
+	Replicas int `envconfig:"PROVISION_REPLICAS" default:"1"`
+	// Timeout bounds the whole run, including waiting for the cluster.
+	Timeout time.Duration `envconfig:"PROVISION_TIMEOUT" default:"2m"`
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := logging.New(os.Stderr)
+	var cfg Config
+	if err := config.Load(&cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "provision:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	opts := []nats.Option{nats.Name("agora-provision"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1)}
+	if cfg.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+	}
+	nc, err := nats.Connect(cfg.NATSURL, opts...)
+	if err != nil {
+		log.Error("connect failed", "err", err)
+		return 1
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Error("jetstream failed", "err", err)
+		return 1
+	}
+	pc := provision.Config{Replicas: cfg.Replicas}
+	// A cluster that is still electing its meta leader refuses requests:
+	// retry until the deadline.
+	for {
+		err = provision.Ensure(ctx, js, pc)
+		if err == nil {
+			log.Info("provisioned", "replicas", cfg.Replicas)
+			return 0
+		}
+		log.Warn("provisioning failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			log.Error("provisioning gave up", "err", err)
+			return 1
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
