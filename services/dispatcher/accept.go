@@ -352,9 +352,21 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 		}
 		publishAccepted = !ok
 	}
+	var accepted jetstream.PubAckFuture
 	if publishAccepted {
 		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
-		if _, _, err := s.emit(ctx, b, d, rec.Traceparent); err != nil {
+		if mark == nil {
+			// Sent ahead of the work on the same connection, so the server
+			// stores it first; its acknowledgement is awaited below, which
+			// saves a round trip before a worker can start.
+			_, msg, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(rec.Traceparent))
+			if err != nil {
+				return rec, fmt.Errorf("dispatcher: build event: %w", err)
+			}
+			if accepted, err = b.js.PublishMsgAsync(msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle)); err != nil {
+				return rec, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
+			}
+		} else if _, _, err := s.emit(ctx, b, d, rec.Traceparent); err != nil {
 			return rec, err
 		}
 	}
@@ -368,6 +380,15 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 	if fresh || rec.Status == lifecycle.KindAccepted {
 		if err := s.queue(ctx, b, &req, rec.Traceparent); err != nil {
 			return rec, err
+		}
+	}
+	if accepted != nil {
+		select {
+		case <-accepted.Ok():
+		case err := <-accepted.Err():
+			return rec, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
+		case <-ctx.Done():
+			return rec, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, ctx.Err())
 		}
 	}
 	return s.update(ctx, b, rec.DispatchID, func(r *client.Record) bool {
