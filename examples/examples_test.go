@@ -136,4 +136,3 @@ func run(t *testing.T, js jetstream.JetStream, req *lifecycle.Request) lifecycle
 	t.Fatalf("no terminal event for %s", req.DispatchID)
 	return nil
 }
-
