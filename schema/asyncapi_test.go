@@ -248,11 +248,12 @@ func TestAsyncAPIChannelsMatchBuilders(t *testing.T) {
 		"dispatch": {{must(lifecycle.DispatchSubject("data-sync")), map[string]string{"subagent": "data-sync"}}},
 		"answers": {{must(lifecycle.AnswerSubject("approvals", "q-"+dispatchID)),
 			map[string]string{"route": "approvals", "question_id": "q-" + dispatchID}}},
-		"cancel":      {{must(lifecycle.CancelSubject(dispatchID)), map[string]string{"dispatch_id": dispatchID}}},
-		"apiDispatch": {{lifecycle.APIDispatch, nil}},
-		"apiCancel":   {{lifecycle.APICancel, nil}},
-		"apiStatus":   {{lifecycle.APIStatus, nil}},
-		"apiAnswer":   {{lifecycle.APIAnswer, nil}},
+		"cancel":         {{must(lifecycle.CancelSubject(dispatchID)), map[string]string{"dispatch_id": dispatchID}}},
+		"apiDispatch":    {{lifecycle.APIDispatch, nil}},
+		"apiCancel":      {{lifecycle.APICancel, nil}},
+		"apiStatus":      {{lifecycle.APIStatus, nil}},
+		"apiAnswer":      {{lifecycle.APIAnswer, nil}},
+		"apiAnswerRoute": {{must(lifecycle.APIAnswerRoute("human")), map[string]string{"route": "human"}}},
 	}
 	for _, k := range lifecycle.Kinds() {
 		cases["lifecycle"] = append(cases["lifecycle"], built{must(lifecycle.LifecycleSubject(k, threadID, dispatchID)),

@@ -34,7 +34,13 @@ type Config struct {
 	// Server.DevToken), for agora dev. The user is named "dev".
 	DevToken bool `envconfig:"INBOX_DEV_TOKEN"`
 	// Routes lists the routes whose questions this inbox shows and
-	// answers (comma-separated); empty means every route.
+	// answers (comma-separated); empty means every route. With routes
+	// set, answers go through each question's route endpoint,
+	// agora.api.answer.<route>, so the inbox's NATS user needs only those
+	// (the router refuses an answer to a question that has left the
+	// route). Empty, they go through the generic agora.api.answer, which
+	// deployments grant only to trusted users: an inbox for every route is
+	// one of them.
 	Routes []string `envconfig:"INBOX_ROUTES"`
 	// SessionTTL is how long a sign-in lasts.
 	SessionTTL time.Duration `envconfig:"INBOX_SESSION_TTL" default:"12h"`

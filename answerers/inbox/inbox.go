@@ -9,9 +9,12 @@
 // question.asked events: a person is not a handler that must answer each
 // delivered question within an acknowledgement window, and the bucket
 // already holds what the inbox must show, including the questions that
-// were closed elsewhere. Answers go through the router's agora.api.answer
-// endpoint (client.Answer), which says at once whether the answer won; the
-// answer's answered_by is the signed-in user.
+// were closed elsewhere. Answers go through the router (client.Answer),
+// which says at once whether the answer won; the answer's answered_by is
+// the signed-in user. An inbox restricted to routes (Config.Routes)
+// answers through the question's route endpoint, agora.api.answer.<route>,
+// the one its route's NATS user may request; an inbox for every route uses
+// the generic agora.api.answer, for trusted users only.
 //
 // Everything is served under Prefix (/inbox), so the handler can be
 // mounted on a shared listener:

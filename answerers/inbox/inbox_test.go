@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // TestAuth: pages redirect to the login page and the API answers 401
@@ -442,6 +445,57 @@ func TestRoutes(t *testing.T) {
 	if st, body := get("/inbox/"); st != http.StatusOK || strings.Contains(body, qHuman) || !strings.Contains(body, qOps) {
 		t.Errorf("the ops inbox's pending page: %d", st)
 	}
+
+	// The ops inbox answers through the route's door, the inbox for every
+	// route through the generic one.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, web.URL+"/inbox/api/questions/"+qOps+"/answer", strings.NewReader(`{"answer":"eu"}`))
+	req.Header.Set("Authorization", "Bearer "+ops.DevToken())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the ops inbox answers: %d", resp.StatusCode)
+	}
+	if d := s.doors(qOps); len(d) != 1 || d[0] != "agora.api.answer.ops" {
+		t.Errorf("ops answer came through %q", d)
+	}
+	if d := s.doors(qApp); len(d) != 1 || d[0] != "agora.api.answer" {
+		t.Errorf("carol's answer came through %q", d)
+	}
+}
+
+// doors lists the doors of the question's history, as the router records
+// them.
+func (s *system) doors(qid string) []string {
+	s.t.Helper()
+	js, err := jetstream.New(s.srv.Conn(s.t))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	kv, err := js.KeyValue(s.t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	en, err := kv.Get(s.t.Context(), qid)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var rec struct {
+		History []struct {
+			Door string `json:"door"`
+		} `json:"history"`
+	}
+	if err := json.Unmarshal(en.Value(), &rec); err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, h := range rec.History {
+		out = append(out, h.Door)
+	}
+	return out
 }
 
 // TestCSRF: forms and cookie-authenticated API calls without the right

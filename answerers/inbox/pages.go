@@ -300,7 +300,13 @@ func (s *Server) submit(ctx context.Context, u *user, q *Question, in answerInpu
 	a := lifecycle.Answer{Route: q.Route, Answer: strings.TrimSpace(in.Answer), Decision: strings.TrimSpace(in.Decision),
 		AnsweredBy: u.name, Comment: strings.TrimSpace(in.Comment)}
 	log := s.log.With("question_id", q.QuestionID, "route", q.Route, "answered_by", u.name)
-	rep, err := s.c.Answer(ctx, q.QuestionID, a)
+	var opts []client.AnswerOption
+	if s.routes != nil {
+		// Restricted to routes: answer through the question's route door,
+		// the only one a route's NATS user may request (see Config.Routes).
+		opts = append(opts, client.AnswerVia(q.Route))
+	}
+	rep, err := s.c.Answer(ctx, q.QuestionID, a, opts...)
 	var out client.AnswerReply
 	var ae *client.AnswerError
 	switch {

@@ -353,7 +353,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("question route %q, want human", q.Route)
 		}
 		for {
-			_, err = human.Answer(tctx, q.QuestionID, lifecycle.Answer{Answer: "B", AnsweredBy: "alice"})
+			_, err = human.Answer(tctx, q.QuestionID, lifecycle.Answer{Answer: "B", AnsweredBy: "alice"}, client.AnswerVia("human"))
 			if err == nil || !errors.Is(err, client.ErrUnavailable) || tctx.Err() != nil {
 				break
 			}
@@ -395,6 +395,134 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if v := e.all(); len(v) > 0 {
 		t.Errorf("permission violations during the round trip: %q", v)
+	}
+}
+
+// TestAnswerScoping: an answerer answers only its own route's questions
+// through the API. answerer-data may not request the generic
+// agora.api.answer (a permissions violation), nor the human route's
+// endpoint; on its own route's endpoint the router refuses a human
+// question as invalid and records the refusal. answerer-human answers it
+// through agora.api.answer.human; `client`, trusted, could through the
+// generic endpoint.
+func TestAnswerScoping(t *testing.T) {
+	e := start(t, "agora.conf")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := router.New(router.Config{Tick: 100 * time.Millisecond, RecordWait: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: e.conn("router"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("router: %v", err)
+		}
+	})
+	<-r.Ready()
+
+	// A needs_input as the worker publishes it: a question on route human.
+	did := lifecycle.NewID()
+	ni := &lifecycle.NeedsInput{Common: lifecycle.Common{DispatchID: did, ThreadID: did, Subagent: "asker"},
+		QuestionID: lifecycle.QuestionID(did), Question: "A or B?", Options: []string{"A", "B"}}
+	_, m, err := lifecycle.Message(lifecycle.Source("worker", "test"), ni)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wjs, err := jetstream.New(e.conn("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wjs.PublishMsg(t.Context(), m); err != nil {
+		t.Fatalf("needs_input as worker: %v", err)
+	}
+	qid := ni.QuestionID
+	questions, err := e.js.KeyValue(t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type entry struct{ Via, Door, Route, Result, Status, Reason string }
+	var rec struct {
+		Route, Status string
+		AnsweredBy    string `json:"answered_by"`
+		History       []entry
+	}
+	read := func() {
+		t.Helper()
+		en, err := questions.Get(t.Context(), qid)
+		if err != nil {
+			t.Fatalf("question %s: %v", qid, err)
+		}
+		if err := json.Unmarshal(en.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := questions.Get(t.Context(), qid); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the router never asked the question")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if read(); rec.Route != "human" {
+		t.Fatalf("question route %q, want human", rec.Route)
+	}
+
+	data, err := client.New(e.conn("answerer-data"), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := lifecycle.Answer{Answer: "A", AnsweredBy: "sqldb"}
+	t.Run("data answerer on the generic endpoint", func(t *testing.T) {
+		if _, err := data.Answer(t.Context(), qid, answer); err == nil {
+			t.Error("answer accepted")
+		}
+		if !e.sawViolation("answerer-data", lifecycle.APIAnswer) {
+			t.Errorf("no permissions violation on %s; saw %q", lifecycle.APIAnswer, e.seen("answerer-data"))
+		}
+	})
+	t.Run("data answerer on the human endpoint", func(t *testing.T) {
+		if _, err := data.Answer(t.Context(), qid, answer, client.AnswerVia("human")); err == nil {
+			t.Error("answer accepted")
+		}
+		if !e.sawViolation("answerer-data", "agora.api.answer.human") {
+			t.Errorf("no permissions violation on agora.api.answer.human; saw %q", e.seen("answerer-data"))
+		}
+	})
+	t.Run("data answerer on its own endpoint", func(t *testing.T) {
+		_, err := data.Answer(t.Context(), qid, answer, client.AnswerVia("data"))
+		var ae *client.AnswerError
+		if !errors.As(err, &ae) || !errors.Is(err, client.ErrInvalidAnswer) || ae.Reply.Reason != "question "+qid+" is on route human, not data" {
+			t.Fatalf("answer through agora.api.answer.data: %v", err)
+		}
+		read()
+		want := entry{Via: "api-route", Door: "agora.api.answer.data", Route: "data", Result: "refused", Status: "invalid", Reason: ae.Reply.Reason}
+		if len(rec.History) != 1 || rec.History[0] != want || rec.Status != "asked" {
+			t.Errorf("record: status %s, history %+v, want [%+v]", rec.Status, rec.History, want)
+		}
+	})
+
+	human, err := client.New(e.conn("answerer-human"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := human.Answer(t.Context(), qid, lifecycle.Answer{Answer: "B", AnsweredBy: "alice"}, client.AnswerVia("human"))
+	if err != nil || rep.Status != client.AnswerAccepted {
+		t.Fatalf("answer as answerer-human: %+v, %v", rep, err)
+	}
+	if read(); rec.Status != "answered" || rec.AnsweredBy != "alice" || len(rec.History) != 2 || rec.History[1].Door != "agora.api.answer.human" {
+		t.Errorf("record: %+v", rec)
+	}
+	for _, user := range []string{"router", "answerer-human", "worker"} {
+		if v := e.seen(user); len(v) > 0 {
+			t.Errorf("permission violations of %s: %q", user, v)
+		}
 	}
 }
 

@@ -7,8 +7,12 @@
 // durable consumer (answerer-<route> on AGORA_QUESTIONS, created if
 // missing, shared by every process serving the route), hands each question
 // to a [Handler], and submits what the handler returns to the router's
-// agora.api.answer endpoint, so it learns at once whether the answer was
-// accepted. A handler may answer, decline (the question then goes to the
+// endpoint of that route, agora.api.answer.<route>, so it learns at once
+// whether the answer was accepted. The router accepts answers and declines
+// there only for questions on the route now, and deployments let a route's
+// NATS user request only its own route's endpoint (not the generic
+// agora.api.answer), so an answerer cannot answer another route's
+// questions. A handler may answer, decline (the question then goes to the
 // route's fallback), or fail: a failure is retried with backoff, and after
 // the last attempt the question is declined.
 //
@@ -184,7 +188,11 @@ func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...
 	o.ackWait = max(o.ackWait, time.Second)
 	o.backoffMin = max(o.backoffMin, 10*time.Millisecond)
 	o.backoffMax = max(o.backoffMax, o.backoffMin)
-	s := &server{nc: nc, route: route, h: h, o: o, log: o.log.With("route", route)}
+	subject, err := lifecycle.APIAnswerRoute(route)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRoute, err)
+	}
+	s := &server{nc: nc, route: route, subject: subject, h: h, o: o, log: o.log.With("route", route)}
 
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -229,6 +237,7 @@ func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...
 type server struct {
 	nc      *nats.Conn
 	route   string
+	subject string // agora.api.answer.<route>
 	h       Handler
 	o       options
 	log     *slog.Logger
@@ -411,8 +420,8 @@ func (s *server) call(ctx context.Context, q lifecycle.Question) (r Reply, err e
 	return s.h.Handle(ctx, q)
 }
 
-// submission is the body of agora.api.answer: a lifecycle.Answer, plus
-// decline and reason for a decline.
+// submission is the body of agora.api.answer.<route>: a lifecycle.Answer,
+// plus decline and reason for a decline.
 type submission struct {
 	QuestionID string `json:"question_id"`
 	Route      string `json:"route,omitempty"`
@@ -437,13 +446,13 @@ func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (cli
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.callTimeout)
 	defer cancel()
-	msg, err := s.nc.RequestWithContext(ctx, lifecycle.APIAnswer, data)
+	msg, err := s.nc.RequestWithContext(ctx, s.subject, data)
 	if err != nil {
-		return client.AnswerReply{}, fmt.Errorf("answerer: %s: %w", lifecycle.APIAnswer, err)
+		return client.AnswerReply{}, fmt.Errorf("answerer: %s: %w", s.subject, err)
 	}
 	var rep client.AnswerReply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Status == "" {
-		return client.AnswerReply{}, fmt.Errorf("answerer: %s: unexpected reply %q", lifecycle.APIAnswer, clip(string(msg.Data)))
+		return client.AnswerReply{}, fmt.Errorf("answerer: %s: unexpected reply %q", s.subject, clip(string(msg.Data)))
 	}
 	return rep, nil
 }

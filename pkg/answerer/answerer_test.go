@@ -269,3 +269,35 @@ func TestBadRoute(t *testing.T) {
 		t.Fatalf("Serve = %v, want ErrBadRoute", err)
 	}
 }
+
+// TestAnswersThroughRouteDoor: Serve answers through its route's endpoint,
+// agora.api.answer.<route>, and the router records that door.
+func TestAnswersThroughRouteDoor(t *testing.T) {
+	e := newEnv(t)
+	reports := e.serve("bot", answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
+		return answerer.Answer("fine"), nil
+	}))
+	qid := e.ask("bot-1", "Which?")
+	if r := next(t, reports); r.Status != client.AnswerAccepted {
+		t.Fatalf("report = %+v", r)
+	}
+	e.waitQuestion(qid, func(q lifecycle.Question) bool { return q.Status == "answered" })
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := kv.Get(t.Context(), qid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		History []struct{ Via, Door, Route, Result string } `json:"history"`
+	}
+	if err := json.Unmarshal(en.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.History) != 1 || rec.History[0].Door != "agora.api.answer.bot" || rec.History[0].Via != "api-route" ||
+		rec.History[0].Route != "bot" || rec.History[0].Result != "accepted" {
+		t.Errorf("history = %+v", rec.History)
+	}
+}

@@ -120,3 +120,58 @@ func TestAnswer(t *testing.T) {
 		t.Error("an invalid question id was sent")
 	}
 }
+
+// TestAnswerVia: AnswerVia sends the answer to the route's endpoint,
+// agora.api.answer.<route>, naming the route in the body.
+func TestAnswerVia(t *testing.T) {
+	srv := natstest.Start(t)
+	c, err := client.New(srv.Conn(t), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type call struct {
+		subject string
+		answer  lifecycle.Answer
+	}
+	calls := make(chan call, 4)
+	nc := srv.Conn(t)
+	sub, err := nc.Subscribe(lifecycle.APIAnswer+".>", func(m *nats.Msg) {
+		var a lifecycle.Answer
+		_ = json.Unmarshal(m.Data, &a)
+		calls <- call{m.Subject, a}
+		b, _ := json.Marshal(client.AnswerReply{Status: client.AnswerAccepted, AnsweredBy: a.AnsweredBy})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := c.Answer(t.Context(), "q-1", lifecycle.Answer{Answer: "B", AnsweredBy: "alice"}, client.AnswerVia("human")); err != nil {
+		t.Fatal(err)
+	}
+	got := <-calls
+	if got.subject != "agora.api.answer.human" || got.answer.Route != "human" || got.answer.QuestionID != "q-1" {
+		t.Errorf("sent %+v", got)
+	}
+	for name, tc := range map[string]struct {
+		a     lifecycle.Answer
+		route string
+	}{
+		"route with a dot":   {lifecycle.Answer{Answer: "B"}, "a.b"},
+		"wildcard route":     {lifecycle.Answer{Answer: "B"}, "*"},
+		"answer names route": {lifecycle.Answer{Answer: "B", Route: "data"}, "human"},
+	} {
+		if _, err := c.Answer(t.Context(), "q-1", tc.a, client.AnswerVia(tc.route)); err == nil {
+			t.Errorf("%s: sent", name)
+		}
+	}
+	select {
+	case got := <-calls:
+		t.Errorf("a refused answer reached %s", got.subject)
+	default:
+	}
+}

@@ -4,7 +4,8 @@
 //
 // A Client talks to Agora only through NATS: the dispatcher's NATS micro
 // endpoints (agora.api.dispatch, .cancel, .status), the router's
-// agora.api.answer, ordered consumers on the AGORA_LIFECYCLE stream and the
+// agora.api.answer (or agora.api.answer.<route>, see [AnswerVia]), ordered
+// consumers on the AGORA_LIFECYCLE stream and the
 // agora_questions key-value bucket. It also defines the JSON documents those
 // endpoints and the dispatcher's HTTP API exchange: the dispatch [Record],
 // the [Thread] view, the RFC 9457 [Problem] returned for a refused request

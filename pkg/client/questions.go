@@ -67,23 +67,56 @@ func (c *Client) Questions(ctx context.Context, f QuestionFilter) ([]lifecycle.Q
 	}
 }
 
+// AnswerOption adjusts one Answer call.
+type AnswerOption func(*answerOptions)
+
+type answerOptions struct {
+	route string
+}
+
+// AnswerVia sends the answer through the answer endpoint of route,
+// agora.api.answer.<route>, instead of the generic agora.api.answer. The
+// router accepts it only while the question is on that route (not when
+// it escalated or fell back to another): otherwise the reply is invalid,
+// naming the question's route. Answerers use it: deployments let a route's
+// NATS user request only its route's endpoint, and keep the generic one for
+// trusted users (operators, the CLI).
+func AnswerVia(route string) AnswerOption {
+	return func(o *answerOptions) { o.route = route }
+}
+
 // Answer submits an answer to a question through the router's
-// agora.api.answer endpoint and returns its reply when the answer is
-// accepted. The first valid answer wins. Otherwise the error is an
-// *AnswerError wrapping ErrAlreadyAnswered, ErrInvalidAnswer, ErrNotFound
-// or ErrUnavailable (status retry); with no router running it matches
-// ErrUnavailable. a.QuestionID is set to questionID. Answer blocks until the
-// router replies or ctx ends.
-func (c *Client) Answer(ctx context.Context, questionID string, a lifecycle.Answer) (*AnswerReply, error) {
+// agora.api.answer endpoint (or a route's, see AnswerVia) and returns its
+// reply when the answer is accepted. The first valid answer wins.
+// Otherwise the error is an *AnswerError wrapping ErrAlreadyAnswered,
+// ErrInvalidAnswer, ErrNotFound or ErrUnavailable (status retry); with no
+// router running it matches ErrUnavailable. a.QuestionID is set to
+// questionID. Answer blocks until the router replies or ctx ends.
+func (c *Client) Answer(ctx context.Context, questionID string, a lifecycle.Answer, opts ...AnswerOption) (*AnswerReply, error) {
 	if err := lifecycle.ValidToken(questionID); err != nil {
 		return nil, fmt.Errorf("client: question id: %w", err)
 	}
 	if a.QuestionID != "" && a.QuestionID != questionID {
 		return nil, fmt.Errorf("client: answer names question %q, not %q", a.QuestionID, questionID)
 	}
+	var o answerOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	subject := lifecycle.APIAnswer
+	if o.route != "" {
+		s, err := lifecycle.APIAnswerRoute(o.route)
+		if err != nil {
+			return nil, fmt.Errorf("client: answer route: %w", err)
+		}
+		if a.Route != "" && a.Route != o.route {
+			return nil, fmt.Errorf("client: answer names route %q but goes through route %q", a.Route, o.route)
+		}
+		subject, a.Route = s, o.route
+	}
 	a.QuestionID = questionID
 	var reply AnswerReply
-	if err := c.call(ctx, lifecycle.APIAnswer, nil, a, &reply); err != nil {
+	if err := c.call(ctx, subject, nil, a, &reply); err != nil {
 		var p *Problem
 		if errors.As(err, &p) && p.Status == 404 {
 			return nil, &AnswerError{QuestionID: questionID, Reply: AnswerReply{Status: AnswerNotFound, Reason: p.Detail}}

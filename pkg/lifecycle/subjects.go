@@ -111,6 +111,22 @@ func AnswerSubject(route, questionID string) (string, error) {
 	return join("agora", "answers", route, questionID)
 }
 
+// APIAnswerRoute is agora.api.answer.<route>, the answer endpoint of one
+// route: the router accepts an answer (or decline) there only for a
+// question that is on that route now, so subject permissions on it decide
+// which routes a NATS user may answer. The generic APIAnswer answers any
+// route and is for trusted callers only.
+func APIAnswerRoute(route string) (string, error) { return join("agora", "api", "answer", route) }
+
+// ParseAPIAnswerRoute parses agora.api.answer.<route>.
+func ParseAPIAnswerRoute(s string) (route string, err error) {
+	t, err := split(s, 4, "agora", "api", "answer")
+	if err != nil {
+		return "", err
+	}
+	return t[3], nil
+}
+
 // CancelSubject is the core subject agora.control.cancel.<dispatch_id>.
 func CancelSubject(dispatchID string) (string, error) {
 	return join("agora", "control", "cancel", dispatchID)

@@ -79,6 +79,23 @@ func TestSubjectRoundTrip(t *testing.T) {
 			t.Errorf("ParseAnswerSubject = %q, %q, %v", route, qid, err)
 		}
 	})
+	t.Run("route answer endpoint", func(t *testing.T) {
+		s, err := lifecycle.APIAnswerRoute("human")
+		if err != nil || s != "agora.api.answer.human" {
+			t.Fatalf("APIAnswerRoute = %q, %v", s, err)
+		}
+		if route, err := lifecycle.ParseAPIAnswerRoute(s); err != nil || route != "human" {
+			t.Errorf("ParseAPIAnswerRoute = %q, %v", route, err)
+		}
+		for _, bad := range []string{lifecycle.APIAnswer, "agora.api.status.human", "agora.api.answer.a.b", "agora.api.answer.*"} {
+			if _, err := lifecycle.ParseAPIAnswerRoute(bad); err == nil {
+				t.Errorf("ParseAPIAnswerRoute(%q) succeeded", bad)
+			}
+		}
+		if _, err := lifecycle.APIAnswerRoute("a.b"); err == nil {
+			t.Error("APIAnswerRoute(a.b) succeeded")
+		}
+	})
 	t.Run("cancel", func(t *testing.T) {
 		s, err := lifecycle.CancelSubject("d1")
 		if err != nil || s != "agora.control.cancel.d1" {

@@ -29,7 +29,8 @@ const (
 // its question expired.
 const DefaultAnsweredBy = "agora:default"
 
-// Submission is the body of agora.api.answer and the data of
+// Submission is the body of agora.api.answer and agora.api.answer.<route>
+// and the data of
 // dev.agora.answer.submitted on AGORA_ANSWERS: a lifecycle.Answer, or, with
 // Decline set, an answerer's refusal to answer (Reason says why), which
 // sends the question to its route's fallback.
@@ -46,23 +47,57 @@ type Submission struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
-// The doors an answer comes through, as recorded in the history.
+// The doors an answer comes through, as recorded in the history (via) and
+// counted (the door label of agora_router_answers_total).
 const (
-	viaAPI      = "api"
+	// viaAPI is agora.api.answer: trusted callers, any route.
+	viaAPI = "api"
+	// viaRouteAPI is agora.api.answer.<route>: that route's questions only.
+	viaRouteAPI = "api-route"
+	// viaStream is agora.answers.<route>.<question_id>: that route's
+	// questions only.
 	viaStream   = "stream"
 	viaDeadline = "deadline"
 )
 
-// submit handles one answer or decline and returns the reply for its
-// sender. Every attempt lands in the question's history.
-func (s *Service) submit(ctx context.Context, sub Submission, via string) client.AnswerReply {
+// door is where a submission came in. NATS tells the router nothing of the
+// sender but the subject, and subject permissions are what decide who may
+// send there, so route is taken from the subject, never from the body: a
+// door with a route accepts only questions on that route now.
+type door struct {
+	via     string // viaAPI, viaRouteAPI or viaStream
+	subject string // the subject it came through
+	route   string // the route the subject is scoped to; "" answers any route
+}
+
+// refuse says why sub, sent through d, may not touch r, or "".
+func (d door) refuse(r *record, sub *Submission) string {
+	switch {
+	case d.route == "":
+		return ""
+	case sub.Route != "" && sub.Route != d.route:
+		return fmt.Sprintf("the answer names route %s but came through %s, the door of route %s", clip(sub.Route, 64), d.subject, d.route)
+	case r.Route != d.route:
+		return fmt.Sprintf("question %s is on route %s, not %s", r.QuestionID, r.Route, d.route)
+	}
+	return ""
+}
+
+// submit handles one answer or decline that came through d and returns
+// the reply for its sender. Every attempt lands in the question's history
+// with its door.
+func (s *Service) submit(ctx context.Context, sub Submission, d door) client.AnswerReply {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	via := d.via
 	qid := sub.QuestionID
 	if err := lifecycle.ValidToken(qid); err != nil {
 		return s.reply(via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "question_id: " + err.Error()})
 	}
 	log := s.log.With("question_id", qid, "via", via, "answered_by", sub.AnsweredBy)
+	if d.route != "" {
+		log = log.With("door_route", d.route)
+	}
 	mu := s.lock(qid)
 	mu.Lock()
 	defer mu.Unlock()
@@ -76,9 +111,24 @@ func (s *Service) submit(ctx context.Context, sub Submission, via string) client
 	)
 	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
 		now := time.Now().UTC()
-		a := attempt{At: now, Via: via, Route: sub.Route, AnsweredBy: clip(sub.AnsweredBy, MaxAnsweredByBytes),
+		a := attempt{At: now, Via: via, Door: d.subject, Route: clip(sub.Route, 64), AnsweredBy: clip(sub.AnsweredBy, MaxAnsweredByBytes),
 			Answer: clip(sub.Answer, 256), Decision: clip(sub.Decision, 32)}
 		outcome = ""
+		if d.route != "" {
+			// Checked first: a route's answerer learns nothing of another
+			// route's question, not even that it was answered.
+			a.Route = d.route
+			if reason := d.refuse(r, &sub); reason != "" {
+				reply = client.AnswerReply{Status: client.AnswerInvalid, Reason: reason}
+				a.Result, a.Status, a.Reason = "refused", string(reply.Status), reason
+				if sub.Decline {
+					a.Result = "decline-refused"
+				}
+				r.addHistory(a)
+				return true, nil
+			}
+			sub.Route = d.route
+		}
 		if r.Status == statusAsked && !cancelSeen {
 			cancelReq, cancelled = s.cancelRequested(ctx, r, nil)
 			cancelSeen = true
@@ -328,15 +378,32 @@ func (s *Service) unknown(ctx context.Context, qid string) client.AnswerReply {
 	return client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"}
 }
 
-// microAnswer serves agora.api.answer.
+// microAnswer serves agora.api.answer, which answers any route, and
+// agora.api.answer.<route>, which answers only questions on that route.
 func (s *Service) microAnswer(ctx context.Context, req micro.Request) {
+	d := door{via: viaAPI, subject: req.Subject()}
+	if d.subject != lifecycle.APIAnswer {
+		d.via = viaRouteAPI
+		route, err := lifecycle.ParseAPIAnswerRoute(d.subject)
+		if err != nil {
+			// Unreachable through the endpoint's subject; refuse rather
+			// than let an unscoped answer through a route door.
+			s.respond(req, s.reply(d.via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "not an answer endpoint: " + err.Error()}))
+			return
+		}
+		d.route = route
+	}
 	var sub Submission
 	var rep client.AnswerReply
 	if err := json.Unmarshal(req.Data(), &sub); err != nil {
-		rep = s.reply(viaAPI, client.AnswerReply{Status: client.AnswerInvalid, Reason: "the body is not a JSON answer: " + err.Error()})
+		rep = s.reply(d.via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "the body is not a JSON answer: " + err.Error()})
 	} else {
-		rep = s.submit(ctx, sub, viaAPI)
+		rep = s.submit(ctx, sub, d)
 	}
+	s.respond(req, rep)
+}
+
+func (s *Service) respond(req micro.Request, rep client.AnswerReply) {
 	if err := req.RespondJSON(rep); err != nil {
 		s.log.Warn("micro: respond", "err", err)
 	}
@@ -363,15 +430,18 @@ func (s *Service) onAnswerMsg(ctx context.Context, m jetstream.Msg) verdict {
 		log.Error("answer with bad data terminated", "id", e.ID(), "err", err)
 		return term("bad data")
 	}
-	if route, qid, err := lifecycle.ParseAnswerSubject(m.Subject()); err == nil {
-		if sub.QuestionID == "" {
-			sub.QuestionID = qid
-		}
-		if sub.Route == "" {
-			sub.Route = route
-		}
+	// The subject permissions scope agora.answers.<route>.> by route, so
+	// the route is the subject's; an answer on another shape of subject
+	// could not be scoped and is dropped.
+	route, qid, err := lifecycle.ParseAnswerSubject(m.Subject())
+	if err != nil {
+		log.Error("answer on a subject that names no route and question terminated", "id", e.ID(), "err", err)
+		return term("bad subject")
 	}
-	rep := s.submit(ctx, sub, viaStream)
+	if sub.QuestionID == "" {
+		sub.QuestionID = qid
+	}
+	rep := s.submit(ctx, sub, door{via: viaStream, subject: m.Subject(), route: route})
 	if rep.Status == client.AnswerRetry {
 		if md, err := m.Metadata(); err == nil && md.NumDelivered >= maxStreamRetries {
 			log.Warn("answer dropped: its question never appeared", "question_id", sub.QuestionID, "reason", rep.Reason)

@@ -160,8 +160,23 @@ func (e *env) publish(d lifecycle.Data, traceparent string) {
 // answer calls agora.api.answer and returns the reply.
 func (e *env) answer(sub router.Submission) client.AnswerReply {
 	e.t.Helper()
+	return e.request(lifecycle.APIAnswer, sub)
+}
+
+// answerVia calls agora.api.answer.<route> and returns the reply.
+func (e *env) answerVia(route string, sub router.Submission) client.AnswerReply {
+	e.t.Helper()
+	subject, err := lifecycle.APIAnswerRoute(route)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.request(subject, sub)
+}
+
+func (e *env) request(subject string, sub router.Submission) client.AnswerReply {
+	e.t.Helper()
 	b, _ := json.Marshal(sub)
-	m, err := e.nc.Request(lifecycle.APIAnswer, b, 30*time.Second)
+	m, err := e.nc.Request(subject, b, 30*time.Second)
 	if err != nil {
 		e.t.Fatalf("answer %s: %v", sub.QuestionID, err)
 	}
@@ -186,6 +201,7 @@ type questionRecord struct {
 	Declined        []string           `json:"declined"`
 	History         []struct {
 		Via        string `json:"via"`
+		Door       string `json:"door"`
 		Route      string `json:"route"`
 		AnsweredBy string `json:"answered_by"`
 		Answer     string `json:"answer"`

@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer, idx *index) (*metrics, error) {
 		}, []string{"route", "outcome"}),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "agora", Subsystem: "router", Name: "answers_total",
-			Help: "Answers and declines received, by door (api, stream) and reply status (accepted, already_answered, invalid, not_found, retry).",
+			Help: "Answers and declines received, by door (api, api-route, stream) and reply status (accepted, already_answered, invalid, not_found, retry).",
 		}, []string{"door", "status"}),
 		timeToAnswer: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "agora", Subsystem: "router", Name: "time_to_answer_seconds",

@@ -89,15 +89,20 @@ type rung struct {
 
 // attempt is one entry of a question's history.
 type attempt struct {
-	At         time.Time `json:"at"`
-	Via        string    `json:"via"` // api, stream, deadline, cancel
-	Route      string    `json:"route,omitempty"`
-	AnsweredBy string    `json:"answered_by,omitempty"`
-	Answer     string    `json:"answer,omitempty"`
-	Decision   string    `json:"decision,omitempty"`
-	Result     string    `json:"result"` // accepted, refused, declined
-	Status     string    `json:"status,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
+	At  time.Time `json:"at"`
+	Via string    `json:"via"` // api, api-route, stream, deadline, cancel
+	// Door is the subject the attempt came through: agora.api.answer,
+	// agora.api.answer.<route> or agora.answers.<route>.<question_id>.
+	Door string `json:"door,omitempty"`
+	// Route is the route the door is scoped to (api-route, stream), or
+	// the one the sender named (api); a decline records the route it left.
+	Route      string `json:"route,omitempty"`
+	AnsweredBy string `json:"answered_by,omitempty"`
+	Answer     string `json:"answer,omitempty"`
+	Decision   string `json:"decision,omitempty"`
+	Result     string `json:"result"` // accepted, refused, declined
+	Status     string `json:"status,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // pending is one event to publish with a fixed id (its Nats-Msg-Id), so a

@@ -6,9 +6,18 @@
 // agora_questions bucket, keyed by the question id (q-<dispatch_id>), and
 // publishes `question.asked` on agora.questions.<route>.<question_id>.asked,
 // where the route is chosen by the routing file. Answerers on that route
-// answer through the NATS micro endpoint agora.api.answer (service
-// "agora-router"), which replies synchronously, or on AGORA_ANSWERS
-// (durable consumer `router-answers`). The first valid answer wins by
+// answer through the NATS micro endpoint agora.api.answer.<route> (service
+// "agora-router", endpoint answer-route), which replies synchronously, or
+// on agora.answers.<route>.<question_id> in AGORA_ANSWERS (durable consumer
+// `router-answers`). NATS names no sender, so these doors are scoped by
+// subject: the route is the subject's, and an answer or decline to a
+// question that is not on that route now (it escalated or fell back
+// elsewhere, or was never there) is refused as invalid, with the reason,
+// and recorded in the question's history. Subject permissions then decide
+// which routes a user may answer. The generic endpoint agora.api.answer
+// (endpoint answer) answers any route; deployments grant it only to
+// trusted users (operators, the CLI, an inbox that serves every route).
+// Every history entry names its door. The first valid answer wins by
 // compare-and-set on the record's revision; it is re-dispatched exactly once
 // on agora.requests.<subagent> (Nats-Msg-Id = the question id) as a new
 // request of the same thread, round + 1, carrying the answer and the
@@ -78,7 +87,7 @@ import (
 const Version = "0.1.0"
 
 // MicroName is the name of the router's NATS micro service, which serves
-// agora.api.answer.
+// agora.api.answer and agora.api.answer.<route>.
 const MicroName = "agora-router"
 
 // opTimeout bounds the NATS work of one message or request.
@@ -293,11 +302,16 @@ func (s *Service) Run(ctx context.Context) error {
 		return fail(fmt.Errorf("router: micro service: %w", err))
 	}
 	stops = append(stops, func() { _ = msvc.Stop() })
-	err = msvc.AddGroup("agora.api").AddEndpoint("answer", micro.HandlerFunc(func(r micro.Request) {
+	answer := micro.HandlerFunc(func(r micro.Request) {
 		p.Go(func() { s.microAnswer(work, r) })
-	}))
-	if err != nil {
+	})
+	api := msvc.AddGroup("agora.api")
+	if err := api.AddEndpoint("answer", answer); err != nil {
 		return fail(fmt.Errorf("router: micro endpoint answer: %w", err))
+	}
+	// agora.api.answer.<route>: the route is the subject's last token.
+	if err := api.AddEndpoint("answer-route", answer, micro.WithEndpointSubject("answer.*")); err != nil {
+		return fail(fmt.Errorf("router: micro endpoint answer-route: %w", err))
 	}
 
 	var srv *http.Server
