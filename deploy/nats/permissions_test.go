@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -309,6 +311,12 @@ func TestRoundTrip(t *testing.T) {
 		})
 	}
 	<-d.Ready()
+	// Health checks work under the dispatcher's permissions too.
+	rec := httptest.NewRecorder()
+	d.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("dispatcher /healthz under its permissions = %d: %s", rec.Code, rec.Body)
+	}
 
 	c, err := client.New(e.conn("client"))
 	if err != nil {
