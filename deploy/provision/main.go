@@ -66,8 +66,12 @@ func run() int {
 	pc := provision.Config{Replicas: cfg.Replicas}
 	// A cluster that is still electing its meta leader refuses requests:
 	// retry until the deadline.
+	// Each attempt gets its own short deadline: a request sent before the
+	// meta leader exists may never be answered.
 	for {
-		err = provision.Ensure(ctx, js, pc)
+		actx, acancel := context.WithTimeout(ctx, 15*time.Second)
+		err = provision.Ensure(actx, js, pc)
+		acancel()
 		if err == nil {
 			log.Info("provisioned", "replicas", cfg.Replicas)
 			return 0
