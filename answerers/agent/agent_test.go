@@ -3,118 +3,38 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agora-dispatch/agora/answerers/agent"
-	"github.com/agora-dispatch/agora/internal/natstest"
-	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/systemtest"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
-	"github.com/agora-dispatch/agora/pkg/subagent"
-	"github.com/agora-dispatch/agora/services/dispatcher"
-	"github.com/agora-dispatch/agora/services/router"
-	"github.com/agora-dispatch/agora/services/worker"
 )
 
-func quietLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// system runs the real dispatcher, worker and router on a test server.
+// system is the real Agora with the agent answerer serving route "agents".
 type system struct {
-	t   *testing.T
-	srv *natstest.Server
-	c   *client.Client
+	*systemtest.System
+	c *client.Client
 }
 
 func startSystem(t *testing.T, routes string) *system {
 	t.Helper()
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	file := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(file, []byte(routes), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Connections first: cleanups run last-in first-out, so the services
-	// stop before their connections close.
-	dconn, wconn, rconn, aconn := srv.Conn(t), srv.Conn(t), srv.Conn(t), srv.Conn(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	run := func(name string, f func(context.Context) error) {
-		wg.Go(func() {
-			if err := f(ctx); err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
-	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: dconn, Logger: quietLogger()})
+	sys := systemtest.Start(t, systemtest.Options{Routes: routes})
+	aconn := sys.Server.Conn(t)
+	a, err := agent.New(sys.Client, agent.Config{Subagent: "oracle", Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run("dispatcher", d.Run)
-	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: 4, PullExpiry: 500 * time.Millisecond, KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
-		worker.Deps{Conn: wconn, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("worker", w.Run)
-	r, err := router.New(router.Config{RoutesFile: file, Tick: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, router.Deps{Conn: rconn, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("router", r.Run)
-	for _, ready := range []<-chan struct{}{d.Ready(), r.Ready()} {
-		select {
-		case <-ready:
-		case <-time.After(time.Minute):
-			t.Fatal("services not ready")
-		}
-	}
-	c, err := client.New(dconn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &system{t: t, srv: srv, c: c}
-	// The agent answerer serves the route "agents".
-	a, err := agent.New(c, agent.Config{Subagent: "oracle", Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("agent answerer", func(ctx context.Context) error {
-		return answerer.Serve(ctx, aconn, "agents", a, answerer.WithLogger(quietLogger()), answerer.WithConcurrency(2))
+	sys.Go("agent answerer", func(ctx context.Context) error {
+		return answerer.Serve(ctx, aconn, "agents", a, answerer.WithLogger(systemtest.Logger()), answerer.WithConcurrency(2))
 	})
-	return s
+	return &system{System: sys, c: sys.Client}
 }
 
-// shell registers an exec sub-agent running script with sh -c.
-func (s *system) shell(name, script string) {
-	s.t.Helper()
-	js, err := jetstream.New(s.srv.Conn(s.t))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	kv, err := js.KeyValue(s.t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
-	if _, err := kv.Put(s.t.Context(), name, b); err != nil {
-		s.t.Fatal(err)
-	}
-}
+func (s *system) shell(name, script string) { s.Shell(name, script) }
 
 // planner asks in round 0 and, resumed, copies its input.json (answer and
 // partial state included) into its output.

@@ -1,0 +1,133 @@
+// Package systemtest starts the real Agora services — dispatcher, worker
+// and router — on a test's in-process JetStream server, so answerers and
+// SDKs are tested against the whole system rather than pieces of it.
+package systemtest
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/router"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// Logger discards logs unless the test runs with -v.
+func Logger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// Options shape a System. The zero value is a working default.
+type Options struct {
+	// Routes is the routing file's content; empty uses the default routes.
+	Routes string
+	// WorkerConcurrency is the worker's slot count (default 4).
+	WorkerConcurrency int
+}
+
+// System is a running Agora on a test server. Everything stops when the
+// test ends.
+type System struct {
+	Server *natstest.Server
+	Client *client.Client
+
+	t      *testing.T
+	ctx    context.Context
+	wg     *sync.WaitGroup
+	defsKV jetstream.KeyValue
+}
+
+// Start provisions a fresh server and runs the dispatcher, a worker and
+// the router on it, each on its own connection, until the test ends.
+func Start(t *testing.T, o Options) *System {
+	t.Helper()
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	var routes string
+	if o.Routes != "" {
+		routes = filepath.Join(t.TempDir(), "routes.yaml")
+		if err := os.WriteFile(routes, []byte(o.Routes), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.WorkerConcurrency == 0 {
+		o.WorkerConcurrency = 4
+	}
+	// Connections first: cleanups run last-in first-out, so the services
+	// stop before their connections close.
+	dconn, wconn, rconn, cconn := srv.Conn(t), srv.Conn(t), srv.Conn(t), srv.Conn(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &System{Server: srv, t: t, ctx: ctx, wg: &sync.WaitGroup{}}
+	t.Cleanup(func() { cancel(); s.wg.Wait() })
+
+	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: dconn, Logger: Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Go("dispatcher", d.Run)
+	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: o.WorkerConcurrency, PullExpiry: 500 * time.Millisecond,
+		KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, worker.Deps{Conn: wconn, Logger: Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Go("worker", w.Run)
+	r, err := router.New(router.Config{RoutesFile: routes, Tick: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, router.Deps{Conn: rconn, Logger: Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Go("router", r.Run)
+	for _, ready := range []<-chan struct{}{d.Ready(), r.Ready()} {
+		select {
+		case <-ready:
+		case <-time.After(time.Minute):
+			t.Fatal("systemtest: services not ready within a minute")
+		}
+	}
+	if s.Client, err = client.New(cconn); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(cconn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.defsKV, err = js.KeyValue(t.Context(), lifecycle.BucketSubagents); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Go runs f (an answerer, say) until the test ends; an error it returns
+// fails the test.
+func (s *System) Go(name string, f func(context.Context) error) {
+	s.wg.Go(func() {
+		if err := f(s.ctx); err != nil {
+			s.t.Errorf("%s: %v", name, err)
+		}
+	})
+}
+
+// Shell registers an exec sub-agent that runs script with sh -c and the
+// request's env.
+func (s *System) Shell(name, script string) {
+	s.t.Helper()
+	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
+	if _, err := s.defsKV.Put(s.t.Context(), name, b); err != nil {
+		s.t.Fatal(err)
+	}
+}
