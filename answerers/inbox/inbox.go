@@ -57,6 +57,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -164,13 +165,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		s.c, s.nc = c, deps.Conn
 	default:
-		opts := []nats.Option{nats.Name("agora-inbox"), nats.MaxReconnects(-1)}
-		if cfg.NATSCreds != "" {
-			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
-		}
-		nc, err := nats.Connect(cfg.NATSURL, opts...)
+		nc, err := svc.Connect("inbox", "", cfg.NATSURL, cfg.NATSCreds)
 		if err != nil {
-			return nil, fmt.Errorf("inbox: cannot reach NATS at %s (%s): %w", cfg.NATSURL, config.Var(cfg, "NATSURL"), err)
+			return nil, err
 		}
 		c, err := client.New(nc)
 		if err != nil {

@@ -13,7 +13,11 @@ import (
 // forever. creds, when set, is a credentials file. The error names the
 // setting to fix (AGORA_NATS_URL) and the usual cause.
 func Connect(service, id, url, creds string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name("agora-" + service + " " + id), nats.MaxReconnects(-1)}
+	name := "agora-" + service
+	if id != "" {
+		name += " " + id
+	}
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
 	if creds != "" {
 		opts = append(opts, nats.UserCredentials(creds))
 	}

@@ -14,11 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agora-dispatch/agora/answerers/agent"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 )
@@ -43,13 +42,9 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "agent-answerer:", err)
 		return 1
 	}
-	opts := []nats.Option{nats.Name("agora-agent-answerer"), nats.MaxReconnects(-1)}
-	if s.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(s.NATSCreds))
-	}
-	nc, err := nats.Connect(s.NATSURL, opts...)
+	nc, err := svc.Connect("agent-answerer", "", s.NATSURL, s.NATSCreds)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "agent-answerer: cannot reach NATS at %s (AGORA_NATS_URL): %v\n", s.NATSURL, err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer nc.Drain()

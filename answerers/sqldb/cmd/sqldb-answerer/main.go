@@ -15,11 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agora-dispatch/agora/answerers/sqldb"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 )
 
@@ -51,13 +50,9 @@ func run() int {
 		return 1
 	}
 	defer a.Close()
-	opts := []nats.Option{nats.Name("agora-sqldb-answerer"), nats.MaxReconnects(-1)}
-	if s.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(s.NATSCreds))
-	}
-	nc, err := nats.Connect(s.NATSURL, opts...)
+	nc, err := svc.Connect("sqldb-answerer", "", s.NATSURL, s.NATSCreds)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sqldb-answerer: cannot reach NATS at %s (AGORA_NATS_URL): %v\n", s.NATSURL, err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer nc.Drain()
