@@ -3,6 +3,7 @@ package main_test
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"testing"
 	"time"
@@ -34,6 +35,30 @@ func TestInboxVerb(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s", login, resp.Status)
+	}
+	// The printed token is the one the inbox accepts: the API answers with
+	// it and refuses without it or with another.
+	u, err := url.Parse(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := "http://" + addr + "/inbox/api/questions"
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{u.Query().Get("token"), http.StatusOK}, {"", http.StatusUnauthorized}, {"not-the-token", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodGet, api, nil)
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("GET %s with token %q: %s, want %d", api, c.token, resp.Status, c.want)
+		}
 	}
 	if r := agora(t, "inbox", "--nats", d.natsURL); r.code == 0 {
 		t.Fatalf("inbox without a users file or --dev-token started: %s", r)
