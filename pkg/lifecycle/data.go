@@ -58,9 +58,19 @@ type Started struct {
 	Attempt  int    `json:"attempt"` // the work message's delivery count, from 1
 }
 
+// Producer names the run that produced a terminal event: the worker and
+// the work message's delivery attempt. Both are empty on terminal events
+// that no run produced (a cancel while queued, a thread ended by the
+// router, redelivery-exhausted).
+type Producer struct {
+	WorkerID string `json:"worker_id,omitempty"`
+	Attempt  int    `json:"attempt,omitempty"` // the delivery count of the run, from 1
+}
+
 // Finished is the data of dev.agora.dispatch.finished.
 type Finished struct {
 	Common
+	Producer
 	ExitCode   int             `json:"exit_code"`
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output"` // .agora/output.json, or null
@@ -74,6 +84,7 @@ const MaxInlineState = 64 << 10
 // NeedsInput is the data of dev.agora.dispatch.needs_input.
 type NeedsInput struct {
 	Common
+	Producer
 	QuestionID      string          `json:"question_id"`
 	Question        string          `json:"question"`
 	Options         []string        `json:"options,omitempty"`
@@ -88,6 +99,7 @@ type NeedsInput struct {
 // Failed is the data of dev.agora.dispatch.failed.
 type Failed struct {
 	Common
+	Producer
 	Reason     Reason `json:"reason"`
 	Detail     string `json:"detail"`
 	ExitCode   *int   `json:"exit_code"` // null when the runtime never exited with a code
@@ -97,6 +109,7 @@ type Failed struct {
 // Cancelled is the data of dev.agora.dispatch.cancelled.
 type Cancelled struct {
 	Common
+	Producer
 	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
 }
