@@ -1,0 +1,256 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/sandbox"
+)
+
+// A test binary started with this variable acts as a worker: it runs the
+// command in its arguments through the launcher and never returns on its
+// own, so the test can kill it.
+const workerEnv = "AGORA_SANDBOX_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		l, err := sandbox.NewMode(sandbox.Mode(os.Getenv(workerEnv + "_MODE")))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		args := os.Args[1:]
+		l.Run(context.Background(), sandbox.Spec{Path: args[0], Args: args, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Stdout: os.Stdout, Stderr: os.Stderr, KillGrace: time.Second})
+		select {}
+	}
+	os.Exit(m.Run())
+}
+
+var modes = []sandbox.Mode{sandbox.ModePIDNamespace, sandbox.ModeSubreaper}
+
+// eachMode runs f once per containment mode; a mode the host lacks skips
+// locally and fails under CI=true.
+func eachMode(t *testing.T, f func(t *testing.T, l *sandbox.Launcher)) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			l, err := sandbox.NewMode(m)
+			if err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatal(err)
+				}
+				t.Skip(err)
+			}
+			f(t, l)
+		})
+	}
+}
+
+func TestNewPicksAMode(t *testing.T) {
+	l, err := sandbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Mode() != sandbox.ModePIDNamespace && l.Mode() != sandbox.ModeSubreaper {
+		t.Fatalf("mode %q", l.Mode())
+	}
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie is dead for our purposes.
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d outlived its run", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hostPID finds the host pid of a process by a unique marker in its argv
+// (inside a PID namespace the runtime only knows its namespace pid).
+func hostPID(t *testing.T, marker string) int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if bytes.Contains(b, []byte(marker)) && alive(pid) {
+				return pid
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no process with marker %s", marker)
+	return 0
+}
+
+func TestRunExitCodeAndOutput(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		var out, errb bytes.Buffer
+		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}, Dir: t.TempDir(), Stdout: &out, Stderr: &errb, KillGrace: time.Second})
+		if res.Err != nil || res.ExitCode != 7 {
+			t.Fatalf("result %+v, want exit 7", res)
+		}
+		if out.String() != "out\n" || errb.String() != "err\n" {
+			t.Fatalf("stdout %q stderr %q", out.String(), errb.String())
+		}
+	})
+}
+
+func TestRunEnvAndDir(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		dir := t.TempDir()
+		var out bytes.Buffer
+		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "pwd; env | sort; ls /proc/self/fd"}, Env: []string{"ONLY=this"}, Dir: dir, Stdout: &out, KillGrace: time.Second})
+		if res.Err != nil || res.ExitCode != 0 {
+			t.Fatalf("result %+v", res)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if lines[0] != dir {
+			t.Errorf("cwd %q, want %q", lines[0], dir)
+		}
+		if !strings.Contains(out.String(), "ONLY=this") || strings.Contains(out.String(), workerEnv) {
+			t.Errorf("environment not exactly the spec's:\n%s", out.String())
+		}
+		// Only stdin, stdout, stderr and ls's own directory handle: nothing of
+		// the worker or the launcher leaks in.
+		var fds []string
+		for _, l := range lines {
+			if _, err := strconv.Atoi(l); err == nil {
+				fds = append(fds, l)
+			}
+		}
+		if len(fds) > 4 {
+			t.Errorf("runtime inherited descriptors %v, want 0 1 2 (+ ls's own)", fds)
+		}
+	})
+}
+
+func TestRunStartError(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		dir := t.TempDir()
+		if err := os.WriteFile(dir+"/notexec", []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := l.Run(t.Context(), sandbox.Spec{Path: dir + "/notexec", Args: []string{"notexec"}, Dir: dir, KillGrace: time.Second})
+		if res.Err == nil || res.ExitCode != -1 {
+			t.Fatalf("result %+v, want a start error", res)
+		}
+	})
+}
+
+func TestRunNoNewPrivs(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		var out bytes.Buffer
+		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "grep NoNewPrivs /proc/self/status"}, Dir: t.TempDir(), Stdout: &out, KillGrace: time.Second})
+		if res.ExitCode != 0 || !strings.Contains(out.String(), "NoNewPrivs:\t1") {
+			t.Fatalf("result %+v, status %q: want no_new_privs set", res, out.String())
+		}
+	})
+}
+
+// Markers are built inside the scripts ("$m"-d) so that only the process
+// that carries one has it in its command line, not its parents.
+
+// A daemonised grandchild (its own session, re-parented away from the
+// runtime) does not outlive the run.
+func TestRunKillsDaemonisedGrandchild(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		marker := fmt.Sprintf("%d.%d", os.Getpid(), time.Now().UnixNano())
+		script := fmt.Sprintf("m=%s; setsid sh -c 'sleep 300; :' \"$m\"-d >/dev/null 2>&1 < /dev/null & sleep 0.3; exit 0", marker)
+		done := make(chan sandbox.Result, 1)
+		go func() {
+			done <- l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: t.TempDir(), KillGrace: time.Second})
+		}()
+		pid := hostPID(t, marker+"-d")
+		res := <-done
+		if res.ExitCode != 0 || res.Err != nil {
+			t.Fatalf("result %+v", res)
+		}
+		if res.Killed < 1 {
+			t.Errorf("launcher reports %d processes killed, want at least the daemon", res.Killed)
+		}
+		waitGone(t, pid)
+	})
+}
+
+// Cancelling the run stops the runtime with SIGTERM, and the whole tree is
+// killed after the grace period when it ignores it.
+func TestRunCancelKillsTree(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		marker := fmt.Sprintf("cancel-%d", time.Now().UnixNano())
+		ctx, cancel := context.WithCancel(t.Context())
+		script := fmt.Sprintf("m=%s; trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300; :' \"$m\"-d & sleep 300", marker)
+		done := make(chan sandbox.Result, 1)
+		go func() {
+			done <- l.Run(ctx, sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: t.TempDir(), KillGrace: 300 * time.Millisecond})
+		}()
+		pid := hostPID(t, marker+"-d")
+		start := time.Now()
+		cancel()
+		select {
+		case res := <-done:
+			if res.ExitCode != -1 || res.Signal != "SIGKILL" {
+				t.Errorf("result %+v, want killed by SIGKILL", res)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after cancel")
+		}
+		if d := time.Since(start); d < 300*time.Millisecond {
+			t.Errorf("killed after %s, before the grace period", d)
+		}
+		waitGone(t, pid)
+	})
+}
+
+// The worker is SIGKILLed mid-run: the runtime and a daemonised grandchild
+// die with it.
+func TestWorkerKilledTakesTreeWithIt(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		marker := fmt.Sprintf("orphan-%d", time.Now().UnixNano())
+		script := fmt.Sprintf("m=%s; setsid sh -c 'sleep 300; :' \"$m\"-daemon >/dev/null 2>&1 </dev/null & echo ready; exec sh -c 'sleep 300; :' \"$m\"-runtime", marker)
+		cmd := exec.Command(os.Args[0], "/bin/sh", "-c", script)
+		cmd.Env = append(os.Environ(), workerEnv+"=1", workerEnv+"_MODE="+string(l.Mode()))
+		stdout, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			t.Fatalf("worker said %q, %v", line, err)
+		}
+		daemon, runtime := hostPID(t, marker+"-daemon"), hostPID(t, marker+"-runtime")
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		waitGone(t, runtime)
+		waitGone(t, daemon)
+	})
+}
