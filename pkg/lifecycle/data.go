@@ -188,3 +188,8 @@ func (c Common) Base() Common { return c }
 // QuestionID derives the question id of a dispatch: there is at most one
 // question per dispatch, so creating it twice is harmless.
 func QuestionID(dispatchID string) string { return "q-" + dispatchID }
+
+// SetProducer records the run that produces a terminal event.
+func (p *Producer) SetProducer(workerID string, attempt int) {
+	p.WorkerID, p.Attempt = workerID, attempt
+}

@@ -51,20 +51,28 @@ func (s *Service) onMaxDeliveries(m *nats.Msg) {
 	}
 	c := lifecycle.Common{DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round, Subagent: req.Subagent}
 	j := &job{req: req, common: c, trace: lifecycle.Traceparent(ev), log: log.With("dispatch_id", req.DispatchID, "thread_id", req.ThreadID)}
-	kind, err := s.terminalKind(ctx, c)
+	last, err := s.lastEvent(ctx, c)
 	if err != nil {
-		j.log.Warn("max deliveries: cannot look for a terminal event", "err", err)
+		j.log.Warn("max deliveries: cannot read the dispatch's events", "err", err)
 		return
 	}
-	if kind == "" {
+	if !last.kind.Terminal() {
+		// Fenced like a run's terminal event: a stale run that wakes up
+		// later cannot end the dispatch a second time.
+		j.fence = last.seq
 		f := &lifecycle.Failed{Common: c, Reason: lifecycle.ReasonRedeliveryExhausted,
 			Detail: fmt.Sprintf("delivered %d times without finishing: workers kept dying or stopped acknowledging", adv.Deliveries)}
-		if err := s.publish(ctx, j, f); err != nil {
+		stored, now, err := s.publishFenced(ctx, j, f)
+		switch {
+		case err != nil:
 			j.log.Error("max deliveries: publish failed event", "err", err)
 			return
+		case stored:
+			s.metrics.outcome(lifecycle.KindFailed, lifecycle.ReasonRedeliveryExhausted)
+			j.log.Warn("dispatch ended", "kind", lifecycle.KindFailed, "reason", lifecycle.ReasonRedeliveryExhausted)
+		default:
+			j.log.Info("max deliveries: the dispatch moved on meanwhile", "kind", now.kind)
 		}
-		s.metrics.outcome(lifecycle.KindFailed, lifecycle.ReasonRedeliveryExhausted)
-		j.log.Warn("dispatch ended", "kind", lifecycle.KindFailed, "reason", lifecycle.ReasonRedeliveryExhausted)
 	}
 	if err := s.dispatch.DeleteMsg(ctx, adv.StreamSeq); err != nil {
 		j.log.Warn("max deliveries: remove work message", "err", err)

@@ -151,13 +151,14 @@ func TestClaudeCodeRuntime(t *testing.T) {
 			if got := run.argv[1:]; !slices.Equal(got, c.wantArgs) {
 				t.Errorf("argv[1:] =\n  %q\nwant\n  %q", got, c.wantArgs)
 			}
-			ws := filepath.Join(h.root, id)
+			ws := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(recs[c.name], "pwd")))))
+			h.assertWorkspace(ws, id, 1)
 			sentinelPath := filepath.Join(ws, ".agora", "needs_input.json")
 			if got := run.env["AGORA_NEEDS_INPUT_FILE"]; got != sentinelPath {
 				t.Errorf("AGORA_NEEDS_INPUT_FILE = %q, want %q", got, sentinelPath)
 			}
-			if got := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(recs[c.name], "pwd"))))); got != ws {
-				t.Errorf("claude ran in %q, want the workspace %q", got, ws)
+			if got := run.env["AGORA_WORKSPACE"]; got != ws {
+				t.Errorf("claude ran in %q, but AGORA_WORKSPACE = %q", ws, got)
 			}
 			if run.skill == nil {
 				t.Fatalf("no %s in the workspace when claude ran", worker.SkillPath)

@@ -39,9 +39,12 @@ func (h *harness) startWorkerProcess(id string) (*exec.Cmd, *bytes.Buffer) {
 func TestWorkerKilledMidRunIsCompletedByAnother(t *testing.T) {
 	h := newHarness(t, provision.Config{WorkAckWait: 2 * time.Second})
 	marks := t.TempDir()
-	h.shell("flaky", `echo $$ > "$MARKS/pid.$AGORA_DISPATCH_ID"
-if [ -e "$MARKS/first" ]; then echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"; exit 0; fi
-touch "$MARKS/first"; sleep 60`)
+	// Attempt 1 leaves a daemonised grandchild that would write into the
+	// next attempt's output if it outlived its worker.
+	h.shell("flaky", `if [ -e "$MARKS/first" ]; then echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"; sleep 1; exit 0; fi
+out="$AGORA_OUTPUT_FILE"
+setsid sh -c 'sleep 3; echo "{\"from\":\"attempt 1\"}" > "$1"' "grandchild-$AGORA_DISPATCH_ID" "$out" </dev/null >/dev/null 2>&1 &
+touch "$MARKS/first"; exec sh -c 'sleep 60; :' "flaky-$AGORA_DISPATCH_ID"`)
 
 	victim, logs := h.startWorkerProcess("victim")
 	id := h.dispatch(lifecycle.Request{Subagent: "flaky", Env: map[string]string{"MARKS": marks}})
@@ -51,12 +54,17 @@ touch "$MARKS/first"; sleep 60`)
 	}
 	_ = victim.Wait()
 	t.Logf("victim worker output:\n%s", logs)
-	assertGone(t, filepath.Join(marks, "pid."+id))
+	assertNoProcess(t, "flaky-"+id)
+	assertNoProcess(t, "grandchild-"+id)
 
 	h.startWorker(h.workerConfig(), worker.Deps{})
 	r := h.terminal(id)
-	if _, ok := r.Data.(*lifecycle.Finished); !ok {
+	f, ok := r.Data.(*lifecycle.Finished)
+	if !ok {
 		t.Fatalf("terminal = %T %+v, want finished", r.Data, r.Data)
+	}
+	if string(f.Output) != `{"ok":true}` || f.Attempt != 2 || f.WorkerID == "victim" {
+		t.Fatalf("finished = output %s by attempt %d of %q, want attempt 2's own output", f.Output, f.Attempt, f.WorkerID)
 	}
 	h.assertOneTerminal(id)
 	evs := h.events(id)

@@ -61,7 +61,8 @@ func TestEnvironmentFirewall(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := parseEnvDump(string(raw))
-	ws := filepath.Join(h.root, id)
+	ws := env["AGORA_WORKSPACE"]
+	h.assertWorkspace(ws, id, 1)
 	want := map[string]string{
 		"PATH":                   os.Getenv("PATH"),
 		"HOME":                   home,
@@ -77,6 +78,7 @@ func TestEnvironmentFirewall(t *testing.T) {
 		"AGORA_DISPATCH_ID":      id,
 		"AGORA_THREAD_ID":        "thread-env-1",
 		"AGORA_ROUND":            "3",
+		"AGORA_ATTEMPT":          "1",
 	}
 	for k, v := range want {
 		got, ok := env[k]
@@ -97,7 +99,7 @@ func TestEnvironmentFirewall(t *testing.T) {
 			t.Errorf("the value of %s leaked into the sub-agent's environment", k)
 		}
 	}
-	// The only AGORA_* names are the seven documented run variables, and
+	// The only AGORA_* names are the eight documented run variables, and
 	// no NATS_* name passes at all.
 	var agora []string
 	for k := range env {
@@ -109,7 +111,7 @@ func TestEnvironmentFirewall(t *testing.T) {
 		}
 	}
 	slices.Sort(agora)
-	wantAgora := []string{"AGORA_DISPATCH_ID", "AGORA_INPUT_FILE", "AGORA_NEEDS_INPUT_FILE", "AGORA_OUTPUT_FILE", "AGORA_ROUND", "AGORA_THREAD_ID", "AGORA_WORKSPACE"}
+	wantAgora := []string{"AGORA_ATTEMPT", "AGORA_DISPATCH_ID", "AGORA_INPUT_FILE", "AGORA_NEEDS_INPUT_FILE", "AGORA_OUTPUT_FILE", "AGORA_ROUND", "AGORA_THREAD_ID", "AGORA_WORKSPACE"}
 	if !slices.Equal(agora, wantAgora) {
 		t.Errorf("AGORA_* names seen = %v, want %v", agora, wantAgora)
 	}

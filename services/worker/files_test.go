@@ -86,12 +86,18 @@ func TestDefinitionFiles(t *testing.T) {
 				t.Errorf("input.json = %s", got)
 			}
 
-			ws := filepath.Join(h.root, id)
 			h.waitWorkEmpty()
 			if !keep {
-				waitGoneWithin(t, ws, 10*time.Second)
+				deadline := time.Now().Add(10 * time.Second)
+				for m, _ := filepath.Glob(filepath.Join(h.root, id+".*")); len(m) > 0; m, _ = filepath.Glob(filepath.Join(h.root, id+".*")) {
+					if time.Now().After(deadline) {
+						t.Fatalf("workspaces %v still exist after the run", m)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 				return
 			}
+			ws := h.workspaceOf(id, 1)
 			// Kept: still there after the ack, still private.
 			time.Sleep(200 * time.Millisecond)
 			fi, err := os.Stat(ws)

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,8 +29,10 @@ type job struct {
 	common      lifecycle.Common
 	trace       string
 	attempt     int
+	fence       uint64                 // sequence of the dispatch's last event as this run knows it (fence.go)
 	started     jetstream.PubAckFuture // the async `started` publish, when it went out
 	startedSent bool                   // `started` was attempted; the terminal event must follow it
+	owned       bool                   // this run's `started` is stored: it owns the dispatch
 	start       time.Time
 	log         *slog.Logger
 }
@@ -70,39 +74,38 @@ func (s *Service) Handle(ctx context.Context, msg jetstream.Msg) Outcome {
 }
 
 func (s *Service) handle(ctx context.Context, j *job) Outcome {
-	out := Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
-
 	// Register for a cancel before looking for a terminal event, so a
 	// cancel published after that look still reaches this run.
 	cancelCh := s.cancels.register(j.req.DispatchID)
 	defer s.cancels.unregister(j.req.DispatchID)
 
-	kind, err := s.terminalKind(context.WithoutCancel(ctx), j.common)
+	last, err := s.lastEvent(context.WithoutCancel(ctx), j.common)
 	if err != nil {
 		return s.retryLater(j, err)
 	}
-	if kind != "" {
-		j.log.Info("already terminal: acked without running", "kind", kind)
-		s.ack(j)
-		s.metrics.outcome("", "skipped")
-		out.Kind, out.Skipped = kind, true
-		return out
+	if o, settled := s.settled(j, last); settled {
+		return o
 	}
+	j.fence = last.seq
 
 	def, err := s.definition(ctx, j.req)
 	if err != nil {
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: err.Error()}, -1, "")
 	}
 	// `started` goes out asynchronously while the workspace is prepared;
-	// finish waits for its acknowledgement before the terminal event.
-	j.started, j.startedSent = s.publishAsync(j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}), true
+	// claim waits for its acknowledgement before the runtime starts.
+	j.started, j.startedSent = s.publishAsync(j, s.startedData(j)), true
 
-	ws, inv, err := s.prepare(ctx, j, def)
+	inv, err := s.prepare(ctx, j, def)
+	ws := inv.Workspace
 	cleanup := func() {
 		if ws != "" && !s.cfg.KeepWorkspaces {
 			if err := os.RemoveAll(ws); err != nil {
 				j.log.Warn("remove workspace", "err", err)
 			}
+		}
+		if inv.hold != nil {
+			inv.hold.Close()
 		}
 	}
 	var te *transientError
@@ -112,6 +115,11 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	}
 	if err != nil {
 		o := s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: redact(err.Error(), secretValues(def))}, -1, "")
+		cleanup()
+		return o
+	}
+	// The runtime starts only once this attempt owns the dispatch.
+	if o, ok := s.claim(ctx, j); !ok {
 		cleanup()
 		return o
 	}
@@ -141,6 +149,12 @@ wait:
 		case <-tick.C:
 			if err := j.msg.InProgress(); err != nil {
 				j.log.Warn("in-progress ack failed", "err", err)
+			}
+			// A newer attempt, or a terminal event from elsewhere, ends
+			// this run's claim on the dispatch.
+			if last, err := s.lastEvent(ctx, j.common); err == nil && last.seq != j.fence && (last.newer(j.attempt) || last.kind.Terminal()) {
+				j.log.Warn("the dispatch moved on without this run: stopping the runtime", "last_kind", last.kind, "last_attempt", last.attempt)
+				stop(errFenced)
 			}
 		case <-deadline.C:
 			j.log.Warn("timeout: stopping the runtime", "timeout", timeout)
@@ -179,6 +193,9 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	failed := func(r lifecycle.Reason, detail string) Outcome {
 		detail = truncate(redact(detail, secretValues(def)), 1024)
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: r, Detail: detail, ExitCode: exit, DurationMS: dur}, res.ExitCode, "")
+	}
+	if errors.Is(cause, errFenced) {
+		return s.settle(ctx, j)
 	}
 	if errors.Is(cause, errCancelled) {
 		if cancelBy == "" {
@@ -242,11 +259,21 @@ func stderrNote(b []byte) string {
 // outcome. A terminal event that already exists (PubAck.Duplicate) is not
 // an error: its first version stands.
 func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exitCode int, _ string) Outcome {
-	if err := s.awaitStarted(ctx, j); err != nil {
+	if j.startedSent {
+		if o, ok := s.claim(ctx, j); !ok {
+			return o
+		}
+	}
+	if p, ok := d.(interface{ SetProducer(string, int) }); ok {
+		p.SetProducer(s.cfg.ID, j.attempt)
+	}
+	stored, last, err := s.publishFenced(ctx, j, d)
+	if err != nil {
 		return s.retryLater(j, err)
 	}
-	if err := s.publish(ctx, j, d); err != nil {
-		return s.retryLater(j, err)
+	if !stored && !last.ownedBy(s.cfg.ID, j.attempt, lifecycle.Kind.Terminal) {
+		// Not ours to end: only what the stream accepted is reported.
+		return s.settleWith(j, last)
 	}
 	s.ack(j)
 	out := Outcome{DispatchID: j.req.DispatchID, Kind: d.LifecycleKind(), ExitCode: exitCode}
@@ -261,38 +288,10 @@ func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exi
 	return out
 }
 
-// publish sends one event for the job, retrying for up to 30 s while NATS
-// is unreachable. It ignores ctx cancellation: an event for work already
-// done must still go out during shutdown.
-func (s *Service) publish(ctx context.Context, j *job, d lifecycle.Data) error {
-	_, m, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(j.trace))
-	if err != nil {
-		return err
-	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	backoff := 50 * time.Millisecond
-	for {
-		ack, err := s.js.PublishMsg(pctx, m)
-		if err == nil {
-			if ack.Duplicate {
-				j.log.Info("event already recorded", "subject", m.Subject)
-			}
-			return nil
-		}
-		select {
-		case <-pctx.Done():
-			return fmt.Errorf("publish %s: %w", m.Subject, err)
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 2*time.Second)
-		}
-	}
-}
-
-// publishAsync sends an event without waiting for its acknowledgement.
-// A failure here is caught by awaitStarted, which republishes.
+// publishAsync sends a fenced event without waiting for its
+// acknowledgement. A failure here is caught by claim, which republishes.
 func (s *Service) publishAsync(j *job, d lifecycle.Data) jetstream.PubAckFuture {
-	_, m, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(j.trace))
+	m, err := s.fencedMsg(j, d)
 	if err != nil {
 		return nil
 	}
@@ -302,27 +301,6 @@ func (s *Service) publishAsync(j *job, d lifecycle.Data) jetstream.PubAckFuture 
 		return nil
 	}
 	return f
-}
-
-// awaitStarted makes sure `started` is stored before the terminal event:
-// it waits for the async acknowledgement and republishes (deduplicated by
-// its id) when that failed.
-func (s *Service) awaitStarted(ctx context.Context, j *job) error {
-	if !j.startedSent {
-		return nil // ended before it started (e.g. no definition)
-	}
-	if j.started == nil {
-		return s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
-	}
-	select {
-	case <-j.started.Ok():
-		return nil
-	case err := <-j.started.Err():
-		j.log.Warn("started event not acknowledged; republishing", "err", err)
-		return s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
-	case <-time.After(30 * time.Second):
-		return s.publish(ctx, j, &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt})
-	}
 }
 
 func (s *Service) ack(j *job) {
@@ -341,29 +319,6 @@ func (s *Service) retryLater(j *job, err error) Outcome {
 	_ = j.msg.NakWithDelay(time.Second)
 	s.metrics.outcome("", "retried")
 	return Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
-}
-
-// terminalKind returns the kind of the dispatch's terminal event, or ""
-// when it has none. The last lifecycle event of a dispatch is terminal
-// when one exists.
-func (s *Service) terminalKind(ctx context.Context, c lifecycle.Common) (lifecycle.Kind, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	// One lookup: the last event on any kind of this dispatch. A terminal
-	// event is always the dispatch's last (a redelivery looks here before
-	// it publishes `started`).
-	last, err := s.events.GetLastMsgForSubject(ctx, lifecycle.LifecycleFilter("", c.ThreadID, c.DispatchID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("look for terminal event: %w", err)
-	}
-	a, err := lifecycle.ParseLifecycleSubject(last.Subject)
-	if err != nil || !a.Kind.Terminal() {
-		return "", nil
-	}
-	return a.Kind, nil
 }
 
 func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subagent.Definition, error) {
@@ -396,26 +351,29 @@ func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subag
 	return def, nil
 }
 
-// prepare builds the workspace: input.json, runtime files, the
-// definition's files, and the environment.
-func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) (string, Invocation, error) {
-	ws, err := prepareWorkspace(s.cfg.WorkspaceRoot, j.req.DispatchID, j.attempt > 1)
+// prepare builds this attempt's own workspace: input.json, runtime files,
+// the definition's files, and the environment. The returned invocation
+// names the workspace and holds its lock whenever one was created, also
+// with an error.
+func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) (Invocation, error) {
+	ws, hold, err := prepareWorkspace(s.cfg.WorkspaceRoot, j.req.DispatchID, j.attempt)
 	if err != nil {
-		return "", Invocation{}, err
+		return Invocation{}, err
 	}
+	inv := Invocation{Workspace: ws, hold: hold, launcher: s.launcher}
 	input := map[string]json.RawMessage{}
 	if len(j.req.Input) > 0 && string(j.req.Input) != "null" {
 		if err := json.Unmarshal(j.req.Input, &input); err != nil {
-			return ws, Invocation{}, fmt.Errorf("input is not a JSON object: %w", err)
+			return inv, fmt.Errorf("input is not a JSON object: %w", err)
 		}
 	}
 	if ref := j.req.PartialStateRef; ref != "" {
 		b, err := s.state.GetBytes(ctx, ref)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrObjectNotFound) {
-				return ws, Invocation{}, &transientError{fmt.Errorf("partial state %q: %w", ref, err)}
+				return inv, &transientError{fmt.Errorf("partial state %q: %w", ref, err)}
 			}
-			return ws, Invocation{}, fmt.Errorf("partial state %q: %w", ref, err)
+			return inv, fmt.Errorf("partial state %q: %w", ref, err)
 		}
 		input["partial_state"] = b
 	}
@@ -423,32 +381,31 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(input); err != nil {
-		return ws, Invocation{}, fmt.Errorf("input: %w", err)
+		return inv, fmt.Errorf("input: %w", err)
 	}
 	b := bytes.TrimRight(buf.Bytes(), "\n")
 	// The workspace is brand new and nothing has run in it yet, so a plain
 	// write cannot be redirected by a link.
 	if err := os.WriteFile(filepath.Join(ws, ".agora", "input.json"), b, 0o600); err != nil {
-		return ws, Invocation{}, fmt.Errorf("write input.json: %w", err)
+		return inv, fmt.Errorf("write input.json: %w", err)
 	}
-	inv := Invocation{
-		Definition: def, Request: *j.req, Input: input, Workspace: ws, KillGrace: s.cfg.KillGrace,
-		Env: Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round),
-	}
+	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
+	inv.Env = append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
+	slices.Sort(inv.Env)
 	if p, ok := s.runtimes[def.Runtime].(Preparer); ok {
 		if err := p.Prepare(inv); err != nil {
-			return ws, Invocation{}, fmt.Errorf("prepare %s runtime: %w", def.Runtime, err)
+			return inv, fmt.Errorf("prepare %s runtime: %w", def.Runtime, err)
 		}
 	}
 	for name, content := range def.Files {
 		if err := subagent.ValidFilePath(name); err != nil {
-			return ws, Invocation{}, fmt.Errorf("definition file: %w", err)
+			return inv, fmt.Errorf("definition file: %w", err)
 		}
 		if err := writeWorkspaceFile(ws, name, []byte(content)); err != nil {
-			return ws, Invocation{}, fmt.Errorf("definition file: %w", err)
+			return inv, fmt.Errorf("definition file: %w", err)
 		}
 	}
-	return ws, inv, nil
+	return inv, nil
 }
 
 // transientError marks a preparation failure worth another delivery

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -315,3 +319,67 @@ func must[T any](v T, err error) T {
 
 var _ = errors.New
 var _ = filepath.Join
+
+// assertWorkspace checks that ws is attempt's own workspace of the
+// dispatch: <root>/<dispatch_id>.<attempt>.<random>.
+func (h *harness) assertWorkspace(ws, id string, attempt int) {
+	h.t.Helper()
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(filepath.Join(h.root, id)) + `\.` + strconv.Itoa(attempt) + `\.[0-9]+$`)
+	if !re.MatchString(ws) {
+		h.t.Fatalf("workspace %q is not attempt %d's own workspace of %s under %s", ws, attempt, id, h.root)
+	}
+}
+
+// workspaceOf returns the one workspace of the dispatch's attempt that
+// exists now.
+func (h *harness) workspaceOf(id string, attempt int) string {
+	h.t.Helper()
+	m, _ := filepath.Glob(filepath.Join(h.root, id+"."+strconv.Itoa(attempt)+".*"))
+	if len(m) != 1 {
+		h.t.Fatalf("workspaces of %s attempt %d: %v, want one", id, attempt, m)
+	}
+	return m[0]
+}
+
+// assertNoProcess fails when a process whose command line contains marker
+// still runs after a few seconds. Sub-agents run in their own PID
+// namespace, so the pids they see are not the host's: tests find their
+// processes by a marker in argv instead.
+func assertNoProcess(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := processesWith(marker)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v (started by the sub-agent, marker %s) still run", pids, marker)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processesWith lists the living processes whose command line contains
+// marker.
+func processesWith(marker string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(b, []byte(marker)) {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
+				continue
+			}
+		}
+		out = append(out, pid)
+	}
+	return out
+}

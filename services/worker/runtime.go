@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"text/template"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -32,6 +31,9 @@ type Invocation struct {
 	Env []string
 	// KillGrace is the time between SIGTERM and SIGKILL when ctx ends.
 	KillGrace time.Duration
+
+	launcher *sandbox.Launcher // starts the runtime (internal/sandbox)
+	hold     *os.File          // the workspace lock, kept by the launcher
 }
 
 // Result is how a runtime ended.
@@ -161,55 +163,29 @@ func RenderPrompt(tmpl string, input map[string]json.RawMessage) (string, error)
 	return buf.String(), nil
 }
 
-// runCommand runs argv in its own process group and stops the whole group
-// when ctx ends: SIGTERM, then SIGKILL after the grace period.
+// runCommand runs argv through the sandbox launcher, which owns the
+// runtime's whole process tree: when ctx ends the runtime's process group
+// gets SIGTERM and everything is killed after the grace period, and
+// nothing the sub-agent started outlives the run (internal/sandbox).
 func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 	if len(argv) == 0 || argv[0] == "" {
 		return Result{ExitCode: -1, Err: errors.New("worker: empty command")}
+	}
+	if inv.launcher == nil {
+		return Result{ExitCode: -1, Err: errors.New("worker: no launcher for this invocation")}
 	}
 	path, err := lookPath(argv[0], inv.Env, inv.Workspace)
 	if err != nil {
 		return Result{ExitCode: -1, Err: err}
 	}
 	stdout, stderr := newTail(tailSize), newTail(tailSize)
-	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        argv,
-		Dir:         inv.Workspace,
-		Env:         inv.Env,
-		Stdout:      stdout,
-		Stderr:      stderr,
-		SysProcAttr: sysProcAttr(),
-		WaitDelay:   inv.KillGrace + time.Second,
-	}
-	if err := cmd.Start(); err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("worker: start %s: %w", argv[0], err)}
-	}
-	pgid := cmd.Process.Pid
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	var werr error
-	select {
-	case werr = <-done:
-	case <-ctx.Done():
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		t := time.NewTimer(inv.KillGrace)
-		select {
-		case werr = <-done:
-			t.Stop()
-		case <-t.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			werr = <-done
-		}
-	}
-	// Nothing the sub-agent started outlives it.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-
-	res := Result{ExitCode: cmd.ProcessState.ExitCode(), Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
-	var ee *exec.ExitError
-	if werr != nil && !errors.As(werr, &ee) && !errors.Is(werr, exec.ErrWaitDelay) {
-		res.Err = fmt.Errorf("worker: wait: %w", werr)
+	r := inv.launcher.Run(ctx, sandbox.Spec{
+		Path: path, Args: argv, Env: inv.Env, Dir: inv.Workspace,
+		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.hold,
+	})
+	res := Result{ExitCode: r.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if r.Err != nil {
+		res.Err = fmt.Errorf("worker: start %s: %w", argv[0], r.Err)
 	}
 	return res
 }

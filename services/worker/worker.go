@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -67,6 +68,7 @@ type Service struct {
 
 	cancels  cancels
 	defCache defCache
+	launcher *sandbox.Launcher
 }
 
 // Outcome is how one dispatch ended on this worker.
@@ -76,7 +78,11 @@ type Outcome struct {
 	Reason     lifecycle.Reason // for failed
 	ExitCode   int              // the runtime's exit code, -1 when none
 	Skipped    bool             // already terminal: acked without running
+	Fenced     bool             // a newer attempt owns the dispatch: nothing published
 }
+
+// sweepInterval is how often a worker removes abandoned workspaces.
+const sweepInterval = 5 * time.Minute
 
 // ErrShutdown is the cause given to runs cancelled because the worker is
 // stopping and the shutdown timeout passed.
@@ -114,6 +120,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.runtimes[k] = v
 	}
 	s.source = lifecycle.Source("worker", cfg.ID)
+	if s.launcher, err = sandbox.New(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if s.nc == nil {
 		nc, err := svc.Connect("worker", cfg.ID, cfg.NATSURL, cfg.NATSCreds)
 		if err != nil {
@@ -135,24 +144,28 @@ func (s *Service) doBind(ctx context.Context) error {
 		return fmt.Errorf("worker: jetstream: %w", err)
 	}
 	s.js = js
-	hint := " (run `agora dev`, or provision the streams first)"
-	if s.work, err = js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers); err != nil {
-		return fmt.Errorf("worker: consumer %s/%s: %w%s", lifecycle.StreamDispatch, lifecycle.ConsumerWorkers, err, hint)
-	}
-	s.ackWait = s.work.CachedInfo().Config.AckWait
-	if s.dispatch, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
-		return fmt.Errorf("worker: stream %s: %w%s", lifecycle.StreamDispatch, err, hint)
-	}
-	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-		return fmt.Errorf("worker: stream %s: %w%s", lifecycle.StreamLifecycle, err, hint)
-	}
-	if s.defs, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-		return fmt.Errorf("worker: bucket %s: %w%s", lifecycle.BucketSubagents, err, hint)
-	}
-	if s.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
-		return fmt.Errorf("worker: object store %s: %w%s", lifecycle.BucketState, err, hint)
-	}
-	return nil
+	// A cluster electing leaders answers with timeouts for a while: retry
+	// until shutdown; only a missing stream or bucket stops the worker.
+	return svc.Bind(ctx, s.log, 0, func(ctx context.Context) error {
+		var err error
+		if s.work, err = js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers); err != nil {
+			return fmt.Errorf("worker: consumer %s/%s: %w", lifecycle.StreamDispatch, lifecycle.ConsumerWorkers, err)
+		}
+		s.ackWait = s.work.CachedInfo().Config.AckWait
+		if s.dispatch, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
+			return fmt.Errorf("worker: stream %s: %w", lifecycle.StreamDispatch, err)
+		}
+		if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
+			return fmt.Errorf("worker: stream %s: %w", lifecycle.StreamLifecycle, err)
+		}
+		if s.defs, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
+			return fmt.Errorf("worker: bucket %s: %w", lifecycle.BucketSubagents, err)
+		}
+		if s.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
+			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketState, err)
+		}
+		return nil
+	})
 }
 
 // Run pulls and runs dispatches until ctx ends, then shuts down gracefully:
@@ -197,7 +210,27 @@ func (s *Service) Run(ctx context.Context) error {
 	// runCtx outlives ctx by ShutdownTimeout so in-flight runs can finish.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
-	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String())
+	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode())
+
+	// What a killed worker left in the root goes now, and again from time
+	// to time (a run killed with its worker frees its lock a moment later).
+	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	var sweeper sync.WaitGroup
+	defer sweeper.Wait()
+	sweeper.Go(func() {
+		t := time.NewTicker(sweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-t.C:
+				sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+			}
+		}
+	})
 
 	var wg sync.WaitGroup
 	for i := range s.cfg.Concurrency {
@@ -290,6 +323,7 @@ func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
 		return Outcome{}, err
 	}
 	defer csub.Unsubscribe()
+	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
 	for {
 		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
 		if ctx.Err() != nil {
@@ -333,7 +367,7 @@ func (s *Service) Handler() http.Handler {
 			_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "nats": s.nc.Status().String()})
 			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "nats": "connected", "worker_id": s.cfg.ID})
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "nats": "connected", "worker_id": s.cfg.ID, "sandbox": string(s.launcher.Mode())})
 	})
 	return mux
 }
@@ -342,11 +376,12 @@ func (s *Service) Handler() http.Handler {
 func (s *Service) ID() string { return s.cfg.ID }
 
 // ExitCode maps a one-shot outcome to the process exit code: 0 for
-// finished, needs_input or an already-terminal dispatch; the runtime's own
+// finished, needs_input, an already-terminal dispatch or one a newer
+// attempt owns; the runtime's own
 // code for provider-failed; 1 for everything else.
 func ExitCode(o Outcome) int {
 	switch {
-	case o.Skipped, o.Kind == lifecycle.KindFinished, o.Kind == lifecycle.KindNeedsInput:
+	case o.Skipped, o.Fenced, o.Kind == lifecycle.KindFinished, o.Kind == lifecycle.KindNeedsInput:
 		return 0
 	case o.Kind == lifecycle.KindFailed && o.Reason == lifecycle.ReasonProviderFailed && o.ExitCode > 0:
 		return o.ExitCode
