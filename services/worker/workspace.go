@@ -67,9 +67,8 @@ func lockDir(dir string, try bool) (*os.File, error) {
 	return f, nil
 }
 
-// workspaceName matches what prepareWorkspace creates, and the
-// <dispatch_id> folders of earlier versions.
-var workspaceName = regexp.MustCompile(`^[^./\\]+(\.[0-9]+\.[0-9]+)?$`)
+// workspaceName matches what prepareWorkspace creates.
+var workspaceName = regexp.MustCompile(`^[^./\\]+\.[0-9]+\.[0-9]+$`)
 
 // sweepWorkspaces removes workspaces under root that no run holds any more
 // — left by a worker that was killed, on this host, sharing the root or
