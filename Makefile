@@ -8,7 +8,8 @@ PKGS    ?= ./...
 
 ## run: start everything on an embedded NATS server (agora dev)
 run:
-	$(GO) run ./cmd/agora dev
+	$(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox
+	$(BIN)/agora dev
 
 ## test: the whole test suite against real in-process JetStream servers
 test:
@@ -17,7 +18,8 @@ test:
 
 ## bench: Agora against a raw JetStream baseline, measured in the same run
 bench:
-	$(GO) run ./cmd/agora bench
+	$(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox
+	$(BIN)/agora bench
 
 ## lint: formatting and vet
 lint:
@@ -26,7 +28,7 @@ lint:
 
 ## build: static binaries into ./bin
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox
 
 ## images: container images FROM scratch with static binaries (deploy/images)
 images:

@@ -102,7 +102,7 @@ var contexts = []struct {
 	{name: "provision", dockerfile: "deploy/images/provision.Dockerfile", bins: []string{"provision"}},
 	{name: "dispatcher", dockerfile: "deploy/images/dispatcher.Dockerfile", bins: []string{"dispatcher"}},
 	{name: "router", dockerfile: "deploy/images/router.Dockerfile", bins: []string{"router"}},
-	{name: "worker-test", dockerfile: "deploy/containertest/worker-test.Dockerfile", bins: []string{"worker", "agora", "testagent"}, dirs: []string{"workspace"}},
+	{name: "worker-test", dockerfile: "deploy/containertest/worker-test.Dockerfile", bins: []string{"worker", "agora", "agora-sandbox", "testagent"}, dirs: []string{"workspace"}},
 }
 
 func (s *imageSet) ensure(t *testing.T) {
@@ -129,7 +129,7 @@ func (s *imageSet) build(t *testing.T) error {
 	// One go build for every static binary (the build cache makes reruns cheap).
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin+"/",
 		"./services/dispatcher/cmd/dispatcher", "./services/worker/cmd/worker", "./services/router/cmd/router",
-		"./cmd/agora", "./deploy/provision", "./deploy/containertest/testagent", "github.com/nats-io/nats-server/v2")
+		"./cmd/agora", "./cmd/agora-sandbox", "./deploy/provision", "./deploy/containertest/testagent", "github.com/nats-io/nats-server/v2")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

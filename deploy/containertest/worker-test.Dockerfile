@@ -5,6 +5,7 @@
 FROM scratch
 COPY worker /worker
 COPY agora /agora
+COPY agora-sandbox /agora-sandbox
 COPY testagent /testagent
 COPY --chown=65532:65532 workspace /workspace
 ENV AGORA_WORKSPACE_ROOT=/workspace

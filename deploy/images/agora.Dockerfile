@@ -4,5 +4,7 @@
 # only to NATS (add them from a base image if you enable TLS to public CAs).
 FROM scratch
 COPY agora /agora
+# The sandbox launcher of `agora dev`'s worker (docs/sandbox.md).
+COPY agora-sandbox /agora-sandbox
 USER 65532:65532
 ENTRYPOINT ["/agora"]

@@ -25,9 +25,11 @@ build() { # name package
 
 build dispatcher ./services/dispatcher/cmd/dispatcher
 build worker ./services/worker/cmd/worker
+go build -trimpath -ldflags='-s -w' -o "$work/worker/agora-sandbox" ./cmd/agora-sandbox
 build router ./services/router/cmd/router
 build inbox ./answerers/inbox/cmd/inbox
 build agora ./cmd/agora
+cp "$work/worker/agora-sandbox" "$work/agora/agora-sandbox"
 build sqldb-answerer ./answerers/sqldb/cmd/sqldb-answerer
 build agent-answerer ./answerers/agent/cmd/agent-answerer
 build provision ./deploy/provision

@@ -4,6 +4,8 @@
 # only to NATS (add them from a base image if you enable TLS to public CAs).
 FROM scratch
 COPY worker /worker
+# The sandbox launcher every sub-agent starts through (docs/sandbox.md).
+COPY agora-sandbox /agora-sandbox
 # One workspace per dispatch under /workspace (the scratch image has no /tmp).
 COPY --chown=65532:65532 workspace /workspace
 ENV AGORA_WORKSPACE_ROOT=/workspace

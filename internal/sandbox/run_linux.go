@@ -2,25 +2,20 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agora-dispatch/agora/internal/sandbox/launcher"
 )
-
-// probeName is argv[0] of a launcher started only to learn which mode the
-// host allows; it exits at once.
-const probeName = "agora-sandbox-probe"
-
-func init() {
-	if len(os.Args) > 0 && os.Args[0] == probeName {
-		os.Exit(0)
-	}
-}
 
 // Launcher starts runtimes through the launcher. It is safe for concurrent
 // use.
@@ -30,25 +25,48 @@ type Launcher struct {
 	attr func() *syscall.SysProcAttr
 }
 
-// New finds the running executable and probes the strongest containment
-// the host allows: a PID namespace (directly when the worker may create
-// one, else inside an unprivileged user namespace that maps the worker's
-// own uid), or a subreaper.
-func New() (*Launcher, error) {
-	l, err := NewMode(ModePIDNamespace)
+// New finds the launcher binary (see Executable) and probes the strongest
+// containment the host allows: a PID namespace (directly when the worker
+// may create one, else inside an unprivileged user namespace that maps the
+// worker's own uid), or a subreaper. bin is the launcher binary to use;
+// empty means Executable's choice.
+func New(bin string) (*Launcher, error) {
+	l, err := NewMode(bin, ModePIDNamespace)
 	if err == nil {
 		return l, nil
 	}
-	return NewMode(ModeSubreaper)
+	if errors.Is(err, ErrLauncher) {
+		return nil, err
+	}
+	return NewMode(bin, ModeSubreaper)
+}
+
+// Executable returns the launcher binary a worker uses when none is
+// configured: agora-sandbox next to the running executable when it is
+// there (a small binary that starts in about the time of any Go program),
+// otherwise the running executable itself, re-executed (it starts slower:
+// every package of a large binary initialises first).
+func Executable() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), launcher.Name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return "/proc/self/exe"
 }
 
 // NewMode is New with the mode chosen by the caller; it fails when the host
 // does not allow that mode.
-func NewMode(mode Mode) (*Launcher, error) {
-	exe := "/proc/self/exe"
-	if _, err := os.Stat(exe); err != nil {
-		return nil, fmt.Errorf("sandbox: the launcher re-executes the worker binary: %w", err)
+func NewMode(bin string, mode Mode) (*Launcher, error) {
+	if bin == "" {
+		bin = Executable()
 	}
+	// The binary must be a launcher of this build: it answers the probe.
+	if err := (&exec.Cmd{Path: bin, Args: []string{launcher.ProbeName, launcher.Protocol}}).Run(); err != nil {
+		return nil, fmt.Errorf("%w: %s is not a launcher speaking %s (%v)", ErrLauncher, bin, launcher.Protocol, err)
+	}
+	exe := bin
 	l := &Launcher{exe: exe}
 	uid, gid := os.Getuid(), os.Getgid()
 	candidates := []struct {
@@ -71,7 +89,7 @@ func NewMode(mode Mode) (*Launcher, error) {
 	case ModePIDNamespace:
 		var errs []error
 		for _, c := range candidates {
-			cmd := &exec.Cmd{Path: exe, Args: []string{probeName}, SysProcAttr: c.attr()}
+			cmd := &exec.Cmd{Path: exe, Args: []string{launcher.ProbeName, launcher.Protocol}, SysProcAttr: c.attr()}
 			err := cmd.Run()
 			if err == nil {
 				l.mode, l.attr = c.mode, c.attr
@@ -92,6 +110,9 @@ func NewMode(mode Mode) (*Launcher, error) {
 	return l, nil
 }
 
+// Executable reports the launcher binary in use.
+func (l *Launcher) Executable() string { return l.exe }
+
 // Mode reports how the launcher contains process trees on this host.
 func (l *Launcher) Mode() Mode { return l.mode }
 
@@ -99,36 +120,26 @@ func (l *Launcher) Mode() Mode { return l.mode }
 // process it started are gone. When ctx ends, the runtime's process group
 // gets SIGTERM, and everything is killed after s.KillGrace.
 func (l *Launcher) Run(ctx context.Context, s Spec) Result {
-	specR, specW, err := os.Pipe()
-	if err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLauncher, err)}
-	}
 	resR, resW, err := os.Pipe()
 	if err != nil {
-		specR.Close()
-		specW.Close()
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLauncher, err)}
 	}
 	defer resR.Close()
+	args := append([]string{launcher.Name, launcher.Protocol, strconv.FormatInt(int64(s.KillGrace), 10), s.Path}, s.Args...)
 	cmd := &exec.Cmd{
-		Path: l.exe, Args: []string{launcherName}, Env: s.Env, Dir: s.Dir,
+		Path: l.exe, Args: args, Env: s.Env, Dir: s.Dir,
 		Stdout: s.Stdout, Stderr: s.Stderr,
-		ExtraFiles:  []*os.File{specR, resW, s.Hold},
+		ExtraFiles:  []*os.File{resW, s.Hold},
 		SysProcAttr: l.attr(),
 		// Output pipes close when the tree is gone; this only bounds a
 		// launcher that was killed while something else held them.
 		WaitDelay: time.Second,
 	}
 	err = cmd.Start()
-	specR.Close()
 	resW.Close()
 	if err != nil {
-		specW.Close()
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: start: %v", ErrLauncher, err)}
 	}
-	_ = json.NewEncoder(specW).Encode(spec{Path: s.Path, Args: s.Args, KillGrace: s.KillGrace})
-	specW.Close()
-
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var werr error
@@ -148,9 +159,17 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		}
 	}
 	b, _ := io.ReadAll(io.LimitReader(resR, 64<<10))
-	var r report
-	if len(b) == 0 || json.Unmarshal(b, &r) != nil {
+	r, err := launcher.Parse(string(b))
+	if err != nil {
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: no report (%v)", ErrLauncher, werr)}
 	}
-	return r.result()
+	res := Result{ExitCode: r.ExitCode, Killed: r.Killed}
+	if r.Signal != 0 {
+		res.Signal = unix.SignalName(syscall.Signal(r.Signal))
+	}
+	if r.StartErr != "" {
+		res.ExitCode = -1
+		res.Err = fmt.Errorf("sandbox: start runtime: %s", r.StartErr)
+	}
+	return res
 }

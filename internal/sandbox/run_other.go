@@ -14,11 +14,14 @@ import (
 // platforms have no subreaper or PID namespace (ModeDirect).
 type Launcher struct{}
 
-// New returns a direct launcher.
-func New() (*Launcher, error) { return &Launcher{}, nil }
+// New returns a direct launcher; bin is ignored.
+func New(bin string) (*Launcher, error) { return &Launcher{}, nil }
+
+// Executable reports that no launcher binary is used.
+func (l *Launcher) Executable() string { return "" }
 
 // NewMode returns a direct launcher when mode is ModeDirect.
-func NewMode(mode Mode) (*Launcher, error) {
+func NewMode(bin string, mode Mode) (*Launcher, error) {
 	if mode != ModeDirect {
 		return nil, errors.New("sandbox: only the direct mode exists on this platform")
 	}

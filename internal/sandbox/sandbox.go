@@ -10,22 +10,18 @@
 // reaps it before it exits. The worker therefore never leaves a process
 // behind, not even when it is killed with SIGKILL.
 //
-// Any binary that imports this package can act as the launcher: the
-// package's init function takes over when the process was started with
-// argv[0] set to the launcher's name, so the agora binary, the worker
-// binary and test binaries all work without a separate executable.
+// Any binary that imports this package can act as the launcher: the init
+// function of internal/sandbox/launcher takes over when the process was
+// started with argv[0] set to the launcher's name, so the agora binary, the
+// worker binary and test binaries all work without a separate executable.
 package sandbox
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"time"
 )
-
-// launcherName is argv[0] of a process that must act as the launcher.
-const launcherName = "agora-sandbox"
 
 // Spec is one runtime to start inside the sandbox.
 type Spec struct {
@@ -84,27 +80,3 @@ const (
 // ErrLauncher reports that the launcher itself failed (it could not be
 // started or did not report how the runtime ended).
 var ErrLauncher = errors.New("sandbox: launcher failed")
-
-// report is what the launcher writes back to the worker on its result pipe.
-type report struct {
-	ExitCode int    `json:"exit_code"`
-	Signal   string `json:"signal,omitempty"`
-	StartErr string `json:"start_error,omitempty"`
-	Killed   int    `json:"killed,omitempty"`
-}
-
-// spec is what the worker writes to the launcher on its spec pipe.
-type spec struct {
-	Path      string        `json:"path"`
-	Args      []string      `json:"args"`
-	KillGrace time.Duration `json:"kill_grace"`
-}
-
-func (r report) result() Result {
-	res := Result{ExitCode: r.ExitCode, Signal: r.Signal, Killed: r.Killed}
-	if r.StartErr != "" {
-		res.ExitCode = -1
-		res.Err = fmt.Errorf("sandbox: start runtime: %s", r.StartErr)
-	}
-	return res
-}

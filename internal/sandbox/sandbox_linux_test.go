@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +25,7 @@ const workerEnv = "AGORA_SANDBOX_TEST_WORKER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
-		l, err := sandbox.NewMode(sandbox.Mode(os.Getenv(workerEnv + "_MODE")))
+		l, err := sandbox.NewMode(os.Getenv(workerEnv+"_BIN"), sandbox.Mode(os.Getenv(workerEnv+"_MODE")))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(3)
@@ -37,25 +39,46 @@ func TestMain(m *testing.M) {
 
 var modes = []sandbox.Mode{sandbox.ModePIDNamespace, sandbox.ModeSubreaper}
 
-// eachMode runs f once per containment mode; a mode the host lacks skips
-// locally and fails under CI=true.
+// smallLauncher builds cmd/agora-sandbox once per test binary.
+var smallLauncher = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "agora-sandbox-test")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "agora-sandbox")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/agora-dispatch/agora/cmd/agora-sandbox").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build agora-sandbox: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// eachMode runs f once per containment mode and launcher binary (this test
+// binary re-executed, and the separate agora-sandbox); a mode the host
+// lacks skips locally and fails under CI=true.
 func eachMode(t *testing.T, f func(t *testing.T, l *sandbox.Launcher)) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			l, err := sandbox.NewMode(m)
-			if err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Fatal(err)
+	small, err := smallLauncher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bin := range []string{"/proc/self/exe", small} {
+		for _, m := range modes {
+			t.Run(string(m)+"/"+filepath.Base(bin), func(t *testing.T) {
+				l, err := sandbox.NewMode(bin, m)
+				if err != nil {
+					if os.Getenv("CI") == "true" {
+						t.Fatal(err)
+					}
+					t.Skip(err)
 				}
-				t.Skip(err)
-			}
-			f(t, l)
-		})
+				f(t, l)
+			})
+		}
 	}
 }
 
 func TestNewPicksAMode(t *testing.T) {
-	l, err := sandbox.New()
+	l, err := sandbox.New("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +257,7 @@ func TestWorkerKilledTakesTreeWithIt(t *testing.T) {
 		marker := fmt.Sprintf("orphan-%d", time.Now().UnixNano())
 		script := fmt.Sprintf("m=%s; setsid sh -c 'sleep 300; :' \"$m\"-daemon >/dev/null 2>&1 </dev/null & echo ready; exec sh -c 'sleep 300; :' \"$m\"-runtime", marker)
 		cmd := exec.Command(os.Args[0], "/bin/sh", "-c", script)
-		cmd.Env = append(os.Environ(), workerEnv+"=1", workerEnv+"_MODE="+string(l.Mode()))
+		cmd.Env = append(os.Environ(), workerEnv+"=1", workerEnv+"_MODE="+string(l.Mode()), workerEnv+"_BIN="+l.Executable())
 		stdout, _ := cmd.StdoutPipe()
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {

@@ -37,6 +37,10 @@ type Config struct {
 	// DisableNeedsInputHelper, when exactly "true", stops the claude-code
 	// runtime from writing the agora-needs-input skill.
 	DisableNeedsInputHelper string `envconfig:"DISABLE_NEEDS_INPUT_HELPER"`
+	// SandboxLauncher is the launcher binary sub-agents start through;
+	// default agora-sandbox next to the worker's executable, else the
+	// worker's executable itself (docs/sandbox.md).
+	SandboxLauncher string `envconfig:"SANDBOX_LAUNCHER"`
 	// ClaudeBin is the claude CLI the claude-code runtime runs.
 	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
 }
@@ -90,6 +94,9 @@ func (c Config) Validate() error {
 	}
 	if c.WorkspaceRoot != "" && !filepath.IsAbs(c.WorkspaceRoot) {
 		errs = append(errs, fmt.Errorf("AGORA_WORKSPACE_ROOT=%q: must be an absolute path", c.WorkspaceRoot))
+	}
+	if c.SandboxLauncher != "" && !filepath.IsAbs(c.SandboxLauncher) {
+		errs = append(errs, fmt.Errorf("AGORA_SANDBOX_LAUNCHER=%q: must be an absolute path", c.SandboxLauncher))
 	}
 	switch c.DisableNeedsInputHelper {
 	case "", "true", "false":

@@ -120,7 +120,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.runtimes[k] = v
 	}
 	s.source = lifecycle.Source("worker", cfg.ID)
-	if s.launcher, err = sandbox.New(); err != nil {
+	if s.launcher, err = sandbox.New(cfg.SandboxLauncher); err != nil {
+		if cfg.SandboxLauncher != "" {
+			return nil, fmt.Errorf("worker: AGORA_SANDBOX_LAUNCHER=%s: %w", cfg.SandboxLauncher, err)
+		}
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	if s.nc == nil {
@@ -210,7 +213,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// runCtx outlives ctx by ShutdownTimeout so in-flight runs can finish.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
-	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode())
+	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable())
 
 	// What a killed worker left in the root goes now, and again from time
 	// to time (a run killed with its worker frees its lock a moment later).

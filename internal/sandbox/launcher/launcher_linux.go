@@ -1,116 +1,141 @@
-package sandbox
+//go:build linux
+
+package launcher
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
-// The launcher's inherited descriptors (set by Launcher.Run).
+// Inherited descriptors.
 const (
-	fdSpec   = 3 // read: the JSON spec, then EOF
-	fdResult = 4 // write: the JSON report, written once before exit
-	fdHold   = 5 // optional: kept open until the tree is gone
+	fdResult = 3
+	fdHold   = 4
+)
+
+const (
+	prSetChildSubreaper = 36
+	prSetNoNewPrivs     = 38
+	sysCloseRange       = 436 // the same number on every Linux architecture
+	closeRangeCloexec   = 1 << 2
 )
 
 func init() {
-	if len(os.Args) > 0 && os.Args[0] == launcherName {
-		os.Exit(launch())
+	if len(os.Args) == 0 {
+		return
+	}
+	switch os.Args[0] {
+	case ProbeName:
+		if len(os.Args) > 1 && os.Args[1] == Protocol {
+			os.Exit(0)
+		}
+		os.Exit(3)
+	case Name:
+		os.Exit(main())
 	}
 }
 
-// launch is the launcher's main. Its exit code only matters when it could
-// not write a report: the worker reads how the runtime ended from the
-// result pipe.
-func launch() int {
-	// Nothing but stdin, stdout and stderr reaches the runtime: not our
-	// pipes or the hold descriptor, and not descriptors the worker itself
-	// inherited without close-on-exec.
-	closeInherited()
+func main() int {
 	out := os.NewFile(fdResult, "result")
-	fail := func(err error) int {
-		_ = json.NewEncoder(out).Encode(report{ExitCode: -1, StartErr: err.Error()})
+	report := func(r Result) int {
+		_, _ = out.WriteString(r.Format())
 		return 0
 	}
-	var sp spec
-	in := os.NewFile(fdSpec, "spec")
-	err := json.NewDecoder(in).Decode(&sp)
-	in.Close()
+	fail := func(err error) int { return report(Result{ExitCode: -1, StartErr: err.Error()}) }
+	if len(os.Args) < 5 || os.Args[1] != Protocol {
+		return fail(errors.New("launcher: this launcher does not speak " + Protocol + ": use the agora-sandbox of the worker's own build"))
+	}
+	grace, err := strconv.ParseInt(os.Args[2], 10, 64)
 	if err != nil {
 		return fail(err)
 	}
+	path, argv := os.Args[3], os.Args[4:]
+
+	// Nothing but stdin, stdout and stderr reaches the runtime: not our
+	// result pipe or the hold descriptor, and not descriptors the worker
+	// itself inherited without close-on-exec.
+	closeInherited()
 	pid1 := os.Getpid() == 1
 	if !pid1 {
-		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		if err := prctl(prSetChildSubreaper, 1); err != nil {
 			return fail(err)
 		}
 	}
 	// No setuid or file-capability binary can give the tree more
 	// privileges than the worker started it with.
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+	if err := prctl(prSetNoNewPrivs, 1); err != nil {
 		return fail(err)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 
-	cmd := &exec.Cmd{
-		Path: sp.Path, Args: sp.Args, Env: os.Environ(),
-		Stdin: nil, Stdout: os.Stdout, Stderr: os.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
-	if err := cmd.Start(); err != nil {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
 		return fail(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{devnull, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	devnull.Close()
+	if err != nil {
+		return fail(err)
+	}
+	done := make(chan *os.ProcessState, 1)
+	go func() {
+		st, _ := proc.Wait()
+		done <- st
+	}()
 
-	var grace <-chan time.Time
+	var timer <-chan time.Time
 	stopping := false
+	var st *os.ProcessState
 wait:
 	for {
 		select {
-		case <-done:
+		case st = <-done:
 			break wait
 		case s := <-sigs:
 			if s == syscall.SIGTERM && !stopping {
 				// The worker asks for a stop: the runtime's group gets
 				// SIGTERM and the grace period to end.
 				stopping = true
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-				grace = time.After(sp.KillGrace)
+				_ = syscall.Kill(-proc.Pid, syscall.SIGTERM)
+				timer = time.After(time.Duration(grace))
 				continue
 			}
 			// SIGHUP is the parent-death signal: the worker is gone, so
 			// is everything it started. (Reaping waits until the runtime
 			// itself has been waited for.)
-			signalTree(pid1, cmd.Process.Pid)
-		case <-grace:
-			signalTree(pid1, cmd.Process.Pid)
+			signalTree(pid1, proc.Pid)
+		case <-timer:
+			signalTree(pid1, proc.Pid)
 		}
 	}
-	rep := report{ExitCode: cmd.ProcessState.ExitCode()}
-	if cmd.ProcessState != nil {
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			rep.Signal = unix.SignalName(ws.Signal())
-		}
+	r := Result{ExitCode: st.ExitCode()}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		r.Signal = int(ws.Signal())
 	}
-	rep.Killed = killTree(pid1, cmd.Process.Pid)
-	_ = json.NewEncoder(out).Encode(rep)
-	return 0
+	r.Killed = killTree(pid1, proc.Pid)
+	return report(r)
+}
+
+func prctl(option, arg uintptr) error {
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, option, arg, 0, 0, 0, 0); e != 0 {
+		return e
+	}
+	return nil
 }
 
 // closeInherited marks every descriptor above stderr close-on-exec.
 func closeInherited() {
-	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+	if _, _, e := syscall.RawSyscall(sysCloseRange, 3, ^uintptr(0), closeRangeCloexec); e == 0 {
 		return
 	}
 	ents, _ := os.ReadDir("/proc/self/fd")
@@ -182,14 +207,14 @@ func killTree(pid1 bool, pgid int) int {
 // children lists the launcher's living child processes, from
 // /proc/self/task/*/children (every thread's children).
 func children() []int {
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	tasks, _ := os.ReadDir("/proc/self/task")
 	var out []int
 	for _, t := range tasks {
-		b, err := os.ReadFile(t)
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
 		if err != nil {
 			continue
 		}
-		for f := range strings.FieldsSeq(string(b)) {
+		for _, f := range strings.Fields(string(b)) {
 			if p, err := strconv.Atoi(f); err == nil {
 				out = append(out, p)
 			}
