@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
@@ -63,14 +65,18 @@ func (c Config) withDefaults() Config {
 
 // Row is one measured figure.
 type Row struct {
-	Scenario   string  `json:"scenario"`
-	P50MS      float64 `json:"p50_ms"`
-	P99MS      float64 `json:"p99_ms"`
-	PerSecond  float64 `json:"per_second"`
-	P50Ratio   float64 `json:"p50_ratio,omitempty"` // to the baseline's p50
-	RateRatio  float64 `json:"rate_ratio,omitempty"`
-	Serial     int     `json:"serial_samples"`
-	Throughput int     `json:"throughput_messages"`
+	Scenario  string  `json:"scenario"`
+	P50MS     float64 `json:"p50_ms"`
+	P99MS     float64 `json:"p99_ms"`
+	PerSecond float64 `json:"per_second"`
+	P50Ratio  float64 `json:"p50_ratio,omitempty"` // to its baseline's p50
+	RateRatio float64 `json:"rate_ratio,omitempty"`
+	// Baseline names the raw row the ratios compare with; empty for a
+	// baseline row itself.
+	Baseline   string `json:"baseline,omitempty"`
+	baseline   int    // index of that row
+	Serial     int    `json:"serial_samples"`
+	Throughput int    `json:"throughput_messages"`
 }
 
 // Report is a whole run.
@@ -80,7 +86,11 @@ type Report struct {
 	PeakRSSMiB  float64 `json:"peak_rss_mib"`
 	// WorkspaceRoot is where the workers made workspaces.
 	WorkspaceRoot string `json:"workspace_root"`
-	GoVersion     string `json:"-"`
+	// Launcher and SandboxMode say how exec runtimes were started
+	// (internal/sandbox): the launcher binary and its containment mode.
+	Launcher    string `json:"launcher"`
+	SandboxMode string `json:"sandbox_mode"`
+	GoVersion   string `json:"-"`
 }
 
 // Scenario is one path measured end to end: Setup prepares it, Do runs one
@@ -130,25 +140,36 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		defer os.RemoveAll(wsRoot)
 	}
 	rep.WorkspaceRoot = wsRoot
-	base, stopBase, err := baseline(ctx, nc, js, cfg.Concurrency)
-	if err != nil {
-		return Report{}, err
+	if l, err := sandbox.New(""); err == nil {
+		rep.Launcher, rep.SandboxMode = l.Executable(), string(l.Mode())
 	}
-	say("measuring %s", base.name)
-	row, err := measure(ctx, base, cfg)
-	stopBase()
-	if err != nil {
-		return Report{}, err
+	// Two raw baselines: the no-op rows compare with the first, the exec
+	// rows with the second, which forks and execs /bin/true in the handler
+	// (the physical floor of running a process per message).
+	for i, withExec := range []bool{false, true} {
+		base, stopBase, err := baseline(ctx, nc, js, cfg.Concurrency, withExec)
+		if err != nil {
+			return Report{}, err
+		}
+		say("measuring %s", base.name)
+		row, err := measure(ctx, base, cfg)
+		stopBase()
+		if err != nil {
+			return Report{}, err
+		}
+		row.baseline = i
+		rep.Rows = append(rep.Rows, row)
 	}
-	rep.Rows = append(rep.Rows, row)
 
 	for _, rt := range []struct {
 		name, runtime string
 		viaDispatcher bool
+		baseline      int
 	}{
-		{"agora worker path (dispatch message → worker), no-op runtime", "noop", false},
-		{"agora end to end (request → dispatcher → worker), no-op runtime", "noop", true},
-		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", true},
+		{"agora worker path (dispatch message → worker), no-op runtime", "noop", false, 0},
+		{"agora end to end (request → dispatcher → worker), no-op runtime", "noop", true, 0},
+		{"agora worker path (dispatch message → worker), exec /bin/true through the sandbox launcher", "exec", false, 1},
+		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", true, 1},
 	} {
 		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, wsRoot, cfg.Concurrency, rt.runtime, rt.viaDispatcher)
 		if err != nil {
@@ -161,6 +182,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
+		row.baseline = rt.baseline
 		rep.Rows = append(rep.Rows, row)
 	}
 	say("measuring resume latency")
@@ -168,14 +190,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if samples < 20 {
 		samples = 20
 	}
-	row, err = resume(ctx, srv.ClientURL(), js, wsRoot, samples)
+	row, err := resume(ctx, srv.ClientURL(), js, wsRoot, samples)
 	if err != nil {
 		return Report{}, err
 	}
 	rep.Rows = append(rep.Rows, row)
-	b := rep.Rows[0]
-	for i := range rep.Rows[1:] {
-		r := &rep.Rows[i+1]
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		if i == r.baseline {
+			continue // a baseline row
+		}
+		b := rep.Rows[r.baseline]
+		r.Baseline = b.Scenario
 		if b.P50MS > 0 {
 			r.P50Ratio = r.P50MS / b.P50MS
 		}
@@ -280,7 +306,7 @@ func wait(ctx context.Context, ch chan struct{}) error {
 
 // baseline is the same shape of work on raw JetStream: request → pull
 // consumer → two event publishes → observer.
-func baseline(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, conc int) (scenario, func(), error) {
+func baseline(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, conc int, withExec bool) (scenario, func(), error) {
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: "BENCH_REQ", Subjects: []string{"bench.req.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
 		{Name: "BENCH_EVT", Subjects: []string{"bench.evt.>"}, Storage: jetstream.FileStorage},
@@ -308,7 +334,10 @@ func baseline(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, conc i
 					continue
 				}
 				id := m.Headers().Get("id")
-				for _, k := range []string{"started", "finished"} {
+				for i, k := range []string{"started", "finished"} {
+					if i == 1 && withExec {
+						_ = exec.Command("/bin/true").Run()
+					}
 					out := nats.NewMsg("bench.evt." + k + "." + id)
 					out.Header.Set("id", id)
 					out.Header.Set(jetstream.MsgIDHeader, id+"."+k)
@@ -320,7 +349,11 @@ func baseline(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, conc i
 		})
 	}
 	stop := func() { cancel(); wg.Wait(); _ = sub.Unsubscribe() }
-	return scenario{name: "baseline: raw JetStream request → consumer → started+finished → observer", do: func(ctx context.Context, id string) error {
+	name := "baseline: raw JetStream request → consumer → started+finished → observer"
+	if withExec {
+		name = "baseline: raw JetStream + fork/exec /bin/true between started and finished"
+	}
+	return scenario{name: name, do: func(ctx context.Context, id string) error {
 		ch := w.expect(id)
 		m := nats.NewMsg("bench.req." + id)
 		m.Header.Set("id", id)
@@ -435,9 +468,9 @@ func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir str
 func Print(w io.Writer, r Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tper second\tp50 × baseline\trate × baseline")
-	for i, row := range r.Rows {
+	for _, row := range r.Rows {
 		p, q := "1.00", "1.00"
-		if i > 0 {
+		if row.Baseline != "" {
 			p, q = fmt.Sprintf("%.2f", row.P50Ratio), fmt.Sprintf("%.2f", row.RateRatio)
 		}
 		rate := fmt.Sprintf("%.0f", row.PerSecond)
@@ -447,5 +480,6 @@ func Print(w io.Writer, r Report) {
 		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "concurrency %d; workspaces under %s; peak RSS %.1f MiB\n", r.Concurrency, r.WorkspaceRoot, r.PeakRSSMiB)
+	fmt.Fprintf(w, "ratios: no-op rows against the first baseline, exec rows against the fork/exec baseline\n")
+	fmt.Fprintf(w, "concurrency %d; workspaces under %s; sandbox %s via %s; peak RSS %.1f MiB\n", r.Concurrency, r.WorkspaceRoot, r.SandboxMode, r.Launcher, r.PeakRSSMiB)
 }
