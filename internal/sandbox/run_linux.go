@@ -23,6 +23,7 @@ type Launcher struct {
 	exe  string
 	mode Mode
 	attr func() *syscall.SysProcAttr
+	host Host
 }
 
 // New finds the launcher binary (see Executable) and probes the strongest
@@ -66,6 +67,15 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 	if err := (&exec.Cmd{Path: bin, Args: []string{launcher.ProbeName, launcher.Protocol}}).Run(); err != nil {
 		return nil, fmt.Errorf("%w: %s is not a launcher speaking %s (%v)", ErrLauncher, bin, launcher.Protocol, err)
 	}
+	probe := func(attr *syscall.SysProcAttr) (Host, error) {
+		out, err := (&exec.Cmd{Path: bin, Args: []string{launcher.ProbeName, launcher.Protocol}, SysProcAttr: attr}).Output()
+		if err != nil {
+			return Host{}, err
+		}
+		var h Host
+		_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t", &h.LandlockABI, &h.PrivateProc)
+		return h, err
+	}
 	exe := bin
 	l := &Launcher{exe: exe}
 	uid, gid := os.Getuid(), os.Getgid()
@@ -74,12 +84,12 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 		attr func() *syscall.SysProcAttr
 	}{
 		{ModePIDNamespace, func() *syscall.SysProcAttr {
-			return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWPID}
+			return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
 		}},
 		{ModePIDNamespace, func() *syscall.SysProcAttr {
 			return &syscall.SysProcAttr{
 				Setsid: true, Pdeathsig: syscall.SIGKILL,
-				Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWUSER,
+				Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUSER,
 				UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
 				GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
 			}
@@ -89,10 +99,9 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 	case ModePIDNamespace:
 		var errs []error
 		for _, c := range candidates {
-			cmd := &exec.Cmd{Path: exe, Args: []string{launcher.ProbeName, launcher.Protocol}, SysProcAttr: c.attr()}
-			err := cmd.Run()
+			h, err := probe(c.attr())
 			if err == nil {
-				l.mode, l.attr = c.mode, c.attr
+				l.mode, l.attr, l.host = c.mode, c.attr, h
 				return l, nil
 			}
 			errs = append(errs, err)
@@ -107,11 +116,19 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 		// SIGHUP, not SIGKILL: the launcher must live to kill its tree.
 		return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP}
 	}
+	h, err := probe(l.attr())
+	if err != nil {
+		return nil, fmt.Errorf("%w: probe: %v", ErrLauncher, err)
+	}
+	l.host = h
 	return l, nil
 }
 
 // Executable reports the launcher binary in use.
 func (l *Launcher) Executable() string { return l.exe }
+
+// Host reports what the launcher can apply on this host.
+func (l *Launcher) Host() Host { return l.host }
 
 // Mode reports how the launcher contains process trees on this host.
 func (l *Launcher) Mode() Mode { return l.mode }
@@ -125,11 +142,27 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLauncher, err)}
 	}
 	defer resR.Close()
+	// The policy pipe is always passed (empty for none): fd 5 of the
+	// launcher must never be some other descriptor.
+	polR, polW, err := os.Pipe()
+	if err != nil {
+		resW.Close()
+		return Result{ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLauncher, err)}
+	}
+	defer polR.Close()
+	// Written whole before the launcher reads it: a policy is far below a
+	// pipe's buffer.
+	_, err = io.WriteString(polW, s.Policy.Format())
+	polW.Close()
+	if err != nil {
+		resW.Close()
+		return Result{ExitCode: -1, Err: fmt.Errorf("%w: policy: %v", ErrLauncher, err)}
+	}
 	args := append([]string{launcher.Name, launcher.Protocol, strconv.FormatInt(int64(s.KillGrace), 10), s.Path}, s.Args...)
 	cmd := &exec.Cmd{
 		Path: l.exe, Args: args, Env: s.Env, Dir: s.Dir,
 		Stdout: s.Stdout, Stderr: s.Stderr,
-		ExtraFiles:  []*os.File{resW, s.Hold},
+		ExtraFiles:  []*os.File{resW, s.Hold, polR},
 		SysProcAttr: l.attr(),
 		// Output pipes close when the tree is gone; this only bounds a
 		// launcher that was killed while something else held them.
@@ -163,7 +196,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	if err != nil {
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: no report (%v)", ErrLauncher, werr)}
 	}
-	res := Result{ExitCode: r.ExitCode, Killed: r.Killed}
+	res := Result{ExitCode: r.ExitCode, Killed: r.Killed, Applied: r.Applied}
 	if r.Signal != 0 {
 		res.Signal = unix.SignalName(syscall.Signal(r.Signal))
 	}

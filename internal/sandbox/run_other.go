@@ -28,6 +28,9 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 	return &Launcher{}, nil
 }
 
+// Host reports that nothing beyond the process group is applied.
+func (l *Launcher) Host() Host { return Host{} }
+
 // Mode reports ModeDirect.
 func (l *Launcher) Mode() Mode { return ModeDirect }
 

@@ -21,6 +21,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/agora-dispatch/agora/internal/sandbox/launcher"
 )
 
 // Spec is one runtime to start inside the sandbox.
@@ -43,6 +45,23 @@ type Spec struct {
 	// lock on it held) until the whole tree is gone. It is not passed on to
 	// the runtime.
 	Hold *os.File
+	// Policy is what the launcher applies before it starts the runtime
+	// (Landlock, resource limits, private /proc and /tmp, cgroups).
+	Policy Policy
+}
+
+// Policy is the launcher's policy (internal/sandbox/launcher).
+type Policy = launcher.Policy
+
+// Host is what the launcher can apply on this host, found by probing it
+// once.
+type Host struct {
+	// LandlockABI is the kernel's Landlock ABI version; 0 when Landlock is
+	// missing or disabled.
+	LandlockABI int `json:"landlock_abi"`
+	// PrivateProc tells whether the launcher mounts a /proc of its own
+	// (PID and mount namespaces): the runtime sees only its own processes.
+	PrivateProc bool `json:"private_proc"`
 }
 
 // Result is how a sandboxed runtime ended.
@@ -59,6 +78,8 @@ type Result struct {
 	// Killed counts the processes the launcher had to kill after the
 	// runtime exited or was stopped (daemonised grandchildren and the like).
 	Killed int
+	// Applied lists the layers the launcher put in place.
+	Applied string
 }
 
 // Mode is how the launcher contains the process tree on this host.

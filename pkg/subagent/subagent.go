@@ -47,6 +47,7 @@ type Definition struct {
 	Files       map[string]string `json:"files,omitempty"`
 	MaxRounds   int               `json:"max_rounds,omitempty"`
 	Description string            `json:"description,omitempty"`
+	Sandbox     Sandbox           `json:"sandbox,omitzero"`
 }
 
 var (
@@ -150,6 +151,7 @@ func (d Definition) Validate() error {
 	if d.MaxRounds < 0 {
 		bad("max_rounds", "%d is negative", d.MaxRounds)
 	}
+	d.Sandbox.validate(bad)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("subagent %q: %w", d.Name, err)
 	}

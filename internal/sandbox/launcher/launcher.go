@@ -13,9 +13,10 @@
 //     path, then the runtime's argv;
 //   - the environment and working directory are the runtime's;
 //   - fd 3: the result pipe; fd 4: a descriptor kept open until the tree
-//     is gone (the workspace lock), or closed;
+//     is gone (the workspace lock), or closed; fd 5: the Policy, or closed;
 //   - on exit the launcher writes one result line to fd 3: exit code,
-//     signal number, processes killed, start error, separated by NUL.
+//     signal number, processes killed, layers applied, start error,
+//     separated by NUL.
 package launcher
 
 import (
@@ -40,18 +41,21 @@ type Result struct {
 	ExitCode int
 	Signal   int // the signal that ended the runtime, 0 if none
 	Killed   int // leftover processes killed
+	// Applied lists the layers the launcher put in place, comma-separated
+	// (e.g. "no_new_privs,cgroup,proc,tmp,rlimits,landlock-v7").
+	Applied  string
 	StartErr string
 }
 
 // Format encodes r as the result line.
 func (r Result) Format() string {
-	return strings.Join([]string{strconv.Itoa(r.ExitCode), strconv.Itoa(r.Signal), strconv.Itoa(r.Killed), strings.ReplaceAll(r.StartErr, "\x00", " ")}, "\x00") + "\n"
+	return strings.Join([]string{strconv.Itoa(r.ExitCode), strconv.Itoa(r.Signal), strconv.Itoa(r.Killed), r.Applied, strings.ReplaceAll(r.StartErr, "\x00", " ")}, "\x00") + "\n"
 }
 
 // Parse decodes a result line.
 func Parse(s string) (Result, error) {
-	f := strings.SplitN(strings.TrimSuffix(s, "\n"), "\x00", 4)
-	if len(f) != 4 {
+	f := strings.SplitN(strings.TrimSuffix(s, "\n"), "\x00", 5)
+	if len(f) != 5 {
 		return Result{}, errors.New("launcher: malformed result")
 	}
 	var r Result
@@ -59,6 +63,6 @@ func Parse(s string) (Result, error) {
 	r.ExitCode, err1 = strconv.Atoi(f[0])
 	r.Signal, err2 = strconv.Atoi(f[1])
 	r.Killed, err3 = strconv.Atoi(f[2])
-	r.StartErr = f[3]
+	r.Applied, r.StartErr = f[3], f[4]
 	return r, errors.Join(err1, err2, err3)
 }

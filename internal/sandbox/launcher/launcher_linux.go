@@ -16,6 +16,7 @@ import (
 const (
 	fdResult = 3
 	fdHold   = 4
+	fdPolicy = 5
 )
 
 const (
@@ -32,6 +33,7 @@ func init() {
 	switch os.Args[0] {
 	case ProbeName:
 		if len(os.Args) > 1 && os.Args[1] == Protocol {
+			os.Stdout.WriteString(probe())
 			os.Exit(0)
 		}
 		os.Exit(3)
@@ -56,6 +58,12 @@ func main() int {
 	}
 	path, argv := os.Args[3], os.Args[4:]
 
+	f := os.NewFile(fdPolicy, "policy")
+	pol, err := ParsePolicy(f)
+	f.Close()
+	if err != nil {
+		return fail(err)
+	}
 	// Nothing but stdin, stdout and stderr reaches the runtime: not our
 	// result pipe or the hold descriptor, and not descriptors the worker
 	// itself inherited without close-on-exec.
@@ -76,6 +84,11 @@ func main() int {
 
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
+		return fail(err)
+	}
+	applied, err := apply(pol, pid1)
+	if err != nil {
+		devnull.Close()
 		return fail(err)
 	}
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
@@ -118,7 +131,7 @@ wait:
 			signalTree(pid1, proc.Pid)
 		}
 	}
-	r := Result{ExitCode: st.ExitCode()}
+	r := Result{ExitCode: st.ExitCode(), Applied: strings.Join(applied, ",")}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		r.Signal = int(ws.Signal())
 	}

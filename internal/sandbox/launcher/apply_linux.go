@@ -1,0 +1,100 @@
+//go:build linux
+
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// apply puts the policy's layers in place on the launcher itself, so the
+// runtime it starts next inherits them, and names what it applied. A layer
+// the host lacks is left out rather than failing the run (the worker
+// reports what holds); a layer that exists but fails to apply fails it.
+func apply(p Policy, pid1 bool) ([]string, error) {
+	applied := []string{"no_new_privs"}
+	for _, procs := range p.Cgroups {
+		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
+			return nil, fmt.Errorf("launcher: join cgroup %s: %w", procs, err)
+		}
+	}
+	if len(p.Cgroups) > 0 {
+		applied = append(applied, "cgroup")
+	}
+	if pid1 {
+		// Our own mount namespace: nothing we mount is seen outside.
+		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err == nil {
+			// A /proc that shows only this run's processes.
+			if syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil {
+				applied = append(applied, "proc")
+			}
+			if p.PrivateTmp != "" && syscall.Mount(p.PrivateTmp, "/tmp", "", syscall.MS_BIND|syscall.MS_REC, "") == nil {
+				applied = append(applied, "tmp")
+			}
+		}
+	}
+	if len(p.Rlimits) > 0 {
+		for name, v := range p.Rlimits {
+			res, ok := map[string]int{"as": unix.RLIMIT_AS, "nproc": unix.RLIMIT_NPROC, "nofile": unix.RLIMIT_NOFILE, "fsize": unix.RLIMIT_FSIZE, "cpu": unix.RLIMIT_CPU}[name]
+			if !ok {
+				return nil, fmt.Errorf("launcher: unknown rlimit %q", name)
+			}
+			if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+				return nil, fmt.Errorf("launcher: rlimit %s=%d: %w", name, v, err)
+			}
+		}
+		applied = append(applied, "rlimits")
+	}
+	if p.Landlock {
+		abi, err := llsys.LandlockGetABIVersion()
+		if err != nil || abi < 1 {
+			return applied, nil // no Landlock on this host: reported by the worker's probe
+		}
+		rules := []landlock.Rule{
+			landlock.RODirs(p.ReadDirs...).IgnoreIfMissing(),
+			landlock.RWDirs(p.WriteDirs...).IgnoreIfMissing(),
+			landlock.ROFiles(p.ReadFiles...).IgnoreIfMissing(),
+			landlock.RWFiles(p.WriteFiles...).WithIoctlDev().IgnoreIfMissing(),
+		}
+		if !pid1 {
+			// The launcher itself must still list its children.
+			rules = append(rules, landlock.RODirs("/proc/self/task"))
+		}
+		for _, port := range p.TCPConnect {
+			rules = append(rules, landlock.ConnectTCP(uint16(port)))
+		}
+		// Handled: every filesystem right, TCP connect (not bind: a
+		// sub-agent may run a local server), and the signal and abstract
+		// socket scopes (nothing outside the run can be signalled or
+		// reached through an abstract socket).
+		cfg := landlock.MustConfig(landlock.V11.HandledAccessFS, landlock.AccessNetSet(llsys.AccessNetConnectTCP),
+			landlock.ScopedSet(llsys.ScopeAbstractUnixSocket|llsys.ScopeSignal)).BestEffort()
+		if err := cfg.Restrict(rules...); err != nil {
+			return nil, fmt.Errorf("launcher: landlock: %w", err)
+		}
+		applied = append(applied, "landlock-v"+strconv.Itoa(min(abi, 11)))
+	}
+	return applied, nil
+}
+
+// probe reports what this host lets a launcher apply, as "landlock=<abi>
+// proc=<0|1>": the Landlock ABI (0: none) and whether a fresh /proc could
+// be mounted (only PID 1 of its own namespaces can).
+func probe() string {
+	abi, err := llsys.LandlockGetABIVersion()
+	if err != nil {
+		abi = 0
+	}
+	proc := 0
+	if os.Getpid() == 1 && syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") == nil &&
+		syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil {
+		proc = 1
+	}
+	return "landlock=" + strconv.Itoa(abi) + " proc=" + strconv.Itoa(proc) + "\n"
+}
