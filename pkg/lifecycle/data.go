@@ -56,6 +56,25 @@ type Started struct {
 	Common
 	WorkerID string `json:"worker_id"`
 	Attempt  int    `json:"attempt"` // the work message's delivery count, from 1
+	// Sandbox says what contains this run on its worker's host.
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// Sandbox reports what holds a run (docs/sandbox.md): the definition's
+// mode and each layer as it is in force on the worker's host.
+type Sandbox struct {
+	Mode        string `json:"mode"`                   // strict, standard or off
+	Isolation   string `json:"isolation"`              // pid-namespace, subreaper or direct
+	LandlockABI int    `json:"landlock_abi,omitempty"` // 0: no Landlock on the host
+	Filesystem  bool   `json:"filesystem"`             // Landlock filesystem rules apply
+	Network     bool   `json:"network"`                // Landlock TCP-connect rules apply (ABI 4+)
+	PrivateProc bool   `json:"private_proc"`           // /proc shows only the run's processes
+	Cgroup      bool   `json:"cgroup"`                 // processes and memory bounded by a cgroup
+	// Limits are the run's limits in force (bytes, counts, seconds; -1
+	// unlimited).
+	Limits map[string]int64 `json:"limits,omitempty"`
+	// TCPPorts are the ports it may connect to, when Network holds.
+	TCPPorts []int `json:"tcp_ports,omitempty"`
 }
 
 // Producer names the run that produced a terminal event: the worker and

@@ -52,12 +52,13 @@ const (
 	ReasonRedeliveryExhausted Reason = "redelivery-exhausted" // the work message hit MaxDeliver
 	ReasonMaxRounds           Reason = "max-rounds"           // the thread would exceed its round limit
 	ReasonUnanswered          Reason = "unanswered"           // the question expired with on_expiry fail
+	ReasonLimitExceeded       Reason = "limit-exceeded"       // the run passed a sandbox limit; the detail names it
 )
 
 // Reasons returns every failure reason.
 func Reasons() []Reason {
 	return []Reason{ReasonRejected, ReasonWorkerFailed, ReasonProviderFailed, ReasonTimeout,
-		ReasonRedeliveryExhausted, ReasonMaxRounds, ReasonUnanswered}
+		ReasonRedeliveryExhausted, ReasonMaxRounds, ReasonUnanswered, ReasonLimitExceeded}
 }
 
 // Valid reports whether r is one of the failure reasons.

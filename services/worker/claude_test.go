@@ -129,6 +129,8 @@ func TestClaudeCodeRuntime(t *testing.T) {
 		name := "claude-" + string(rune('a'+i))
 		def := c.def
 		def.Name, def.Runtime = name, subagent.RuntimeClaudeCode
+		// The stand-in records its run under the test's temp directory.
+		def.Sandbox.WritePaths = []string{os.TempDir()}
 		h.define(def)
 		recs[c.name] = filepath.Join(t.TempDir(), "rec")
 		ids[c.name] = h.dispatch(lifecycle.Request{Subagent: name, Input: json.RawMessage(c.input), Env: map[string]string{"CLAUDE_REC": recs[c.name]}})
@@ -199,7 +201,8 @@ func TestClaudeCodeBinAndHelperOptOut(t *testing.T) {
 			cfg.ClaudeBin = claude
 			cfg.DisableNeedsInputHelper = c.disable
 			h.startWorker(cfg, worker.Deps{})
-			h.define(subagent.Definition{Name: "coder", Runtime: subagent.RuntimeClaudeCode, Prompt: "Fix {{.Input.bug}}"})
+			h.define(subagent.Definition{Name: "coder", Runtime: subagent.RuntimeClaudeCode, Prompt: "Fix {{.Input.bug}}",
+				Sandbox: subagent.Sandbox{WritePaths: []string{os.TempDir()}}})
 			rec := filepath.Join(t.TempDir(), "rec")
 			id := h.dispatch(lifecycle.Request{Subagent: "coder", Input: json.RawMessage(`{"bug":"#42"}`), Env: map[string]string{"CLAUDE_REC": rec}})
 			if k := h.terminal(id).Data.(lifecycle.Lifecycle).LifecycleKind(); k != lifecycle.KindNeedsInput {

@@ -65,7 +65,9 @@ func TestEnvironmentFirewall(t *testing.T) {
 	h.assertWorkspace(ws, id, 1)
 	want := map[string]string{
 		"PATH":                   os.Getenv("PATH"),
-		"HOME":                   home,
+		// A sandboxed run gets a private home and tmp in its workspace.
+		"HOME":                   filepath.Join(ws, ".agora", "home"),
+		"TMPDIR":                 filepath.Join(ws, ".agora", "tmp"),
 		"LC_ALL":                 "C",
 		"TZ":                     "Europe/Paris",
 		"ALLOWED_KEY":            "allowed-value-4f9a2c",

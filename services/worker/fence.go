@@ -151,7 +151,11 @@ func wrongLastSeq(err error) bool {
 }
 
 func (s *Service) startedData(j *job) *lifecycle.Started {
-	return &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}
+	st := &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}
+	if j.sandbox != nil {
+		st.Sandbox = j.sandbox.report
+	}
+	return st
 }
 
 // settled handles a delivery whose dispatch needs nothing from this run:

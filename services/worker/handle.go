@@ -33,6 +33,7 @@ type job struct {
 	started     jetstream.PubAckFuture // the async `started` publish, when it went out
 	startedSent bool                   // `started` was attempted; the terminal event must follow it
 	owned       bool                   // this run's `started` is stored: it owns the dispatch
+	sandbox     *runSandbox            // the run's sandbox (sandbox.go)
 	start       time.Time
 	log         *slog.Logger
 }
@@ -92,6 +93,14 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	if err != nil {
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: err.Error()}, -1, "")
 	}
+	timeout := def.TimeoutDuration()
+	if t, err := time.ParseDuration(j.req.Timeout); err == nil && t > 0 {
+		timeout = t
+	}
+	j.sandbox = s.newRunSandbox(def, timeout)
+	if j.sandbox.mode == subagent.SandboxOff {
+		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
+	}
 	// `started` goes out asynchronously while the workspace is prepared;
 	// claim waits for its acknowledgement before the runtime starts.
 	j.started, j.startedSent = s.publishAsync(j, s.startedData(j)), true
@@ -107,6 +116,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 		if inv.hold != nil {
 			inv.hold.Close()
 		}
+		j.sandbox.close()
 	}
 	var te *transientError
 	if errors.As(err, &te) {
@@ -125,10 +135,6 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	}
 	rt := s.runtimes[def.Runtime]
 
-	timeout := def.TimeoutDuration()
-	if t, err := time.ParseDuration(j.req.Timeout); err == nil && t > 0 {
-		timeout = t
-	}
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	resCh := make(chan Result, 1)
@@ -139,6 +145,13 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	defer tick.Stop()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	// The workspace's size is watched while the run goes on.
+	var wsTick <-chan time.Time
+	if l := j.sandbox.limits.WorkspaceSize; j.sandbox.mode != subagent.SandboxOff && l > 0 {
+		t := time.NewTicker(workspaceWatch)
+		defer t.Stop()
+		wsTick = t.C
+	}
 	var res Result
 	var cancelBy, cancelReason string
 wait:
@@ -146,6 +159,13 @@ wait:
 		select {
 		case res = <-resCh:
 			break wait
+		case <-wsTick:
+			if n, l := workspaceSize(ws), j.sandbox.limits.WorkspaceSize; n > l {
+				j.sandbox.over.Store(fmt.Sprintf("workspace_size (%d bytes; the workspace held %d)", l, n))
+				j.log.Warn("workspace over its size limit: stopping the runtime", "limit", l, "size", n)
+				stop(errLimit)
+				wsTick = nil
+			}
 		case <-tick.C:
 			if err := j.msg.InProgress(); err != nil {
 				j.log.Warn("in-progress ack failed", "err", err)
@@ -196,6 +216,13 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	}
 	if errors.Is(cause, errFenced) {
 		return s.settle(ctx, j)
+	}
+	if !errors.Is(cause, errCancelled) && !errors.Is(cause, ErrShutdown) {
+		// A run that went over a sandbox limit fails, naming the limit,
+		// whatever it wrote.
+		if lim := j.sandbox.passed(res); lim != "" {
+			return failed(lifecycle.ReasonLimitExceeded, "the run passed its sandbox limit "+lim+stderrNote(res.Stderr))
+		}
 	}
 	if errors.Is(cause, errCancelled) {
 		if cancelBy == "" {
@@ -391,6 +418,19 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	}
 	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
 	inv.Env = append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
+	if err := j.sandbox.prepare(ws, filepath.Base(ws)); err != nil {
+		return inv, err
+	}
+	inv.sandbox = j.sandbox
+	// A sandboxed run gets a private tmp and home inside its workspace.
+	inv.Env = slices.DeleteFunc(inv.Env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		_, over := j.sandbox.env[k]
+		return over
+	})
+	for k, v := range j.sandbox.env {
+		inv.Env = append(inv.Env, k+"="+v)
+	}
 	slices.Sort(inv.Env)
 	if p, ok := s.runtimes[def.Runtime].(Preparer); ok {
 		if err := p.Prepare(inv); err != nil {

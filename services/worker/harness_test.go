@@ -103,9 +103,13 @@ func (h *harness) define(d subagent.Definition) uint64 {
 	return rev
 }
 
-// shell defines an exec sub-agent running script with sh -c.
+// shell defines an exec sub-agent running script with sh -c. It may
+// write under the test's temporary directories (where tests keep their
+// marks); the hostile suite defines its sub-agents with h.define and the
+// default sandbox.
 func (h *harness) shell(name, script string, mod ...func(*subagent.Definition)) uint64 {
-	d := subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}}
+	d := subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script},
+		Sandbox: subagent.Sandbox{WritePaths: []string{os.TempDir()}}}
 	for _, f := range mod {
 		f(&d)
 	}

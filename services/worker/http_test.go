@@ -40,12 +40,19 @@ func TestHTTPHandler(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 			t.Errorf("Content-Type = %q", ct)
 		}
-		var body map[string]string
+		var body struct {
+			Status   string `json:"status"`
+			WorkerID string `json:"worker_id"`
+			Sandbox  struct {
+				Isolation   string `json:"isolation"`
+				LandlockABI int    `json:"landlock_abi"`
+			} `json:"sandbox"`
+		}
 		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 			t.Fatal(err)
 		}
-		if body["status"] != "ok" || body["worker_id"] != svc.ID() {
-			t.Errorf("healthz = %v", body)
+		if body.Status != "ok" || body.WorkerID != svc.ID() || body.Sandbox.Isolation == "" {
+			t.Errorf("healthz = %+v", body)
 		}
 	})
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/template"
@@ -34,6 +35,7 @@ type Invocation struct {
 
 	launcher *sandbox.Launcher // starts the runtime (internal/sandbox)
 	hold     *os.File          // the workspace lock, kept by the launcher
+	sandbox  *runSandbox       // the run's sandbox; nil runs unconfined
 }
 
 // Result is how a runtime ended.
@@ -46,6 +48,8 @@ type Result struct {
 	// Err is set when the runtime could not be started or waited for
 	// (an adapter error, not the sub-agent's own failure).
 	Err error
+	// Signal names the signal that ended the runtime, if one did.
+	Signal string
 }
 
 // Runtime runs a sub-agent in its workspace. Run blocks until the
@@ -179,11 +183,19 @@ func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 		return Result{ExitCode: -1, Err: err}
 	}
 	stdout, stderr := newTail(tailSize), newTail(tailSize)
+	var pol sandbox.Policy
+	if inv.sandbox != nil {
+		pol = inv.sandbox.policy
+		if pol.Landlock {
+			// The runtime's own executable, wherever the definition put it.
+			pol.ReadFiles = append(slices.Clone(pol.ReadFiles), path)
+		}
+	}
 	r := inv.launcher.Run(ctx, sandbox.Spec{
 		Path: path, Args: argv, Env: inv.Env, Dir: inv.Workspace,
-		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.hold,
+		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.hold, Policy: pol,
 	})
-	res := Result{ExitCode: r.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	res := Result{ExitCode: r.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Signal: r.Signal}
 	if r.Err != nil {
 		res.Err = fmt.Errorf("worker: start %s: %w", argv[0], r.Err)
 	}

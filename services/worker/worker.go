@@ -69,6 +69,7 @@ type Service struct {
 	cancels  cancels
 	defCache defCache
 	launcher *sandbox.Launcher
+	cgroups  bool // per-run cgroups can be made (sandbox.go)
 }
 
 // Outcome is how one dispatch ended on this worker.
@@ -124,6 +125,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		if cfg.SandboxLauncher != "" {
 			return nil, fmt.Errorf("worker: AGORA_SANDBOX_LAUNCHER=%s: %w", cfg.SandboxLauncher, err)
 		}
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	s.cgroups = cgroupsUsable()
+	// Processes of the worker's user (a sub-agent among them) cannot read
+	// its memory, environment or descriptors through /proc.
+	if err := nonDumpable(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	if s.nc == nil {
@@ -213,7 +220,8 @@ func (s *Service) Run(ctx context.Context) error {
 	// runCtx outlives ctx by ShutdownTimeout so in-flight runs can finish.
 	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(nil)
-	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable())
+	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable(),
+		"landlock_abi", s.launcher.Host().LandlockABI, "private_proc", s.launcher.Host().PrivateProc, "cgroups", s.cgroups)
 
 	// What a killed worker left in the root goes now, and again from time
 	// to time (a run killed with its worker frees its lock a moment later).
@@ -370,7 +378,11 @@ func (s *Service) Handler() http.Handler {
 			_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "nats": s.nc.Status().String()})
 			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "nats": "connected", "worker_id": s.cfg.ID, "sandbox": string(s.launcher.Mode())})
+		h := s.launcher.Host()
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "nats": "connected", "worker_id": s.cfg.ID,
+			"sandbox": map[string]any{"isolation": s.launcher.Mode(), "launcher": s.launcher.Executable(),
+				"landlock_abi": h.LandlockABI, "filesystem": h.LandlockABI >= 1, "network": h.LandlockABI >= 4,
+				"private_proc": h.PrivateProc, "cgroups": s.cgroups}})
 	})
 	return mux
 }

@@ -34,9 +34,6 @@ func apply(p Policy, pid1 bool) ([]string, error) {
 			if syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil {
 				applied = append(applied, "proc")
 			}
-			if p.PrivateTmp != "" && syscall.Mount(p.PrivateTmp, "/tmp", "", syscall.MS_BIND|syscall.MS_REC, "") == nil {
-				applied = append(applied, "tmp")
-			}
 		}
 	}
 	if len(p.Rlimits) > 0 {

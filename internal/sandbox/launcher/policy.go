@@ -23,17 +23,13 @@ type Policy struct {
 	TCPConnect []int
 	// Rlimits by name: as, nproc, nofile, fsize, cpu (seconds).
 	Rlimits map[string]uint64
-	// PrivateTmp is bound onto /tmp, and a fresh /proc showing only the
-	// run's processes is mounted, when the launcher has a mount namespace
-	// of its own.
-	PrivateTmp string
 	// Cgroups are cgroup.procs files the launcher moves itself into.
 	Cgroups []string
 }
 
 // Empty reports whether p asks for nothing.
 func (p Policy) Empty() bool {
-	return !p.Landlock && len(p.Rlimits) == 0 && p.PrivateTmp == "" && len(p.Cgroups) == 0
+	return !p.Landlock && len(p.Rlimits) == 0 && len(p.Cgroups) == 0
 }
 
 // Format encodes p.
@@ -60,9 +56,6 @@ func (p Policy) Format() string {
 	}
 	for k, v := range p.Rlimits {
 		line("rlimit", k+" "+strconv.FormatUint(v, 10))
-	}
-	if p.PrivateTmp != "" {
-		line("tmp", p.PrivateTmp)
 	}
 	for _, s := range p.Cgroups {
 		line("cgroup", s)
@@ -102,8 +95,6 @@ func ParsePolicy(r io.Reader) (Policy, error) {
 				return p, fmt.Errorf("launcher: policy: rlimit %q", v)
 			}
 			p.Rlimits[name] = x
-		case "tmp":
-			p.PrivateTmp = v
 		case "cgroup":
 			p.Cgroups = append(p.Cgroups, v)
 		default:

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package worker
+
+func nonDumpable() error { return nil }
