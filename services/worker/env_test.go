@@ -64,7 +64,7 @@ func TestEnvironmentFirewall(t *testing.T) {
 	ws := env["AGORA_WORKSPACE"]
 	h.assertWorkspace(ws, id, 1)
 	want := map[string]string{
-		"PATH":                   os.Getenv("PATH"),
+		"PATH": os.Getenv("PATH"),
 		// A sandboxed run gets a private home and tmp in its workspace.
 		"HOME":                   filepath.Join(ws, ".agora", "home"),
 		"TMPDIR":                 filepath.Join(ws, ".agora", "tmp"),

@@ -40,13 +40,13 @@ type runSandbox struct {
 	ports       []int
 	useCgroups  bool
 	privateProc bool
-	mode    string
-	policy  sandbox.Policy
-	limits  subagent.Resolved
-	report  *lifecycle.Sandbox
-	env     map[string]string // TMPDIR and HOME for the run
-	cgroups []string          // cgroup directories to remove after the run
-	over    atomic.Value      // string: the limit a watcher saw passed
+	mode        string
+	policy      sandbox.Policy
+	limits      subagent.Resolved
+	report      *lifecycle.Sandbox
+	env         map[string]string // TMPDIR and HOME for the run
+	cgroups     []string          // cgroup directories to remove after the run
+	over        atomic.Value      // string: the limit a watcher saw passed
 }
 
 // cgroupsUsable reports whether the worker can make per-run cgroups for
