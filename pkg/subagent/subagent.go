@@ -70,6 +70,26 @@ func Reserved(name string) bool {
 	return strings.HasPrefix(u, "AGORA_") || strings.HasPrefix(u, "NATS_")
 }
 
+// Hook reports whether an environment variable name makes a loader or an
+// interpreter run code of the setter's choosing (LD_PRELOAD, BASH_ENV,
+// NODE_OPTIONS, PYTHONSTARTUP, …) or changes which programs run (PATH). A
+// request may set one only when the definition's env_allow lists it.
+func Hook(name string) bool {
+	u := strings.ToUpper(name)
+	for _, p := range []string{"LD_", "DYLD_", "PYTHON", "PERL5", "RUBY", "NODE_", "GCONV_", "GIO_", "GTK_"} {
+		if strings.HasPrefix(u, p) {
+			return true
+		}
+	}
+	switch u {
+	case "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH",
+		"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH",
+		"LOCPATH", "NLSPATH", "HOSTALIASES", "RESOLV_HOST_CONF", "TMPDIR", "HOME":
+		return true
+	}
+	return false
+}
+
 // Parse decodes a YAML or JSON definition and validates it.
 func Parse(b []byte) (Definition, error) {
 	var d Definition

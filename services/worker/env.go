@@ -34,7 +34,10 @@ func Environment(parent []string, def subagent.Definition, reqEnv map[string]str
 		}
 	}
 	for k, v := range reqEnv {
-		if subagent.ValidEnvName(k) && !subagent.Reserved(k) {
+		// A request never sets Agora's names, nor a loader or interpreter
+		// hook unless the definition allows it (the dispatcher refuses
+		// those requests; this holds for messages published past it).
+		if subagent.ValidEnvName(k) && !subagent.Reserved(k) && (!subagent.Hook(k) || slices.Contains(def.EnvAllow, k)) {
 			env[k] = v
 		}
 	}

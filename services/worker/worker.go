@@ -387,6 +387,17 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
+// Sandbox reports what the sandbox launcher can apply on this host.
+func (s *Service) Sandbox() sandbox.Host { return s.launcher.Host() }
+
+// Isolation names how runs' process trees are contained: pid-namespace,
+// subreaper or direct.
+func (s *Service) Isolation() string { return string(s.launcher.Mode()) }
+
+// Cgroups reports whether runs get their own cgroups (processes and
+// memory bounded as a whole).
+func (s *Service) Cgroups() bool { return s.cgroups }
+
 // ID returns the worker id used in `started` events.
 func (s *Service) ID() string { return s.cfg.ID }
 

@@ -38,6 +38,9 @@ func apply(p Policy, pid1 bool) ([]string, error) {
 	}
 	if len(p.Rlimits) > 0 {
 		for name, v := range p.Rlimits {
+			if name == "as" {
+				continue // set on the runtime itself (limitChild): the launcher's Go runtime already maps more
+			}
 			res, ok := map[string]int{"as": unix.RLIMIT_AS, "nproc": unix.RLIMIT_NPROC, "nofile": unix.RLIMIT_NOFILE, "fsize": unix.RLIMIT_FSIZE, "cpu": unix.RLIMIT_CPU}[name]
 			if !ok {
 				return nil, fmt.Errorf("launcher: unknown rlimit %q", name)
@@ -78,6 +81,18 @@ func apply(p Policy, pid1 bool) ([]string, error) {
 		applied = append(applied, "landlock-v"+strconv.Itoa(min(abi, 11)))
 	}
 	return applied, nil
+}
+
+// limitChild sets the address-space limit on the started runtime. It is
+// set right after the start rather than inherited, because the launcher's
+// own Go runtime maps more address space than a small limit allows; the
+// run's cgroup, where there is one, bounds memory from the first moment.
+func limitChild(p Policy, pid int) error {
+	v, ok := p.Rlimits["as"]
+	if !ok {
+		return nil
+	}
+	return unix.Prlimit(pid, unix.RLIMIT_AS, &unix.Rlimit{Cur: v, Max: v}, nil)
 }
 
 // probe reports what this host lets a launcher apply, as "landlock=<abi>

@@ -100,6 +100,11 @@ func main() int {
 	if err != nil {
 		return fail(err)
 	}
+	if err := limitChild(pol, proc.Pid); err != nil {
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+		return fail(err)
+	}
 	done := make(chan *os.ProcessState, 1)
 	go func() {
 		st, _ := proc.Wait()

@@ -1,0 +1,196 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// The hostile sub-agent suite (docs/sandbox.md): each case is a real exec
+// sub-agent, run through a real worker with the default sandbox, that
+// attacks the worker, the bus or other dispatches. A script prints BREACH
+// and exits 0 only when its attack worked; every case asserts the attack
+// failed and the dispatch still ended with exactly one terminal event.
+
+const workerSecret = "worker-secret-7c1e9a"
+
+// requireSandbox fails under CI=true, and skips elsewhere, when the host
+// lacks a layer a case needs.
+func requireSandbox(t *testing.T, svc *worker.Service, need string) {
+	t.Helper()
+	h := svc.Sandbox()
+	var ok bool
+	switch need {
+	case "landlock":
+		ok = h.LandlockABI >= 1
+	case "network":
+		ok = h.LandlockABI >= 4
+	case "scope":
+		ok = h.LandlockABI >= 6
+	case "cgroup":
+		ok = svc.Cgroups()
+	case "pidns":
+		ok = svc.Isolation() == "pid-namespace"
+	}
+	if ok {
+		return
+	}
+	msg := fmt.Sprintf("this host lacks the sandbox layer %q (host: %+v, isolation %s, cgroups %v)", need, h, svc.Isolation(), svc.Cgroups())
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func TestHostileSubagents(t *testing.T) {
+	t.Setenv("AGORA_TEST_WORKER_SECRET", workerSecret)
+	h := newHarness(t, provision.Config{})
+	natsURL, _ := url.Parse(h.srv.URL)
+
+	// What an attacker might know the path of: a credentials file, another
+	// dispatch's workspace, a folder outside every workspace.
+	secrets := t.TempDir()
+	creds := filepath.Join(secrets, "worker.creds")
+	if err := os.WriteFile(creds, []byte(workerSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Another dispatch's live workspace: locked as a running run holds it,
+	// so the worker's sweep leaves it alone.
+	other := filepath.Join(h.root, "01OTHERDISPATCH.1.1")
+	if err := os.MkdirAll(filepath.Join(other, ".agora"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, ".agora", "input.json"), []byte(workerSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	svc := h.startWorker(h.workerConfig(), worker.Deps{})
+
+	cases := []struct {
+		name   string
+		need   string
+		script string
+		env    map[string]string
+		box    subagent.Sandbox
+		reason lifecycle.Reason // "" accepts provider-failed or limit-exceeded
+		check  func(t *testing.T, id string)
+	}{
+		{name: "read the worker's environ, cmdline and fds", need: "pidns", script: `
+for f in /proc/*/environ /proc/*/cmdline; do cat "$f"; done 2>/dev/null | tr '\0' '\n' > dump
+grep -q "$S1$S2" dump && { echo BREACH; exit 0; }
+ls -l /proc/*/fd 2>/dev/null | grep -q socket && { echo BREACH fd; exit 0; }
+cat /proc/$WORKER_PID/environ 2>/dev/null | tr '\0' '\n' | grep -q "$S1$S2" && { echo BREACH; exit 0; }
+exit 1`,
+			// The secret in halves: the sub-agent's own environ holds them
+			// apart, the worker's holds it whole. (The dump is grepped after
+			// it is written, or grep would find its own command line.)
+			env: map[string]string{"WORKER_PID": fmt.Sprint(os.Getpid()), "S1": workerSecret[:8], "S2": workerSecret[8:]}},
+		{name: "read the NATS credentials file", need: "landlock", script: `cat "$CREDS" && { echo BREACH; exit 0; }; exit 1`,
+			env: map[string]string{"CREDS": creds}},
+		{name: "read another dispatch's workspace", need: "landlock", script: `cat "$ROOT"/*/.agora/input.json | grep -q "$S1$S2" && { echo BREACH; exit 0; }; exit 1`,
+			env: map[string]string{"ROOT": h.root, "S1": workerSecret[:8], "S2": workerSecret[8:]}},
+		{name: "write outside the workspace", need: "landlock", script: `echo x > "$OUTSIDE/dropped" && { echo BREACH; exit 0; }; echo x > /tmp/agora-hostile-$AGORA_DISPATCH_ID && { echo BREACH; exit 0; }; exit 1`,
+			env: map[string]string{"OUTSIDE": outside},
+			check: func(t *testing.T, id string) {
+				for _, p := range []string{filepath.Join(outside, "dropped"), "/tmp/agora-hostile-" + id} {
+					if _, err := os.Stat(p); err == nil {
+						t.Errorf("%s was written", p)
+					}
+				}
+			}},
+		{name: "connect to the NATS port", need: "network", script: `bash -c 'exec 3<>/dev/tcp/127.0.0.1/'"$BUS_PORT" 2>/dev/null && { echo BREACH; exit 0; }; exit 1`,
+			env: map[string]string{"BUS_PORT": natsURL.Port()}},
+		{name: "publish a forged lifecycle event", need: "network", script: `bash -c '
+exec 3<>/dev/tcp/127.0.0.1/'"$BUS_PORT"' || exit 1
+printf "CONNECT {}\r\nPUB agora.lifecycle.finished.forged.forged 2\r\n{}\r\nPING\r\n" >&3
+read -t 2 line <&3 && echo BREACH' | grep -q BREACH && { echo BREACH; exit 0; }; exit 1`,
+			env: map[string]string{"BUS_PORT": natsURL.Port()},
+			check: func(t *testing.T, id string) {
+				if evs := h.events("forged"); len(evs) > 0 {
+					t.Errorf("a forged event reached the stream: %+v", evs)
+				}
+			}},
+		{name: "signal the worker", need: "pidns", script: `kill -TERM "$WORKER_PID" 2>/dev/null && { echo BREACH; exit 0; }; kill -TERM -1 2>/dev/null; exit 1`,
+			env: map[string]string{"WORKER_PID": fmt.Sprint(os.Getpid())}},
+		{name: "fork bomb", need: "cgroup", box: subagent.Sandbox{Limits: subagent.Limits{Processes: 64}}, reason: lifecycle.ReasonLimitExceeded,
+			script: `bomb() { bomb | bomb & }; bomb; sleep 2; exit 0`},
+		{name: "allocate past the memory limit", need: "landlock", box: subagent.Sandbox{Limits: subagent.Limits{Memory: "128MiB"}},
+			script: `x=$(head -c 300000000 /dev/zero | tr '\0' a) && [ ${#x} -gt 200000000 ] && { echo BREACH; exit 0; }; exit 1`},
+		{name: "allocate past the memory limit in the runtime itself", need: "landlock", box: subagent.Sandbox{Limits: subagent.Limits{Memory: "64MiB"}},
+			script: `exec /usr/bin/python3 -c 'x = bytearray(200 * 1024 * 1024); print("BREACH")'`},
+		{name: "fill the disk past the workspace cap", need: "landlock", box: subagent.Sandbox{Limits: subagent.Limits{WorkspaceSize: "8MiB"}}, reason: lifecycle.ReasonLimitExceeded,
+			script: `for i in 1 2 3 4 5 6; do head -c 4000000 /dev/zero > "big.$i" || exit 1; done; sleep 5; echo BREACH; exit 0`},
+		{name: "write one file past the file size limit", need: "landlock", box: subagent.Sandbox{Limits: subagent.Limits{FileSize: "1MiB"}}, reason: lifecycle.ReasonLimitExceeded,
+			// The runtime itself writes; a child killed by SIGXFSZ is the
+			// sub-agent's own failure (docs/sandbox.md).
+			script: `exec head -c 5000000 /dev/zero > big`},
+		{name: "LD_PRELOAD through the request", script: `[ -n "$LD_PRELOAD$BASH_ENV$NODE_OPTIONS" ] && { echo BREACH; exit 0; }; exit 1`,
+			env: map[string]string{"LD_PRELOAD": "/tmp/evil.so", "BASH_ENV": "/tmp/evil.sh", "NODE_OPTIONS": "--require /tmp/evil.js"}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.need != "" {
+				requireSandbox(t, svc, c.need)
+			}
+			name := fmt.Sprintf("hostile-%d", i)
+			h.define(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", c.script}, Timeout: "60s", Sandbox: c.box})
+			env := map[string]string{}
+			for k, v := range c.env {
+				env[k] = v
+			}
+			id := h.dispatch(lifecycle.Request{Subagent: name, Input: json.RawMessage(`{}`), Env: env})
+			r := h.terminal(id)
+			h.assertOneTerminal(id)
+			if fin, ok := r.Data.(*lifecycle.Finished); ok {
+				t.Fatalf("the attack worked: finished, stdout %q", fin.StdoutTail)
+			}
+			f, ok := r.Data.(*lifecycle.Failed)
+			if !ok {
+				t.Fatalf("terminal = %T %+v, want failed", r.Data, r.Data)
+			}
+			if strings.Contains(f.Detail, workerSecret) {
+				t.Errorf("the secret leaked into the detail: %s", f.Detail)
+			}
+			switch {
+			case c.reason != "" && f.Reason != c.reason:
+				t.Errorf("failed %s (%s), want %s", f.Reason, f.Detail, c.reason)
+			case c.reason == "" && f.Reason != lifecycle.ReasonProviderFailed && f.Reason != lifecycle.ReasonLimitExceeded:
+				t.Errorf("failed %s (%s), want the sub-agent's own failure", f.Reason, f.Detail)
+			}
+			if c.check != nil {
+				c.check(t, id)
+			}
+		})
+	}
+
+	// The started event says what held.
+	var st *lifecycle.Started
+	id := h.dispatch(lifecycle.Request{Subagent: "hostile-0", Input: json.RawMessage(`{}`)})
+	h.terminal(id)
+	for _, e := range h.events(id) {
+		if s, ok := e.Data.(*lifecycle.Started); ok {
+			st = s
+		}
+	}
+	if st == nil || st.Sandbox == nil || st.Sandbox.Mode != subagent.SandboxStandard || st.Sandbox.Isolation == "" {
+		t.Fatalf("started.sandbox = %+v, want the standard mode and the isolation in force", st)
+	}
+}
