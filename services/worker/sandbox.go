@@ -37,6 +37,7 @@ var (
 // runSandbox is one run's sandbox.
 type runSandbox struct {
 	def         subagent.Sandbox
+	command     []string
 	ports       []int
 	useCgroups  bool
 	privateProc bool
@@ -70,7 +71,7 @@ func cgroupsUsable() bool {
 // workspace exists.
 func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) *runSandbox {
 	sb := def.Sandbox
-	rs := &runSandbox{mode: sb.ModeOrDefault(), limits: sb.Limits.Resolve(timeout), env: map[string]string{}, ports: sb.Ports(), def: sb}
+	rs := &runSandbox{mode: sb.ModeOrDefault(), limits: sb.Limits.Resolve(timeout), env: map[string]string{}, ports: sb.Ports(), def: sb, command: def.Command}
 	host := s.launcher.Host()
 	rs.report = &lifecycle.Sandbox{Mode: rs.mode, Isolation: string(s.launcher.Mode()), LandlockABI: host.LandlockABI}
 	if rs.mode == subagent.SandboxOff {
@@ -127,6 +128,19 @@ func (rs *runSandbox) prepare(ws, runID string) error {
 	}
 	if rs.privateProc {
 		p.ReadDirs = append(p.ReadDirs, "/proc")
+	}
+	// Absolute paths the definition's command names (a script given to
+	// an interpreter, a config file) are readable: the definition's author
+	// chose them.
+	for _, a := range rs.command {
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		if fi, err := os.Stat(a); err == nil && fi.IsDir() {
+			p.ReadDirs = append(p.ReadDirs, a)
+		} else if err == nil {
+			p.ReadFiles = append(p.ReadFiles, a)
+		}
 	}
 	p.WriteFiles = deviceRW
 	p.ReadFiles = append(p.ReadFiles, deviceRO...)
