@@ -99,6 +99,13 @@ func TestRoundTrip(t *testing.T) {
 		if !slices.Contains(workerIDs, s.WorkerID) {
 			t.Errorf("round %d started by %q, want a worker container", s.Round, s.WorkerID)
 		}
+		// Both rounds ran sandboxed in the FROM scratch worker image, as
+		// its non-root user.
+		if s.Sandbox == nil || s.Sandbox.Mode != "standard" || !s.Sandbox.Filesystem {
+			t.Errorf("round %d sandbox %+v, want the standard mode with Landlock filesystem rules", s.Round, s.Sandbox)
+		} else {
+			t.Logf("round %d sandbox: %+v", s.Round, *s.Sandbox)
+		}
 	}
 	e.assertOneEnd(d.ThreadID, 1)
 	// The dispatcher's status projection follows the events.
