@@ -51,7 +51,7 @@ func TestDatabaseAnswer(t *testing.T) {
 	})
 	// data-loader asks the question in its input and, resumed, copies its
 	// input to its output.
-	sys.Shell("data-loader", `if [ "$AGORA_ROUND" = "0" ]; then printf '{"question":"%s"}' "$QUESTION" > "$AGORA_NEEDS_INPUT_FILE"; else cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"; fi`)
+	sys.Shell("data-loader", `if [ "$AGORA_ROUND" = "0" ]; then printf '{"question":"%s"}' "$QUESTION" > "$AGORA_NEEDS_INPUT_FILE"; else cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"; fi`, "QUESTION")
 	c := sys.Client
 	wctx, wcancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer wcancel()

@@ -122,11 +122,11 @@ func (s *System) Go(name string, f func(context.Context) error) {
 	})
 }
 
-// Shell registers an exec sub-agent that runs script with sh -c and the
-// request's env.
-func (s *System) Shell(name, script string) {
+// Shell registers an exec sub-agent that runs script with sh -c; requests
+// may set the variables envAllow names.
+func (s *System) Shell(name, script string, envAllow ...string) {
 	s.t.Helper()
-	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
+	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: envAllow})
 	if _, err := s.defsKV.Put(s.t.Context(), name, b); err != nil {
 		s.t.Fatal(err)
 	}

@@ -47,16 +47,23 @@ var (
 // errNoRecord reports a dispatch id with no record.
 var errNoRecord = errors.New("dispatcher: no such dispatch")
 
-// decodeRequest reads a request's JSON, naming the field at fault. Unknown
-// members are ignored, as the schema allows.
+// decodeRequest reads a request's JSON, naming the field at fault. An
+// unknown member is refused: a misspelt "inptu" would otherwise run the
+// sub-agent with no input.
 func decodeRequest(data []byte) (lifecycle.Request, *client.Problem) {
 	var req lifecycle.Request
 	if len(bytes.TrimSpace(data)) == 0 {
 		return req, client.Invalid(client.FieldError{Field: "request", Message: `is empty: want a JSON object such as {"subagent": "planner", "input": {}}`})
 	}
-	err := json.Unmarshal(data, &req)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
 	if err == nil {
 		return req, nil
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return req, client.Invalid(client.FieldError{Field: clip(name), Message: "is not a field of a dispatch request (" + requestFields + ")"})
 	}
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
@@ -70,6 +77,10 @@ func decodeRequest(data []byte) (lifecycle.Request, *client.Problem) {
 	}
 	return req, client.Invalid(client.FieldError{Field: "request", Message: err.Error()})
 }
+
+// requestFields lists a dispatch request's fields, for the error that
+// refuses an unknown one.
+const requestFields = "known: dispatch_id, subagent, input, target, env, labels, timeout, max_rounds, thread_id, parent_id, round, question_id, subagent_revision, partial_state_ref"
 
 func jsonKind(t reflect.Type) string {
 	switch t.Kind() {
@@ -193,6 +204,18 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 				add("subagent", "the registered definition of %q cannot be read: %v", req.Subagent, err)
 			}
 			rev = e.Revision()
+		}
+	}
+	// The request may set only the variables the definition allows.
+	if rev > 0 {
+		for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+			if subagent.ValidEnvName(k) && !subagent.Reserved(k) && !slices.Contains(def.EnvAllow, k) {
+				what := "is not in"
+				if subagent.Hook(k) {
+					what = "is a loader or interpreter hook, and not in"
+				}
+				add("env", "%q %s the sub-agent's env_allow %v: a request may set only the variables its definition allows", k, what, def.EnvAllow)
+			}
 		}
 	}
 	if len(errs) > 0 {

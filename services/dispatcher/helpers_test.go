@@ -60,7 +60,7 @@ func newHarness(t *testing.T, cfg dispatcher.Config) *harness {
 	if h.cl, err = client.New(h.nc); err != nil {
 		t.Fatal(err)
 	}
-	h.putSubagent(subagent.Definition{Name: "planner", Runtime: subagent.RuntimeExec, Command: []string{"true"}, Timeout: "5m", MaxRounds: 3})
+	h.putSubagent(subagent.Definition{Name: "planner", Runtime: subagent.RuntimeExec, Command: []string{"true"}, Timeout: "5m", MaxRounds: 3, EnvAllow: []string{"FOO"}})
 	h.start(cfg)
 	return h
 }

@@ -54,7 +54,7 @@ func (e *env) define(name, script string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
+	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: []string{"KEEP"}})
 	if _, err := kv.Put(e.t.Context(), name, b); err != nil {
 		e.t.Fatal(err)
 	}
