@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +38,7 @@ import (
 type devOptions struct {
 	http       string
 	natsListen string
+	natsToken  string
 	data       string
 	memory     bool
 	workers    int
@@ -67,6 +70,7 @@ starting again on the same --data directory picks up queued work.`,
 	workers, _ := strconv.Atoi(envDefault("AGORA_WORKER_CONCURRENCY", "4"))
 	f.StringVar(&o.http, "http", envDefault("AGORA_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address (AGORA_HTTP_ADDR)")
 	f.StringVar(&o.natsListen, "nats-listen", envDefault("AGORA_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (AGORA_NATS_LISTEN)")
+	f.StringVar(&o.natsToken, "nats-token", envDefault("AGORA_DEV_NATS_TOKEN", ""), "token every NATS client must present; required when --nats-listen is not loopback; \"generate\" makes one (AGORA_DEV_NATS_TOKEN)")
 	f.StringVar(&o.data, "data", envDefault("AGORA_DATA_DIR", filepath.Join(".agora", "data")), "JetStream data directory (AGORA_DATA_DIR)")
 	f.BoolVar(&o.memory, "memory", envDefault("AGORA_MEMORY", "") == "true", "keep everything in memory: a throwaway store (AGORA_MEMORY=true)")
 	f.IntVar(&o.workers, "workers", workers, "worker slots (AGORA_WORKER_CONCURRENCY)")
@@ -86,6 +90,19 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return fmt.Errorf("--nats-listen %q: bad port", o.natsListen)
 	}
+	// Whoever reaches the bus can register a sub-agent and run commands on
+	// this host: a listener other hosts can reach needs a token.
+	if o.natsToken == "generate" {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		o.natsToken = hex.EncodeToString(b)
+	}
+	if !loopbackHost(host) && o.natsToken == "" {
+		return fmt.Errorf("--nats-listen %s is reachable from other hosts, and whoever reaches the bus can register a sub-agent and run commands here: "+
+			"set --nats-token (AGORA_DEV_NATS_TOKEN) to a secret or to \"generate\", or listen on 127.0.0.1", o.natsListen)
+	}
 	if o.workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", o.workers)
 	}
@@ -103,12 +120,16 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		return fmt.Errorf("--http %s: %w (is another agora dev running?)", o.http, err)
 	}
 	defer ln.Close()
-	srv, err := natsserver.Start(natsserver.Config{Host: host, Port: port, StoreDir: store, Memory: o.memory})
+	srv, err := natsserver.Start(natsserver.Config{Host: host, Port: port, StoreDir: store, Memory: o.memory, Token: o.natsToken})
 	if err != nil {
 		return fmt.Errorf("embedded NATS on %s: %w (is another agora dev or nats-server running? use --nats-listen)", o.natsListen, err)
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 	url := srv.ClientURL()
+	if o.natsToken != "" {
+		// What a client in another shell needs (AGORA_NATS_URL).
+		url = strings.Replace(url, "nats://", "nats://"+o.natsToken+"@", 1)
+	}
 
 	nc, err := nats.Connect(url, nats.Name("agora dev"))
 	if err != nil {
@@ -240,6 +261,16 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	return err
 }
 
+// loopbackHost reports whether a listen host is reachable only from this
+// machine.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func printBanner(cmd *cobra.Command, natsURL, httpURL, store, token string) {
 	where := "in memory (gone when this process ends)"
 	if store != "" {
@@ -253,7 +284,7 @@ func printBanner(cmd *cobra.Command, natsURL, httpURL, store, token string) {
 Agora dev is running.
   inbox     %s
   API       %s/v1/…   %s/healthz   %s/metrics
-  NATS      %s
+  NATS      %s   (other shells: export AGORA_NATS_URL=%s)
   data      %s
 
 Try it (another shell):
@@ -262,7 +293,7 @@ Try it (another shell):
   curl -sN %s/v1/events
 Press Ctrl-C to stop.
 
-`, login, httpURL, httpURL, httpURL, natsURL, where, httpURL, httpURL)
+`, login, httpURL, httpURL, httpURL, natsURL, natsURL, where, httpURL, httpURL)
 }
 
 func loadDefinitions(dir string) ([]subagent.Definition, error) {

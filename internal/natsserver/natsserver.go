@@ -22,6 +22,8 @@ type Config struct {
 	MaxPayload int32
 	// Logging turns on the server's own log lines.
 	Logging bool
+	// Token, when set, is required of every client (NATS token auth).
+	Token string
 }
 
 // Start starts the server and waits until it accepts connections. The
@@ -53,6 +55,17 @@ func Start(cfg Config) (*server.Server, error) {
 		if opts.StoreDir == "" {
 			opts.StoreDir = "" // memory-only streams still need no dir
 		}
+	}
+	opts.Authorization = cfg.Token
+	// A port already taken is reported at once, not after the readiness
+	// wait below.
+	if cfg.Port > 0 {
+		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("natsserver: %s is not free: %w", addr, err)
+		}
+		ln.Close()
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
