@@ -4,8 +4,10 @@ package svc
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,7 +21,11 @@ func Connect(service, id, url, creds string) (*nats.Conn, error) {
 	}
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
 	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
+		o, err := credentials(creds)
+		if err != nil {
+			return nil, fmt.Errorf("%s: AGORA_NATS_CREDS=%s: %w", service, creds, err)
+		}
+		opts = append(opts, o)
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -38,4 +44,28 @@ func Registry(reg prometheus.Registerer) (prometheus.Registerer, prometheus.Gath
 	}
 	g, _ := reg.(prometheus.Gatherer)
 	return reg, g
+}
+
+// credentials reads a NATS credentials file once, at start, and keeps its
+// JWT and seed in memory: reconnects do not read the file again, so it can
+// be removed or made unreadable after start, and nothing a service starts
+// later (a sub-agent) finds it open or needs it readable.
+func credentials(file string) (nats.Option, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	jwt, err := nkeys.ParseDecoratedJWT(b)
+	if err != nil {
+		return nil, fmt.Errorf("not a credentials file: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("not a credentials file: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	return nats.UserJWTAndSeed(jwt, string(seed)), nil
 }
