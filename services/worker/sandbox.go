@@ -55,6 +55,12 @@ type runSandbox struct {
 // container).
 func cgroupsUsable() bool {
 	for _, r := range cgroupV1Roots {
+		// Only a mounted cgroup v1 hierarchy (cgroup.clone_children exists
+		// only there): on a v2-only host these paths do not exist, and
+		// creating them would make cgroups of the wrong kind.
+		if _, err := os.Stat(filepath.Join(r, "cgroup.clone_children")); err != nil {
+			return false
+		}
 		dir := filepath.Join(r, "agora")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return false
