@@ -165,7 +165,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		s.c, s.nc = c, deps.Conn
 	default:
-		nc, err := svc.Connect("inbox", "", cfg.NATSURL, cfg.NATSCreds)
+		nc, err := svc.Connect("inbox", "", cfg.NATSURL, cfg.NATSCreds, s.log)
 		if err != nil {
 			return nil, err
 		}

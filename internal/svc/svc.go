@@ -3,8 +3,11 @@
 package svc
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -12,14 +15,15 @@ import (
 )
 
 // Connect opens a NATS connection for a service instance that reconnects
-// forever. creds, when set, is a credentials file. The error names the
-// setting to fix (AGORA_NATS_URL) and the usual cause.
-func Connect(service, id, url, creds string) (*nats.Conn, error) {
+// forever and logs its connection events to log (ConnectionEvents). creds,
+// when set, is a credentials file. The error names the setting to fix
+// (AGORA_NATS_URL) and the usual cause.
+func Connect(service, id, url, creds string, log *slog.Logger) (*nats.Conn, error) {
 	name := "agora-" + service
 	if id != "" {
 		name += " " + id
 	}
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1)}, ConnectionEvents(log)...)
 	if creds != "" {
 		o, err := credentials(creds)
 		if err != nil {
@@ -32,6 +36,43 @@ func Connect(service, id, url, creds string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("%s: cannot reach NATS at %s (AGORA_NATS_URL): %w — is `agora dev` or a NATS server running?", service, url, err)
 	}
 	return nc, nil
+}
+
+// ConnectionEvents logs what happens to a NATS connection: disconnects,
+// reconnects, closes, servers discovered and asynchronous errors — among
+// them permission violations, which a client otherwise sees only as a
+// request timing out. nil logs to slog.Default().
+func ConnectionEvents(log *slog.Logger) []nats.Option {
+	if log == nil {
+		log = slog.Default()
+	}
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("nats disconnected; reconnecting", "err", err, "nats_url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "nats_url", nc.ConnectedUrlRedacted(), "reconnects", nc.Stats().Reconnects)
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				log.Warn("nats connection closed", "err", err)
+			}
+		}),
+		nats.DiscoveredServersHandler(func(nc *nats.Conn) {
+			log.Info("nats servers discovered", "servers", nc.DiscoveredServers())
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{"err", err}
+			if sub != nil {
+				attrs = append(attrs, "subject", sub.Subject)
+			}
+			if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				log.Error("nats permission violation: this service's NATS user may not do this", attrs...)
+				return
+			}
+			log.Warn("nats error", attrs...)
+		}),
+	}
 }
 
 // Registry returns where a service registers its metrics and what serves

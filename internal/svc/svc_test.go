@@ -2,12 +2,15 @@ package svc_test
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -36,7 +39,7 @@ func credsFile(t *testing.T) string {
 func TestCredentialsReadOnce(t *testing.T) {
 	srv := natstest.Start(t)
 	creds := credsFile(t)
-	nc, err := svc.Connect("test", "1", srv.URL, creds)
+	nc, err := svc.Connect("test", "1", srv.URL, creds, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +62,79 @@ func TestCredentialsBadFile(t *testing.T) {
 	if err := os.WriteFile(p, []byte("not credentials"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := svc.Connect("test", "1", "nats://127.0.0.1:1", p)
+	_, err := svc.Connect("test", "1", "nats://127.0.0.1:1", p, nil)
 	if err == nil || !strings.Contains(err.Error(), "AGORA_NATS_CREDS") {
 		t.Fatalf("err = %v, want one naming AGORA_NATS_CREDS", err)
 	}
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func waitFor(t *testing.T, logs *logBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never said %q:\n%s", want, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A disconnect and the reconnect after it are logged.
+func TestConnectLogsDisconnectAndReconnect(t *testing.T) {
+	srv := natstest.Start(t)
+	logs := &logBuffer{}
+	nc, err := svc.Connect("test", "1", srv.URL, "", slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	srv.Restart(t)
+	waitFor(t, logs, "nats disconnected")
+	waitFor(t, logs, "nats reconnected")
+}
+
+// A permission violation, which a client otherwise sees only as a
+// timeout, is logged as one.
+func TestConnectLogsPermissionViolation(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "svc", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{"allowed.>"}}}}}}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(s.Shutdown)
+	logs := &logBuffer{}
+	url := strings.Replace(s.ClientURL(), "nats://", "nats://svc:pw@", 1)
+	nc, err := svc.Connect("test", "1", url, "", slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := nc.Publish("forbidden.subject", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	waitFor(t, logs, "permission violation")
 }

@@ -148,8 +148,12 @@ func WithTraceparent(tp string) DispatchOption {
 }
 
 // Dispatch asks the dispatcher (agora.api.dispatch) to accept req and
-// returns a handle once it is accepted and queued. Set req.DispatchID to
-// make the call idempotent: the same id again returns the first dispatch.
+// returns a handle once it is accepted and queued. The call is idempotent:
+// when req.DispatchID is empty, Dispatch generates the id before the first
+// attempt, retries a temporary failure (ErrUnavailable) up to three times
+// with that same id, and on failure returns a *DispatchError naming it, so
+// a caller's own retry with DispatchError.DispatchID completes the same
+// dispatch rather than starting a second one.
 //
 // A refused request answers a *Problem matching ErrInvalidRequest whose
 // Errors name the fields at fault. A request past its thread's round limit
@@ -160,12 +164,42 @@ func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...Di
 	for _, o := range opts {
 		o(&hdr)
 	}
+	if req.DispatchID == "" {
+		req.DispatchID = lifecycle.NewID()
+	}
 	var rec Record
-	if err := c.call(ctx, lifecycle.APIDispatch, hdr, req, &rec); err != nil {
-		return nil, err
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := c.call(ctx, lifecycle.APIDispatch, hdr, req, &rec)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return nil, &DispatchError{DispatchID: req.DispatchID, Err: err}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &DispatchError{DispatchID: req.DispatchID, Err: err}
+		case <-time.After(backoff):
+		}
+		backoff *= 2
 	}
 	return &Dispatch{ID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
 }
+
+// DispatchError is a failed Dispatch. DispatchID is the id the request was
+// sent with: retrying with it is safe (the same dispatch, never a second).
+type DispatchError struct {
+	DispatchID string
+	Err        error
+}
+
+func (e *DispatchError) Error() string {
+	return fmt.Sprintf("%v (dispatch_id %s: retry with it to complete the same dispatch)", e.Err, e.DispatchID)
+}
+
+// Unwrap returns the underlying error (a *Problem, ErrUnavailable, …).
+func (e *DispatchError) Unwrap() error { return e.Err }
 
 // Item is one lifecycle event read from AGORA_LIFECYCLE.
 type Item struct {

@@ -56,6 +56,9 @@ type Problem struct {
 	Detail   string       `json:"detail,omitempty"`
 	Instance string       `json:"instance,omitempty"`
 	Errors   []FieldError `json:"errors,omitempty"`
+	// DispatchID names the dispatch a temporary failure left recorded but
+	// maybe not queued: retrying with it completes that same dispatch.
+	DispatchID string `json:"dispatch_id,omitempty"`
 }
 
 // FieldError is one problem with one field of a request. Field is the JSON

@@ -283,7 +283,7 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		switch {
 		case err == nil:
 			rec, err = s.finish(ctx, b, rec, false)
-			return rec, resultDuplicate, err
+			return rec, resultDuplicate, withID(err, req.DispatchID)
 		case !errors.Is(err, errNoRecord):
 			return client.Record{}, resultError, err
 		}
@@ -323,10 +323,28 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 			return client.Record{}, resultError, err
 		}
 		first, err = s.finish(ctx, b, first, false)
-		return first, resultDuplicate, err
+		return first, resultDuplicate, withID(err, rec.DispatchID)
 	}
 	rec, err = s.finish(ctx, b, rec, true)
-	return rec, result, err
+	return rec, result, withID(err, rec.DispatchID)
+}
+
+// idError is a temporary failure after the dispatch got its id: the answer
+// names the id, so a retry with it completes the same dispatch instead of
+// starting a second one.
+type idError struct {
+	id  string
+	err error
+}
+
+func (e *idError) Error() string { return e.err.Error() }
+func (e *idError) Unwrap() error { return e.err }
+
+func withID(err error, id string) error {
+	if err == nil {
+		return nil
+	}
+	return &idError{id: id, err: err}
 }
 
 func resultOf(err error) string {

@@ -39,6 +39,11 @@ type Config struct {
 	// Provision makes the command create the streams, consumers and
 	// buckets before it starts (New and Run never provision).
 	Provision bool `envconfig:"PROVISION"`
+	// ReconcileGrace is how old an unqueued record must be before the
+	// reconciler completes it, and how often it looks.
+	ReconcileGrace time.Duration `envconfig:"DISPATCHER_RECONCILE_GRACE" default:"30s"`
+	// ReconcileLookback is how far back the first pass after start reads.
+	ReconcileLookback time.Duration `envconfig:"DISPATCHER_RECONCILE_LOOKBACK" default:"168h"`
 }
 
 func (c Config) withDefaults() Config {
@@ -54,6 +59,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
+	}
+	if c.ReconcileGrace == 0 {
+		c.ReconcileGrace = 30 * time.Second
+	}
+	if c.ReconcileLookback == 0 {
+		c.ReconcileLookback = 7 * 24 * time.Hour
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -94,6 +105,12 @@ func (c Config) Validate() error {
 		if err := lifecycle.ValidToken(c.ID); err != nil || strings.Contains(c.ID, "/") {
 			errs = append(errs, fmt.Errorf("%s=%q: want letters, digits, '-' or '_' (no dots, slashes or spaces)", v("ID"), c.ID))
 		}
+	}
+	if c.ReconcileGrace < 0 || (c.ReconcileGrace > 0 && c.ReconcileGrace < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("ReconcileGrace"), c.ReconcileGrace))
+	}
+	if c.ReconcileLookback < 0 {
+		errs = append(errs, fmt.Errorf("%s=%s: must not be negative", v("ReconcileLookback"), c.ReconcileLookback))
 	}
 	if c.Concurrency < 0 || c.Concurrency > 4096 {
 		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 4096", v("Concurrency"), c.Concurrency))

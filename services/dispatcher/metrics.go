@@ -32,6 +32,7 @@ type metrics struct {
 	accept     *prometheus.HistogramVec
 	dispatches *prometheus.CounterVec
 	projected  *prometheus.CounterVec
+	reconciled prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -54,7 +55,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Lifecycle events applied to dispatch records, by kind (redeliveries are not counted).",
 		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.accept, m.dispatches, m.projected} {
+	m.reconciled = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "agora", Subsystem: "dispatcher", Name: "reconciled_total",
+		Help: "Interrupted acceptances (records left unqueued) that the reconciler completed.",
+	})
+	for _, c := range []prometheus.Collector{m.requests, m.accept, m.dispatches, m.projected, m.reconciled} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 		}

@@ -25,8 +25,15 @@ func (s *Service) problem(err error) *client.Problem {
 		return p
 	}
 	s.log.Warn("request failed: temporary failure", "err", err)
-	return &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+	p = &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 		Detail: "a temporary failure; retry the request (a dispatch_id makes a retried dispatch safe)"}
+	var ie *idError
+	if errors.As(err, &ie) {
+		// The record may exist: the retry must carry this id.
+		p.DispatchID = ie.id
+		p.Detail = "a temporary failure after the dispatch was recorded; retry with dispatch_id " + ie.id + " to complete this same dispatch"
+	}
+	return p
 }
 
 // The micro handlers run on the dispatcher's own goroutines (the pool), so

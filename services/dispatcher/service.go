@@ -113,7 +113,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
 	if s.nc == nil {
-		nc, err := svc.Connect("dispatcher", cfg.ID, cfg.NATSURL, cfg.NATSCreds)
+		nc, err := svc.Connect("dispatcher", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log)
 		if err != nil {
 			return nil, err
 		}
@@ -250,6 +250,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	close(s.ready)
 	s.log.Info("dispatcher started", "concurrency", s.cfg.Concurrency, "source", s.source)
+	recCtx, stopReconcile := context.WithCancel(ctx)
+	reconciled := make(chan struct{})
+	go func() { defer close(reconciled); s.reconcileLoop(recCtx, b) }()
+	defer func() { stopReconcile(); <-reconciled }()
 
 	var runErr error
 	select {

@@ -165,7 +165,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.metrics = m
 	s.source = lifecycle.Source("router", cfg.ID)
 	if s.nc == nil {
-		nc, err := svc.Connect("router", cfg.ID, cfg.NATSURL, cfg.NATSCreds)
+		nc, err := svc.Connect("router", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log)
 		if err != nil {
 			return nil, err
 		}

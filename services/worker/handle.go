@@ -418,7 +418,7 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	}
 	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
 	inv.Env = append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
-	if err := j.sandbox.prepare(ws, filepath.Base(ws)); err != nil {
+	if err := j.sandbox.prepare(ws); err != nil {
 		return inv, err
 	}
 	inv.sandbox = j.sandbox

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,7 +47,8 @@ type runSandbox struct {
 	limits      subagent.Resolved
 	report      *lifecycle.Sandbox
 	env         map[string]string // TMPDIR and HOME for the run
-	cgroups     []string          // cgroup directories to remove after the run
+	pool        *cgroupPool       // the worker's cgroups
+	cgset       *cgroupSet        // the run's, while it runs
 	over        atomic.Value      // string: the limit a watcher saw passed
 }
 
@@ -107,12 +109,13 @@ func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) 
 		}
 	}
 	rs.privateProc = host.PrivateProc
+	rs.pool = s.cgpool
 	return rs
 }
 
 // prepare lays the sandbox out for workspace ws: a private tmp and home,
 // the launcher policy and the run's cgroups.
-func (rs *runSandbox) prepare(ws, runID string) error {
+func (rs *runSandbox) prepare(ws string) error {
 	if rs.mode == subagent.SandboxOff {
 		return nil
 	}
@@ -165,26 +168,28 @@ func (rs *runSandbox) prepare(ws, runID string) error {
 	}
 	rs.policy = p
 	if rs.useCgroups {
-		return rs.makeCgroups(runID)
+		return rs.makeCgroups()
 	}
 	return nil
 }
 
-// makeCgroups creates the run's cgroups (v1 pids and memory) with its
-// limits; the launcher joins them before it starts the runtime.
-func (rs *runSandbox) makeCgroups(runID string) error {
-	for _, root := range cgroupV1Roots {
-		dir := filepath.Join(root, "agora", runID)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("sandbox: cgroup: %w", err)
-		}
-		rs.cgroups = append(rs.cgroups, dir)
+// makeCgroups gives the run a cgroup of the worker's pool (v1 pids and
+// memory, one directory per hierarchy) with the run's limits; the launcher
+// joins them before it starts the runtime.
+func (rs *runSandbox) makeCgroups() error {
+	set, err := rs.pool.take()
+	if err != nil {
+		return fmt.Errorf("sandbox: cgroup: %w", err)
+	}
+	rs.cgset = set
+	for _, dir := range set.dirs {
 		var file, value string
 		switch {
-		case strings.HasSuffix(root, "pids") && rs.limits.Processes > 0:
+		case strings.Contains(dir, "/pids/") && rs.limits.Processes > 0:
 			file, value = "pids.max", strconv.FormatInt(rs.limits.Processes, 10)
-		case strings.HasSuffix(root, "memory") && rs.limits.Memory > 0:
+		case strings.Contains(dir, "/memory/") && rs.limits.Memory > 0:
 			file, value = "memory.limit_in_bytes", strconv.FormatInt(rs.limits.Memory, 10)
+			_ = os.WriteFile(filepath.Join(dir, "memory.failcnt"), []byte("0"), 0)
 		}
 		if file != "" {
 			if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
@@ -193,7 +198,88 @@ func (rs *runSandbox) makeCgroups(runID string) error {
 		}
 		rs.policy.Cgroups = append(rs.policy.Cgroups, filepath.Join(dir, "cgroup.procs"))
 	}
+	set.pidsMax = pidsEvents(set)
 	return nil
+}
+
+// cgroupSet is one pooled cgroup per hierarchy. Making and removing
+// cgroups costs milliseconds, so a worker keeps one set per slot.
+type cgroupSet struct {
+	dirs    []string
+	pidsMax int64 // pids.events "max" when the run began
+}
+
+// cgroupPool hands out the worker's cgroup sets.
+type cgroupPool struct {
+	mu    sync.Mutex
+	name  string // the worker's prefix
+	free  []*cgroupSet
+	all   []*cgroupSet
+	count int
+}
+
+func (p *cgroupPool) take() (*cgroupSet, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		set := p.free[n-1]
+		p.free = p.free[:n-1]
+		// Another worker starting on this host removes empty cgroups:
+		// make sure ours are still there.
+		for _, dir := range set.dirs {
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return nil, err
+			}
+		}
+		return set, nil
+	}
+	p.count++
+	set := &cgroupSet{}
+	for _, root := range cgroupV1Roots {
+		dir := filepath.Join(root, "agora", fmt.Sprintf("%s-%d", p.name, p.count))
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		set.dirs = append(set.dirs, dir)
+	}
+	p.all = append(p.all, set)
+	return set, nil
+}
+
+// put returns a set whose run is over; the launcher has reaped every
+// process of it, so the set is empty.
+func (p *cgroupPool) put(set *cgroupSet) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, set)
+}
+
+// removeAll removes the pool's cgroups, and empty ones a killed worker
+// left, at shutdown and at start.
+func (p *cgroupPool) removeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, root := range cgroupV1Roots {
+		ents, _ := os.ReadDir(filepath.Join(root, "agora"))
+		for _, e := range ents {
+			if e.IsDir() {
+				_ = syscall.Rmdir(filepath.Join(root, "agora", e.Name())) // fails while in use
+			}
+		}
+	}
+	p.free, p.all = nil, nil
+}
+
+func pidsEvents(set *cgroupSet) int64 {
+	for _, dir := range set.dirs {
+		if b, err := os.ReadFile(filepath.Join(dir, "pids.events")); err == nil {
+			if f := strings.Fields(string(b)); len(f) == 2 {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // passed names the limit the run went over, if any: from a watcher, the
@@ -208,33 +294,27 @@ func (rs *runSandbox) passed(res Result) string {
 	case "SIGXFSZ":
 		return fmt.Sprintf("file_size (%d bytes)", rs.limits.FileSize)
 	}
-	for _, dir := range rs.cgroups {
-		if b, err := os.ReadFile(filepath.Join(dir, "pids.events")); err == nil {
-			if f := strings.Fields(string(b)); len(f) == 2 && f[1] != "0" {
-				return fmt.Sprintf("processes (%d)", rs.limits.Processes)
-			}
+	if set := rs.cgset; set != nil {
+		if pidsEvents(set) > set.pidsMax {
+			return fmt.Sprintf("processes (%d)", rs.limits.Processes)
 		}
-		if b, err := os.ReadFile(filepath.Join(dir, "memory.failcnt")); err == nil && strings.TrimSpace(string(b)) != "0" {
-			return fmt.Sprintf("memory (%d bytes)", rs.limits.Memory)
+		for _, dir := range set.dirs {
+			if b, err := os.ReadFile(filepath.Join(dir, "memory.failcnt")); err == nil && strings.TrimSpace(string(b)) != "0" {
+				return fmt.Sprintf("memory (%d bytes)", rs.limits.Memory)
+			}
 		}
 	}
 	return ""
 }
 
-// close removes the run's cgroups; the launcher is gone, so are their
-// processes.
+// close hands the run's cgroups back to the pool: the launcher is gone,
+// so are their processes.
 func (rs *runSandbox) close() {
-	if rs == nil {
+	if rs == nil || rs.cgset == nil {
 		return
 	}
-	for _, dir := range rs.cgroups {
-		for range 50 {
-			if err := syscall.Rmdir(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	rs.pool.put(rs.cgset)
+	rs.cgset = nil
 }
 
 // workspaceSize adds up the sizes of the regular files under ws, without

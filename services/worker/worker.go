@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,7 +70,8 @@ type Service struct {
 	cancels  cancels
 	defCache defCache
 	launcher *sandbox.Launcher
-	cgroups  bool // per-run cgroups can be made (sandbox.go)
+	cgroups  bool        // per-run cgroups can be made (sandbox.go)
+	cgpool   *cgroupPool // cgroup sets reused across runs
 }
 
 // Outcome is how one dispatch ended on this worker.
@@ -128,13 +130,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	s.cgroups = cgroupsUsable()
+	s.cgpool = &cgroupPool{name: strings.NewReplacer("/", "_", ".", "_").Replace(cfg.ID)}
 	// Processes of the worker's user (a sub-agent among them) cannot read
 	// its memory, environment or descriptors through /proc.
 	if err := nonDumpable(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	if s.nc == nil {
-		nc, err := svc.Connect("worker", cfg.ID, cfg.NATSURL, cfg.NATSCreds)
+		nc, err := svc.Connect("worker", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log)
 		if err != nil {
 			return nil, err
 		}
@@ -226,6 +229,10 @@ func (s *Service) Run(ctx context.Context) error {
 	// What a killed worker left in the root goes now, and again from time
 	// to time (a run killed with its worker frees its lock a moment later).
 	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+	if s.cgroups {
+		s.cgpool.removeAll() // empty ones a killed worker left
+		defer s.cgpool.removeAll()
+	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	var sweeper sync.WaitGroup

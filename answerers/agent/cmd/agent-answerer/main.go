@@ -42,7 +42,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "agent-answerer:", err)
 		return 1
 	}
-	nc, err := svc.Connect("agent-answerer", "", s.NATSURL, s.NATSCreds)
+	nc, err := svc.Connect("agent-answerer", "", s.NATSURL, s.NATSCreds, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

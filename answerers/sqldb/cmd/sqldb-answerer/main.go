@@ -50,7 +50,7 @@ func run() int {
 		return 1
 	}
 	defer a.Close()
-	nc, err := svc.Connect("sqldb-answerer", "", s.NATSURL, s.NATSCreds)
+	nc, err := svc.Connect("sqldb-answerer", "", s.NATSURL, s.NATSCreds, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -1,0 +1,99 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/dispatcher"
+)
+
+// Queueing fails after the record was created (here the work stream is
+// gone; in production a stream leader election): the 503 names the
+// dispatch id, the record stays unqueued, and a retry with that id
+// completes the same dispatch — one record, one work message.
+func TestQueueFailureAnswersTheDispatchID(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	if err := h.js.DeleteStream(t.Context(), lifecycle.StreamDispatch); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := h.do(http.MethodPost, "/v1/dispatches", `{"subagent":"planner","input":{"task":"t"}}`, "")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d %s, want 503", resp.StatusCode, body)
+	}
+	var p client.Problem
+	if err := json.Unmarshal(body, &p); err != nil || p.DispatchID == "" {
+		t.Fatalf("problem %s does not name the dispatch id (%v)", body, err)
+	}
+	rec, _ := h.record(p.DispatchID)
+	if rec.Queued {
+		t.Fatalf("record %s queued although the work stream was gone", p.DispatchID)
+	}
+
+	if err := provision.Ensure(t.Context(), h.js, provision.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = h.do(http.MethodPost, "/v1/dispatches", `{"dispatch_id":"`+p.DispatchID+`","subagent":"planner","input":{"task":"t"}}`, "")
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry with the id: status %d %s", resp.StatusCode, body)
+	}
+	if rec, _ := h.record(p.DispatchID); !rec.Queued {
+		t.Fatalf("record %s not queued after the retry", p.DispatchID)
+	}
+	if n := len(h.queued(p.DispatchID)); n != 1 {
+		t.Fatalf("%d work messages for %s, want 1", n, p.DispatchID)
+	}
+}
+
+// The Go client makes the id before its first attempt and names it when
+// it gives up, so a retry is the same dispatch.
+func TestClientDispatchNamesItsID(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	h.stop()
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	_, err := h.cl.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	var de *client.DispatchError
+	if !errors.As(err, &de) || de.DispatchID == "" || !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("err = %v, want a *DispatchError naming the id and matching ErrUnavailable", err)
+	}
+	h.start(dispatcher.Config{})
+	d, err := h.cl.Dispatch(ctx, lifecycle.Request{DispatchID: de.DispatchID, Subagent: "planner"})
+	if err != nil || d.ID != de.DispatchID {
+		t.Fatalf("retry with the id: %v %+v", err, d)
+	}
+}
+
+// A dispatcher killed between the record's creation and the queue publish
+// leaves a record nobody will retry: the reconciler of any replica queues
+// it after the grace period, once, also with two replicas racing.
+func TestReconcilerQueuesInterruptedAcceptance(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{ReconcileGrace: 200 * time.Millisecond})
+	id := lifecycle.NewID()
+	req := lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner", Input: json.RawMessage(`{}`), SubagentRevision: 1, Timeout: "5m", MaxRounds: 3}
+	created := time.Now().Add(-time.Minute).UTC()
+	rec := client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: 1, Status: lifecycle.KindAccepted,
+		Request: &req, CreatedAt: created, AcceptedAt: &created, UpdatedAt: created}
+	kv, err := h.js.KeyValue(t.Context(), lifecycle.BucketDispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(t.Context(), id, []byte(mustJSON(t, rec))); err != nil {
+		t.Fatal(err)
+	}
+	h.start(dispatcher.Config{ReconcileGrace: 200 * time.Millisecond, ID: "second"})
+	h.eventually("the record is queued", func() bool { r, _ := h.record(id); return r.Queued })
+	time.Sleep(time.Second) // more passes of both replicas
+	if n := len(h.queued(id)); n != 1 {
+		t.Fatalf("%d work messages for %s, want 1", n, id)
+	}
+	if _, d := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindAccepted, id, id)); d == nil {
+		t.Fatal("no accepted event")
+	}
+}

@@ -1,0 +1,112 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// The reconciler (docs/dispatcher.md#reconciler). An acceptance interrupted
+// between the record's creation and the queue publish (a dispatcher killed,
+// a stream electing its leader) leaves a record `queued: false` that no
+// retry may ever come for. Every dispatcher, at start and then every
+// ReconcileGrace, reads the records written since its last pass from the
+// bucket's own stream (not every key: the scan is bounded by what changed)
+// and completes each one older than the grace period with the same
+// idempotent steps a retry takes: the work message's Nats-Msg-Id is the
+// dispatch id and the record's queued flag is set by compare-and-set, so
+// several replicas reconciling at once queue it once.
+
+// reconcileLoop runs passes until ctx ends.
+func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {
+	grace := s.cfg.ReconcileGrace
+	since := time.Now().Add(-s.cfg.ReconcileLookback)
+	for {
+		passStart := time.Now()
+		if err := s.reconcile(ctx, b, since, grace); err != nil && ctx.Err() == nil {
+			s.log.Warn("reconcile pass failed; the next one retries", "err", err)
+		} else if err == nil {
+			// The next pass overlaps this one by the grace period, so a
+			// record too young now is seen again.
+			since = passStart.Add(-2 * grace)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(grace):
+		}
+	}
+}
+
+// reconcile completes the unqueued records written since `since` that are
+// older than grace.
+func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, grace time.Duration) error {
+	stream := "KV_" + lifecycle.BucketDispatches
+	prefix := "$KV." + lifecycle.BucketDispatches + "."
+	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{prefix + ">"},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &since,
+	})
+	if err != nil {
+		return err
+	}
+	candidates := map[string]bool{}
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return err
+		}
+		n := 0
+		var pending uint64
+		for m := range batch.Messages() {
+			n++
+			key := strings.TrimPrefix(m.Subject(), prefix)
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+			if strings.HasPrefix(key, "thread.") {
+				continue
+			}
+			var rec client.Record
+			if json.Unmarshal(m.Data(), &rec) == nil && rec.DispatchID == key {
+				candidates[key] = !rec.Queued && !rec.Terminal()
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		if n == 0 || pending == 0 {
+			break
+		}
+	}
+	for id, unqueued := range candidates {
+		if !unqueued {
+			continue
+		}
+		rec, _, err := s.record(ctx, b, id)
+		if err != nil {
+			if errors.Is(err, errNoRecord) {
+				continue
+			}
+			return err
+		}
+		if rec.Queued || rec.Terminal() || time.Since(rec.CreatedAt) < grace {
+			continue
+		}
+		if _, err := s.finish(ctx, b, rec, false); err != nil {
+			s.log.Warn("reconcile: cannot complete an interrupted acceptance yet", "dispatch_id", id, "err", err)
+			continue
+		}
+		s.metrics.reconciled.Inc()
+		s.log.Warn("reconciled an interrupted acceptance: queued", "dispatch_id", id, "thread_id", rec.ThreadID, "age", time.Since(rec.CreatedAt).Round(time.Millisecond).String())
+	}
+	return nil
+}
