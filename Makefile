@@ -28,7 +28,7 @@ lint:
 
 ## build: static binaries into ./bin
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox ./deploy/provision
 
 ## images: container images FROM scratch with static binaries (deploy/images)
 images:

@@ -162,7 +162,7 @@ func (s *imageSet) build(t *testing.T) error {
 			if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
 				return err
 			}
-			for _, f := range []string{"agora.conf", "cluster.conf", "permissions.conf"} {
+			for _, f := range []string{"agora.conf", "cluster.conf", "local.conf", "permissions.conf"} {
 				if err := copyFile(filepath.Join(root, "deploy/nats", f), filepath.Join(dir, "nats", f), 0o644); err != nil {
 					return err
 				}

@@ -36,7 +36,7 @@ build provision ./deploy/provision
 build nats-server github.com/nats-io/nats-server/v2
 
 mkdir -p "$work/worker/workspace" "$work/nats-server/data" "$work/nats-server/nats"
-cp deploy/nats/agora.conf deploy/nats/cluster.conf deploy/nats/permissions.conf "$work/nats-server/nats/"
+cp deploy/nats/agora.conf deploy/nats/cluster.conf deploy/nats/local.conf deploy/nats/permissions.conf "$work/nats-server/nats/"
 
 for name in dispatcher worker router inbox agora sqldb-answerer agent-answerer provision nats-server; do
 	echo "==> $repo/$name:$tag"

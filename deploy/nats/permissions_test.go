@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -542,4 +544,43 @@ func (e *env) all() map[string][]string {
 		out[k] = append([]string(nil), v...)
 	}
 	return out
+}
+
+// Ports and the store directory come from local.conf, which both node
+// configurations include: replacing it changes them and nothing else.
+func TestLocalConfigIncluded(t *testing.T) {
+	for user, v := range passwords {
+		t.Setenv(v, password(user))
+	}
+	t.Setenv("NATS_SERVER_NAME", "test-1")
+	for _, file := range []string{"agora.conf", "cluster.conf"} {
+		opts, err := server.ProcessConfigFile(file)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if opts.Port != 4222 || opts.HTTPPort != 8222 || opts.StoreDir != "/data" || len(opts.Users) == 0 {
+			t.Errorf("%s: port %d, http %d, store %q, %d users; want local.conf's 4222, 8222, /data and the users", file, opts.Port, opts.HTTPPort, opts.StoreDir, len(opts.Users))
+		}
+		dir := t.TempDir()
+		for _, f := range []string{file, "permissions.conf"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		local := "port: 14222\nhttp_port: 18222\njetstream {\n  store_dir: /srv/nats\n}\n"
+		if err := os.WriteFile(filepath.Join(dir, "local.conf"), []byte(local), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		opts, err = server.ProcessConfigFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatalf("%s with another local.conf: %v", file, err)
+		}
+		if opts.Port != 14222 || opts.HTTPPort != 18222 || opts.StoreDir != "/srv/nats" {
+			t.Errorf("%s with another local.conf: port %d, http %d, store %q", file, opts.Port, opts.HTTPPort, opts.StoreDir)
+		}
+	}
 }

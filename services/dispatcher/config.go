@@ -39,6 +39,9 @@ type Config struct {
 	// Provision makes the command create the streams, consumers and
 	// buckets before it starts (New and Run never provision).
 	Provision bool `envconfig:"PROVISION"`
+	// ProvisionReplicas is the replica count Provision gives every stream,
+	// bucket and consumer (1 to 5; 3 on a 3-node cluster).
+	ProvisionReplicas int `envconfig:"PROVISION_REPLICAS" default:"1"`
 	// ReconcileGrace is how old an unqueued record must be before the
 	// reconciler completes it, and how often it looks.
 	ReconcileGrace time.Duration `envconfig:"DISPATCHER_RECONCILE_GRACE" default:"30s"`

@@ -136,22 +136,21 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
-	const hint = " (run `agora dev`, or provision the streams first: AGORA_PROVISION=true)"
 	b := &bindings{js: js}
 	if b.requests, err = js.Consumer(ctx, lifecycle.StreamRequests, lifecycle.ConsumerDispatcher); err != nil {
-		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w%s", lifecycle.StreamRequests, lifecycle.ConsumerDispatcher, err, hint)
+		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamRequests, lifecycle.ConsumerDispatcher, err)
 	}
 	if b.projection, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerProjection); err != nil {
-		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w%s", lifecycle.StreamLifecycle, provision.ConsumerProjection, err, hint)
+		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerProjection, err)
 	}
 	if b.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-		return nil, fmt.Errorf("dispatcher: stream %s: %w%s", lifecycle.StreamLifecycle, err, hint)
+		return nil, fmt.Errorf("dispatcher: stream %s: %w", lifecycle.StreamLifecycle, err)
 	}
 	if b.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w%s", lifecycle.BucketSubagents, err, hint)
+		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketSubagents, err)
 	}
 	if b.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w%s", lifecycle.BucketDispatches, err, hint)
+		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketDispatches, err)
 	}
 	s.b = b
 	return b, nil
@@ -192,7 +191,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return errors.New("dispatcher: Run called twice")
 	}
 	defer s.stop()
-	b, err := s.bind(ctx)
+	// A timeout while a cluster elects its leaders is retried until
+	// shutdown; a missing stream stops the dispatcher at once (svc.Bind).
+	var b *bindings
+	err := svc.Bind(ctx, s.log, opTimeout, func(ctx context.Context) (err error) {
+		b, err = s.bind(ctx)
+		return err
+	})
 	if err != nil {
 		s.closeConn()
 		return err

@@ -200,34 +200,38 @@ func (s *Service) Reload() error {
 // Ready is closed once Run serves every door.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
+// bind looks up the router's buckets, stream and consumers, retrying a
+// timeout (a cluster electing leaders) until ctx ends; a missing one stops
+// the router at once with the provisioning hint (svc.Bind).
 func (s *Service) bind(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
+	return svc.Bind(ctx, s.log, opTimeout, s.bindOnce)
+}
+
+func (s *Service) bindOnce(ctx context.Context) error {
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		return fmt.Errorf("router: jetstream: %w", err)
 	}
 	s.js = js
-	const hint = " (run `agora dev`, or provision the streams first)"
 	kv, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
 	if err != nil {
-		return fmt.Errorf("router: bucket %s: %w%s", lifecycle.BucketQuestions, err, hint)
+		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketQuestions, err)
 	}
 	s.store = store{kv: kv}
 	if s.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
-		return fmt.Errorf("router: bucket %s: %w%s", lifecycle.BucketDispatches, err, hint)
+		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketDispatches, err)
 	}
 	if s.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-		return fmt.Errorf("router: bucket %s: %w%s", lifecycle.BucketSubagents, err, hint)
+		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketSubagents, err)
 	}
 	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-		return fmt.Errorf("router: stream %s: %w%s", lifecycle.StreamLifecycle, err, hint)
+		return fmt.Errorf("router: stream %s: %w", lifecycle.StreamLifecycle, err)
 	}
 	if s.asks, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerRouter); err != nil {
-		return fmt.Errorf("router: consumer %s/%s: %w%s", lifecycle.StreamLifecycle, provision.ConsumerRouter, err, hint)
+		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerRouter, err)
 	}
 	if s.answers, err = js.Consumer(ctx, lifecycle.StreamAnswers, provision.ConsumerRouterAns); err != nil {
-		return fmt.Errorf("router: consumer %s/%s: %w%s", lifecycle.StreamAnswers, provision.ConsumerRouterAns, err, hint)
+		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamAnswers, provision.ConsumerRouterAns, err)
 	}
 	return nil
 }

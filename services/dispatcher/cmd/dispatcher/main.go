@@ -21,6 +21,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/provision"
+	agorasvc "github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 )
 
@@ -61,13 +62,9 @@ func ensure(ctx context.Context, cfg dispatcher.Config) error {
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	opts := []nats.Option{nats.Name("agora-dispatcher provision")}
-	if cfg.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
-	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := agorasvc.Connect("dispatcher-provision", cfg.ID, url, cfg.NATSCreds, nil)
 	if err != nil {
-		return fmt.Errorf("provision: connect %s: %w", url, err)
+		return fmt.Errorf("provision: %w", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -76,5 +73,5 @@ func ensure(ctx context.Context, cfg dispatcher.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return provision.Ensure(ctx, js, provision.Config{})
+	return provision.Ensure(ctx, js, provision.Config{Replicas: cfg.ProvisionReplicas})
 }
