@@ -84,6 +84,7 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		log.Error("cannot build the question: skipped", "err", err)
 		return ack
 	}
+	flush := func() error { return s.flush(ctx, qid) }
 	if _, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
 		log.Debug("question created by another router")
 	} else if err != nil {
@@ -92,8 +93,10 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	} else {
 		s.metrics.question(r.Route, r.Event)
 		log.Info("question asked", "route", r.Route, "answerer", r.Answerer, "kind", r.Kind, "deadline", r.Deadline, "status", r.Status)
+		// Publish from the record just written, not a read of it.
+		flush = func() error { return s.flushRecord(ctx, r) }
 	}
-	if err := s.flush(ctx, qid); err != nil {
+	if err := flush(); err != nil {
 		log.Warn("publish question events: redelivering", "err", err)
 		return retryIn(time.Second)
 	}

@@ -339,8 +339,19 @@ func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.Ca
 // fixed id, then removes the published ones from the record.
 func (s *Service) flush(ctx context.Context, qid string) error {
 	r, _, err := s.store.get(ctx, qid)
-	if err != nil || len(r.Pending) == 0 {
+	if err != nil {
 		return err
+	}
+	return s.flushRecord(ctx, r)
+}
+
+// flushRecord publishes r's pending events. The router passes a record it
+// has just written, rather than reading it back: on a cluster a read may
+// be served by a replica that has not applied the write yet.
+func (s *Service) flushRecord(ctx context.Context, r *record) error {
+	qid := r.QuestionID
+	if len(r.Pending) == 0 {
+		return nil
 	}
 	var done []string
 	var perr error
