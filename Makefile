@@ -4,7 +4,7 @@ GO      ?= go
 BIN     ?= bin
 PKGS    ?= ./...
 
-.PHONY: run test bench lint images build fuzz clean
+.PHONY: run test bench chaos lint images build fuzz clean
 
 ## run: start everything on an embedded NATS server (agora dev)
 run:
@@ -20,6 +20,11 @@ test:
 bench:
 	$(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox
 	$(BIN)/agora bench
+
+## chaos: the chaos audit, full form (kills, pauses, restarts; then audits the streams)
+chaos:
+	$(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox
+	$(BIN)/agora chaos
 
 ## lint: formatting and vet
 lint:

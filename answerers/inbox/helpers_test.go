@@ -204,7 +204,7 @@ func (s *system) shell(name, script string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
+	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: []string{"ASK_ROUNDS"}})
 	if _, err := kv.Put(s.t.Context(), name, b); err != nil {
 		s.t.Fatal(err)
 	}

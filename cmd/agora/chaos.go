@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agora-dispatch/agora/internal/chaos"
+	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/router"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+func newChaosCmd() *cobra.Command {
+	var cfg chaos.Config
+	var short, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "chaos [--short] [--threads N] [--workers N] [--json]",
+		Short: "Soak Agora under process kills and pauses, then audit the streams",
+		Long: `chaos runs its own embedded JetStream, the dispatcher, the router and several
+worker processes; dispatches threads whose sub-agent sleeps, sometimes asks and
+sometimes leaves a daemon behind; answers every question 1-3 times at once;
+meanwhile SIGKILLs and restarts workers, the router and the dispatcher and
+pauses workers past AckWait. Then it audits the lifecycle and question streams
+and the dispatch records: one terminal event per dispatch, every thread ended,
+every question answered once and resumed once, every finished output the one
+its attempt wrote, no record left unqueued, no sub-agent process left behind.
+It exits 1 on any anomaly. --short is the CI form (about a minute).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if short {
+				cfg.Threads, cfg.FaultEvery, cfg.FaultWindow, cfg.Deadline = max(cfg.Threads, 30), time.Second, 15*time.Second, 3*time.Minute
+			}
+			rep, err := chaos.Run(cmd.Context(), cfg, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				_ = enc.Encode(rep)
+			} else {
+				chaos.Print(cmd.OutOrStdout(), rep)
+			}
+			if !rep.OK() {
+				return &exitErr{code: 1, err: fmt.Errorf("chaos: %d anomalies", len(rep.Anomalies))}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&short, "short", false, "the short form CI runs (30 threads, a fault a second)")
+	f.IntVar(&cfg.Threads, "threads", 0, "threads to dispatch (default 200)")
+	f.IntVar(&cfg.Workers, "workers", 0, "worker processes (default 3)")
+	f.DurationVar(&cfg.FaultEvery, "fault-every", 0, "time between faults (default 2s)")
+	f.DurationVar(&cfg.FaultWindow, "fault-window", 0, "how long faults go on after the last dispatch (default 30s)")
+	f.DurationVar(&cfg.Deadline, "deadline", 0, "bound on the whole run (default 10m)")
+	f.BoolVar(&asJSON, "json", false, "print the audit as JSON")
+	return cmd
+}
+
+// newServiceCmd runs one service from its AGORA_* settings, as its own main
+// does: `agora chaos` starts its processes with it.
+func newServiceCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:       "service worker|router|dispatcher",
+		Short:     "Run one service from its AGORA_* settings",
+		Hidden:    true,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"worker", "router", "dispatcher"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := logging.New(os.Stderr)
+			switch args[0] {
+			case "worker":
+				var cfg worker.Config
+				if err := config.Load(&cfg); err != nil {
+					return err
+				}
+				s, err := worker.New(cfg, worker.Deps{Logger: log})
+				if err != nil {
+					return err
+				}
+				return s.Run(ctx)
+			case "router":
+				var cfg router.Config
+				if err := config.Load(&cfg); err != nil {
+					return err
+				}
+				s, err := router.New(cfg, router.Deps{Logger: log})
+				if err != nil {
+					return err
+				}
+				return s.Run(ctx)
+			case "dispatcher":
+				var cfg dispatcher.Config
+				if err := config.Load(&cfg); err != nil {
+					return err
+				}
+				s, err := dispatcher.New(cfg, dispatcher.Deps{Logger: log})
+				if err != nil {
+					return err
+				}
+				return s.Run(ctx)
+			}
+			return errors.New("service: want worker, router or dispatcher")
+		},
+	}
+}

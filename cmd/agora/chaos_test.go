@@ -1,0 +1,38 @@
+package main_test
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// A small chaos round through the real binary: separate service processes
+// killed and paused while threads run, then the audit. -short skips it.
+func TestChaosSmallRound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos round: skipped with -short")
+	}
+	r := agoraWith(t, cleanEnv(), "chaos", "--threads", "12", "--fault-every", "800ms", "--fault-window", "4s", "--deadline", "50s", "--json")
+	var rep struct {
+		Threads    int            `json:"threads"`
+		Events     int            `json:"events_audited"`
+		Faults     map[string]int `json:"faults"`
+		Anomalies  []string       `json:"anomalies"`
+		Dispatches int            `json:"dispatches"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("chaos --json: %v\n%s", err, r)
+	}
+	if r.code != 0 || len(rep.Anomalies) > 0 {
+		t.Fatalf("chaos found anomalies (exit %d): %v\n%s", r.code, rep.Anomalies, r.stderr)
+	}
+	if rep.Threads != 12 || rep.Events == 0 || rep.Dispatches < 12 {
+		t.Fatalf("the audit looked at too little: %+v", rep)
+	}
+	n := 0
+	for _, v := range rep.Faults {
+		n += v
+	}
+	if n == 0 {
+		t.Fatalf("no fault was injected: %+v", rep)
+	}
+}

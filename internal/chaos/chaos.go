@@ -1,0 +1,531 @@
+// Package chaos is Agora's chaos audit (`agora chaos`, docs/chaos.md): a
+// bounded soak that runs the dispatcher, the router and several workers as
+// separate processes on its own embedded JetStream, dispatches threads
+// whose sub-agent sleeps, sometimes asks and sometimes leaves a daemon
+// behind, answers every question with one to three concurrent answers,
+// and meanwhile kills, pauses and restarts the processes. Then it audits
+// the streams themselves and reports every anomaly.
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/natsserver"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// Config sizes a run. The zero value is the full form.
+type Config struct {
+	Threads    int           // threads dispatched (default 200)
+	Workers    int           // worker processes (default 3)
+	FaultEvery time.Duration // time between faults (default 2s)
+	// FaultWindow is how long faults go on once every thread is
+	// dispatched (default 30s); then the system must settle every thread.
+	FaultWindow time.Duration
+	Deadline   time.Duration // the whole run's bound (default 10m)
+	// Exe is the agora binary that runs the services (`agora service …`);
+	// default the running executable.
+	Exe string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Threads == 0 {
+		c.Threads = 200
+	}
+	if c.Workers == 0 {
+		c.Workers = 3
+	}
+	if c.FaultEvery == 0 {
+		c.FaultEvery = 2 * time.Second
+	}
+	if c.FaultWindow == 0 {
+		c.FaultWindow = 30 * time.Second
+	}
+	if c.Deadline == 0 {
+		c.Deadline = 10 * time.Minute
+	}
+	if c.Exe == "" {
+		c.Exe, _ = os.Executable()
+	}
+	return c
+}
+
+// Report is what the audit found.
+type Report struct {
+	Threads     int            `json:"threads"`
+	Dispatches  int            `json:"dispatches"`
+	Questions   int            `json:"questions"`
+	Answers     int            `json:"answers_sent"`
+	Events      int            `json:"events_audited"`
+	Faults      map[string]int `json:"faults"`
+	Anomalies   []string       `json:"anomalies"`
+	DurationSec float64        `json:"duration_s"`
+}
+
+// OK reports whether the audit found nothing wrong.
+func (r Report) OK() bool { return len(r.Anomalies) == 0 }
+
+const ackWait = 2 * time.Second
+
+// proc is one service process the soak kills and restarts.
+type proc struct {
+	name string
+	args []string
+	env  []string
+	log  io.Writer
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = p.env, p.log, p.log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("chaos: start %s: %w", p.name, err)
+	}
+	p.cmd = cmd
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
+
+func (p *proc) signal(s syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(s)
+	}
+}
+
+// Run soaks and audits. progress receives a line per phase.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
+	cfg = cfg.withDefaults()
+	start := time.Now()
+	rep := Report{Faults: map[string]int{}}
+	say := func(f string, a ...any) { fmt.Fprintf(progress, f+"\n", a...) }
+	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "agora-chaos-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	side := filepath.Join(dir, "side")
+	if err := os.Mkdir(side, 0o755); err != nil {
+		return rep, err
+	}
+	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		return rep, err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	url := srv.ClientURL()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		return rep, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := provision.Ensure(ctx, js, provision.Config{WorkAckWait: ackWait, WorkMaxDeliver: 20}); err != nil {
+		return rep, err
+	}
+	marker := "agora-chaos-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := define(ctx, js, marker, side); err != nil {
+		return rep, err
+	}
+
+	logf, err := os.Create(filepath.Join(dir, "services.log"))
+	if err != nil {
+		return rep, err
+	}
+	defer logf.Close()
+	base := append(os.Environ(), "AGORA_NATS_URL="+url, "AGORA_LOG_LEVEL=warn")
+	mk := func(name string, extra ...string) *proc {
+		return &proc{name: name, args: []string{cfg.Exe, "service", strings.SplitN(name, "-", 2)[0]}, env: append(append([]string{}, base...), extra...), log: logf}
+	}
+	procs := []*proc{mk("dispatcher", "AGORA_DISPATCHER_RECONCILE_GRACE=2s"), mk("router")}
+	var workers []*proc
+	for i := range cfg.Workers {
+		w := mk(fmt.Sprintf("worker-%d", i+1), "AGORA_WORKER_ID=chaos-w"+strconv.Itoa(i+1), "AGORA_WORKER_CONCURRENCY=2",
+			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws"), "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s")
+		workers = append(workers, w)
+		procs = append(procs, w)
+	}
+	for _, p := range procs {
+		if err := p.start(); err != nil {
+			return rep, err
+		}
+	}
+	defer func() {
+		for _, p := range procs {
+			p.signal(syscall.SIGCONT)
+			p.signal(syscall.SIGKILL)
+		}
+	}()
+	c, err := client.New(nc)
+	if err != nil {
+		return rep, err
+	}
+
+	// Faults, while the threads are dispatched and for a window after.
+	soak, stopSoak := context.WithCancel(ctx)
+	faultCtx, stopFaults := context.WithCancel(soak)
+	var faults sync.WaitGroup
+	faults.Go(func() { inject(faultCtx, cfg, procs, workers, &rep, say) })
+
+	// Answers: every question gets one to three concurrent answers.
+	var answering sync.WaitGroup
+	var amu sync.Mutex
+	answered := map[string]time.Time{} // when its answers were last sent
+	answering.Go(func() {
+		for soak.Err() == nil {
+			qs, err := c.Questions(soak, client.QuestionFilter{Status: "asked"})
+			if err == nil {
+				for _, q := range qs {
+					amu.Lock()
+					// Still asked a while after its answers went out (the
+					// router was down): answer again, as a person would.
+					if t, ok := answered[q.QuestionID]; ok && time.Since(t) < 5*time.Second {
+						amu.Unlock()
+						continue
+					}
+					answered[q.QuestionID] = time.Now()
+					n := 1 + rand.IntN(3)
+					rep.Answers += n
+					amu.Unlock()
+					for range n {
+						go func() {
+							_, _ = c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
+						}()
+					}
+				}
+			}
+			select {
+			case <-soak.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	})
+
+	say("dispatching %d threads to %d workers, a fault every %s", cfg.Threads, cfg.Workers, cfg.FaultEvery)
+	var threads sync.WaitGroup
+	var tmu sync.Mutex
+	var ids []string
+	for i := range cfg.Threads {
+		id := fmt.Sprintf("chaos%04d-%s", i, lifecycle.NewID())
+		ids = append(ids, id)
+		threads.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := c.Dispatch(ctx, lifecycle.Request{DispatchID: id, Subagent: "chaos", Input: json.RawMessage(`{}`), Env: map[string]string{"SIDE": side}}); err == nil {
+					break
+				}
+				time.Sleep(500 * time.Millisecond) // the dispatcher is being restarted
+			}
+			if _, err := c.WaitThread(ctx, id, nil); err != nil {
+				tmu.Lock()
+				rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("thread %s did not end: %v", id, err))
+				tmu.Unlock()
+			}
+		})
+		time.Sleep(20 * time.Millisecond)
+	}
+	say("all dispatched; faults go on for %s, then every thread must end", cfg.FaultWindow)
+	select {
+	case <-time.After(cfg.FaultWindow):
+	case <-ctx.Done():
+	}
+	stopFaults()
+	faults.Wait()
+	// A paused worker is resumed and killed ones run again.
+	for _, p := range procs {
+		p.signal(syscall.SIGCONT)
+	}
+	threads.Wait()
+	stopSoak()
+	answering.Wait()
+	rep.Threads = len(ids)
+	say("threads done; stopping the services")
+	for _, p := range procs {
+		p.signal(syscall.SIGCONT)
+		p.signal(syscall.SIGTERM)
+	}
+	time.Sleep(3 * time.Second)
+
+	say("auditing")
+	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer acancel()
+	audit(actx, js, ids, side, marker, &rep)
+	rep.DurationSec = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// define registers the chaos sub-agent.
+func define(ctx context.Context, js jetstream.JetStream, marker, side string) error {
+	script := `n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+sleep 0.$((n % 9 + 1))
+if [ $((n % 5)) -eq 0 ]; then setsid sh -c 'sleep 300; :' "` + marker + `" >/dev/null 2>&1 </dev/null & fi
+if [ "$AGORA_ROUND" = 0 ] && [ $((n % 3)) -eq 0 ]; then
+  printf '{"question":"go on?","options":["yes","no"]}' > "$AGORA_NEEDS_INPUT_FILE"; exit 0
+fi
+nonce="$AGORA_DISPATCH_ID-$AGORA_ATTEMPT-$n-$$"
+printf '%s' "$nonce" > "$SIDE/$AGORA_DISPATCH_ID.$AGORA_ATTEMPT"
+printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_FILE"`
+	d := subagent.Definition{Name: "chaos", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", script},
+		Timeout: "60s", MaxRounds: 3, EnvAllow: []string{"SIDE"}}
+	d.Sandbox.WritePaths = []string{side}
+	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(d)
+	_, err = kv.Put(ctx, d.Name, b)
+	return err
+}
+
+// inject kills, pauses and restarts processes until ctx ends.
+func inject(ctx context.Context, cfg Config, procs, workers []*proc, rep *Report, say func(string, ...any)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(cfg.FaultEvery):
+		}
+		switch f := rand.IntN(10); {
+		case f < 5: // SIGKILL a worker mid-run, restart it
+			w := workers[rand.IntN(len(workers))]
+			w.signal(syscall.SIGKILL)
+			time.Sleep(300 * time.Millisecond)
+			_ = w.start()
+			rep.Faults["worker SIGKILL"]++
+		case f < 7: // pause a worker past AckWait: its deliveries go to others
+			w := workers[rand.IntN(len(workers))]
+			w.signal(syscall.SIGSTOP)
+			time.Sleep(ackWait + time.Second)
+			w.signal(syscall.SIGCONT)
+			rep.Faults["worker SIGSTOP past AckWait"]++
+		case f < 8:
+			procs[1].signal(syscall.SIGKILL)
+			time.Sleep(300 * time.Millisecond)
+			_ = procs[1].start()
+			rep.Faults["router SIGKILL"]++
+		default: // mid-intake: between a record and its queueing, often
+			procs[0].signal(syscall.SIGKILL)
+			time.Sleep(300 * time.Millisecond)
+			_ = procs[0].start()
+			rep.Faults["dispatcher SIGKILL"]++
+		}
+	}
+}
+
+// audit reads the streams and the bucket and records every anomaly.
+func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, marker string, rep *Report) {
+	bad := func(f string, a ...any) { rep.Anomalies = append(rep.Anomalies, fmt.Sprintf(f, a...)) }
+	type disp struct {
+		thread, parent string
+		terminals      []lifecycle.Data
+	}
+	ds := map[string]*disp{}
+	n := 0
+	err := readAll(ctx, js, lifecycle.StreamLifecycle, func(d lifecycle.Data) {
+		n++
+		l, ok := d.(lifecycle.Lifecycle)
+		if !ok {
+			return
+		}
+		c := l.Base()
+		x := ds[c.DispatchID]
+		if x == nil {
+			x = &disp{thread: c.ThreadID, parent: c.ParentID}
+			ds[c.DispatchID] = x
+		}
+		if l.LifecycleKind().Terminal() {
+			x.terminals = append(x.terminals, d)
+		}
+	})
+	if err != nil {
+		bad("cannot read %s: %v", lifecycle.StreamLifecycle, err)
+	}
+	rep.Events = n
+	rep.Dispatches = len(ds)
+	if rep.Threads == 0 || n == 0 {
+		bad("nothing to audit: %d threads, %d events", rep.Threads, n)
+	}
+	children := map[string]int{}
+	ended := map[string]bool{}
+	for id, x := range ds {
+		switch len(x.terminals) {
+		case 0:
+			bad("dispatch %s has no terminal event", id)
+		case 1:
+		default:
+			bad("dispatch %s has %d terminal events", id, len(x.terminals))
+		}
+		if x.parent != "" {
+			children[x.parent]++
+		}
+		for _, t := range x.terminals {
+			switch v := t.(type) {
+			case *lifecycle.NeedsInput:
+				rep.Questions++
+			case *lifecycle.Finished:
+				ended[x.thread] = true
+				var out struct {
+					Nonce   string `json:"nonce"`
+					Attempt int    `json:"attempt"`
+				}
+				_ = json.Unmarshal(v.Output, &out)
+				wrote, err := os.ReadFile(filepath.Join(side, fmt.Sprintf("%s.%d", id, v.Attempt)))
+				switch {
+				case err != nil:
+					bad("dispatch %s finished by attempt %d, which wrote nothing: %s", id, v.Attempt, v.Output)
+				case string(wrote) != out.Nonce || out.Attempt != v.Attempt:
+					bad("dispatch %s finished with output %s, but attempt %d wrote %q", id, v.Output, v.Attempt, wrote)
+				}
+			default:
+				ended[x.thread] = true
+			}
+		}
+	}
+	for parent, k := range children {
+		if k > 1 {
+			bad("dispatch %s was resumed %d times, want once", parent, k)
+		}
+	}
+	for _, t := range threads {
+		if !ended[t] {
+			bad("thread %s did not end", t)
+		}
+	}
+	answeredEvents := map[string]int{}
+	if err := readAll(ctx, js, lifecycle.StreamQuestions, func(d lifecycle.Data) {
+		if q, ok := d.(*lifecycle.Question); ok && q.Event == lifecycle.QuestionAnswered {
+			answeredEvents[q.QuestionID]++
+		}
+	}); err != nil {
+		bad("cannot read %s: %v", lifecycle.StreamQuestions, err)
+	}
+	for q, k := range answeredEvents {
+		if k > 1 {
+			bad("question %s answered %d times", q, k)
+		}
+	}
+	if kv, err := js.KeyValue(ctx, lifecycle.BucketDispatches); err == nil {
+		keys, _ := kv.ListKeys(ctx)
+		for k := range keys.Keys() {
+			if strings.HasPrefix(k, "thread.") {
+				continue
+			}
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				continue
+			}
+			var r client.Record
+			if json.Unmarshal(e.Value(), &r) == nil && !r.Queued && !r.Terminal() {
+				bad("record %s stayed unqueued", k)
+			}
+		}
+	}
+	if pids := leftovers(marker); len(pids) > 0 {
+		bad("%d sub-agent processes outlived their runs: %v", len(pids), pids)
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+}
+
+// readAll reads a stream from its start.
+func readAll(ctx context.Context, js jetstream.JetStream, stream string, f func(lifecycle.Data)) error {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	for {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return err
+		}
+		got := 0
+		var pending uint64
+		for m := range batch.Messages() {
+			got++
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+			if e, err := lifecycle.DecodeMsg(m); err == nil {
+				if d, err := lifecycle.Parse(e); err == nil {
+					f(d)
+				}
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		if got == 0 || pending == 0 {
+			return nil
+		}
+	}
+}
+
+// leftovers lists living processes whose command line carries marker.
+func leftovers(marker string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(b), marker) {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
+				continue
+			}
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// Print writes the report as a table.
+func Print(w io.Writer, r Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "threads\t%d\n", r.Threads)
+	fmt.Fprintf(tw, "dispatches\t%d\n", r.Dispatches)
+	fmt.Fprintf(tw, "questions asked\t%d\n", r.Questions)
+	fmt.Fprintf(tw, "answers sent (1-3 per question)\t%d\n", r.Answers)
+	fmt.Fprintf(tw, "events audited\t%d\n", r.Events)
+	for k, v := range r.Faults {
+		fmt.Fprintf(tw, "fault: %s\t%d\n", k, v)
+	}
+	fmt.Fprintf(tw, "anomalies\t%d\n", len(r.Anomalies))
+	fmt.Fprintf(tw, "duration\t%.1fs\n", r.DurationSec)
+	tw.Flush()
+	for _, a := range r.Anomalies {
+		fmt.Fprintln(w, "ANOMALY:", a)
+	}
+}
