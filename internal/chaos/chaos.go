@@ -42,7 +42,7 @@ type Config struct {
 	// FaultWindow is how long faults go on once every thread is
 	// dispatched (default 30s); then the system must settle every thread.
 	FaultWindow time.Duration
-	Deadline   time.Duration // the whole run's bound (default 10m)
+	Deadline    time.Duration // the whole run's bound (default 10m)
 	// Exe is the agora binary that runs the services (`agora service …`);
 	// default the running executable.
 	Exe string
