@@ -254,20 +254,34 @@ func (p *cgroupPool) put(set *cgroupSet) {
 	p.free = append(p.free, set)
 }
 
-// removeAll removes the pool's cgroups, and empty ones a killed worker
-// left, at shutdown and at start.
+// removeAll removes the pool's own cgroups, at shutdown.
 func (p *cgroupPool) removeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, root := range cgroupV1Roots {
-		ents, _ := os.ReadDir(filepath.Join(root, "agora"))
-		for _, e := range ents {
-			if e.IsDir() {
-				_ = syscall.Rmdir(filepath.Join(root, "agora", e.Name())) // fails while in use
-			}
+	for _, set := range p.all {
+		for _, dir := range set.dirs {
+			_ = syscall.Rmdir(dir)
 		}
 	}
 	p.free, p.all = nil, nil
+}
+
+// removeStale removes cgroups that workers which are gone left behind:
+// their names start with the pid of the worker process that made them.
+func removeStale() {
+	for _, root := range cgroupV1Roots {
+		ents, _ := os.ReadDir(filepath.Join(root, "agora"))
+		for _, e := range ents {
+			pid, _, ok := strings.Cut(e.Name(), "-")
+			if !ok || !e.IsDir() {
+				continue
+			}
+			if _, err := os.Stat("/proc/" + pid); err == nil {
+				continue // its worker lives
+			}
+			_ = syscall.Rmdir(filepath.Join(root, "agora", e.Name()))
+		}
+	}
 }
 
 func pidsEvents(set *cgroupSet) int64 {

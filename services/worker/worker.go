@@ -16,8 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
-	"strings"
+	"os"
 	"sync"
 	"time"
 
@@ -130,7 +131,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	s.cgroups = cgroupsUsable()
-	s.cgpool = &cgroupPool{name: strings.NewReplacer("/", "_", ".", "_").Replace(cfg.ID)}
+	// Named by this process and instance: a live worker's cgroups are never
+	// another's to remove.
+	s.cgpool = &cgroupPool{name: fmt.Sprintf("%d-%x", os.Getpid(), rand.Uint32())}
 	// Processes of the worker's user (a sub-agent among them) cannot read
 	// its memory, environment or descriptors through /proc.
 	if err := nonDumpable(); err != nil {
@@ -230,7 +233,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// to time (a run killed with its worker frees its lock a moment later).
 	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
 	if s.cgroups {
-		s.cgpool.removeAll() // empty ones a killed worker left
+		removeStale() // what killed workers left
 		defer s.cgpool.removeAll()
 	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
