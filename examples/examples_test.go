@@ -24,9 +24,13 @@ func TestExampleAgentsAskThenFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goAgent := filepath.Join(t.TempDir(), "go-agent")
-	if out, err := exec.Command("go", "build", "-o", goAgent, "./go-agent").CombinedOutput(); err != nil {
-		t.Fatalf("build go-agent: %v\n%s", err, out)
+	bin := t.TempDir()
+	goAgent := filepath.Join(bin, "go-agent")
+	agora := filepath.Join(bin, "agora")
+	for out, pkg := range map[string]string{goAgent: "./go-agent", agora: "../cmd/agora"} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, b)
+		}
 	}
 	srv := natstest.StartProvisioned(t, provision.Config{})
 	js := srv.JetStream(t)
@@ -39,18 +43,39 @@ func TestExampleAgentsAskThenFinish(t *testing.T) {
 	go func() { _ = w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	kv, err := js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
-		name    string
-		command []string
-		answer  string
-		check   func(t *testing.T, out map[string]any)
+		name   string
+		define func(t *testing.T) string // stores the definition, returns its name
+		answer string
+		check  func(t *testing.T, out map[string]any)
 	}{
-		{"shell", []string{"sh", filepath.Join(repo, "examples/shell/agent.sh")}, "staging", func(t *testing.T, out map[string]any) {
+		{"shell", func(t *testing.T) string {
+			// Applied exactly as a user does, from another working
+			// directory: the relative script path in the file resolves
+			// against the file's folder.
+			apply := exec.Command(agora, "subagent", "apply", "-f", filepath.Join(repo, "examples/shell/deployer.yaml"), "--nats", srv.URL)
+			apply.Dir = t.TempDir()
+			if out, err := apply.CombinedOutput(); err != nil {
+				t.Fatalf("agora subagent apply: %v\n%s", err, out)
+			}
+			return "deployer"
+		}, "staging", func(t *testing.T, out map[string]any) {
 			if out["deployed_to"] != "staging" {
 				t.Errorf("output = %v", out)
 			}
 		}},
-		{"go", []string{goAgent}, "B", func(t *testing.T, out map[string]any) {
+		{"go", func(t *testing.T) string {
+			def := subagent.Definition{Name: "ex-go", Runtime: subagent.RuntimeExec, Command: []string{goAgent}}
+			b, _ := json.Marshal(def)
+			if _, err := kv.Put(t.Context(), def.Name, b); err != nil {
+				t.Fatal(err)
+			}
+			return def.Name
+		}, "B", func(t *testing.T, out map[string]any) {
 			if out["rewrote"] != "B" || out["resumed_from"] == nil {
 				t.Errorf("output = %v, want rewrote B with the partial state", out)
 			}
@@ -58,15 +83,7 @@ func TestExampleAgentsAskThenFinish(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			def := subagent.Definition{Name: "ex-" + c.name, Runtime: subagent.RuntimeExec, Command: c.command}
-			b, _ := json.Marshal(def)
-			kv, err := js.KeyValue(t.Context(), lifecycle.BucketSubagents)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := kv.Put(t.Context(), def.Name, b); err != nil {
-				t.Fatal(err)
-			}
+			def := subagent.Definition{Name: c.define(t)}
 			// Round 0 asks.
 			ni, ok := run(t, js, &lifecycle.Request{Subagent: def.Name, Input: json.RawMessage(`{"task":"demo"}`)}).(*lifecycle.NeedsInput)
 			if !ok || len(ni.Options) != 2 || ni.PartialState == nil {

@@ -304,12 +304,7 @@ func loadDefinitions(dir string) ([]subagent.Definition, error) {
 	var defs []subagent.Definition
 	var errs []error
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		d, err := subagent.Parse(b)
+		d, _, err := subagent.ParseFile(f)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", f, err))
 			continue

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -96,18 +96,28 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 	var defs []parsed
 	var errs []error
 	for _, f := range files {
-		var b []byte
-		var err error
+		var (
+			d        subagent.Definition
+			resolved []string
+			err      error
+		)
 		if f == "-" {
-			b, err = io.ReadAll(cmd.InOrStdin())
+			var b []byte
+			if b, err = io.ReadAll(cmd.InOrStdin()); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d, err = subagent.Parse(b)
 		} else {
-			b, err = os.ReadFile(f)
+			d, resolved, err = subagent.ParseFile(f)
 		}
-		if err != nil {
-			errs = append(errs, err)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			errs = append(errs, errors.Unwrap(err)) // "open FILE: …"
 			continue
 		}
-		d, err := subagent.Parse(b)
+		for _, r := range resolved {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: command path %s (relative to the definition file)\n", f, r)
+		}
 		if err != nil {
 			msg := strings.TrimPrefix(err.Error(), "subagent: ")
 			errs = append(errs, fmt.Errorf("%s: invalid sub-agent definition:\n  %s", f, strings.ReplaceAll(msg, "\n", "\n  ")))

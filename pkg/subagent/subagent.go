@@ -6,9 +6,11 @@ package subagent
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -100,6 +102,55 @@ func Parse(b []byte) (Definition, error) {
 		return Definition{}, err
 	}
 	return d, nil
+}
+
+// ParseFile reads, parses and validates the definition in the file at path,
+// then resolves its command against the file's folder (see ResolveCommand),
+// so a definition names its scripts as the files beside it, wherever it is
+// applied from. Resolved lists the arguments it changed, "old → new".
+func ParseFile(path string) (d Definition, resolved []string, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Definition{}, nil, fmt.Errorf("subagent: %w", err)
+	}
+	if d, err = Parse(b); err != nil {
+		return Definition{}, nil, err
+	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return Definition{}, nil, fmt.Errorf("subagent: %w", err)
+	}
+	d, resolved = d.ResolveCommand(dir)
+	return d, resolved, nil
+}
+
+// ResolveCommand returns d with every relative path in its command made
+// absolute against dir, the folder of the file the definition came from.
+// The worker runs the command in the dispatch's workspace, where a path
+// relative to the definition file means nothing. An argument counts as a
+// relative path when it contains a '/', does not start with '-', and names
+// a file that exists under dir; others (a program found on PATH such as
+// "sh", flags, a file the definition's files lay down in the workspace) are
+// left as they are. See docs/subagents.md.
+func (d Definition) ResolveCommand(dir string) (Definition, []string) {
+	var resolved []string
+	cmd := slices.Clone(d.Command)
+	for i, a := range cmd {
+		if a == "" || filepath.IsAbs(a) || strings.HasPrefix(a, "-") || !strings.Contains(a, "/") {
+			continue
+		}
+		if _, ok := d.Files[path.Clean(a)]; ok {
+			continue
+		}
+		abs := filepath.Join(dir, a)
+		if _, err := os.Stat(abs); err != nil {
+			continue
+		}
+		cmd[i] = abs
+		resolved = append(resolved, a+" → "+abs)
+	}
+	d.Command = cmd
+	return d, resolved
 }
 
 // TimeoutDuration returns the definition's timeout, or DefaultTimeout.

@@ -2,7 +2,12 @@ package subagent_test
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +284,39 @@ func TestRounds(t *testing.T) {
 	}
 	if subagent.DefaultMaxRounds != 10 {
 		t.Errorf("DefaultMaxRounds = %d, want 10", subagent.DefaultMaxRounds)
+	}
+}
+
+func TestParseFileResolvesCommandPaths(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"agent.sh", "bin/tool"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	def := filepath.Join(dir, "def.yaml")
+	if err := os.WriteFile(def, []byte(`name: x
+runtime: exec
+command: ["sh", "./agent.sh", "bin/tool", "--flag=./agent.sh", "./missing", "/bin/true", "./shipped"]
+files: {"shipped": "echo hi"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, resolved, err := subagent.ParseFile(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"sh", filepath.Join(dir, "agent.sh"), filepath.Join(dir, "bin/tool"), "--flag=./agent.sh", "./missing", "/bin/true", "./shipped"}
+	if !slices.Equal(d.Command, want) {
+		t.Errorf("command = %q, want %q", d.Command, want)
+	}
+	if len(resolved) != 2 {
+		t.Errorf("resolved = %q, want two entries", resolved)
+	}
+	if _, _, err := subagent.ParseFile(filepath.Join(dir, "nope.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing file: %v", err)
 	}
 }
