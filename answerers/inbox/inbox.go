@@ -78,6 +78,10 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registerer receives the inbox's metrics; default a new registry.
 	Registerer prometheus.Registerer
+	// Listening, when set, is called by Run with the inbox's base URL
+	// (scheme, the listener's real address, Prefix) once its HTTP listener
+	// accepts connections, so a caller prints a link that works at once.
+	Listening func(baseURL string)
 }
 
 // Server is an inbox. Create it with New; Handler serves the pages and the
@@ -90,6 +94,8 @@ type Server struct {
 	ownConn bool
 	log     *slog.Logger
 	metrics *metrics
+	// listening is Deps.Listening.
+	listening func(baseURL string)
 
 	users    map[string]*user // users-file mode
 	devToken string           // dev-token mode
@@ -114,7 +120,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("inbox: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: deps.Logger, store: newStore(), sessions: newSessions(cfg.SessionTTL), stopping: make(chan struct{})}
+	s := &Server{cfg: cfg, log: deps.Logger, listening: deps.Listening, store: newStore(), sessions: newSessions(cfg.SessionTTL), stopping: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -268,7 +274,11 @@ func (s *Server) Run(ctx context.Context) error {
 		if s.cfg.TLSCert != "" {
 			scheme = "https"
 		}
-		s.log.Info("http listening", "url", scheme+"://"+ln.Addr().String()+Prefix+"/")
+		base := scheme + "://" + ln.Addr().String() + Prefix
+		s.log.Info("http listening", "url", base+"/")
+		if s.listening != nil {
+			s.listening(base)
+		}
 	}
 
 	var runErr error

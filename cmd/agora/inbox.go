@@ -35,17 +35,19 @@ AGORA_INBOX_TLS_CERT, AGORA_INBOX_TLS_KEY.`,
 			if err := config.Load(&cfg); err != nil {
 				return fmt.Errorf("%w (or pass --dev-token)", err)
 			}
-			s, err := inbox.New(cfg, inbox.Deps{Logger: logging.New(os.Stderr)})
+			// The sign-in link is printed once the listener accepts, so it
+			// works at once, with the port the listener really got.
+			var tok string
+			stderr := cmd.ErrOrStderr()
+			s, err := inbox.New(cfg, inbox.Deps{Logger: logging.New(os.Stderr), Listening: func(base string) {
+				if tok != "" {
+					fmt.Fprintf(stderr, "inbox: sign in at %s/login?token=%s\n", base, tok)
+				}
+			}})
 			if err != nil {
 				return err
 			}
-			if tok := s.DevToken(); tok != "" {
-				scheme := "http"
-				if cfg.TLSCert != "" {
-					scheme = "https"
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "inbox: sign in at %s://%s%s/login?token=%s\n", scheme, cfg.HTTPAddr, inbox.Prefix, tok)
-			}
+			tok = s.DevToken()
 			return s.Run(cmd.Context())
 		},
 	}
