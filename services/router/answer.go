@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -269,6 +270,14 @@ func validate(r *record, sub *Submission) string {
 		}
 	}
 	if sub.Answer == "" {
+		if sub.Decision != "" {
+			// A decision on a question that is not an approval.
+			kind := cmp.Or(r.Kind, "free-text")
+			if len(r.Options) > 0 {
+				return fmt.Sprintf("a decision (approve/reject) is only for approval questions; this is a %s question: answer with one of the options: %s", kind, strings.Join(r.Options, ", "))
+			}
+			return fmt.Sprintf("a decision (approve/reject) is only for approval questions; this is a %s question: answer with text", kind)
+		}
 		return "the answer is empty"
 	}
 	if len(r.Options) > 0 && !slices.Contains(r.Options, sub.Answer) {

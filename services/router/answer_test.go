@@ -60,6 +60,11 @@ func TestAskAnswerRedispatch(t *testing.T) {
 	if rep := e.answer(router.Submission{QuestionID: qid, AnsweredBy: "bob"}); rep.Status != client.AnswerInvalid {
 		t.Fatalf("empty answer = %+v, want invalid", rep)
 	}
+	// A decision on a decision question says what to send instead.
+	if rep := e.answer(router.Submission{QuestionID: qid, Decision: "approve", AnsweredBy: "bob"}); rep.Status != client.AnswerInvalid ||
+		!strings.Contains(rep.Reason, "only for approval questions") || !strings.Contains(rep.Reason, "one of the options: A, B") {
+		t.Fatalf("a decision on a decision question = %+v, want invalid naming the options", rep)
+	}
 	rep := e.answer(router.Submission{QuestionID: qid, Answer: "B", AnsweredBy: "alice@example.com", Comment: "B is safer"})
 	if rep.Status != client.AnswerAccepted || rep.AnsweredBy != "alice@example.com" || rep.AnsweredAt == nil {
 		t.Fatalf("answer B = %+v, want accepted", rep)
