@@ -29,6 +29,7 @@ const (
 	exitFailed     = 2 // the dispatch (or thread) ended failed
 	exitCancelled  = 3 // … ended cancelled
 	exitNeedsInput = 4 // … stopped to ask a question (dispatch --round)
+	exitNothing    = 5 // cancel: nothing to cancel, it had already ended
 	exitInterrupt  = 130
 )
 

@@ -161,6 +161,10 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 		if r.code != 1 || !strings.Contains(r.stderr, "not one of the options") {
 			t.Errorf("an answer outside the options: %s", r)
 		}
+		r = agora(t, "answer", qid, "--decision", "approve")
+		if r.code != 1 || !strings.Contains(r.stderr, "only for approval questions") || !strings.Contains(r.stderr, "parseConfig, readConfig") {
+			t.Errorf("--decision on a decision question: %s", r)
+		}
 	})
 
 	// The printed line, run as it is.
@@ -214,8 +218,41 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 
 	t.Run("status", func(t *testing.T) {
 		r := mustAgora(t, "status", thread, "--thread")
-		if !strings.Contains(r.stdout, "thread "+thread+": finished") || !strings.Contains(r.stdout, "needs_input") {
+		if !strings.Contains(r.stdout, "thread "+thread+": finished") || !strings.Contains(r.stdout, "needs_input") ||
+			!strings.Contains(r.stdout, "RESUMED WITH") || !strings.Contains(r.stdout, "by tester to q-") {
 			t.Errorf("status --thread:\n%s", r.stdout)
+		}
+		th := jsonLines(t, mustAgora(t, "status", thread, "--thread", "--json").stdout)[0]
+		rounds, _ := th["rounds"].([]any)
+		if len(rounds) != 2 {
+			t.Fatalf("status --thread --json: %v", th)
+		}
+		round1 := rounds[1].(map[string]any)["dispatch_id"].(string)
+		if r := mustAgora(t, "status", round1); !regexp.MustCompile(`resumed\s+"(parseConfig|readConfig)" by tester to ` + qid).MatchString(r.stdout) {
+			t.Errorf("status of the resumed round does not show its answer:\n%s", r.stdout)
+		}
+	})
+
+	// Round 0 ended needs_input, but its question was answered and round 1
+	// finished: cancelling round 0 cancels nothing and says so.
+	t.Run("cancel a finished thread", func(t *testing.T) {
+		r := agora(t, "cancel", thread)
+		if r.code != 5 || !strings.Contains(r.stdout, "had already ended") ||
+			!strings.Contains(r.stdout, "which finished): nothing to cancel") || strings.Contains(r.stdout, "paused on a question") {
+			t.Errorf("cancel of a finished thread's first round: %s", r)
+		}
+		r = agora(t, "cancel", thread, "--json")
+		lines := jsonLines(t, r.stdout)
+		if r.code != 5 || len(lines) != 1 || lines[0]["outcome"] != "already-ended" ||
+			lines[0]["thread_status"] != "finished" || lines[0]["dispatch_id"] != thread || lines[0]["latest_round"] != float64(1) {
+			t.Errorf("cancel --json of a finished thread's first round: %s", r)
+		}
+		if r := mustAgora(t, "status", thread, "--thread"); !strings.Contains(r.stdout, "thread "+thread+": finished") {
+			t.Errorf("the thread changed after the cancel:\n%s", r.stdout)
+		}
+		q := jsonLines(t, mustAgora(t, "questions", "--status", "all", "--thread", thread, "--json").stdout)
+		if len(q) != 1 || q[0]["status"] != "answered" {
+			t.Errorf("the question after the cancel: %v", q)
 		}
 	})
 }
@@ -370,5 +407,91 @@ func TestJSONOnlyOnStdout(t *testing.T) {
 				t.Error(err)
 			}
 		}
+	}
+}
+
+// An approval question: questions marks it as one with the --decision
+// hint, dispatch --round prints the approve/reject lines, and answering
+// with a decision resumes the thread.
+func TestApprovalQuestion(t *testing.T) {
+	t.Parallel()
+	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "approver.yaml", `name: approver
+runtime: exec
+command: ["/bin/sh", "-c", "if grep -q decision \"$AGORA_INPUT_FILE\"; then echo '{\"ok\":true}' > \"$AGORA_OUTPUT_FILE\"; else echo '{\"question\":\"Ship it?\",\"kind\":\"approval\"}' > \"$AGORA_NEEDS_INPUT_FILE\"; fi"]
+`))
+	r := agora(t, "dispatch", "approver", "--round")
+	if r.code != 4 || !strings.Contains(r.stdout, "--decision approve") {
+		t.Fatalf("dispatch --round of an asking sub-agent: %s", r)
+	}
+	m := regexp.MustCompile(`agora answer (q-\S+) approve --decision approve`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no approve line: %s", r)
+	}
+	qid := m[1]
+	var table string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		q := mustAgora(t, "questions")
+		if table = q.stdout; strings.Contains(table, qid) {
+			if !strings.Contains(q.stderr, "--decision approve|reject") {
+				t.Errorf("questions hint lacks --decision: %s", q.stderr)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("questions does not list %s:\n%s", qid, table)
+		}
+	}
+	for _, l := range strings.Split(table, "\n") {
+		if strings.Contains(l, qid) && (!strings.Contains(l, "approval: --decision approve|reject") || strings.Contains(l, "(free text)")) {
+			t.Errorf("questions row of an approval: %q", l)
+		}
+	}
+	if r := agora(t, "answer", qid, "yes"); r.code != 1 || !strings.Contains(r.stderr, "needs a decision") {
+		t.Errorf("an approval answered without a decision: %s", r)
+	}
+	if r := mustAgora(t, "answer", qid, "--decision", "approve", "--comment", "fine"); !strings.Contains(r.stdout, "answered "+qid+": approve") {
+		t.Errorf("answer --decision approve: %s", r)
+	}
+	thread := strings.TrimPrefix(qid, "q-")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		th := jsonLines(t, mustAgora(t, "status", thread, "--thread", "--json").stdout)[0]
+		if th["status"] == "finished" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the thread did not finish after the approval: %v", th)
+		}
+	}
+	if r := mustAgora(t, "status", thread, "--thread"); !strings.Contains(r.stdout, `"approve" by tester, comment "fine" to `+qid) {
+		t.Errorf("status --thread after the approval:\n%s", r.stdout)
+	}
+}
+
+// agora dev's /healthz reports every service it runs.
+func TestDevHealthzReportsEveryService(t *testing.T) {
+	t.Parallel()
+	d := devServer(t)
+	resp, err := http.Get(d.httpURL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Status   string                    `json:"status"`
+		Services map[string]map[string]any `json:"services"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || h.Status != "ok" {
+		t.Errorf("/healthz = %d %+v", resp.StatusCode, h)
+	}
+	for _, name := range []string{"dispatcher", "worker", "router", "inbox"} {
+		if h.Services[name]["status"] != "ok" {
+			t.Errorf("/healthz services[%s] = %v", name, h.Services[name])
+		}
+	}
+	if _, ok := h.Services["worker"]["sandbox"]; !ok {
+		t.Errorf("the worker's health lacks its sandbox report: %v", h.Services["worker"])
 	}
 }

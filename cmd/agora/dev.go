@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,7 +196,10 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/inbox/", ib.Handler())
-	mux.Handle("/", d.Handler()) // /v1/…, /healthz, /metrics (the shared registry)
+	mux.Handle("/", d.Handler()) // /v1/…, /metrics (the shared registry)
+	mux.Handle("GET /healthz", healthOf(map[string]http.Handler{
+		"dispatcher": d.Handler(), "worker": w.Handler(), "router": r.Handler(), "inbox": ib.Handler(),
+	}, map[string]string{"inbox": "/inbox/healthz"}))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	var wg sync.WaitGroup
@@ -259,6 +264,37 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// healthOf serves agora dev's /healthz: every service's own health
+// report under "services", and 200 only when all of them say ok (503
+// otherwise, naming which do not). paths maps a service to its health
+// path when it is not /healthz.
+func healthOf(services map[string]http.Handler, paths map[string]string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := map[string]any{}
+		var down []string
+		for name, h := range services {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(r.Context(), http.MethodGet, cmpOr(paths[name], "/healthz"), nil))
+			var body any
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				body = map[string]any{"status": "unavailable", "error": strings.TrimSpace(rec.Body.String())}
+			}
+			out[name] = body
+			if rec.Code != http.StatusOK {
+				down = append(down, name)
+			}
+		}
+		code, status := http.StatusOK, "ok"
+		if len(down) > 0 {
+			slices.Sort(down)
+			code, status = http.StatusServiceUnavailable, "unavailable: "+strings.Join(down, ", ")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "services": out})
+	})
 }
 
 // loopbackHost reports whether a listen host is reachable only from this

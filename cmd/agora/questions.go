@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -115,7 +116,11 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 		return err
 	}
 	if filter.Status == "asked" {
-		fmt.Fprintf(cmd.ErrOrStderr(), "\nanswer one: %s answer QUESTION_ID ANSWER\n", g.cli(cmd))
+		fmt.Fprintf(cmd.ErrOrStderr(), "\nanswer one: %s answer QUESTION_ID ANSWER", g.cli(cmd))
+		if slices.ContainsFunc(qs, func(q lifecycle.Question) bool { return q.Kind == "approval" }) {
+			fmt.Fprintf(cmd.ErrOrStderr(), " (an approval: %s answer QUESTION_ID --decision approve|reject [--comment C])", g.cli(cmd))
+		}
+		fmt.Fprintln(cmd.ErrOrStderr())
 	}
 	return nil
 }
@@ -133,6 +138,9 @@ func lineOf(q lifecycle.Question) questionLine {
 
 func answerCell(q lifecycle.Question) string {
 	if q.Status == "asked" {
+		if q.Kind == "approval" {
+			return "approval: --decision approve|reject"
+		}
 		if len(q.Options) == 0 {
 			return "(free text)"
 		}
@@ -231,8 +239,11 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 			return newJSONLines(out).write(reply)
 		}
 		shown := answer
-		if o.decision != "" {
-			shown = strings.TrimSpace(answer + " (" + o.decision + ")")
+		switch {
+		case o.decision != "" && answer == "":
+			shown = o.decision
+		case o.decision != "":
+			shown = answer + " (" + o.decision + ")"
 		}
 		fmt.Fprintf(out, "answered %s: %s, as %s\n", qid, shown, cmpOr(reply.AnsweredBy, o.as))
 		if reply.Reason != "" {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -79,20 +81,99 @@ func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error
 	if err != nil {
 		return g.explain(err, lifecycle.APICancel)
 	}
+	res := cancelOutcome(ctx, c, rec)
 	if o.json {
-		return newJSONLines(out).write(rec)
+		if err := newJSONLines(out).write(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(out, res.message(g.cli(cmd)))
 	}
-	switch rec.Status {
-	case lifecycle.KindCancelled:
-		fmt.Fprintf(out, "cancelled dispatch %s (%s, round %d)\n", rec.DispatchID, rec.Subagent, rec.Round)
-	case lifecycle.KindNeedsInput:
-		fmt.Fprintf(out, "dispatch %s was paused on a question: its thread %s ends cancelled and the question is withdrawn\n", rec.DispatchID, rec.ThreadID)
-	case lifecycle.KindFinished, lifecycle.KindFailed:
-		fmt.Fprintf(out, "dispatch %s had already ended %s: nothing to cancel\n", rec.DispatchID, rec.Status)
-	default:
-		fmt.Fprintf(out, "cancelling dispatch %s (it was %s): %s status %s shows when it ends\n", rec.DispatchID, rec.Status, g.cli(cmd), rec.DispatchID)
+	if res.Outcome == outcomeAlreadyEnded {
+		return exitWith(exitNothing)
 	}
 	return nil
+}
+
+// What a cancel did, the "outcome" of `agora cancel --json`.
+const (
+	outcomeCancelled    = "cancelled"         // the dispatch ended cancelled
+	outcomeCancelling   = "cancelling"        // it was running: its worker stops it
+	outcomeThreadCancel = "thread-cancelling" // paused on a question: the router ends the thread
+	outcomeAlreadyEnded = "already-ended"     // nothing was cancelled
+)
+
+// cancelResult is what `agora cancel` reports: the dispatch record as the
+// dispatcher returned it, plus what the cancel did and, for a dispatch
+// whose thread went on, the thread's latest round. Its JSON is the record's
+// with "outcome", "thread_status" and "latest_dispatch_id" added.
+type cancelResult struct {
+	client.Record
+	Outcome          string         `json:"outcome"`
+	ThreadStatus     lifecycle.Kind `json:"thread_status,omitempty"`
+	LatestDispatchID string         `json:"latest_dispatch_id,omitempty"`
+	LatestRound      int            `json:"latest_round,omitempty"`
+}
+
+// cancelOutcome decides what a cancel did from the record it returned. A
+// needs_input dispatch was paused on a question only when the dispatcher
+// marked it cancel_requested (it does so only for a thread's latest round);
+// otherwise its question was answered (or expired) and the thread went on,
+// so the thread's latest round says how the thread stands.
+func cancelOutcome(ctx context.Context, c *client.Client, rec *client.Record) cancelResult {
+	res := cancelResult{Record: *rec}
+	switch rec.Status {
+	case lifecycle.KindCancelled:
+		res.Outcome = outcomeCancelled
+	case lifecycle.KindNeedsInput:
+		if rec.CancelRequested != nil {
+			res.Outcome = outcomeThreadCancel
+			return res
+		}
+		res.Outcome = outcomeAlreadyEnded
+		if th, err := c.Thread(ctx, rec.ThreadID); err == nil {
+			if l := th.Latest(); l != nil && l.DispatchID != rec.DispatchID {
+				res.ThreadStatus, res.LatestDispatchID, res.LatestRound = l.Status, l.DispatchID, l.Round
+			}
+		}
+	case lifecycle.KindFinished, lifecycle.KindFailed:
+		res.Outcome = outcomeAlreadyEnded
+	default:
+		res.Outcome = outcomeCancelling
+	}
+	return res
+}
+
+// message is the human line for a cancel's outcome.
+func (r cancelResult) message(cli string) string {
+	switch r.Outcome {
+	case outcomeCancelled:
+		return fmt.Sprintf("cancelled dispatch %s (%s, round %d)", r.DispatchID, r.Subagent, r.Round)
+	case outcomeThreadCancel:
+		return fmt.Sprintf("dispatch %s was paused on a question: its thread %s ends cancelled and the question is withdrawn", r.DispatchID, r.ThreadID)
+	case outcomeCancelling:
+		return fmt.Sprintf("cancelling dispatch %s (it was %s): %s status %s shows when it ends", r.DispatchID, r.Status, cli, r.DispatchID)
+	}
+	if r.LatestDispatchID == "" {
+		return fmt.Sprintf("dispatch %s had already ended %s: nothing to cancel", r.DispatchID, r.Status)
+	}
+	head := fmt.Sprintf("dispatch %s had already ended (its question was settled and thread %s went on to round %d, dispatch %s", r.DispatchID, r.ThreadID, r.LatestRound, r.LatestDispatchID)
+	switch r.ThreadStatus {
+	case lifecycle.KindFinished, lifecycle.KindFailed, lifecycle.KindCancelled:
+		return fmt.Sprintf("%s, which %s): nothing to cancel", head, endedWord(r.ThreadStatus))
+	}
+	return fmt.Sprintf("%s, now %s): nothing cancelled; %s cancel --thread %s cancels the thread", head, r.ThreadStatus, cli, r.ThreadID)
+}
+
+// endedWord says how a round ended, for a sentence.
+func endedWord(k lifecycle.Kind) string {
+	switch k {
+	case lifecycle.KindFinished:
+		return "finished"
+	case lifecycle.KindCancelled:
+		return "was cancelled"
+	}
+	return "ended " + string(k)
 }
 
 type statusOptions struct {
@@ -186,6 +267,9 @@ func printRecord(w io.Writer, r *client.Record, cli, inbox string) {
 	if r.EndedAt != nil {
 		row("ended", "%s", when(r.EndedAt))
 	}
+	if a := resumedWith(r); a != "" {
+		row("resumed", "%s", a)
+	}
 	if r.Request != nil && len(r.Request.Labels) > 0 {
 		keys := slices.Sorted(maps.Keys(r.Request.Labels))
 		kv := make([]string, len(keys))
@@ -236,11 +320,41 @@ func printRecord(w io.Writer, r *client.Record, cli, inbox string) {
 func printThread(w io.Writer, th *client.Thread) error {
 	fmt.Fprintf(w, "thread %s: %s\n", th.ThreadID, th.Status)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROUND\tDISPATCH\tSUBAGENT\tSTATUS\tENDED\tRESULT")
+	fmt.Fprintln(tw, "ROUND\tDISPATCH\tSUBAGENT\tSTATUS\tENDED\tRESUMED WITH\tRESULT")
 	for _, rd := range th.Rounds {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", rd.Round, rd.DispatchID, rd.Subagent, rd.Status, when(rd.EndedAt), resultSummary(rd.Result))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", rd.Round, rd.DispatchID, rd.Subagent, rd.Status, when(rd.EndedAt),
+			cmpOr(resumedWith(&rd.Record), "-"), resultSummary(rd.Result))
 	}
 	return tw.Flush()
+}
+
+// resumedWith says which answer resumed a round ("readConfig" by alice,
+// question q-…), from the answer the router put in the round's input; ""
+// for a round no answer resumed.
+func resumedWith(r *client.Record) string {
+	if r.Request == nil || r.Request.QuestionID == "" {
+		return ""
+	}
+	var in struct {
+		Answer     string `json:"answer"`
+		AnsweredBy string `json:"answered_by"`
+		Decision   string `json:"decision"`
+		Comment    string `json:"comment"`
+	}
+	if json.Unmarshal(r.Request.Input, &in) != nil || (in.Answer == "" && in.Decision == "") {
+		return ""
+	}
+	s := strconv.Quote(clipText(cmpOr(in.Answer, in.Decision), 40))
+	if in.Decision != "" && in.Answer != in.Decision {
+		s += " (" + in.Decision + ")"
+	}
+	if in.AnsweredBy != "" {
+		s += " by " + in.AnsweredBy
+	}
+	if in.Comment != "" {
+		s += ", comment " + strconv.Quote(clipText(in.Comment, 60))
+	}
+	return s + " to " + r.Request.QuestionID
 }
 
 func resultSummary(r *client.Result) string {
