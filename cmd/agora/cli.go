@@ -50,6 +50,27 @@ func (e *exitErr) Error() string {
 func (e *exitErr) ExitCode() int { return e.code }
 func (e *exitErr) Unwrap() error { return e.err }
 
+// args checks a verb's positional arguments: the names it requires, then
+// up to optional more. A missing one is named in words with what it is
+// and an example; an extra one is named too.
+//
+//	args(0, arg{"SUBAGENT", "the sub-agent to run", "agora dispatch demo"})
+func args(optional int, required ...arg) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, got []string) error {
+		if len(got) < len(required) {
+			a := required[len(got)]
+			return fmt.Errorf("missing %s: %s, e.g. `%s` (see %s --help)", a.name, a.what, a.example, cmd.CommandPath())
+		}
+		if max := len(required) + optional; len(got) > max {
+			return fmt.Errorf("%s takes %d argument(s), got %d: %q is one too many (quote an argument that has spaces)", cmd.CommandPath(), max, len(got), got[max])
+		}
+		return nil
+	}
+}
+
+// arg is a required positional argument, for args.
+type arg struct{ name, what, example string }
+
 // exitWith ends a verb with code and nothing more to say.
 func exitWith(code int) error { return &exitErr{code: code} }
 
@@ -65,7 +86,11 @@ func addGlobalFlags(root *cobra.Command) *globals {
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.natsURL, "nats", envDefault("AGORA_NATS_URL", nats.DefaultURL), "NATS server URL of the client verbs (AGORA_NATS_URL)")
 	pf.StringVar(&g.creds, "creds", os.Getenv("AGORA_NATS_CREDS"), "NATS credentials file of the client verbs (AGORA_NATS_CREDS)")
-	pf.DurationVar(&g.timeout, "timeout", client.DefaultTimeout, "how long a client verb waits for each request to Agora")
+	pf.DurationVar(&g.timeout, "request-timeout", client.DefaultTimeout, "how long a client verb waits for each request to Agora")
+	// The old name of --request-timeout, kept working; on `dispatch`,
+	// --timeout is the sub-agent's time limit, as in the request.
+	pf.DurationVar(&g.timeout, "timeout", client.DefaultTimeout, "")
+	_ = pf.MarkDeprecated("timeout", "use --request-timeout (on dispatch, --timeout is the sub-agent's time limit)")
 	return g
 }
 
@@ -131,7 +156,7 @@ func (g *globals) explain(err error, endpoint string) error {
 		if what == "" {
 			what = "NATS"
 		}
-		return fmt.Errorf("%s did not answer within %s (--timeout) — is Agora overloaded, or its %s stopped?", what, g.timeout, cmpOr(apiServices[endpoint], "server"))
+		return fmt.Errorf("%s did not answer within %s (--request-timeout) — is Agora overloaded, or its %s stopped?", what, g.timeout, cmpOr(apiServices[endpoint], "server"))
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoServers):
 		return fmt.Errorf("lost the connection to NATS at %s — is `agora dev` still running?", g.natsURL)
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):

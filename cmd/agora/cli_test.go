@@ -495,3 +495,36 @@ func TestDevHealthzReportsEveryService(t *testing.T) {
 		t.Errorf("the worker's health lacks its sandbox report: %v", h.Services["worker"])
 	}
 }
+
+// A missing argument is named in words, with an example; the global
+// request timeout and dispatch's sub-agent time limit have their own names.
+func TestMissingArgumentsAndFlagNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"dispatch"}, []string{"missing SUBAGENT", "e.g. `agora dispatch demo"}},
+		{[]string{"answer"}, []string{"missing QUESTION_ID", "e.g. `agora answer q-"}},
+		{[]string{"cancel"}, []string{"missing ID", "e.g. `agora cancel "}},
+		{[]string{"status"}, []string{"missing ID", "--thread"}},
+		{[]string{"subagent", "get"}, []string{"missing NAME", "agora subagent get demo"}},
+		{[]string{"status", "a", "b"}, []string{`"b" is one too many`}},
+	} {
+		r := agora(t, c.args...)
+		for _, w := range c.want {
+			if r.code != 1 || !strings.Contains(r.stderr, w) {
+				t.Errorf("agora %v: stderr lacks %q: %s", c.args, w, r)
+			}
+		}
+	}
+	help := mustAgora(t, "answer", "--help").stdout
+	asLine := regexp.MustCompile(`(?m)^\s+--as .*$`).FindString(help)
+	if strings.Count(asLine, "default") != 1 || !strings.Contains(help, "--request-timeout") {
+		t.Errorf("answer --help:\n%s", help)
+	}
+	// The old global name still works, and says what replaced it.
+	if r := agora(t, "status", "no-such-dispatch", "--timeout", "5s"); r.code != 1 || !strings.Contains(r.stderr, "--request-timeout") {
+		t.Errorf("status --timeout: %s", r)
+	}
+}

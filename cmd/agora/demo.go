@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,10 +16,15 @@ import (
 )
 
 // demoDefinition is the `demo` sub-agent `agora dev` registers: it runs
-// this binary's hidden demo-agent verb.
-func demoDefinition() (subagent.Definition, error) {
+// this binary's hidden demo-agent verb. A binary `go run` built lives in a
+// temporary build folder that is gone once `go run` ends (and reads badly
+// in `agora subagent get demo`), so such a binary is copied to binDir first.
+func demoDefinition(binDir string) (subagent.Definition, error) {
 	exe, err := os.Executable()
 	if err != nil {
+		return subagent.Definition{}, err
+	}
+	if exe, err = stableExecutable(exe, binDir); err != nil {
 		return subagent.Definition{}, err
 	}
 	return subagent.Definition{
@@ -25,6 +32,43 @@ func demoDefinition() (subagent.Definition, error) {
 		Timeout: "5m", MaxRounds: 5,
 		Description: "Asks which of two functions to rename on its first round, then does it with the answer.",
 	}, nil
+}
+
+// stableExecutable returns exe, or for a binary in a `go run` build folder
+// (…/go-build…/exe/…) a copy of it in binDir, replaced atomically.
+func stableExecutable(exe, binDir string) (string, error) {
+	if !strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		return exe, nil
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return "", fmt.Errorf("demo sub-agent: %w", err)
+	}
+	in, err := os.Open(exe)
+	if err != nil {
+		return "", fmt.Errorf("demo sub-agent: %w", err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(binDir, ".agora-*")
+	if err != nil {
+		return "", fmt.Errorf("demo sub-agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("demo sub-agent: copy %s: %w", exe, err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("demo sub-agent: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("demo sub-agent: %w", err)
+	}
+	dst := filepath.Join(binDir, filepath.Base(exe))
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", fmt.Errorf("demo sub-agent: %w", err)
+	}
+	return dst, nil
 }
 
 type demoAnalysis struct {

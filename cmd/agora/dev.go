@@ -145,7 +145,11 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err := provision.Ensure(ctx, js, provision.Config{Memory: o.memory}); err != nil {
 		return err
 	}
-	demo, err := demoDefinition()
+	binDir := filepath.Join(os.TempDir(), "agora-dev-bin")
+	if !o.memory {
+		binDir = filepath.Join(filepath.Dir(store), "bin")
+	}
+	demo, err := demoDefinition(binDir)
 	if err != nil {
 		return err
 	}

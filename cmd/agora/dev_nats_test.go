@@ -1,11 +1,16 @@
 package main_test
 
 import (
+	"fmt"
 	"net"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,5 +83,58 @@ func TestDevNATSPortInUse(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("reported after %s, want at once", d)
+	}
+}
+
+// Under `go run` the binary lives in a temporary build folder: agora dev
+// registers the demo with a copy of it in its data folder instead, so the
+// definition names a path that lasts (and reads well in `subagent get`).
+func TestDevDemoFromGoRunBuild(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	exe := filepath.Join(root, "go-build123", "exe", "agora")
+	if err := os.MkdirAll(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(agoraBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	natsAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(exe, "dev", "--data", filepath.Join(root, ".agora", "data"), "--http", httpAddr, "--nats-listen", natsAddr)
+	cmd.Dir = root
+	cmd.Env = append(cleanEnv(), "AGORA_LOG_LEVEL=warn")
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGINT); _ = cmd.Wait() })
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agora dev did not start:\n%s", log.String())
+		}
+	}
+	env := append(cleanEnv(), "AGORA_NATS_URL=nats://"+natsAddr)
+	def := jsonLines(t, agoraWith(t, env, "subagent", "get", "demo", "--json").stdout)
+	if len(def) != 1 {
+		t.Fatalf("subagent get demo --json: %v", def)
+	}
+	command, _ := def[0]["command"].([]any)
+	want := filepath.Join(root, ".agora", "bin", "agora")
+	if len(command) != 2 || command[0] != want {
+		t.Fatalf("demo command = %v, want [%s demo-agent]", command, want)
+	}
+	if r := agoraWith(t, env, "dispatch", "demo", "--input", `{"task":"x"}`, "--round"); r.code != 4 {
+		t.Errorf("the demo from the copied binary did not ask: %s", r)
 	}
 }

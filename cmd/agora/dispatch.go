@@ -53,7 +53,7 @@ With --json stdout carries one structured-mode CloudEvent per lifecycle event
 (without --wait/--round: the dispatch record), and nothing else.`,
 		Example: `  agora dispatch demo --input '{"task":"rename the config loader"}' --wait
   agora dispatch planner --input @task.json --label team=infra --round --json`,
-		Args: cobra.ExactArgs(1),
+		Args: args(0, arg{"SUBAGENT", "the name of the sub-agent to run (`agora subagent list` lists them)", `agora dispatch demo --input '{"task":"rename the config loader"}' --wait`}),
 		RunE: func(cmd *cobra.Command, args []string) error { return runDispatch(cmd, g, o, args[0]) },
 	}
 	f := cmd.Flags()
@@ -61,7 +61,7 @@ With --json stdout carries one structured-mode CloudEvent per lifecycle event
 	f.StringVar(&o.id, "id", "", "dispatch id (the idempotency key: the same id again is the same dispatch)")
 	f.StringArrayVar(&o.labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVar(&o.env, "env", nil, "environment variable KEY=VALUE for the sub-agent (repeatable; not for secrets)")
-	f.StringVar(&o.runTimeout, "timeout", "", "the sub-agent's time limit per round, e.g. 10m (default: its definition's); here it replaces the request --timeout")
+	f.StringVar(&o.runTimeout, "timeout", "", "the sub-agent's time limit per round, e.g. 10m (default: its definition's); --request-timeout bounds each request to Agora")
 	f.IntVar(&o.maxRounds, "max-rounds", 0, "the thread's round limit (default: the definition's)")
 	f.BoolVar(&o.wait, "wait", false, "follow the thread across its questions to its end")
 	f.BoolVar(&o.round, "round", false, "follow this dispatch to its own end (exit 4 when it asks a question)")

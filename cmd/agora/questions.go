@@ -193,7 +193,7 @@ With --json stdout carries the router's reply as one JSON object:
 "answered_by": …, "answered_at": …}.`,
 		Example: `  agora answer q-01JZ8W3K2Q… readConfig
   agora answer q-01JZ8W3K2Q… --decision approve --comment "ship it" --as alice`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: args(1, arg{"QUESTION_ID", "the question to answer (`agora questions` lists them)", "agora answer q-01JZ8W3K2Q… readConfig"}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			answer := ""
 			if len(args) == 2 {
@@ -205,7 +205,7 @@ With --json stdout carries the router's reply as one JSON object:
 	f := cmd.Flags()
 	f.StringVar(&o.decision, "decision", "", "approve or reject (approval questions)")
 	f.StringVar(&o.comment, "comment", "", "a comment kept with the answer")
-	f.StringVar(&o.as, "as", whoAmI(), "who answers (default $USER, or cli)")
+	f.StringVar(&o.as, "as", whoAmI(), "who answers: your $USER, or cli when it is unset")
 	f.BoolVar(&o.json, "json", false, "print JSON only: the router's reply")
 	return cmd
 }

@@ -37,13 +37,13 @@ a thread id and every round of it that has not ended is cancelled.
 
 With --json stdout carries the dispatch record (or the thread) as one JSON
 object.`,
-		Args: cobra.ExactArgs(1),
+		Args: args(0, arg{"ID", "the dispatch to cancel (or with --thread, the thread)", "agora cancel 01JZ8W3K2Q…"}),
 		RunE: func(cmd *cobra.Command, args []string) error { return runCancel(cmd, g, o, args[0]) },
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.thread, "thread", false, "ID is a thread: cancel all of it")
 	f.StringVar(&o.reason, "reason", "", "why, kept in the cancelled event")
-	f.StringVar(&o.as, "as", whoAmI(), "who cancels (default $USER, or cli)")
+	f.StringVar(&o.as, "as", whoAmI(), "who cancels: your $USER, or cli when it is unset")
 	f.BoolVar(&o.json, "json", false, "print JSON only: the record or thread")
 	return cmd
 }
@@ -193,7 +193,7 @@ With --thread, ID is a thread id (the root dispatch's id) and every round is
 listed.
 
 With --json stdout carries the record (or the thread) as one JSON object.`,
-		Args: cobra.ExactArgs(1),
+		Args: args(0, arg{"ID", "the dispatch to show (or with --thread, the thread)", "agora status 01JZ8W3K2Q… --thread"}),
 		RunE: func(cmd *cobra.Command, args []string) error { return runStatus(cmd, g, o, args[0]) },
 	}
 	f := cmd.Flags()

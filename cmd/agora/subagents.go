@@ -266,7 +266,7 @@ func newSubagentGetCmd(g *globals) *cobra.Command {
 		Long: `get prints the stored definition of NAME as YAML, headed by a comment with its
 revision; with --json, as one JSON object. Either can be edited and applied
 again with agora subagent apply -f.`,
-		Args: cobra.ExactArgs(1),
+		Args: args(0, arg{"NAME", "the sub-agent to show (`agora subagent list` lists them)", "agora subagent get demo"}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if !subagent.ValidName(name) {
