@@ -24,10 +24,14 @@ func TestBindRetriesUntilJetStreamAnswers(t *testing.T) {
 	nc := srv.Conn(t, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	js, _ := jetstream.New(nc)
 	srv.Stop()
+	restarted := make(chan struct{})
 	go func() {
+		defer close(restarted)
 		time.Sleep(time.Second)
 		srv.Restart(t)
 	}()
+	// The server's cleanup reads what Restart wrote: wait for it first.
+	t.Cleanup(func() { <-restarted })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	attempts := 0
