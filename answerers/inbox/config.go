@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -50,6 +51,12 @@ type Config struct {
 	// X-Forwarded-Proto: https.
 	TLSCert string `envconfig:"INBOX_TLS_CERT"`
 	TLSKey  string `envconfig:"INBOX_TLS_KEY"`
+	// PublicURL is the inbox's address as people open it, e.g.
+	// https://agora.example.com/inbox (behind a proxy, or when HTTPAddr
+	// listens on every interface). Run announces it over NATS (the micro
+	// service ServiceName) so the links the CLI prints point at it.
+	// Default: the listener's own address.
+	PublicURL string `envconfig:"INBOX_PUBLIC_URL"`
 }
 
 // DevUser is the name the dev token signs in as; it is the answered_by of
@@ -100,6 +107,11 @@ func (c Config) Validate() error {
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port, as in 127.0.0.1:8081 or :8081", v("HTTPAddr"), c.HTTPAddr))
+		}
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s=%q: want an http or https URL, as in https://agora.example.com/inbox", v("PublicURL"), c.PublicURL))
 		}
 	}
 	if c.SessionTTL < 0 || (c.SessionTTL > 0 && c.SessionTTL < time.Minute) {

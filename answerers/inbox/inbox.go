@@ -41,6 +41,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -251,6 +252,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	var srv *http.Server
 	httpErr := make(chan error, 1)
+	public := s.cfg.PublicURL // announced over NATS
 	if s.cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
 		if err != nil {
@@ -279,6 +281,15 @@ func (s *Server) Run(ctx context.Context) error {
 		if s.listening != nil {
 			s.listening(base)
 		}
+		public = cmp.Or(public, base)
+	}
+	if public != "" {
+		// Tell clients where people answer (the CLI's printed links).
+		unannounce, err := s.announce(public)
+		if err != nil {
+			s.log.Warn("inbox URL not announced over NATS; CLI links use AGORA_INBOX_URL or their default", "url", public, "err", err)
+		}
+		defer unannounce()
 	}
 
 	var runErr error

@@ -192,7 +192,9 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 	// The inbox: a users file when AGORA_INBOX_USERS is set, else one dev
 	// login token printed in the banner.
-	icfg := inbox.Config{UsersFile: os.Getenv("AGORA_INBOX_USERS")}
+	// Announced over NATS, so links the CLI prints in other shells point
+	// here whatever port it is.
+	icfg := inbox.Config{UsersFile: os.Getenv("AGORA_INBOX_USERS"), PublicURL: "http://" + ln.Addr().String() + inbox.Prefix}
 	icfg.DevToken = icfg.UsersFile == ""
 	ib, err := inbox.New(icfg, inbox.Deps{Conn: nc, Logger: log, Registerer: reg})
 	if err != nil {

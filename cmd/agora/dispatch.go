@@ -8,9 +8,14 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -32,7 +37,27 @@ type dispatchOptions struct {
 const defaultInbox = "http://127.0.0.1:8080/inbox"
 
 func inboxFlag(cmd *cobra.Command, v *string) {
-	cmd.Flags().StringVar(v, "inbox", envDefault("AGORA_INBOX_URL", defaultInbox), "base URL of the inbox, for the links printed to questions (AGORA_INBOX_URL)")
+	cmd.Flags().StringVar(v, "inbox", os.Getenv("AGORA_INBOX_URL"), "base URL of the inbox, for the links printed to questions (AGORA_INBOX_URL; default: the URL the running inbox announces over NATS, else "+defaultInbox+")")
+}
+
+// inboxURL is the base URL of the inbox for printed links: the --inbox
+// flag (or AGORA_INBOX_URL), else the URL a running inbox announces as the
+// NATS micro service agora-inbox, else defaultInbox.
+func inboxURL(ctx context.Context, nc *nats.Conn, flag string) string {
+	if flag != "" {
+		return flag
+	}
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	m, err := nc.RequestWithContext(ctx, "$SRV.INFO."+inbox.ServiceName, nil)
+	if err != nil {
+		return defaultInbox
+	}
+	var info micro.Info
+	if json.Unmarshal(m.Data, &info) != nil || info.Metadata["url"] == "" {
+		return defaultInbox
+	}
+	return info.Metadata["url"]
 }
 
 func newDispatchCmd(g *globals) *cobra.Command {
@@ -150,6 +175,7 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 	if o.round {
 		f.DispatchID = d.ID
 	}
+	inboxKnown := false // o.inbox resolved, once, at the first question
 	for it, err := range c.Watch(ctx, f) {
 		if err != nil {
 			if ctx.Err() != nil {
@@ -166,6 +192,9 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 		switch v := it.Data.(type) {
 		case *lifecycle.NeedsInput:
 			if jl == nil {
+				if !inboxKnown {
+					o.inbox, inboxKnown = inboxURL(ctx, c.Conn(), o.inbox), true
+				}
 				block := questionBlock(g.cli(cmd), o.inbox, questionOf(v))
 				if o.round {
 					block += fmt.Sprintf("The dispatch stopped to ask. Once answered, the thread goes on as a new dispatch:\n  %s events --thread %s --follow\n", g.cli(cmd), v.ThreadID)

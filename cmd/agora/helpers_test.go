@@ -203,7 +203,8 @@ func (r result) String() string {
 // server, its inbox, and a known user.
 func agoraEnv(t testing.TB) []string {
 	d := devServer(t)
-	return append(cleanEnv(), "AGORA_NATS_URL="+d.natsURL, "AGORA_INBOX_URL="+d.httpURL+"/inbox", "USER=tester")
+	// No AGORA_INBOX_URL: the CLI learns the inbox URL agora dev announces.
+	return append(cleanEnv(), "AGORA_NATS_URL="+d.natsURL, "USER=tester")
 }
 
 // agora runs the binary against the shared dev server and returns how it ended.

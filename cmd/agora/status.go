@@ -238,7 +238,11 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 	if o.json {
 		return newJSONLines(out).write(rec)
 	}
-	printRecord(out, rec, g.cli(cmd), o.inbox)
+	inbox := o.inbox
+	if rec.Result != nil && rec.Result.Kind == lifecycle.KindNeedsInput {
+		inbox = inboxURL(ctx, c.Conn(), inbox)
+	}
+	printRecord(out, rec, g.cli(cmd), inbox)
 	return nil
 }
 

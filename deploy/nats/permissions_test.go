@@ -21,7 +21,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -581,6 +583,47 @@ func TestLocalConfigIncluded(t *testing.T) {
 		}
 		if opts.Port != 14222 || opts.HTTPPort != 18222 || opts.StoreDir != "/srv/nats" {
 			t.Errorf("%s with another local.conf: port %d, http %d, store %q", file, opts.Port, opts.HTTPPort, opts.StoreDir)
+		}
+	}
+}
+
+// The inbox, connected as answerer-human, announces its URL as the micro
+// service agora-inbox, and a client (the CLI) reads it; neither is told of
+// a permission violation.
+func TestInboxAnnouncesItsURL(t *testing.T) {
+	e := start(t, "agora.conf")
+	ib, err := inbox.New(inbox.Config{DevToken: true, Routes: []string{"human"}, PublicURL: "https://agora.example.com/inbox"},
+		inbox.Deps{Conn: e.conn("answerer-human"), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = ib.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	nc := e.conn("client")
+	var info micro.Info
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := nc.Request("$SRV.INFO."+inbox.ServiceName, nil, time.Second)
+		if err == nil {
+			if err := json.Unmarshal(m.Data, &info); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer on $SRV.INFO.%s: %v; violations %v", inbox.ServiceName, err, e.all())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if info.Metadata["url"] != "https://agora.example.com/inbox" {
+		t.Errorf("announced %v", info.Metadata)
+	}
+	for _, u := range []string{"client", "answerer-human"} {
+		if v := e.seen(u); len(v) > 0 {
+			t.Errorf("%s was told of permission violations: %q", u, v)
 		}
 	}
 }
