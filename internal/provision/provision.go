@@ -164,6 +164,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// The server raises every per-key TTL to at least LimitMarkerTTL, so
 		// keep it at its minimum (1s) for short question deadlines to hold.
 		{Bucket: lifecycle.BucketQuestions, Description: "Agora question records", History: 5, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
+		// Used MCP request states; every state expires long before its
+		// record does (docs/mcp.md).
+		{Bucket: lifecycle.BucketMCPStates, Description: "Agora MCP request states already used", History: 1, TTL: MCPStateRetention, Storage: st, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {
 		if err := ensureKV(ctx, js, kc); err != nil {
@@ -230,6 +233,10 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	return nil
 }
 
+// MCPStateRetention is how long a used MCP request state is remembered:
+// longer than any state lives.
+const MCPStateRetention = 48 * time.Hour
+
 func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) error {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	switch {
@@ -248,7 +255,7 @@ func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyVal
 	if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		have := si.StreamInfo().Config
 		if int(st.History()) == int(want.History) && have.Description == want.Description &&
-			st.LimitMarkerTTL() == want.LimitMarkerTTL && have.Replicas == want.Replicas && have.Storage == want.Storage {
+			st.LimitMarkerTTL() == want.LimitMarkerTTL && have.MaxAge == want.TTL && have.Replicas == want.Replicas && have.Storage == want.Storage {
 			return nil
 		}
 	}

@@ -21,7 +21,7 @@ import (
 var (
 	wantStreams = []string{lifecycle.StreamRequests, lifecycle.StreamDispatch, lifecycle.StreamLifecycle,
 		lifecycle.StreamQuestions, lifecycle.StreamAnswers}
-	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions}
+	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates}
 )
 
 // ensure runs provision.Ensure and fails the test on error.
@@ -323,8 +323,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 					t.Errorf("streams %d→%d, consumers %d→%d", len(before.streams), len(after.streams), len(before.consumers), len(after.consumers))
 				}
 			}
-			if len(before.streams) != 9 { // 5 streams, 3 KV buckets, 1 object store
-				t.Errorf("%d streams, want 9", len(before.streams))
+			if len(before.streams) != 10 { // 5 streams, 4 KV buckets, 1 object store
+				t.Errorf("%d streams, want 10", len(before.streams))
 			}
 		})
 	}
@@ -390,8 +390,8 @@ func TestEnsureMemory(t *testing.T) {
 			t.Errorf("stream %s storage = %v, want memory", name, got)
 		}
 	}
-	if n != 9 {
-		t.Errorf("%d streams, want 9", n)
+	if n != 10 {
+		t.Errorf("%d streams, want 10", n)
 	}
 }
 

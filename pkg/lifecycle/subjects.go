@@ -19,6 +19,9 @@ const (
 	BucketDispatches = "agora_dispatches"
 	BucketQuestions  = "agora_questions"
 	BucketState      = "agora_state" // object store
+	// BucketMCPStates records the MCP server's request states once used,
+	// so none is used twice (docs/mcp.md).
+	BucketMCPStates = "agora_mcp_states"
 
 	// Durable consumer names.
 	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS

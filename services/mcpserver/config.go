@@ -1,0 +1,120 @@
+package mcpserver
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/config"
+)
+
+// Config is the MCP server's configuration, read from AGORA_* variables
+// with config.Load. The zero value of every field means its default.
+type Config struct {
+	// NATSURL is the NATS server to connect to when Deps has no client.
+	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	// NATSCreds is a NATS credentials file.
+	NATSCreds string `envconfig:"NATS_CREDS"`
+	// HTTPAddr makes Run serve the streamable HTTP transport at /mcp on
+	// this address. A non-loopback address needs APITokens.
+	HTTPAddr string `envconfig:"MCP_HTTP_ADDR"`
+	// APITokens are the bearer tokens the HTTP transport accepts (the
+	// same variable as the dispatcher's /v1 API). Empty means no
+	// authentication, allowed on loopback only.
+	APITokens []string `envconfig:"API_TOKENS"`
+	// StateKey seals the requestState of input-required results: 32
+	// bytes, base64 (standard or URL alphabet). Empty: a random key per
+	// process, so states do not survive a restart (agora dev keeps one in
+	// its data folder).
+	StateKey string `envconfig:"MCP_STATE_KEY"`
+	// StateTTL is how long a requestState may be answered.
+	StateTTL time.Duration `envconfig:"MCP_STATE_TTL" default:"1h"`
+	// WaitCap bounds one agora_dispatch call: past it the tool returns
+	// {status: "running", thread_id} and the model calls again with the
+	// thread_id to keep following.
+	WaitCap time.Duration `envconfig:"MCP_WAIT_CAP" default:"5m"`
+	// ProgressEvery is how often a following call sends a progress
+	// notification when nothing happens, so clients do not time out.
+	ProgressEvery time.Duration `envconfig:"MCP_PROGRESS_EVERY" default:"10s"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.NATSURL == "" {
+		c.NATSURL = "nats://127.0.0.1:4222"
+	}
+	if c.StateTTL == 0 {
+		c.StateTTL = time.Hour
+	}
+	if c.WaitCap == 0 {
+		c.WaitCap = 5 * time.Minute
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 10 * time.Second
+	}
+	var toks []string
+	for _, t := range c.APITokens {
+		if t = strings.TrimSpace(t); t != "" {
+			toks = append(toks, t)
+		}
+	}
+	c.APITokens = toks
+	return c
+}
+
+// Validate reports every problem at once, each naming its variable.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	v := func(field string) string { return config.Var(c, field) }
+	if c.HTTPAddr != "" {
+		host, _, err := net.SplitHostPort(c.HTTPAddr)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s=%q: want host:port, as in 127.0.0.1:8090", v("HTTPAddr"), c.HTTPAddr))
+		case !loopback(host) && len(c.APITokens) == 0:
+			errs = append(errs, fmt.Errorf("%s=%s is reachable from other hosts: set %s (bearer tokens), or listen on 127.0.0.1", v("HTTPAddr"), c.HTTPAddr, v("APITokens")))
+		}
+	}
+	if c.StateKey != "" {
+		if _, err := decodeKey(c.StateKey); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", v("StateKey"), err))
+		}
+	}
+	if c.StateTTL < time.Minute || c.StateTTL > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("%s=%s: want 1m to 24h", v("StateTTL"), c.StateTTL))
+	}
+	if c.WaitCap < time.Second {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 1s", v("WaitCap"), c.WaitCap))
+	}
+	if c.ProgressEvery < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("ProgressEvery"), c.ProgressEvery))
+	}
+	return errors.Join(errs...)
+}
+
+// decodeKey reads a 32-byte base64 key.
+func decodeKey(s string) ([]byte, error) {
+	s = strings.TrimSpace(s)
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			if len(b) != 32 {
+				return nil, fmt.Errorf("the key is %d bytes; want 32 (e.g. `openssl rand -base64 32`)", len(b))
+			}
+			return b, nil
+		}
+	}
+	return nil, errors.New("not base64; want 32 random bytes in base64 (e.g. `openssl rand -base64 32`)")
+}
+
+// loopback reports whether a listen host is reachable only from this
+// machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,457 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agora-dispatch/agora/internal/systemtest"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/mcpserver"
+)
+
+// A sub-agent that asks which of A or B on round 0 and writes its choice
+// on round 1.
+const chooser = `if grep -q '"answer"' "$AGORA_INPUT_FILE"; then
+  sed -n 's/.*"answer": *"\([^"]*\)".*/{"chose":"\1"}/p' "$AGORA_INPUT_FILE" > "$AGORA_OUTPUT_FILE"
+else
+  echo '{"question":"Rewrite A or B?","options":["A","B"],"kind":"decision","context":"Same signature.","partial_state":{"seen":2}}' > "$AGORA_NEEDS_INPUT_FILE"
+fi`
+
+// Asks a decision on round 0, an approval on round 1, finishes on round 2.
+const twoQuestions = `case "$AGORA_ROUND" in
+0) echo '{"question":"Which region?","options":["eu","us"],"kind":"decision"}' > "$AGORA_NEEDS_INPUT_FILE" ;;
+1) echo '{"question":"Deploy now?","kind":"approval"}' > "$AGORA_NEEDS_INPUT_FILE" ;;
+*) cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE" ;;
+esac`
+
+type env struct {
+	sys *systemtest.System
+	svc *mcpserver.Service
+}
+
+func newEnv(t *testing.T, cfg mcpserver.Config) *env {
+	t.Helper()
+	sys := systemtest.Start(t, systemtest.Options{})
+	sys.Shell("chooser", chooser)
+	sys.Shell("two-questions", twoQuestions)
+	sys.Shell("sleeper", "sleep 3; echo '{\"slept\":true}' > \"$AGORA_OUTPUT_FILE\"")
+	svc, err := mcpserver.New(t.Context(), cfg, mcpserver.Deps{Client: sys.Client, Logger: systemtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{sys: sys, svc: svc}
+}
+
+// connect opens an MCP client session as principal. elicit, when set, is
+// the client's elicitation handler; version, when set, the protocol
+// version it asks for; noMRTR turns off the SDK's automatic retries.
+func (e *env) connect(t *testing.T, principal string, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error), version string, noMRTR bool) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := e.svc.Serve(t.Context(), st, principal); err != nil {
+		t.Fatal(err)
+	}
+	opts := &mcp.ClientOptions{ElicitationHandler: elicit}
+	if noMRTR {
+		opts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-orchestrator", Version: "1"}, opts)
+	cs, err := c.Connect(t.Context(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return res
+}
+
+// structured returns a result's structured content as a map.
+func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("tool error: %s", text(res))
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+	return m
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// recorder is an elicitation handler that answers from a script and
+// keeps what it was asked.
+type recorder struct {
+	mu      sync.Mutex
+	asked   []*mcp.ElicitParams
+	answers []map[string]any
+}
+
+func (r *recorder) handle(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, req.Params)
+	if len(r.answers) == 0 {
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}
+	a := r.answers[0]
+	r.answers = r.answers[1:]
+	return &mcp.ElicitResult{Action: "accept", Content: a}, nil
+}
+
+// schemaOf returns a property of an elicitation's requested schema.
+func schemaOf(t *testing.T, p *mcp.ElicitParams, prop string) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(p.RequestedSchema)
+	var s struct {
+		Properties map[string]map[string]any `json:"properties"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Properties[prop]
+}
+
+func question(t *testing.T, c *client.Client, threadID string) lifecycle.Question {
+	t.Helper()
+	qs, err := c.Questions(t.Context(), client.QuestionFilter{ThreadID: threadID})
+	if err != nil || len(qs) == 0 {
+		t.Fatalf("questions of %s: %v %v", threadID, qs, err)
+	}
+	return qs[len(qs)-1]
+}
+
+func TestDispatchAsksThroughInputRequired(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	r := &recorder{answers: []map[string]any{{"answer": "B", "comment": "B is safer"}}}
+	cs := e.connect(t, "alice", r.handle, "", false)
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("negotiated %s, want 2026-07-28", v)
+	}
+	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser", "input": map[string]any{"task": "x"}}))
+	if out["status"] != "finished" || out["round"] != float64(1) || out["output"].(map[string]any)["chose"] != "B" {
+		t.Fatalf("result = %v", out)
+	}
+	if len(r.asked) != 1 {
+		t.Fatalf("asked %d times", len(r.asked))
+	}
+	p := r.asked[0]
+	if !strings.Contains(p.Message, "Rewrite A or B?") || !strings.Contains(p.Message, "Same signature.") {
+		t.Errorf("message = %q", p.Message)
+	}
+	ans := schemaOf(t, p, "answer")
+	one, _ := ans["oneOf"].([]any)
+	if ans["type"] != "string" || len(one) != 2 || one[0].(map[string]any)["const"] != "A" || one[1].(map[string]any)["title"] != "B" {
+		t.Errorf("answer schema = %v, want a titled single-select of A and B", ans)
+	}
+	q := question(t, e.sys.Client, out["thread_id"].(string))
+	if q.Status != "answered" || q.Answer != "B" || q.AnsweredBy != "mcp:alice" {
+		t.Errorf("question = %+v, want answered B by mcp:alice", q)
+	}
+}
+
+func TestApprovalAndTwoRounds(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	r := &recorder{answers: []map[string]any{{"answer": "eu"}, {"decision": "approve", "comment": "go"}}}
+	cs := e.connect(t, "alice", r.handle, "", false)
+	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "two-questions"}))
+	if out["status"] != "finished" || out["round"] != float64(2) {
+		t.Fatalf("result = %v", out)
+	}
+	in := out["output"].(map[string]any)
+	if in["answer"] != "approve" || in["decision"] != "approve" || in["comment"] != "go" {
+		t.Errorf("round 2 input = %v, want the approval", in)
+	}
+	if len(r.asked) != 2 {
+		t.Fatalf("asked %d times, want 2", len(r.asked))
+	}
+	dec := schemaOf(t, r.asked[1], "decision")
+	if one, _ := dec["oneOf"].([]any); len(one) != 2 || one[0].(map[string]any)["const"] != "approve" {
+		t.Errorf("approval schema = %v", dec)
+	}
+	if c := schemaOf(t, r.asked[1], "comment"); c["type"] != "string" {
+		t.Errorf("approval comment schema = %v", c)
+	}
+}
+
+// A client of an older protocol is asked through elicitation within the
+// call, once per question.
+func TestOlderProtocolElicitation(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	r := &recorder{answers: []map[string]any{{"answer": "us"}, {"decision": "reject", "comment": "not today"}}}
+	cs := e.connect(t, "carol", r.handle, "2025-11-25", false)
+	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Fatalf("negotiated %s", v)
+	}
+	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "two-questions"}))
+	if out["status"] != "finished" || out["output"].(map[string]any)["decision"] != "reject" || len(r.asked) != 2 {
+		t.Fatalf("result = %v, asked %d", out, len(r.asked))
+	}
+}
+
+// Without elicitation the model gets the question, answers it with
+// agora_answer and follows the same thread on.
+func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	cs := e.connect(t, "dave", nil, "", false)
+	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+	if out["status"] != "needs_input" || out["question"] != "Rewrite A or B?" || out["kind"] != "decision" || out["context"] != "Same signature." {
+		t.Fatalf("result = %v", out)
+	}
+	if opts, _ := out["options"].([]any); len(opts) != 2 {
+		t.Fatalf("options = %v", out["options"])
+	}
+	qid, thread := out["question_id"].(string), out["thread_id"].(string)
+	if !strings.Contains(out["next"].(string), "agora_answer") {
+		t.Errorf("next = %q", out["next"])
+	}
+	bad := call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "C"})
+	if !bad.IsError || !strings.Contains(text(bad), "not one of the options: A, B") {
+		t.Errorf("an invalid answer: %v %s", bad.IsError, text(bad))
+	}
+	ok := structured(t, call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "A"}))
+	if ok["status"] != "answered" || ok["thread_id"] != thread {
+		t.Errorf("answer = %v", ok)
+	}
+	again := call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "B"})
+	if !again.IsError || !strings.Contains(text(again), "answered by mcp:dave") {
+		t.Errorf("a second answer: %s", text(again))
+	}
+	fin := structured(t, call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
+	if fin["status"] != "finished" || fin["output"].(map[string]any)["chose"] != "A" {
+		t.Fatalf("following on = %v", fin)
+	}
+	st := structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": thread}))
+	if st["status"] != "finished" || len(st["rounds"].([]any)) != 2 {
+		t.Errorf("status = %v", st)
+	}
+	evs := structured(t, call(t, cs, "agora_events", map[string]any{"thread_id": thread}))["events"].([]any)
+	var kinds []string
+	for _, ev := range evs {
+		kinds = append(kinds, ev.(map[string]any)["kind"].(string))
+	}
+	if want := []string{"accepted", "started", "needs_input", "accepted", "started", "finished"}; !slices.Equal(kinds, want) {
+		t.Errorf("events = %v, want %v", kinds, want)
+	}
+	since := evs[2].(map[string]any)["id"].(string)
+	if later := structured(t, call(t, cs, "agora_events", map[string]any{"thread_id": thread, "since": since}))["events"].([]any); len(later) != 3 {
+		t.Errorf("events since %s: %d, want 3", since, len(later))
+	}
+}
+
+// The requestState is sealed, bound to its principal, expiring and
+// single-use: every misuse is a tool error and nothing is answered.
+func TestRequestStateIsSealedBoundExpiringSingleUse(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	alice := e.connect(t, "alice", (&recorder{}).handle, "", true)
+	bob := e.connect(t, "bob", (&recorder{}).handle, "", true)
+	ctx := t.Context()
+	res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "agora_dispatch", Arguments: map[string]any{"subagent": "chooser"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.NeedsInput() || res.RequestState == "" {
+		t.Fatalf("want an input-required result, got %+v", res)
+	}
+	var qid string
+	for id := range res.InputRequests {
+		qid = id
+	}
+	thread := strings.TrimPrefix(qid, "q-")
+	retry := func(cs *mcp.ClientSession, state string) *mcp.CallToolResult {
+		t.Helper()
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "agora_dispatch", Arguments: map[string]any{"subagent": "chooser"},
+			InputResponses: mcp.InputResponseMap{qid: &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "A"}}},
+			RequestState:   state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	stillAsked := func(what string) {
+		t.Helper()
+		if q := question(t, e.sys.Client, thread); q.Status != "asked" {
+			t.Fatalf("after %s the question is %s", what, q.Status)
+		}
+	}
+	tampered := []byte(res.RequestState)
+	tampered[len(tampered)/2] ^= 1
+	expired, err := mcpserver.SealForTest(e.svc, "alice", thread, qid, "decision", time.Now().Add(-time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		cs    *mcp.ClientSession
+		state string
+		want  string
+	}{
+		{"tampered", alice, string(tampered), "not one this server issued"},
+		{"truncated", alice, res.RequestState[:len(res.RequestState)-4], "not one this server issued"},
+		{"foreign principal", bob, res.RequestState, "another principal"},
+		{"expired", alice, expired, "expired"},
+		{"not sealed", alice, `{"thread_id":"` + thread + `"}`, "not one this server issued"},
+	} {
+		r := retry(c.cs, c.state)
+		if !r.IsError || !strings.Contains(text(r), c.want) {
+			t.Errorf("%s: %v %s", c.name, r.IsError, text(r))
+		}
+		stillAsked(c.name)
+	}
+	// The real one answers and follows the thread to its end; a replay of
+	// it is refused.
+	if out := structured(t, retry(alice, res.RequestState)); out["status"] != "finished" || out["output"].(map[string]any)["chose"] != "A" {
+		t.Fatalf("answer with the state = %v", out)
+	}
+	if r := retry(alice, res.RequestState); !r.IsError || !strings.Contains(text(r), "already used") {
+		t.Errorf("replay: %v %s", r.IsError, text(r))
+	}
+	if q := question(t, e.sys.Client, thread); q.Answer != "A" || q.AnsweredBy != "mcp:alice" {
+		t.Errorf("question = %+v", q)
+	}
+}
+
+// Past the wait cap the call returns running; calling again with the
+// thread_id follows the same thread, dispatching nothing new.
+func TestWaitCapReturnsRunning(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{WaitCap: time.Second, ProgressEvery: 200 * time.Millisecond})
+	var mu sync.Mutex
+	var progress []string
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := e.svc.Serve(t.Context(), st, "erin"); err != nil {
+		t.Fatal(err)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			progress = append(progress, r.Params.Message)
+			mu.Unlock()
+		}})
+	cs, err := c.Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: "agora_dispatch", Arguments: map[string]any{"subagent": "sleeper"}}
+	params.SetProgressToken("p1")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := structured(t, res)
+	thread, _ := out["thread_id"].(string)
+	if out["status"] != "running" || thread == "" || !strings.Contains(out["next"].(string), thread) {
+		t.Fatalf("result = %v", out)
+	}
+	mu.Lock()
+	n := len(progress)
+	mu.Unlock()
+	if n < 2 {
+		t.Errorf("%d progress notifications in a 1s wait, want several", n)
+	}
+	for range 10 {
+		out = structured(t, call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
+		if out["status"] != "running" {
+			break
+		}
+	}
+	if out["status"] != "finished" || out["output"].(map[string]any)["slept"] != true {
+		t.Fatalf("following on = %v", out)
+	}
+	th, err := e.sys.Client.Thread(t.Context(), thread)
+	if err != nil || len(th.Rounds) != 1 {
+		t.Fatalf("thread = %+v %v, want one dispatch", th, err)
+	}
+}
+
+func TestToolErrorsSayWhatToDo(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	cs := e.connect(t, "frank", nil, "", false)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"agora_dispatch", map[string]any{"subagent": "no-such-agent"}, "agora_subagents"},
+		{"agora_dispatch", map[string]any{}, "subagent is required"},
+		{"agora_dispatch", map[string]any{"subagent": "chooser", "thread_id": "x"}, "not both"},
+		{"agora_answer", map[string]any{"question_id": "q-nothing", "answer": "A"}, "no question q-nothing"},
+		{"agora_status", map[string]any{"thread_id": "nothing"}, "no thread"},
+		{"agora_status", map[string]any{}, "exactly one of thread_id and dispatch_id"},
+		{"agora_questions", map[string]any{"status": "bogus"}, "want asked"},
+	} {
+		r := call(t, cs, c.tool, c.args)
+		if !r.IsError || !strings.Contains(text(r), c.want) {
+			t.Errorf("%s %v: %v %q, want an error saying %q", c.tool, c.args, r.IsError, text(r), c.want)
+		}
+	}
+	subs := structured(t, call(t, cs, "agora_subagents", map[string]any{}))["subagents"].([]any)
+	var names []string
+	for _, s := range subs {
+		names = append(names, s.(map[string]any)["name"].(string))
+	}
+	if !slices.Contains(names, "chooser") || !slices.Contains(names, "sleeper") {
+		t.Errorf("subagents = %v", names)
+	}
+	// Every tool has an input schema and a description for the model.
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tl := range tools.Tools {
+		got = append(got, tl.Name)
+		if tl.InputSchema == nil || tl.OutputSchema == nil || len(tl.Description) < 80 {
+			t.Errorf("tool %s: schemas or description missing", tl.Name)
+		}
+	}
+	want := []string{"agora_answer", "agora_cancel", "agora_dispatch", "agora_events", "agora_questions", "agora_status", "agora_subagents"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("tools = %v, want %v", got, want)
+	}
+}
+
+func TestCancelThreadPausedOnAQuestion(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	cs := e.connect(t, "gina", nil, "", false)
+	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+	thread := out["thread_id"].(string)
+	c := structured(t, call(t, cs, "agora_cancel", map[string]any{"thread_id": thread, "reason": "changed my mind"}))
+	if c["thread_id"] != thread {
+		t.Fatalf("cancel = %v", c)
+	}
+	fin := structured(t, call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
+	if fin["status"] != "cancelled" || !strings.Contains(fmt.Sprint(fin["detail"]), "mcp:gina") {
+		t.Errorf("after cancel = %v", fin)
+	}
+}

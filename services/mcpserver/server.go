@@ -1,0 +1,213 @@
+// Package mcpserver is Agora's Model Context Protocol server for
+// orchestrator agents (Claude Code, or any MCP client): tools to dispatch
+// sub-agents and follow their threads, answer and list questions, read
+// status and events, cancel, and list sub-agents. When a followed thread
+// stops on a question, agora_dispatch asks the client's user for the
+// answer: as an input-required result (protocol 2026-07-28, with a sealed,
+// bound, expiring and single-use requestState), through elicitation for
+// older clients, or as a needs_input result the model answers with
+// agora_answer. It talks to Agora only through pkg/client. See docs/mcp.md.
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Version is the server's version in the MCP handshake.
+const Version = "0.2.0"
+
+// Deps are the MCP server's collaborators.
+type Deps struct {
+	// Client is the Agora client to act through; it stays the caller's.
+	// When nil, New connects to Config.NATSURL and Close closes it.
+	Client *client.Client
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service is an MCP server. Create it with New; serve it with ServeStdio
+// (one session on stdin/stdout), Handler (streamable HTTP, for mounting) or
+// Run (HTTP on Config.HTTPAddr). Its methods are safe for concurrent use.
+type Service struct {
+	cfg    Config
+	c      *client.Client
+	own    bool
+	log    *slog.Logger
+	seal   *sealer
+	states jetstream.KeyValue
+}
+
+// New checks cfg and connects. It fails when the agora_mcp_states bucket
+// does not exist (run agora dev, or provision the streams first).
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, c: deps.Client, log: deps.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	key := make([]byte, 32)
+	if cfg.StateKey != "" {
+		key, _ = decodeKey(cfg.StateKey)
+	} else if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.seal, err = newSealer(key); err != nil {
+		return nil, err
+	}
+	if s.c == nil {
+		opts := []nats.Option{nats.Name("agora mcp")}
+		if cfg.NATSCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+		}
+		if s.c, err = client.Connect(cfg.NATSURL, client.WithNATSOptions(opts...)); err != nil {
+			return nil, fmt.Errorf("mcpserver: cannot reach NATS at %s: %w", cfg.NATSURL, err)
+		}
+		s.own = true
+	}
+	js, err := jetstream.New(s.c.Conn())
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.states, err = js.KeyValue(ctx, lifecycle.BucketMCPStates); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("mcpserver: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketMCPStates, err)
+	}
+	return s, nil
+}
+
+// Close closes the connection New opened, if any.
+func (s *Service) Close() {
+	if s.own {
+		_ = s.c.Close()
+	}
+}
+
+// server builds the MCP server for one principal: every tool call through
+// it acts, answers and is recorded as that principal.
+func (s *Service) server(principal string) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "agora", Title: "Agora", Version: Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       s.log,
+	})
+	t := &tools{s: s, principal: principal}
+	t.register(srv)
+	return srv
+}
+
+// ServeStdio serves one MCP session on stdin and stdout until the client
+// disconnects or ctx ends. principal names the user behind the session
+// (answers are recorded as "mcp:<principal>").
+func (s *Service) ServeStdio(ctx context.Context, principal string) error {
+	err := s.server(principal).Run(ctx, &mcp.StdioTransport{})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Serve serves one MCP session on transport (tests use in-memory
+// transports); see ServeStdio.
+func (s *Service) Serve(ctx context.Context, transport mcp.Transport, principal string) (*mcp.ServerSession, error) {
+	return s.server(principal).Connect(ctx, transport, nil)
+}
+
+// Handler serves the streamable HTTP transport. With APITokens set, every
+// request needs one as a bearer token; the principal is derived from the
+// token ("token-<first 8 hex of its SHA-256>"), else it is "local".
+func (s *Service) Handler() http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		return s.server(principalOf(r.Context()))
+	}, &mcp.StreamableHTTPOptions{Logger: s.log})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		principal := "local"
+		if len(s.cfg.APITokens) > 0 {
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || !s.tokenOK(tok) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="agora"`)
+				http.Error(w, "a bearer token from AGORA_API_TOKENS is required", http.StatusUnauthorized)
+				return
+			}
+			sum := sha256.Sum256([]byte(tok))
+			principal = "token-" + hex.EncodeToString(sum[:4])
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
+	})
+}
+
+type principalKey struct{}
+
+func principalOf(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	if p == "" {
+		return "local"
+	}
+	return p
+}
+
+// tokenOK compares in constant time against every configured token.
+func (s *Service) tokenOK(tok string) bool {
+	sum := sha256.Sum256([]byte(tok))
+	ok := 0
+	for _, t := range s.cfg.APITokens {
+		want := sha256.Sum256([]byte(t))
+		ok |= subtle.ConstantTimeCompare(sum[:], want[:])
+	}
+	return ok == 1
+}
+
+// Run serves Handler at /mcp on Config.HTTPAddr until ctx ends, then shuts
+// the listener down; it returns at once when HTTPAddr is empty.
+func (s *Service) Run(ctx context.Context) error {
+	if s.cfg.HTTPAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("mcpserver: AGORA_MCP_HTTP_ADDR=%s: %w", s.cfg.HTTPAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", s.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("mcp listening", "url", "http://"+ln.Addr().String()+"/mcp")
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("mcpserver: http: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// instructions tell the model how the tools fit together.
+const instructions = `Agora runs sub-agents for you. A sub-agent that hits ambiguity stops and asks a question instead of guessing; the question goes to a person (or another answerer), and the sub-agent resumes with the answer.
+
+Use agora_subagents to see what can run, agora_dispatch to run one and follow it to its end. When it asks a question, you are asked for the answer through your client; if your client cannot ask, agora_dispatch returns status "needs_input": answer with agora_answer, then call agora_dispatch with the thread_id to keep following. A long run returns status "running": call agora_dispatch again with the thread_id. agora_status, agora_events, agora_questions and agora_cancel inspect and control threads.`
