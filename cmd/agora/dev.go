@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -30,9 +31,11 @@ import (
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/mcpserver"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
 )
@@ -200,8 +203,25 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	// MCP for orchestrator agents at /mcp, with the API's tokens. Its
+	// requestState key lasts as long as the data folder.
+	mcfg := mcpserver.Config{APITokens: tokens}
+	if !o.memory {
+		if mcfg.StateKey, err = stateKey(filepath.Join(filepath.Dir(store), "mcp-state.key")); err != nil {
+			return err
+		}
+	}
+	mc, err := client.New(nc)
+	if err != nil {
+		return err
+	}
+	ms, err := mcpserver.New(ctx, mcfg, mcpserver.Deps{Client: mc, Logger: log})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/inbox/", ib.Handler())
+	mux.Handle("/mcp", ms.Handler())
 	mux.Handle("/", d.Handler()) // /v1/…, /metrics (the shared registry)
 	mux.Handle("GET /healthz", healthOf(map[string]http.Handler{
 		"dispatcher": d.Handler(), "worker": w.Handler(), "router": r.Handler(), "inbox": ib.Handler(),
@@ -272,6 +292,27 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	return err
 }
 
+// stateKey reads the MCP requestState key kept in path, making it (32
+// random bytes, base64, mode 0600) when there is none.
+func stateKey(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("MCP state key: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", err
+	}
+	enc := base64.StdEncoding.EncodeToString(key)
+	if err := os.WriteFile(path, []byte(enc+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("MCP state key: %w", err)
+	}
+	return enc, nil
+}
+
 // healthOf serves agora dev's /healthz: every service's own health
 // report under "services", and 200 only when all of them say ok (503
 // otherwise, naming which do not). paths maps a service to its health
@@ -327,6 +368,7 @@ Agora dev is running.
   inbox     %s
   API       %s/v1/…   %s/healthz   %s/metrics
   NATS      %s   (other shells: export AGORA_NATS_URL=%s)
+  MCP       %s/mcp   (claude mcp add --transport http agora %s/mcp)
   data      %s
 
 Try it (another shell):
@@ -335,7 +377,7 @@ Try it (another shell):
   curl -sN %s/v1/events
 Press Ctrl-C to stop.
 
-`, login, httpURL, httpURL, httpURL, natsURL, natsURL, where, httpURL, httpURL)
+`, login, httpURL, httpURL, httpURL, natsURL, natsURL, httpURL, httpURL, where, httpURL, httpURL)
 }
 
 func loadDefinitions(dir string) ([]subagent.Definition, error) {
