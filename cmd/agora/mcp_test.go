@@ -84,3 +84,54 @@ func TestMCPHTTPOnDev(t *testing.T) {
 		t.Fatalf("dispatch = %v (asked %d times)", out, asked)
 	}
 }
+
+// The sub-agent's two ways to ask — the agora needs-input verb and the
+// require_input MCP tool served by the worker's own binary — each write a
+// sentinel that the worker turns into needs_input with the same fields.
+func TestSubagentAsksWithTheVerbAndTheTool(t *testing.T) {
+	t.Parallel()
+	devServer(t)
+	verb, _ := json.Marshal(map[string]any{"name": "ask-verb", "runtime": "exec", "command": []string{agoraBin, "needs-input",
+		"--question", "Ship it?", "--kind", "approval", "--context", "via the verb", "--partial-state", `{"k":"v","n":[1,2]}`}})
+	// A shell speaking MCP's JSON-RPC to `agora` started as the server.
+	rpc := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"require_input","arguments":{"question":"Ship it?","kind":"approval","context":"via the tool","partial_state":{"k":"v","n":[1,2]}}}}`
+	tool, _ := json.Marshal(map[string]any{"name": "ask-tool", "runtime": "exec", "command": []string{"sh", "-c",
+		`{ printf '%s\n' "$1"; sleep 2; } | AGORA_SUBAGENT_MCP=serve "$0"`, agoraBin, rpc}})
+	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "ask-verb.json", string(verb)), "-f", writeFile(t, "ask-tool.json", string(tool)))
+	for _, c := range []struct{ name, via string }{{"ask-verb", "via the verb"}, {"ask-tool", "via the tool"}} {
+		r := agora(t, "dispatch", c.name, "--round", "--json")
+		if r.code != 4 {
+			t.Fatalf("%s: %s", c.name, r)
+		}
+		lines := jsonLines(t, r.stdout)
+		data := lines[len(lines)-1]["data"].(map[string]any)
+		ps, _ := json.Marshal(data["partial_state"])
+		if data["question"] != "Ship it?" || data["kind"] != "approval" || data["context"] != c.via || string(ps) != `{"k":"v","n":[1,2]}` {
+			t.Errorf("%s: needs_input = %v", c.name, data)
+		}
+	}
+	// Outside a dispatch, or with a bad question, nothing is written.
+	r := agoraWith(t, cleanEnv(), "needs-input", "--question", "q")
+	if r.code != 1 || !strings.Contains(r.stderr, "not inside an Agora dispatch") {
+		t.Errorf("needs-input outside a dispatch: %s", r)
+	}
+	ws := t.TempDir()
+	r = agoraWith(t, append(cleanEnv(), "AGORA_WORKSPACE="+ws), "needs-input", "--question", " ", "--kind", "decision")
+	if r.code != 1 || !strings.Contains(r.stderr, "--question") || !strings.Contains(r.stderr, "nothing was written") {
+		t.Errorf("needs-input with an empty question: %s", r)
+	}
+	r = agoraWith(t, append(cleanEnv(), "AGORA_WORKSPACE="+ws), "needs-input", "--question", "q", "--partial-state", "{not json")
+	if r.code != 1 || !strings.Contains(r.stderr, "--partial-state: not valid JSON") {
+		t.Errorf("needs-input with bad state: %s", r)
+	}
+	if _, err := exec.Command("test", "-e", ws+"/.agora/needs_input.json").CombinedOutput(); err == nil {
+		t.Error("a refused needs-input wrote the sentinel")
+	}
+	r = agoraWith(t, append(cleanEnv(), "AGORA_WORKSPACE="+ws), "needs-input", "--question", "q", "--option", "a", "--option", "b")
+	r2 := agoraWith(t, append(cleanEnv(), "AGORA_WORKSPACE="+ws), "needs-input", "--question", "q2")
+	if r.code != 0 || !strings.Contains(r.stdout, "Stop now") || r2.code != 0 || !strings.Contains(r2.stdout, "Replaced the earlier question") {
+		t.Errorf("needs-input twice: %s\n%s", r, r2)
+	}
+}

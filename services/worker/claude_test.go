@@ -30,6 +30,9 @@ pwd > "$rec/pwd"
 if [ -f .claude/skills/agora-needs-input/SKILL.md ]; then
 	cp .claude/skills/agora-needs-input/SKILL.md "$rec/skill.md"
 fi
+if [ -f .agora/mcp.json ]; then
+	cp .agora/mcp.json "$rec/mcp.json"
+fi
 printf '%s' '{"question":"Ship it?","options":["yes","no"],"kind":"approval"}' > "$AGORA_NEEDS_INPUT_FILE"
 `
 
@@ -38,6 +41,9 @@ type claudeRun struct {
 	argv  []string
 	env   map[string]string
 	skill *string // nil when no skill file existed
+	// mcpConfig is the --mcp-config argument (taken out of argv), and
+	// mcpJSON the file it named; both empty without one.
+	mcpConfig, mcpJSON string
 }
 
 func readClaudeRun(t *testing.T, rec string) claudeRun {
@@ -48,6 +54,13 @@ func readClaudeRun(t *testing.T, rec string) claudeRun {
 	}
 	var r claudeRun
 	r.argv = strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	if i := slices.Index(r.argv, "--mcp-config"); i > 0 && i+1 < len(r.argv) {
+		r.mcpConfig = r.argv[i+1]
+		r.argv = slices.Delete(r.argv, i, i+2)
+		if b, err := os.ReadFile(filepath.Join(rec, "mcp.json")); err == nil {
+			r.mcpJSON = string(b)
+		}
+	}
 	r.env = parseEnvDump(string(must(os.ReadFile(filepath.Join(rec, "env")))))
 	if s, err := os.ReadFile(filepath.Join(rec, "skill.md")); err == nil {
 		str := string(s)
@@ -162,6 +175,11 @@ func TestClaudeCodeRuntime(t *testing.T) {
 			if got := run.env["AGORA_WORKSPACE"]; got != ws {
 				t.Errorf("claude ran in %q, but AGORA_WORKSPACE = %q", ws, got)
 			}
+			// The require_input MCP server: the worker's own binary.
+			if run.mcpConfig != filepath.Join(ws, worker.MCPConfigPath) || !strings.Contains(run.mcpJSON, `"AGORA_SUBAGENT_MCP":"serve"`) ||
+				!strings.Contains(run.mcpJSON, string(must(json.Marshal(must(os.Executable()))))) {
+				t.Errorf("--mcp-config %q with %s, want %s starting this binary", run.mcpConfig, run.mcpJSON, worker.MCPConfigPath)
+			}
 			if run.skill == nil {
 				t.Fatalf("no %s in the workspace when claude ran", worker.SkillPath)
 			}
@@ -215,6 +233,9 @@ func TestClaudeCodeBinAndHelperOptOut(t *testing.T) {
 			}
 			if (run.skill != nil) != c.wantSkill {
 				t.Errorf("skill written = %v, want %v", run.skill != nil, c.wantSkill)
+			}
+			if (run.mcpConfig != "") != c.wantSkill {
+				t.Errorf("--mcp-config %q, want one only with the helper", run.mcpConfig)
 			}
 		})
 	}
@@ -305,10 +326,14 @@ func TestClaudeRuntimeArgs(t *testing.T) {
 		{name: "prompt starting with a dash stays one argument", def: subagent.Definition{Prompt: "--help me"},
 			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "--help me"}},
 		{name: "bad template", def: subagent.Definition{Prompt: "{{.Nope}}"}, err: true},
+		{name: "require_input MCP server", rt: worker.ClaudeRuntime{MCPServer: "/usr/local/bin/worker"}, def: subagent.Definition{Prompt: "p"},
+			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "--mcp-config", "/ws/.agora/mcp.json", "p"}},
+		{name: "helper off: no MCP server", rt: worker.ClaudeRuntime{MCPServer: "/usr/local/bin/worker", DisableHelper: true}, def: subagent.Definition{Prompt: "p"},
+			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "p"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := c.rt.Args(worker.Invocation{Definition: c.def, Input: in})
+			got, err := c.rt.Args(worker.Invocation{Definition: c.def, Input: in, Workspace: "/ws"})
 			if c.err {
 				if err == nil {
 					t.Fatalf("Args = %q, want an error", got)

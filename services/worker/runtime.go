@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/sandbox"
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -78,9 +79,19 @@ func (ExecRuntime) Run(ctx context.Context, inv Invocation) Result {
 type ClaudeRuntime struct {
 	// Bin is the claude executable (looked up on the sub-agent's PATH).
 	Bin string
-	// DisableHelper stops Prepare from writing the agora-needs-input skill.
+	// DisableHelper stops Prepare from writing the agora-needs-input skill
+	// and the MCP configuration.
 	DisableHelper bool
+	// MCPServer is the executable that serves the sub-agent's require_input
+	// MCP tool (internal/subagentmcp; the worker's own binary). When set,
+	// Prepare writes an MCP configuration starting it and Args passes it
+	// with --mcp-config.
+	MCPServer string
 }
+
+// MCPConfigPath is where the claude-code runtime writes its MCP
+// configuration, relative to the workspace.
+const MCPConfigPath = ".agora/mcp.json"
 
 // SkillPath is where the claude-code runtime writes the needs-input skill.
 const SkillPath = ".claude/skills/agora-needs-input/SKILL.md"
@@ -89,6 +100,11 @@ const SkillPath = ".claude/skills/agora-needs-input/SKILL.md"
 func (c ClaudeRuntime) Prepare(inv Invocation) error {
 	if c.DisableHelper {
 		return nil
+	}
+	if c.MCPServer != "" {
+		if err := writeWorkspaceFile(inv.Workspace, MCPConfigPath, subagentmcp.Config(c.MCPServer)); err != nil {
+			return err
+		}
 	}
 	return writeWorkspaceFile(inv.Workspace, SkillPath, []byte(Skill(filepath.Join(inv.Workspace, ".agora", "needs_input.json"))))
 }
@@ -109,6 +125,9 @@ func (c ClaudeRuntime) Args(inv Invocation) ([]string, error) {
 	}
 	if inv.Definition.Permission != subagent.PermissionStrict {
 		args = append(args, "--dangerously-skip-permissions")
+	}
+	if c.MCPServer != "" && !c.DisableHelper {
+		args = append(args, "--mcp-config", filepath.Join(inv.Workspace, MCPConfigPath))
 	}
 	return append(args, prompt), nil
 }
@@ -265,3 +284,13 @@ func (t *tail) Bytes() []byte {
 }
 
 var _ io.Writer = (*tail)(nil)
+
+// selfExe is the worker's own executable, which serves the sub-agent's
+// require_input MCP tool (AGORA_SUBAGENT_MCP=serve); "" when unknown.
+func selfExe() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return exe
+}

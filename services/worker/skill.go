@@ -30,7 +30,12 @@ Do not ask about things you can find out yourself by reading the code or
 running a command.
 
 ## How to ask
-Write this JSON file, then finish your turn without doing more work:
+If you have the require_input tool (mcp__agora__require_input), call it with
+the fields below, then finish your turn without doing more work. It checks
+your question and writes it for you.
+
+Otherwise write this JSON file yourself, then finish your turn without doing
+more work:
 
     %s
 

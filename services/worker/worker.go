@@ -118,7 +118,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.metrics = m
 	s.runtimes = map[string]Runtime{
 		subagent.RuntimeExec:       ExecRuntime{},
-		subagent.RuntimeClaudeCode: ClaudeRuntime{Bin: cfg.ClaudeBin, DisableHelper: cfg.DisableNeedsInputHelper == "true"},
+		subagent.RuntimeClaudeCode: ClaudeRuntime{Bin: cfg.ClaudeBin, DisableHelper: cfg.DisableNeedsInputHelper == "true", MCPServer: selfExe()},
 	}
 	for k, v := range deps.Runtimes {
 		s.runtimes[k] = v

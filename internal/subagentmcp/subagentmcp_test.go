@@ -1,0 +1,135 @@
+package subagentmcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
+	"github.com/agora-dispatch/agora/pkg/sentinel"
+)
+
+// connect starts this test binary as the sub-agent's MCP server (the
+// package's init serves it when AGORA_SUBAGENT_MCP=serve), with env, over
+// stdio, as Claude Code starts the server its --mcp-config names.
+func connect(t *testing.T, env ...string) *mcp.ClientSession {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		MCPServers map[string]struct {
+			Command string            `json:"command"`
+			Args    []string          `json:"args"`
+			Env     map[string]string `json:"env"`
+		} `json:"mcpServers"`
+	}
+	if err := json.Unmarshal(subagentmcp.Config(exe), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	srv := cfg.MCPServers["agora"]
+	cmd := exec.Command(srv.Command, srv.Args...)
+	cmd.Env = env
+	for k, v := range srv.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "model", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "require_input", Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func text(res *mcp.CallToolResult) string {
+	var s []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			s = append(s, tc.Text)
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+func TestRequireInputWritesTheSentinel(t *testing.T) {
+	ws := t.TempDir()
+	cs := connect(t, "AGORA_WORKSPACE="+ws, "AGORA_NEEDS_INPUT_FILE="+sentinel.Path(ws))
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "require_input" || !strings.Contains(tools.Tools[0].Description, "STOP") {
+		t.Fatalf("tools = %+v %v", tools, err)
+	}
+	res := call(t, cs, map[string]any{"question": "Rewrite A or B?", "options": []string{"A", "B"}, "kind": "decision",
+		"context": "same signature", "partial_state": json.RawMessage(`{"analysis": "done", "n": 2.5, "steps": ["a", "b"]}`)})
+	if res.IsError || !strings.Contains(text(res), "Stop now") {
+		t.Fatalf("require_input: %v %s", res.IsError, text(res))
+	}
+	r, err := sentinel.Resolve(ws)
+	if err != nil || r.Status != sentinel.Valid {
+		t.Fatalf("resolve = %+v %v", r, err)
+	}
+	q := r.Request
+	if q.Question != "Rewrite A or B?" || !slices.Equal(q.Options, []string{"A", "B"}) || q.Kind != "decision" || q.Context != "same signature" ||
+		string(q.PartialState) != `{"analysis":"done","n":2.5,"steps":["a","b"]}` {
+		t.Errorf("sentinel = %+v", q)
+	}
+
+	// A second call replaces the first, and says so.
+	res = call(t, cs, map[string]any{"question": "Deploy now?", "kind": "approval"})
+	if res.IsError || !strings.Contains(text(res), "replaced your earlier question") {
+		t.Fatalf("second call: %s", text(res))
+	}
+	if r, _ := sentinel.Resolve(ws); r.Request.Question != "Deploy now?" || r.Request.Kind != "approval" || r.Request.Options != nil {
+		t.Errorf("after the second call: %+v", r.Request)
+	}
+}
+
+func TestRequireInputRefusesBadCalls(t *testing.T) {
+	ws := t.TempDir()
+	cs := connect(t, "AGORA_WORKSPACE="+ws)
+	for _, c := range []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"empty question", map[string]any{"question": "  "}, "question"},
+		{"bad kind", map[string]any{"question": "q", "kind": "vote"}, "kind"},
+		{"empty option", map[string]any{"question": "q", "options": []string{"A", ""}}, "options[1]"},
+		{"state over the cap", map[string]any{"question": "q", "partial_state": strings.Repeat("x", sentinel.MaxSize)}, "1048576"},
+	} {
+		res := call(t, cs, c.args)
+		if !res.IsError || !strings.Contains(text(res), c.want) || !strings.Contains(text(res), "nothing was written") {
+			t.Errorf("%s: %v %s", c.name, res.IsError, text(res))
+		}
+		if _, err := os.Stat(sentinel.Path(ws)); !os.IsNotExist(err) {
+			t.Fatalf("%s wrote a sentinel", c.name)
+		}
+	}
+	// Outside a dispatch there is nowhere to write.
+	out := connect(t)
+	if res := call(t, out, map[string]any{"question": "q"}); !res.IsError || !strings.Contains(text(res), "not inside an Agora dispatch") {
+		t.Errorf("outside a dispatch: %s", text(res))
+	}
+	// A needs-input path other than the workspace's is refused.
+	other := connect(t, "AGORA_WORKSPACE="+ws, "AGORA_NEEDS_INPUT_FILE="+filepath.Join(t.TempDir(), "x.json"))
+	if res := call(t, other, map[string]any{"question": "q"}); !res.IsError || !strings.Contains(text(res), "the file Agora reads") {
+		t.Errorf("a foreign AGORA_NEEDS_INPUT_FILE: %s", text(res))
+	}
+}
