@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/mcpserver"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
 )
@@ -404,6 +406,39 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if n := e.stored("OBJ_"+lifecycle.BucketState, ""); n == 0 {
 		t.Error("big-asker's partial state did not go through the object store")
+	}
+
+	// `agora mcp` runs as client: it lists sub-agents, dispatches, asks
+	// through an input-required result, consumes the requestState in
+	// agora_mcp_states and answers.
+	ms, err := mcpserver.New(t.Context(), mcpserver.Config{}, mcpserver.Deps{Client: c, Logger: log})
+	if err != nil {
+		t.Fatalf("mcp server as client: %v", err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := ms.Serve(t.Context(), st, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	mc := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "A"}}, nil
+		}})
+	cs, err := mc.Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for _, call := range []*mcp.CallToolParams{
+		{Name: "agora_subagents", Arguments: map[string]any{}},
+		{Name: "agora_dispatch", Arguments: map[string]any{"subagent": "asker", "input": map[string]any{"task": "t"}}},
+	} {
+		res, err := cs.CallTool(t.Context(), call)
+		if err != nil || res.IsError {
+			t.Fatalf("%s as client: %v %+v; violations %q", call.Name, err, res, e.all())
+		}
+		if b, _ := json.Marshal(res.StructuredContent); call.Name == "agora_dispatch" && !strings.Contains(string(b), `"status":"finished"`) {
+			t.Errorf("agora_dispatch as client = %s", b)
+		}
 	}
 	if v := e.all(); len(v) > 0 {
 		t.Errorf("permission violations during the round trip: %q", v)
