@@ -2,8 +2,12 @@ package mcpserver_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -453,5 +457,71 @@ func TestCancelThreadPausedOnAQuestion(t *testing.T) {
 	fin := structured(t, call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
 	if fin["status"] != "cancelled" || !strings.Contains(fmt.Sprint(fin["detail"]), "mcp:gina") {
 		t.Errorf("after cancel = %v", fin)
+	}
+}
+
+// bearer adds a bearer token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// Over HTTP the API's bearer tokens are required, the principal comes from
+// the token, and a listener other hosts reach needs tokens.
+func TestHTTPNeedsATokenAndRecordsItsPrincipal(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{APITokens: []string{"s3cret"}})
+	srv := httptest.NewServer(e.svc.Handler())
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+		t.Fatalf("without a token: %s", resp.Status)
+	}
+	for _, tok := range []string{"wrong", "s3cret"} {
+		c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+		cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL,
+			HTTPClient: &http.Client{Transport: bearer{tok, http.DefaultTransport}}, MaxRetries: -1}, nil)
+		if tok == "wrong" {
+			if err == nil {
+				cs.Close()
+				t.Fatal("a wrong token connected")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+		structured(t, call(t, cs, "agora_answer", map[string]any{"question_id": out["question_id"], "answer": "B"}))
+		sum := sha256.Sum256([]byte("s3cret"))
+		if q := question(t, e.sys.Client, out["thread_id"].(string)); q.AnsweredBy != "mcp:token-"+hex.EncodeToString(sum[:4]) {
+			t.Errorf("answered_by = %q", q.AnsweredBy)
+		}
+		cs.Close()
+	}
+	for _, c := range []struct {
+		cfg  mcpserver.Config
+		want string
+	}{
+		{mcpserver.Config{HTTPAddr: "0.0.0.0:8090"}, "reachable from other hosts"},
+		{mcpserver.Config{StateKey: "c2hvcnQ="}, "want 32"},
+		{mcpserver.Config{StateTTL: time.Second}, "want 1m to 24h"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	if err := (mcpserver.Config{HTTPAddr: "0.0.0.0:8090", APITokens: []string{"x"}}).Validate(); err != nil {
+		t.Errorf("with tokens: %v", err)
 	}
 }
