@@ -110,6 +110,10 @@ func goldenData() map[string]lifecycle.Data {
 		"finished": &lifecycle.Finished{Common: common(1), DurationMS: 41237,
 			Output: json.RawMessage(`{"plan":["extract","move","test"]}`), StdoutTail: "done\n"},
 		"finished without output": &lifecycle.Finished{Common: common(0), DurationMS: 12},
+		"finished with artifacts": &lifecycle.Finished{Common: common(0), DurationMS: 12, Outputs: lifecycle.Outputs{
+			Artifacts: []lifecycle.Artifact{{Name: "patches/fix.diff", Size: 120, SHA256: strings.Repeat("ab", 32),
+				ContentType: "text/x-diff; charset=utf-8", Ref: dispatchID + "/patches/fix.diff"}},
+			ArtifactsSkipped: []lifecycle.SkippedArtifact{{Name: "link", Reason: "a symlink, not a regular file"}}}},
 		"needs_input": &lifecycle.NeedsInput{Common: common(0), QuestionID: lifecycle.QuestionID(dispatchID),
 			Question: "Rewrite function A or B?", Options: []string{"A", "B"},
 			Context: "Same signature, different call sites.", Kind: "decision",
@@ -205,6 +209,16 @@ func TestSchemasBite(t *testing.T) {
 		{"finished non-zero exit", "finished", func(m map[string]any) { m["exit_code"] = 1 }},
 		{"finished missing output", "finished", func(m map[string]any) { delete(m, "output") }},
 		{"attempt zero", "started", func(m map[string]any) { m["attempt"] = 0 }},
+		{"artifact without sha256", "finished with artifacts", func(m map[string]any) {
+			delete(m["artifacts"].([]any)[0].(map[string]any), "sha256")
+		}},
+		{"artifact sha256 not hex", "finished with artifacts", func(m map[string]any) {
+			m["artifacts"].([]any)[0].(map[string]any)["sha256"] = "not-a-digest"
+		}},
+		{"artifacts not a list", "finished with artifacts", func(m map[string]any) { m["artifacts"] = "a.txt" }},
+		{"skipped artifact without reason", "finished with artifacts", func(m map[string]any) {
+			delete(m["artifacts_skipped"].([]any)[0].(map[string]any), "reason")
+		}},
 		{"needs_input empty question", "needs_input", func(m map[string]any) { m["question"] = "" }},
 		{"needs_input blank question", "needs_input", func(m map[string]any) { m["question"] = " \t" }},
 		{"needs_input bad kind", "needs_input", func(m map[string]any) { m["kind"] = "opinion" }},

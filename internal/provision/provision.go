@@ -173,13 +173,19 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return err
 		}
 	}
-	oc := jetstream.ObjectStoreConfig{Bucket: lifecycle.BucketState, Description: "Agora large partial state", Storage: st, Replicas: cfg.Replicas}
-	if _, err := js.ObjectStore(ctx, oc.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
-		if _, err := js.CreateObjectStore(ctx, oc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+	for _, oc := range []jetstream.ObjectStoreConfig{
+		{Bucket: lifecycle.BucketState, Description: "Agora large partial state", Storage: st, Replicas: cfg.Replicas},
+		// Artifacts live as long as the lifecycle history that lists them
+		// (docs/artifacts.md).
+		{Bucket: lifecycle.BucketArtifacts, Description: "Agora artifacts: the files sub-agents leave", TTL: cfg.LifecycleMaxAge, Storage: st, Replicas: cfg.Replicas},
+	} {
+		if _, err := js.ObjectStore(ctx, oc.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+			if _, err := js.CreateObjectStore(ctx, oc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+				return fmt.Errorf("provision: object store %s: %w", oc.Bucket, err)
+			}
+		} else if err != nil {
 			return fmt.Errorf("provision: object store %s: %w", oc.Bucket, err)
 		}
-	} else if err != nil {
-		return fmt.Errorf("provision: object store %s: %w", oc.Bucket, err)
 	}
 	return nil
 }

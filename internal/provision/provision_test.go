@@ -61,7 +61,7 @@ func TestEnsureCreatesEverything(t *testing.T) {
 	for n := range js.StreamNames(ctx).Name() {
 		names = append(names, n)
 	}
-	want := append(slices.Clone(wantStreams), "OBJ_"+lifecycle.BucketState)
+	want := append(slices.Clone(wantStreams), "OBJ_"+lifecycle.BucketState, "OBJ_"+lifecycle.BucketArtifacts)
 	for _, b := range wantKV {
 		want = append(want, "KV_"+b)
 	}
@@ -323,8 +323,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 					t.Errorf("streams %d→%d, consumers %d→%d", len(before.streams), len(after.streams), len(before.consumers), len(after.consumers))
 				}
 			}
-			if len(before.streams) != 10 { // 5 streams, 4 KV buckets, 1 object store
-				t.Errorf("%d streams, want 10", len(before.streams))
+			if len(before.streams) != 11 { // 5 streams, 4 KV buckets, 2 object stores
+				t.Errorf("%d streams, want 11", len(before.streams))
 			}
 		})
 	}
@@ -390,8 +390,8 @@ func TestEnsureMemory(t *testing.T) {
 			t.Errorf("stream %s storage = %v, want memory", name, got)
 		}
 	}
-	if n != 10 {
-		t.Errorf("%d streams, want 10", n)
+	if n != 11 {
+		t.Errorf("%d streams, want 11", n)
 	}
 }
 

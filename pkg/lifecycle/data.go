@@ -90,6 +90,7 @@ type Producer struct {
 type Finished struct {
 	Common
 	Producer
+	Outputs
 	ExitCode   int             `json:"exit_code"`
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output"` // .agora/output.json, or null
@@ -104,6 +105,7 @@ const MaxInlineState = 64 << 10
 type NeedsInput struct {
 	Common
 	Producer
+	Outputs
 	QuestionID      string          `json:"question_id"`
 	Question        string          `json:"question"`
 	Options         []string        `json:"options,omitempty"`
@@ -119,6 +121,7 @@ type NeedsInput struct {
 type Failed struct {
 	Common
 	Producer
+	Outputs
 	Reason     Reason `json:"reason"`
 	Detail     string `json:"detail"`
 	ExitCode   *int   `json:"exit_code"` // null when the runtime never exited with a code

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
 // Config is the worker's configuration, read from AGORA_* variables with
@@ -43,6 +45,52 @@ type Config struct {
 	SandboxLauncher string `envconfig:"SANDBOX_LAUNCHER"`
 	// ClaudeBin is the claude CLI the claude-code runtime runs.
 	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
+	// ArtifactMaxFile, ArtifactMaxTotal and ArtifactMaxCount cap the files
+	// of one dispatch uploaded from .agora/artifacts/ (sizes as in 64MiB);
+	// files past a cap are skipped and listed as skipped
+	// (docs/artifacts.md).
+	ArtifactMaxFile  string `envconfig:"WORKER_ARTIFACT_MAX_FILE" default:"64MiB"`
+	ArtifactMaxTotal string `envconfig:"WORKER_ARTIFACT_MAX_TOTAL" default:"256MiB"`
+	ArtifactMaxCount int    `envconfig:"WORKER_ARTIFACT_MAX_COUNT" default:"1000"`
+}
+
+// Default artifact caps.
+const (
+	DefaultArtifactMaxFile  = 64 << 20
+	DefaultArtifactMaxTotal = 256 << 20
+	DefaultArtifactMaxCount = 1000
+)
+
+// artifactCaps are the parsed artifact caps.
+type artifactCaps struct {
+	file, total int64
+	count       int
+}
+
+func (c Config) artifactCaps() (artifactCaps, error) {
+	caps := artifactCaps{file: DefaultArtifactMaxFile, total: DefaultArtifactMaxTotal, count: DefaultArtifactMaxCount}
+	var errs []error
+	for _, v := range []struct {
+		name, val string
+		dst       *int64
+	}{{"AGORA_WORKER_ARTIFACT_MAX_FILE", c.ArtifactMaxFile, &caps.file}, {"AGORA_WORKER_ARTIFACT_MAX_TOTAL", c.ArtifactMaxTotal, &caps.total}} {
+		if v.val == "" {
+			continue
+		}
+		n, err := subagent.ParseSize(v.val)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a size such as 64MiB", v.name, v.val))
+			continue
+		}
+		*v.dst = n
+	}
+	switch {
+	case c.ArtifactMaxCount < 0:
+		errs = append(errs, fmt.Errorf("AGORA_WORKER_ARTIFACT_MAX_COUNT=%d: must not be negative", c.ArtifactMaxCount))
+	case c.ArtifactMaxCount > 0:
+		caps.count = c.ArtifactMaxCount
+	}
+	return caps, errors.Join(errs...)
 }
 
 func (c Config) withDefaults() Config {
@@ -102,6 +150,9 @@ func (c Config) Validate() error {
 	case "", "true", "false":
 	default:
 		errs = append(errs, fmt.Errorf("AGORA_DISABLE_NEEDS_INPUT_HELPER=%q: want exactly true or false", c.DisableNeedsInputHelper))
+	}
+	if _, err := c.artifactCaps(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

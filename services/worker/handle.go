@@ -34,6 +34,7 @@ type job struct {
 	startedSent bool                   // `started` was attempted; the terminal event must follow it
 	owned       bool                   // this run's `started` is stored: it owns the dispatch
 	sandbox     *runSandbox            // the run's sandbox (sandbox.go)
+	ws          string                 // the attempt's workspace, once made
 	start       time.Time
 	log         *slog.Logger
 }
@@ -107,6 +108,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 
 	inv, err := s.prepare(ctx, j, def)
 	ws := inv.Workspace
+	j.ws = ws
 	cleanup := func() {
 		if ws != "" && !s.cfg.KeepWorkspaces {
 			if err := os.RemoveAll(ws); err != nil {
@@ -293,6 +295,18 @@ func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exi
 	}
 	if p, ok := d.(interface{ SetProducer(string, int) }); ok {
 		p.SetProducer(s.cfg.ID, j.attempt)
+	}
+	if outs := lifecycle.RunOutputs(d); outs != nil && hasArtifacts(j.ws) {
+		// A run another attempt took over uploads nothing: its names
+		// would replace the newer attempt's files.
+		if last, err := s.lastEvent(ctx, j.common); err == nil && last.seq != j.fence && (last.newer(j.attempt) || last.kind.Terminal()) {
+			return s.settleWith(j, last)
+		}
+		o, err := s.heartbeat(j, func() (lifecycle.Outputs, error) { return s.uploadArtifacts(ctx, j, j.ws) })
+		if err != nil {
+			return s.retryLater(j, err)
+		}
+		*outs = o
 	}
 	stored, last, err := s.publishFenced(ctx, j, d)
 	if err != nil {

@@ -66,7 +66,11 @@ type Service struct {
 	events   jetstream.Stream
 	defs     jetstream.KeyValue
 	state    jetstream.ObjectStore
-	ackWait  time.Duration
+	// artifacts is agora_artifacts; caps bound what one run uploads
+	// (artifacts.go).
+	artifacts jetstream.ObjectStore
+	caps      artifactCaps
+	ackWait   time.Duration
 
 	cancels  cancels
 	defCache defCache
@@ -105,6 +109,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{cfg: cfg, log: deps.Logger, nc: deps.Conn}
+	s.caps, _ = cfg.artifactCaps() // checked by Validate
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -179,6 +184,9 @@ func (s *Service) doBind(ctx context.Context) error {
 		}
 		if s.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
 			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketState, err)
+		}
+		if s.artifacts, err = js.ObjectStore(ctx, lifecycle.BucketArtifacts); err != nil {
+			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketArtifacts, err)
 		}
 		return nil
 	})

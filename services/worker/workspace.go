@@ -46,6 +46,11 @@ func prepareWorkspace(root, dispatchID string, attempt int) (string, *os.File, e
 		hold.Close()
 		return ws, nil, fmt.Errorf("create workspace: %w", err)
 	}
+	// Where the sub-agent leaves files to keep (artifacts.go).
+	if err := os.Mkdir(filepath.Join(ws, ".agora", "artifacts"), 0o700); err != nil {
+		hold.Close()
+		return ws, nil, fmt.Errorf("create workspace: %w", err)
+	}
 	return ws, hold, nil
 }
 

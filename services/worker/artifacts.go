@@ -1,0 +1,247 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"net/http"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Artifacts are the regular files a run leaves under .agora/artifacts/.
+// After the runtime (and everything it started) has exited, the worker
+// uploads them to agora_artifacts under <dispatch_id>/<path>, in path order,
+// and lists them in the terminal event. It reads through os.Root (nothing
+// outside the folder, no symlink followed); a symlink, FIFO, device or
+// socket is skipped and listed with the reason, and so is a file past a cap
+// (per file, per dispatch total, count). A rerun after a crash uploads the
+// same names again, replacing what an earlier attempt left; only the
+// terminal event's listing counts. See docs/artifacts.md.
+
+// headerAttempt records on each object the delivery attempt that uploaded
+// it, so a reader can tell a stale attempt's object from the listed one.
+const headerAttempt = "Agora-Attempt"
+
+// uploadArtifacts uploads the run's artifacts. ws is the workspace; an
+// absent folder means none. An error is a transient store failure: the
+// delivery is retried.
+func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifecycle.Outputs, error) {
+	var out lifecycle.Outputs
+	if ws == "" {
+		return out, nil
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return out, nil
+	}
+	defer root.Close()
+	fi, err := root.Lstat(lifecycle.ArtifactsDir)
+	if err != nil || !fi.IsDir() {
+		if err == nil {
+			out.ArtifactsSkipped = append(out.ArtifactsSkipped, lifecycle.SkippedArtifact{Name: ".", Reason: lifecycle.ArtifactsDir + " is " + kindOf(fi.Mode()) + ", not a folder"})
+		}
+		return out, nil
+	}
+	dir, err := root.OpenRoot(lifecycle.ArtifactsDir)
+	if err != nil {
+		return out, nil
+	}
+	defer dir.Close()
+	caps := s.caps
+	var total int64
+	err = fs.WalkDir(dir.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			out.ArtifactsSkipped = append(out.ArtifactsSkipped, lifecycle.SkippedArtifact{Name: name, Reason: "unreadable: " + err.Error()})
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if name == "." || d.IsDir() {
+			return nil
+		}
+		skip := func(reason string) error {
+			out.ArtifactsSkipped = append(out.ArtifactsSkipped, lifecycle.SkippedArtifact{Name: name, Reason: reason})
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return skip(kindOf(d.Type()) + ", not a regular file")
+		}
+		info, err := d.Info()
+		if err != nil {
+			return skip("unreadable: " + err.Error())
+		}
+		switch {
+		case len(out.Artifacts) >= caps.count:
+			return skip(fmt.Sprintf("over the count cap (AGORA_WORKER_ARTIFACT_MAX_COUNT=%d files)", caps.count))
+		case info.Size() > caps.file:
+			return skip(fmt.Sprintf("%d bytes: over the per-file cap (AGORA_WORKER_ARTIFACT_MAX_FILE=%d bytes)", info.Size(), caps.file))
+		case total+info.Size() > caps.total:
+			return skip(fmt.Sprintf("%d bytes: over the per-dispatch total cap (AGORA_WORKER_ARTIFACT_MAX_TOTAL=%d bytes)", info.Size(), caps.total))
+		}
+		a, err := s.uploadOne(ctx, j, dir, name, info)
+		var bad *notRegular
+		if errors.As(err, &bad) {
+			return skip(bad.Error())
+		}
+		if err != nil {
+			return err
+		}
+		total += a.Size
+		out.Artifacts = append(out.Artifacts, a)
+		return nil
+	})
+	if err != nil {
+		return lifecycle.Outputs{}, fmt.Errorf("upload artifacts: %w", err)
+	}
+	if len(out.Artifacts) > 0 || len(out.ArtifactsSkipped) > 0 {
+		j.log.Info("artifacts uploaded", "count", len(out.Artifacts), "bytes", total, "skipped", len(out.ArtifactsSkipped))
+	}
+	return out, nil
+}
+
+// notRegular is a file that changed into something else between the walk
+// and its opening.
+type notRegular struct{ what string }
+
+func (e *notRegular) Error() string { return e.what + ", not a regular file" }
+
+// uploadOne streams one file to the object store, hashing and sniffing it
+// on the way.
+func (s *Service) uploadOne(ctx context.Context, j *job, dir *os.Root, name string, want fs.FileInfo) (lifecycle.Artifact, error) {
+	f, err := dir.OpenFile(name, os.O_RDONLY|oNoFollow, 0)
+	if err != nil {
+		return lifecycle.Artifact{}, &notRegular{what: "unopenable (" + err.Error() + ")"}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || !os.SameFile(fi, want) {
+		return lifecycle.Artifact{}, &notRegular{what: "changed while read"}
+	}
+	head := make([]byte, 512)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return lifecycle.Artifact{}, &notRegular{what: "unreadable (" + err.Error() + ")"}
+	}
+	head = head[:n]
+	ct := contentType(name, head)
+	h := sha256.New()
+	// Cap what is read at the size seen, so a file that grows is not read
+	// past the cap.
+	body := io.TeeReader(io.LimitReader(io.MultiReader(bytes.NewReader(head), f), fi.Size()), h)
+	obj := lifecycle.ArtifactObject(j.req.DispatchID, name)
+	meta := jetstream.ObjectMeta{Name: obj, Description: ct, Headers: nats.Header{
+		headerAttempt: []string{strconv.Itoa(j.attempt)}, "Content-Type": []string{ct},
+	}}
+	info, err := s.artifacts.Put(context.WithoutCancel(ctx), meta, body)
+	if err != nil {
+		return lifecycle.Artifact{}, fmt.Errorf("put %s: %w", obj, err)
+	}
+	return lifecycle.Artifact{Name: name, Size: int64(info.Size), SHA256: hex.EncodeToString(h.Sum(nil)), ContentType: ct, Ref: obj}, nil
+}
+
+// contentType sniffs a file's type from its first bytes, refined by its
+// name for text formats the sniffer calls plain text; text gets a charset.
+func contentType(name string, head []byte) string {
+	sniffed := http.DetectContentType(head)
+	ext := strings.ToLower(path.Ext(name))
+	byName := map[string]string{
+		".diff": "text/x-diff", ".patch": "text/x-diff", ".md": "text/markdown", ".json": "application/json",
+		".csv": "text/csv", ".yaml": "application/yaml", ".yml": "application/yaml", ".go": "text/x-go", ".py": "text/x-python",
+	}[ext]
+	if byName == "" {
+		if t := mime.TypeByExtension(ext); t != "" {
+			byName, _, _ = strings.Cut(t, ";")
+		}
+	}
+	textual := strings.HasPrefix(sniffed, "text/plain") && utf8.Valid(head)
+	switch {
+	case textual && byName != "" && (strings.HasPrefix(byName, "text/") || byName == "application/json" || byName == "application/yaml"):
+		return byName + "; charset=utf-8"
+	case textual:
+		return "text/plain; charset=utf-8"
+	case sniffed == "application/octet-stream" && byName != "" && !strings.HasPrefix(byName, "text/"):
+		return byName
+	}
+	return sniffed
+}
+
+// kindOf names a non-regular file type for a skip reason.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a folder"
+	}
+	return "not a regular file"
+}
+
+// hasArtifacts reports whether a workspace's artifacts folder exists with
+// something in it (or is something other than a folder, to report).
+func hasArtifacts(ws string) bool {
+	if ws == "" {
+		return false
+	}
+	p := ws + "/" + lifecycle.ArtifactsDir
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return false
+	}
+	if !fi.IsDir() {
+		return true
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) > 0
+}
+
+// heartbeat runs f while telling JetStream every AckWait/3 that the
+// delivery is still in progress, so a long upload is not redelivered.
+func (s *Service) heartbeat(j *job, f func() (lifecycle.Outputs, error)) (lifecycle.Outputs, error) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(max(s.ackWait/3, 100*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := j.msg.InProgress(); err != nil {
+					j.log.Warn("in-progress ack failed", "err", err)
+				}
+			}
+		}
+	}()
+	defer func() { close(done); <-stopped }()
+	return f()
+}
