@@ -23,7 +23,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoAgentCmd(), newChaosCmd(), newServiceCmd(), newNeedsInputCmd())
 	g := addGlobalFlags(root)
 	root.AddCommand(newInboxCmd(g), newDispatchCmd(g), newEventsCmd(g), newQuestionsCmd(g), newAnswerCmd(g),
-		newCancelCmd(g), newStatusCmd(g), newSubagentCmd(g), newMCPCmd(g))
+		newCancelCmd(g), newStatusCmd(g), newSubagentCmd(g), newMCPCmd(g), newArtifactsCmd(g))
 	return root
 }
 

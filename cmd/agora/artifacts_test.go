@@ -1,0 +1,89 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// agora artifacts list and get, against agora dev: the listing, a verified
+// download to a file and to stdout, an unknown name, an expired artifact
+// and one whose bytes changed in the store.
+func TestArtifactsVerb(t *testing.T) {
+	t.Parallel()
+	d := devServer(t)
+	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "artist.yaml", `name: artist
+runtime: exec
+command: ["/bin/sh", "-c", "printf -- '--- a\\n+++ b\\n' > \"$AGORA_ARTIFACTS_DIR/fix.diff\"; head -c 300000 /dev/zero > \"$AGORA_ARTIFACTS_DIR/blob.bin\"; ln -s /etc/hostname \"$AGORA_ARTIFACTS_DIR/link\""]
+`))
+	r := mustAgora(t, "dispatch", "artist", "--wait", "--json")
+	lines := jsonLines(t, r.stdout)
+	id := lines[0]["data"].(map[string]any)["dispatch_id"].(string)
+
+	list := jsonLines(t, mustAgora(t, "artifacts", "list", id, "--json").stdout)
+	got := map[string]map[string]any{}
+	for _, l := range list {
+		got[l["name"].(string)] = l
+	}
+	if len(list) != 3 || got["fix.diff"]["size"] != float64(12) || got["link"]["sha256"] != nil || got["blob.bin"]["size"] != float64(300000) || !strings.Contains(got["link"]["skipped"].(string), "symlink") {
+		t.Fatalf("artifacts list --json = %v", list)
+	}
+	if table := mustAgora(t, "artifacts", "list", id); !strings.Contains(table.stdout, "fix.diff") || !strings.Contains(table.stdout, "skipped: a symlink") {
+		t.Errorf("artifacts list:\n%s", table.stdout)
+	}
+
+	out := filepath.Join(t.TempDir(), "fix.diff")
+	if r := mustAgora(t, "artifacts", "get", id, "fix.diff", "-o", out); !strings.Contains(r.stderr, "verified") {
+		t.Errorf("get -o: %s", r)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "--- a\n+++ b\n" {
+		t.Errorf("downloaded %q", b)
+	}
+	blob := mustAgora(t, "artifacts", "get", id, "blob.bin").stdout
+	sum := sha256.Sum256([]byte(blob))
+	if len(blob) != 300000 || hex.EncodeToString(sum[:]) != got["blob.bin"]["sha256"] {
+		t.Errorf("blob.bin to stdout: %d bytes", len(blob))
+	}
+	if r := agora(t, "artifacts", "get", id, "nope.txt"); r.code != 1 || !strings.Contains(r.stderr, "has no artifact") {
+		t.Errorf("an unknown name: %s", r)
+	}
+
+	// Changed in the store: the download fails and leaves no file.
+	nc, err := nats.Connect(d.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	obs, err := js.ObjectStore(t.Context(), lifecycle.BucketArtifacts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.Put(context.Background(), jetstream.ObjectMeta{Name: id + "/fix.diff"}, bytes.NewReader([]byte("tampered!!"))); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.diff")
+	if r := agora(t, "artifacts", "get", id, "fix.diff", "-o", bad); r.code != 1 || !strings.Contains(r.stderr, "sha256") {
+		t.Errorf("a changed artifact: %s", r)
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("a failed download left %s", bad)
+	}
+	// Gone from the store (past retention): said so.
+	if err := obs.Delete(t.Context(), id+"/blob.bin"); err != nil {
+		t.Fatal(err)
+	}
+	if r := agora(t, "artifacts", "get", id, "blob.bin"); r.code != 1 || !strings.Contains(r.stderr, "expired") {
+		t.Errorf("an expired artifact: %s", r)
+	}
+}
