@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -260,6 +261,7 @@ const asker = `if [ "$AGORA_ROUND" = "0" ]; then
   printf '{"question":"A or B?","options":["A","B"],"partial_state":{"step":1}}' > "$AGORA_NEEDS_INPUT_FILE"
 else
   cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"
+  cp "$AGORA_INPUT_FILE" "$AGORA_ARTIFACTS_DIR/input.json"
 fi`
 
 // bigAsker asks with a partial_state over lifecycle.MaxInlineState, so the
@@ -269,6 +271,7 @@ const bigAsker = `if [ "$AGORA_ROUND" = "0" ]; then
   printf '{"question":"A or B?","options":["A","B"],"partial_state":{"step":1,"pad":"%s"}}' "$pad" > "$AGORA_NEEDS_INPUT_FILE"
 elif grep -q '"pad": *"aaaaaaaa' "$AGORA_INPUT_FILE" && grep -q '"answer": *"B"' "$AGORA_INPUT_FILE"; then
   printf '{"answer":"B","partial_state":{"step":1}}' > "$AGORA_OUTPUT_FILE"
+  cp "$AGORA_OUTPUT_FILE" "$AGORA_ARTIFACTS_DIR/input.json"
 else
   exit 3
 fi`
@@ -392,6 +395,15 @@ func TestRoundTrip(t *testing.T) {
 		if string(in["answer"]) != `"B"` || json.Unmarshal(in["partial_state"], &state) != nil || state.Step != 1 {
 			t.Errorf("round 1 input = %s", fin.Output)
 		}
+		// The worker uploaded the round's artifact; the client reads it.
+		r, a, err := c.OpenArtifact(tctx, fin.DispatchID, "input.json")
+		if err != nil {
+			t.Fatalf("artifact as client: %v; violations %q", err, e.all())
+		}
+		if b, err := io.ReadAll(r); err != nil || int64(len(b)) != a.Size || !json.Valid(b) {
+			t.Errorf("artifact read as client: %d bytes, %v", len(b), err)
+		}
+		r.Close()
 		// The status projection follows the events: poll it.
 		for {
 			rec, err := c.Status(tctx, fin.DispatchID)
