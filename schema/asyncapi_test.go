@@ -248,7 +248,9 @@ func TestAsyncAPIChannelsMatchBuilders(t *testing.T) {
 		"dispatch": {{must(lifecycle.DispatchSubject("data-sync")), map[string]string{"subagent": "data-sync"}}},
 		"answers": {{must(lifecycle.AnswerSubject("approvals", "q-"+dispatchID)),
 			map[string]string{"route": "approvals", "question_id": "q-" + dispatchID}}},
-		"cancel":         {{must(lifecycle.CancelSubject(dispatchID)), map[string]string{"dispatch_id": dispatchID}}},
+		"cancel": {{must(lifecycle.CancelSubject(dispatchID)), map[string]string{"dispatch_id": dispatchID}}},
+		"progress": {{must(lifecycle.ProgressSubject(threadID, dispatchID)),
+			map[string]string{"thread_id": threadID, "dispatch_id": dispatchID}}},
 		"apiDispatch":    {{lifecycle.APIDispatch, nil}},
 		"apiCancel":      {{lifecycle.APICancel, nil}},
 		"apiStatus":      {{lifecycle.APIStatus, nil}},
@@ -330,6 +332,7 @@ func TestAsyncAPIJetStreamNames(t *testing.T) {
 		"lifecycle": lifecycle.StreamLifecycle,
 		"questions": lifecycle.StreamQuestions,
 		"answers":   lifecycle.StreamAnswers,
+		"progress":  lifecycle.StreamProgress,
 	}
 	for name, ch := range doc.Channels {
 		got := ""

@@ -120,6 +120,9 @@ func goldenData() map[string]lifecycle.Data {
 			PartialState: json.RawMessage(`{"analysis":"A has 3 callers, B has 11"}`), DurationMS: 9000, ExitCode: 0},
 		"needs_input by reference": &lifecycle.NeedsInput{Common: common(2), QuestionID: lifecycle.QuestionID(dispatchID),
 			Question: "Which database?", PartialStateRef: dispatchID, DurationMS: 512, ExitCode: 3},
+		"progress": &lifecycle.Progress{Common: common(0), Attempt: 1, Seq: 3, Message: "ran 12 of 40 tests", Percent: ptr(30.0),
+			Todo: []lifecycle.ProgressTodo{{Text: "read the code", Done: true}, {Text: "fix the bug"}}, Lines: 5, Skipped: 1},
+		"progress minimal":  &lifecycle.Progress{Common: common(1), Attempt: 2, Seq: 1, Lines: 1},
 		"cancelled":         &lifecycle.Cancelled{Common: common(0), By: "alice@example.com", Reason: "wrong target"},
 		"cancelled minimal": &lifecycle.Cancelled{Common: common(0), By: "router"},
 		"answer": &lifecycle.Answer{QuestionID: lifecycle.QuestionID(dispatchID), Route: "approvals",
@@ -216,6 +219,11 @@ func TestSchemasBite(t *testing.T) {
 			m["artifacts"].([]any)[0].(map[string]any)["sha256"] = "not-a-digest"
 		}},
 		{"artifacts not a list", "finished with artifacts", func(m map[string]any) { m["artifacts"] = "a.txt" }},
+		{"progress percent over 100", "progress", func(m map[string]any) { m["percent"] = 101 }},
+		{"progress without seq", "progress", func(m map[string]any) { delete(m, "seq") }},
+		{"progress todo without done", "progress", func(m map[string]any) {
+			delete(m["todo"].([]any)[0].(map[string]any), "done")
+		}},
 		{"skipped artifact without reason", "finished with artifacts", func(m map[string]any) {
 			delete(m["artifacts_skipped"].([]any)[0].(map[string]any), "reason")
 		}},
@@ -449,3 +457,5 @@ func TestSetIsSafeForConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -113,7 +113,17 @@ func Streams(cfg Config) []jetstream.StreamConfig {
 		base(lifecycle.StreamLifecycle, "Agora lifecycle CloudEvents", lifecycle.SubjectLifecycleAll, jetstream.LimitsPolicy, cfg.LifecycleMaxAge),
 		base(lifecycle.StreamQuestions, "Agora question CloudEvents for answerers", lifecycle.SubjectQuestionsAll, jetstream.LimitsPolicy, cfg.QuestionsMaxAge),
 		base(lifecycle.StreamAnswers, "Agora answers from answerers", lifecycle.SubjectAnswersAll, jetstream.WorkQueuePolicy, 0),
+		progressStream(base(lifecycle.StreamProgress, "Agora progress reports of running sub-agents", lifecycle.SubjectProgressAll, jetstream.LimitsPolicy, cfg.LifecycleMaxAge)),
 	}
+}
+
+// ProgressPerDispatch is how many progress reports AGORA_PROGRESS keeps per
+// dispatch: the latest ones matter (docs/progress.md).
+const ProgressPerDispatch = 16
+
+func progressStream(c jetstream.StreamConfig) jetstream.StreamConfig {
+	c.MaxMsgsPerSubject = ProgressPerDispatch
+	return c
 }
 
 // Consumers returns the durable consumer configurations Ensure applies,

@@ -20,7 +20,7 @@ import (
 
 var (
 	wantStreams = []string{lifecycle.StreamRequests, lifecycle.StreamDispatch, lifecycle.StreamLifecycle,
-		lifecycle.StreamQuestions, lifecycle.StreamAnswers}
+		lifecycle.StreamQuestions, lifecycle.StreamAnswers, lifecycle.StreamProgress}
 	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates}
 )
 
@@ -323,8 +323,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 					t.Errorf("streams %d→%d, consumers %d→%d", len(before.streams), len(after.streams), len(before.consumers), len(after.consumers))
 				}
 			}
-			if len(before.streams) != 11 { // 5 streams, 4 KV buckets, 2 object stores
-				t.Errorf("%d streams, want 11", len(before.streams))
+			if len(before.streams) != 12 { // 6 streams, 4 KV buckets, 2 object stores
+				t.Errorf("%d streams, want 12", len(before.streams))
 			}
 		})
 	}
@@ -390,8 +390,8 @@ func TestEnsureMemory(t *testing.T) {
 			t.Errorf("stream %s storage = %v, want memory", name, got)
 		}
 	}
-	if n != 11 {
-		t.Errorf("%d streams, want 11", n)
+	if n != 12 {
+		t.Errorf("%d streams, want 12", n)
 	}
 }
 

@@ -56,6 +56,8 @@ func SchemaName(eventType string) (string, error) {
 		return "dispatch.requested.json", nil
 	case eventType == TypeAnswerSubmitted:
 		return "answer.submitted.json", nil
+	case eventType == TypeProgress:
+		return "progress.reported.json", nil
 	}
 	for _, k := range Kinds() {
 		if k.Type() == eventType {
@@ -149,6 +151,8 @@ func eventID(d Data) string {
 		return TerminalID(v.DispatchID)
 	case *Cancelled:
 		return TerminalID(v.DispatchID)
+	case *Progress:
+		return v.DispatchID + ".progress." + strconv.Itoa(v.Attempt) + "." + strconv.Itoa(v.Seq)
 	case *Question:
 		if v.Event == QuestionEscalated {
 			return v.QuestionID + ".escalated." + strconv.Itoa(v.Escalation)
@@ -168,6 +172,8 @@ func eventSubject(d Data) string {
 		return v.QuestionID
 	case *Answer:
 		return v.QuestionID
+	case *Progress:
+		return v.DispatchID
 	}
 	return ""
 }
@@ -185,6 +191,8 @@ func Subject(d Data) (string, error) {
 		return QuestionSubject(v.Route, v.QuestionID, v.Event)
 	case *Answer:
 		return AnswerSubject(v.Route, v.QuestionID)
+	case *Progress:
+		return ProgressSubject(v.ThreadID, v.DispatchID)
 	}
 	return "", fmt.Errorf("%w: %T", ErrUnknownType, d)
 }
@@ -252,6 +260,11 @@ func Validate(d Data) error {
 			return bad("question_id", err)
 		}
 		return nil
+	case *Progress:
+		if v.Attempt < 1 || v.Seq < 1 {
+			return bad("attempt, seq", errors.New("start at 1"))
+		}
+		return checkCommon(v.Common)
 	}
 	return fmt.Errorf("%w: %T", ErrUnknownType, d)
 }
@@ -357,6 +370,8 @@ func Parse(e Event) (Data, error) {
 		d = new(Request)
 	case TypeAnswerSubmitted:
 		d = new(Answer)
+	case TypeProgress:
+		d = new(Progress)
 	case KindAccepted.Type():
 		d = new(Accepted)
 	case KindStarted.Type():

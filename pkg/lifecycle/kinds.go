@@ -113,7 +113,7 @@ const (
 
 // Types returns every CloudEvents type Agora emits.
 func Types() []string {
-	t := []string{TypeRequested, TypeAnswerSubmitted}
+	t := []string{TypeRequested, TypeAnswerSubmitted, TypeProgress}
 	for _, k := range Kinds() {
 		t = append(t, k.Type())
 	}

@@ -101,6 +101,7 @@ func TestTypes(t *testing.T) {
 		"dev.agora.question.expired",
 		"dev.agora.question.withdrawn",
 		"dev.agora.question.escalated",
+		"dev.agora.progress.reported",
 	}
 	got := lifecycle.Types()
 	if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {

@@ -50,6 +50,7 @@ func Environment(parent []string, def subagent.Definition, reqEnv map[string]str
 	env["AGORA_OUTPUT_FILE"] = filepath.Join(dir, "output.json")
 	env["AGORA_NEEDS_INPUT_FILE"] = filepath.Join(dir, "needs_input.json")
 	env["AGORA_ARTIFACTS_DIR"] = filepath.Join(dir, "artifacts")
+	env["AGORA_PROGRESS_FILE"] = filepath.Join(dir, "progress.jsonl")
 	env["AGORA_DISPATCH_ID"] = dispatchID
 	env["AGORA_THREAD_ID"] = threadID
 	env["AGORA_ROUND"] = strconv.Itoa(round)

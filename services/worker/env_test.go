@@ -78,6 +78,7 @@ func TestEnvironmentFirewall(t *testing.T) {
 		"AGORA_OUTPUT_FILE":      filepath.Join(ws, ".agora", "output.json"),
 		"AGORA_NEEDS_INPUT_FILE": filepath.Join(ws, ".agora", "needs_input.json"),
 		"AGORA_ARTIFACTS_DIR":    filepath.Join(ws, ".agora", "artifacts"),
+		"AGORA_PROGRESS_FILE":    filepath.Join(ws, ".agora", "progress.jsonl"),
 		"AGORA_DISPATCH_ID":      id,
 		"AGORA_THREAD_ID":        "thread-env-1",
 		"AGORA_ROUND":            "3",
@@ -114,7 +115,7 @@ func TestEnvironmentFirewall(t *testing.T) {
 		}
 	}
 	slices.Sort(agora)
-	wantAgora := []string{"AGORA_ARTIFACTS_DIR", "AGORA_ATTEMPT", "AGORA_DISPATCH_ID", "AGORA_INPUT_FILE", "AGORA_NEEDS_INPUT_FILE", "AGORA_OUTPUT_FILE", "AGORA_ROUND", "AGORA_THREAD_ID", "AGORA_WORKSPACE"}
+	wantAgora := []string{"AGORA_ARTIFACTS_DIR", "AGORA_ATTEMPT", "AGORA_DISPATCH_ID", "AGORA_INPUT_FILE", "AGORA_NEEDS_INPUT_FILE", "AGORA_OUTPUT_FILE", "AGORA_PROGRESS_FILE", "AGORA_ROUND", "AGORA_THREAD_ID", "AGORA_WORKSPACE"}
 	if !slices.Equal(agora, wantAgora) {
 		t.Errorf("AGORA_* names seen = %v, want %v", agora, wantAgora)
 	}
@@ -158,6 +159,7 @@ func TestEnvironment(t *testing.T) {
 			"AGORA_ARTIFACTS_DIR=" + ws + "/.agora/artifacts",
 			"AGORA_DISPATCH_ID=D1", "AGORA_INPUT_FILE=" + ws + "/.agora/input.json",
 			"AGORA_NEEDS_INPUT_FILE=" + ws + "/.agora/needs_input.json", "AGORA_OUTPUT_FILE=" + ws + "/.agora/output.json",
+			"AGORA_PROGRESS_FILE=" + ws + "/.agora/progress.jsonl",
 			"AGORA_ROUND=2", "AGORA_THREAD_ID=T1", "AGORA_WORKSPACE=" + ws,
 		}
 		out = append(out, extra...)

@@ -154,6 +154,10 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 		defer t.Stop()
 		wsTick = t.C
 	}
+	// The run's progress lines become progress reports (progress.go).
+	prog := s.newProgressTail(j, ws)
+	progTick := time.NewTicker(ProgressInterval)
+	defer progTick.Stop()
 	var res Result
 	var cancelBy, cancelReason string
 wait:
@@ -161,6 +165,9 @@ wait:
 		select {
 		case res = <-resCh:
 			break wait
+		case <-progTick.C:
+			prog.poll(progressReadPerPoll)
+			prog.flush(false)
 		case <-wsTick:
 			if n, l := workspaceSize(ws), j.sandbox.limits.WorkspaceSize; n > l {
 				j.sandbox.over.Store(fmt.Sprintf("workspace_size (%d bytes; the workspace held %d)", l, n))
@@ -187,6 +194,7 @@ wait:
 			stop(errCancelled)
 		}
 	}
+	prog.finish()
 	cause := context.Cause(runCtx)
 	if errors.Is(cause, context.Canceled) && ctx.Err() == nil {
 		cause = nil // our own deferred stop has not run yet; nothing cancelled the run

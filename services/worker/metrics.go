@@ -15,6 +15,7 @@ type metrics struct {
 	dispatches *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	inFlight   prometheus.Gauge
+	progress   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,8 +33,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "agora", Subsystem: "worker", Name: "in_flight",
 			Help: "Deliveries being handled now.",
 		}),
+		progress: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "agora", Subsystem: "worker", Name: "progress_reports_total",
+			Help: "Progress reports published (coalesced from the runs' progress lines).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.inFlight, m.progress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: metrics: %w", err)
 		}
