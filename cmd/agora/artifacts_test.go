@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,5 +87,41 @@ command: ["/bin/sh", "-c", "printf -- '--- a\\n+++ b\\n' > \"$AGORA_ARTIFACTS_DI
 	}
 	if r := agora(t, "artifacts", "get", id, "blob.bin"); r.code != 1 || !strings.Contains(r.stderr, "expired") {
 		t.Errorf("an expired artifact: %s", r)
+	}
+}
+
+// A sub-agent reports progress with `agora progress`: dispatch --wait shows
+// the reports on its progress line (and as CloudEvents with --json), and
+// events --follow shows them as they come.
+func TestProgressVerbAndFollowers(t *testing.T) {
+	t.Parallel()
+	devServer(t)
+	def, _ := json.Marshal(map[string]any{"name": "stepper", "runtime": "exec", "command": []string{"sh", "-c",
+		`"$0" progress "step one" --percent 10; sleep 0.6; "$0" progress "step two" --percent 90 --done read --todo fix; sleep 0.6`, agoraBin}})
+	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "stepper.json", string(def)))
+
+	follow := start(t, "events", "--follow", "--thread", "stepper-thread-1")
+	time.Sleep(300 * time.Millisecond) // the follower's consumers are in place
+	r := mustAgora(t, "dispatch", "stepper", "--id", "stepper-thread-1", "--wait")
+	for _, want := range []string{"progress   stepper round 0 — 10% step one", "progress   stepper round 0 — 90% step two (1/2 done)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("dispatch --wait stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	line := follow.waitLine(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "90% step two") })
+	if !strings.Contains(line, "progress") || !strings.Contains(line, "stepper#0") {
+		t.Errorf("events --follow line: %q", line)
+	}
+
+	j := mustAgora(t, "dispatch", "stepper", "--wait", "--json")
+	types := map[string]int{}
+	for _, l := range jsonLines(t, j.stdout) {
+		types[l["type"].(string)]++
+	}
+	if types["dev.agora.progress.reported"] < 2 || types["dev.agora.dispatch.finished"] != 1 {
+		t.Errorf("dispatch --wait --json types = %v", types)
+	}
+	if r := agoraWith(t, cleanEnv(), "progress", "x"); r.code != 1 || !strings.Contains(r.stderr, "not inside an Agora dispatch") {
+		t.Errorf("progress outside a dispatch: %s", r)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -175,6 +176,27 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 	if o.round {
 		f.DispatchID = d.ID
 	}
+	// Progress reports of the followed runs go to the progress line (and,
+	// with --json, to stdout as CloudEvents of their own type).
+	var jmu sync.Mutex
+	pctx, stopProgress := context.WithCancel(ctx)
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		for it, err := range c.WatchProgress(pctx, f) {
+			if err != nil {
+				return
+			}
+			r := it.Progress
+			p.set(fmt.Sprintf("progress   %s round %d — %s", r.Subagent, r.Round, client.ProgressLine(r)))
+			if jl != nil {
+				jmu.Lock()
+				_ = jl.write(it.Event)
+				jmu.Unlock()
+			}
+		}
+	}()
+	defer func() { stopProgress(); <-progressDone }()
 	inboxKnown := false // o.inbox resolved, once, at the first question
 	for it, err := range c.Watch(ctx, f) {
 		if err != nil {
@@ -184,7 +206,10 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 			return g.explain(err, "")
 		}
 		if jl != nil {
-			if err := jl.write(it.Event); err != nil {
+			jmu.Lock()
+			err := jl.write(it.Event)
+			jmu.Unlock()
+			if err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -98,6 +99,31 @@ func runEvents(cmd *cobra.Command, g *globals, o eventsOptions) error {
 
 	out := cmd.OutOrStdout()
 	jl := newJSONLines(out)
+	var mu sync.Mutex // the progress goroutine writes too
+	if o.follow && o.kind == "" {
+		// Progress reports of running sub-agents, as they come.
+		done := make(chan struct{})
+		pf := filter
+		pf.FromStart = false
+		go func() {
+			defer close(done)
+			for it, err := range c.WatchProgress(wctx, pf) {
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				if o.json {
+					_ = jl.write(it.Event)
+				} else {
+					r := it.Progress
+					fmt.Fprintf(out, "%s  %-11s  %s#%d  dispatch %s  thread %s  %s\n", it.Event.Time().Local().Format("2006-01-02 15:04:05.000"),
+						"progress", r.Subagent, r.Round, r.DispatchID, r.ThreadID, client.ProgressLine(r))
+				}
+				mu.Unlock()
+			}
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	for it, err := range c.Watch(wctx, filter) {
 		if err != nil {
 			if ctx.Err() != nil {
@@ -111,11 +137,13 @@ func runEvents(cmd *cobra.Command, g *globals, o eventsOptions) error {
 		if !o.follow {
 			idle.Reset(historyIdle)
 		}
+		mu.Lock()
 		if o.json {
 			err = jl.write(it.Event)
 		} else {
 			_, err = fmt.Fprintln(out, eventLine(it))
 		}
+		mu.Unlock()
 		if err != nil {
 			return err
 		}

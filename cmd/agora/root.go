@@ -20,7 +20,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoAgentCmd(), newChaosCmd(), newServiceCmd(), newNeedsInputCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoAgentCmd(), newChaosCmd(), newServiceCmd(), newNeedsInputCmd(), newProgressCmd())
 	g := addGlobalFlags(root)
 	root.AddCommand(newInboxCmd(g), newDispatchCmd(g), newEventsCmd(g), newQuestionsCmd(g), newAnswerCmd(g),
 		newCancelCmd(g), newStatusCmd(g), newSubagentCmd(g), newMCPCmd(g), newArtifactsCmd(g))

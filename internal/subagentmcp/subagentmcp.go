@@ -1,7 +1,8 @@
-// Package subagentmcp is the sub-agent's side of asking: require_input, a
-// tool that writes the needs_input sentinel (pkg/sentinel) atomically, as
-// a stdio MCP server a model calls and as the function `agora needs-input`
-// uses. Any binary that imports it serves the MCP server when started with
+// Package subagentmcp is the sub-agent's side of Agora: require_input, a
+// tool that writes the needs_input sentinel (pkg/sentinel) atomically, and
+// report_progress, which appends a progress line, as a stdio MCP server a
+// model calls and as the functions `agora needs-input` and `agora
+// progress` use. Any binary that imports it serves the MCP server when started with
 // AGORA_SUBAGENT_MCP=serve in its environment (the worker points the
 // claude-code runtime's --mcp-config at its own executable that way), so a
 // FROM scratch worker image needs nothing else. See docs/mcp.md.
@@ -20,6 +21,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
 
@@ -133,6 +135,7 @@ func Server() *mcp.Server {
 			}
 			return nil, &RequireInputResult{Written: sentinel.Path(ws), Replaced: replaced, Next: next}, nil
 		})
+	addReportProgress(srv)
 	return srv
 }
 
@@ -148,4 +151,61 @@ func Config(exe string) []byte {
 		"type": "stdio", "command": exe, "args": []string{}, "env": map[string]string{EnvServe: "serve"},
 	}}})
 	return b
+}
+
+// ReportProgress appends one progress line to the dispatch's
+// .agora/progress.jsonl (lifecycle.ProgressFile), which the worker tails
+// and publishes (docs/progress.md). The line is checked as the worker will
+// read it; a bad one is refused and nothing is written.
+func ReportProgress(workspace string, p ProgressArgs) error {
+	line, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	if _, _, _, err := lifecycle.ParseProgressLine(line); err != nil {
+		return fmt.Errorf("progress: %v", err)
+	}
+	root, err := os.OpenRoot(workspace)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(lifecycle.ProgressFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("progress: %w", err)
+	}
+	// One write of one line: appends from concurrent writers do not
+	// interleave within it.
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("progress: %w", err)
+	}
+	return f.Close()
+}
+
+// ProgressArgs are a progress line: the report_progress tool's arguments.
+type ProgressArgs struct {
+	Message string                   `json:"message,omitempty" jsonschema:"what you are doing now, in one line"`
+	Percent *float64                 `json:"percent,omitempty" jsonschema:"how far along you are, 0 to 100"`
+	Todo    []lifecycle.ProgressTodo `json:"todo,omitempty" jsonschema:"your to-do list, each item with done true or false"`
+}
+
+const reportProgressDesc = `Tell the operator how your work goes while you run: what you are doing (message), how far along you are (percent, 0-100), and your to-do list. Call it at milestones, not for every small step; it never stops or slows your work. Reports are shown live to whoever follows the dispatch.`
+
+func addReportProgress(srv *mcp.Server) {
+	mcp.AddTool(srv, &mcp.Tool{Name: "report_progress", Title: "Report progress", Description: reportProgressDesc},
+		func(_ context.Context, _ *mcp.CallToolRequest, in ProgressArgs) (*mcp.CallToolResult, *struct {
+			Recorded bool `json:"recorded"`
+		}, error) {
+			ws, err := Workspace()
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := ReportProgress(ws, in); err != nil {
+				return nil, nil, fmt.Errorf("%v: nothing was recorded", err)
+			}
+			return nil, &struct {
+				Recorded bool `json:"recorded"`
+			}{true}, nil
+		})
 }

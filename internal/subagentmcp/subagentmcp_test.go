@@ -73,7 +73,7 @@ func TestRequireInputWritesTheSentinel(t *testing.T) {
 	ws := t.TempDir()
 	cs := connect(t, "AGORA_WORKSPACE="+ws, "AGORA_NEEDS_INPUT_FILE="+sentinel.Path(ws))
 	tools, err := cs.ListTools(t.Context(), nil)
-	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "require_input" || !strings.Contains(tools.Tools[0].Description, "STOP") {
+	if err != nil || len(tools.Tools) != 2 || tools.Tools[0].Name != "report_progress" || tools.Tools[1].Name != "require_input" || !strings.Contains(tools.Tools[1].Description, "STOP") {
 		t.Fatalf("tools = %+v %v", tools, err)
 	}
 	res := call(t, cs, map[string]any{"question": "Rewrite A or B?", "options": []string{"A", "B"}, "kind": "decision",
@@ -131,5 +131,36 @@ func TestRequireInputRefusesBadCalls(t *testing.T) {
 	other := connect(t, "AGORA_WORKSPACE="+ws, "AGORA_NEEDS_INPUT_FILE="+filepath.Join(t.TempDir(), "x.json"))
 	if res := call(t, other, map[string]any{"question": "q"}); !res.IsError || !strings.Contains(text(res), "the file Agora reads") {
 		t.Errorf("a foreign AGORA_NEEDS_INPUT_FILE: %s", text(res))
+	}
+}
+
+// report_progress appends checked lines to the progress file the worker
+// tails; a bad one is refused and nothing is written.
+func TestReportProgress(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.Mkdir(filepath.Join(ws, ".agora"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, "AGORA_WORKSPACE="+ws)
+	for _, args := range []map[string]any{
+		{"message": "reading the code", "percent": 10},
+		{"todo": []map[string]any{{"text": "fix", "done": true}}},
+	} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "report_progress", Arguments: args})
+		if err != nil || res.IsError {
+			t.Fatalf("report_progress %v: %v %s", args, err, text(res))
+		}
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "report_progress", Arguments: map[string]any{"percent": 250}})
+	if err != nil || !res.IsError || !strings.Contains(text(res), "percent") {
+		t.Errorf("percent 250: %v %s", err, text(res))
+	}
+	b, err := os.ReadFile(filepath.Join(ws, ".agora", "progress.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || lines[0] != `{"message":"reading the code","percent":10}` || lines[1] != `{"todo":[{"text":"fix","done":true}]}` {
+		t.Errorf("progress file = %q", lines)
 	}
 }

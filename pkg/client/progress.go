@@ -1,0 +1,112 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// ProgressItem is one progress report read from AGORA_PROGRESS.
+type ProgressItem struct {
+	// Seq is the report's stream sequence.
+	Seq      uint64
+	Event    lifecycle.Event
+	Progress *lifecycle.Progress
+}
+
+// WatchProgress iterates over the progress reports of running sub-agents
+// (docs/progress.md) that match f's ThreadID and DispatchID (its Kind is
+// ignored), in stream order, through an ordered consumer on AGORA_PROGRESS.
+// FromStart replays the reports still kept (the latest few per dispatch);
+// otherwise it starts with new ones. It ends as Watch does.
+func (c *Client) WatchProgress(ctx context.Context, f Filter) iter.Seq2[ProgressItem, error] {
+	return func(yield func(ProgressItem, error) bool) {
+		f.Kind = ""
+		if err := f.validate(); err != nil {
+			yield(ProgressItem{}, err)
+			return
+		}
+		subject := lifecycle.ProgressFilter(f.ThreadID, f.DispatchID)
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverNewPolicy}
+		switch {
+		case f.AfterSeq > 0:
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.AfterSeq+1
+		case f.FromStart:
+			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		}
+		cons, err := c.js.OrderedConsumer(ctx, lifecycle.StreamProgress, cfg)
+		if err != nil {
+			yield(ProgressItem{}, fmt.Errorf("client: watch %s: %w", subject, err))
+			return
+		}
+		msgs, err := cons.Messages()
+		if err != nil {
+			yield(ProgressItem{}, fmt.Errorf("client: watch %s: %w", subject, err))
+			return
+		}
+		defer msgs.Stop()
+		for {
+			m, err := msgs.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() != nil {
+					err = ctx.Err()
+				} else {
+					err = fmt.Errorf("client: watch %s: %w", subject, err)
+				}
+				yield(ProgressItem{}, err)
+				return
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			e, err := lifecycle.DecodeMsg(m)
+			if err != nil {
+				continue
+			}
+			d, err := lifecycle.Parse(e)
+			if err != nil {
+				continue
+			}
+			p, ok := d.(*lifecycle.Progress)
+			if !ok {
+				continue
+			}
+			if !yield(ProgressItem{Seq: md.Sequence.Stream, Event: e, Progress: p}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// ProgressLine is a one-line account of a progress report for people:
+// "40% running the tests (2/5 done)".
+func ProgressLine(p *lifecycle.Progress) string {
+	s := ""
+	if p.Percent != nil {
+		s = fmt.Sprintf("%.0f%%", *p.Percent)
+	}
+	if p.Message != "" {
+		if s != "" {
+			s += " "
+		}
+		s += p.Message
+	}
+	if n := len(p.Todo); n > 0 {
+		done := 0
+		for _, t := range p.Todo {
+			if t.Done {
+				done++
+			}
+		}
+		if s != "" {
+			s += " "
+		}
+		s += fmt.Sprintf("(%d/%d done)", done, n)
+	}
+	return s
+}
