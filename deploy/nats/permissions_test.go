@@ -260,6 +260,7 @@ func TestDenied(t *testing.T) {
 const asker = `if [ "$AGORA_ROUND" = "0" ]; then
   printf '{"question":"A or B?","options":["A","B"],"partial_state":{"step":1}}' > "$AGORA_NEEDS_INPUT_FILE"
 else
+  echo '{"message":"resuming","percent":50}' >> "$AGORA_PROGRESS_FILE"
   cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"
   cp "$AGORA_INPUT_FILE" "$AGORA_ARTIFACTS_DIR/input.json"
 fi`
@@ -404,6 +405,21 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("artifact read as client: %d bytes, %v", len(b), err)
 		}
 		r.Close()
+		if name == "asker" {
+			// The worker published the round's progress; the client reads it.
+			pctx, pcancel := context.WithTimeout(tctx, 10*time.Second)
+			var got *lifecycle.Progress
+			for it, err := range c.WatchProgress(pctx, client.Filter{DispatchID: fin.DispatchID, FromStart: true}) {
+				if err == nil {
+					got = it.Progress
+				}
+				break
+			}
+			pcancel()
+			if got == nil || got.Message != "resuming" {
+				t.Errorf("progress as client = %+v; violations %q", got, e.all())
+			}
+		}
 		// The status projection follows the events: poll it.
 		for {
 			rec, err := c.Status(tctx, fin.DispatchID)
