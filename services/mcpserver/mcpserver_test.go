@@ -525,3 +525,75 @@ func TestHTTPNeedsATokenAndRecordsItsPrincipal(t *testing.T) {
 		t.Errorf("with tokens: %v", err)
 	}
 }
+
+// A finished thread lists its artifacts as resource links, readable with
+// resources/read; the sub-agents' progress reports reach the client as
+// progress notifications.
+func TestArtifactLinksAndProgress(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{})
+	e.sys.Shell("artist", `echo '{"message":"drawing","percent":50}' >> "$AGORA_PROGRESS_FILE"; sleep 0.5
+printf -- '--- a\n+++ b\n' > "$AGORA_ARTIFACTS_DIR/fix.diff"; mkdir -p "$AGORA_ARTIFACTS_DIR/img"; printf '\211PNG\r\n\032\n' > "$AGORA_ARTIFACTS_DIR/img/dot.png"`)
+	var mu sync.Mutex
+	var notes []string
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := e.svc.Serve(t.Context(), st, "ivy"); err != nil {
+		t.Fatal(err)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			notes = append(notes, r.Params.Message)
+			mu.Unlock()
+		}})
+	cs, err := c.Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: "agora_dispatch", Arguments: map[string]any{"subagent": "artist"}}
+	params.SetProgressToken("p")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := structured(t, res)
+	if out["status"] != "finished" || len(out["artifacts"].([]any)) != 2 {
+		t.Fatalf("result = %v", out)
+	}
+	var links []*mcp.ResourceLink
+	for _, c := range res.Content {
+		if l, ok := c.(*mcp.ResourceLink); ok {
+			links = append(links, l)
+		}
+	}
+	if len(links) != 2 {
+		t.Fatalf("%d resource links, want 2: %+v", len(links), res.Content)
+	}
+	for _, l := range links {
+		rr, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: l.URI})
+		if err != nil {
+			t.Fatalf("read %s: %v", l.URI, err)
+		}
+		got := rr.Contents[0]
+		switch l.Name {
+		case "fix.diff":
+			if got.Text != "--- a\n+++ b\n" || !strings.HasPrefix(got.MIMEType, "text/x-diff") {
+				t.Errorf("fix.diff = %+v", got)
+			}
+		case "img/dot.png":
+			if string(got.Blob) != "\x89PNG\r\n\x1a\n" || got.MIMEType != "image/png" {
+				t.Errorf("img/dot.png = %+v", got)
+			}
+		default:
+			t.Errorf("unexpected link %s", l.Name)
+		}
+	}
+	if _, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "agora://artifacts/" + out["dispatch_id"].(string) + "/nope"}); err == nil {
+		t.Error("an unknown artifact was read")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "50% drawing") }) {
+		t.Errorf("progress notifications = %q, want the sub-agent's report", notes)
+	}
+}

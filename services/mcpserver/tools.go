@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +41,86 @@ func (t *tools) register(srv *mcp.Server) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "agora_cancel", Title: "Cancel a thread or dispatch", Description: descCancel}, t.cancel)
 	mcp.AddTool(srv, &mcp.Tool{Name: "agora_events", Title: "A thread's lifecycle events", Description: descEvents, Annotations: readOnly()}, t.events)
 	mcp.AddTool(srv, &mcp.Tool{Name: "agora_subagents", Title: "List sub-agents", Description: descSubagents, Annotations: readOnly()}, t.subagents)
+	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: artifactURIPrefix + "{dispatch_id}/{+name}", Name: "artifact",
+		Title: "A file a sub-agent left", Description: "An artifact of a dispatch (agora_dispatch lists them as resource links); text as text, anything else as a blob, up to 8 MiB."}, t.readArtifact)
+}
+
+// artifactURIPrefix starts the URI of an artifact resource:
+// agora://artifacts/<dispatch_id>/<name>.
+const artifactURIPrefix = "agora://artifacts/"
+
+// maxResourceBytes bounds an artifact read through MCP.
+const maxResourceBytes = 8 << 20
+
+// ArtifactRef is an artifact in a Result: read it with resources/read on
+// its uri.
+type ArtifactRef struct {
+	Name        string `json:"name"`
+	Size        int64  `json:"size"`
+	ContentType string `json:"content_type"`
+	SHA256      string `json:"sha256"`
+	URI         string `json:"uri" jsonschema:"read it with resources/read"`
+}
+
+func artifactRefs(dispatchID string, d lifecycle.Data) []ArtifactRef {
+	outs := lifecycle.RunOutputs(d)
+	if outs == nil {
+		return nil
+	}
+	var refs []ArtifactRef
+	for _, a := range outs.Artifacts {
+		refs = append(refs, ArtifactRef{Name: a.Name, Size: a.Size, ContentType: a.ContentType, SHA256: a.SHA256,
+			URI: artifactURIPrefix + dispatchID + "/" + (&url.URL{Path: a.Name}).EscapedPath()})
+	}
+	return refs
+}
+
+// withLinks returns the tool result for r: its JSON as text, and a
+// resource link per artifact.
+func withLinks(r *Result) *mcp.CallToolResult {
+	b, _ := json.Marshal(r)
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
+	for _, a := range r.Artifacts {
+		size := a.Size
+		res.Content = append(res.Content, &mcp.ResourceLink{URI: a.URI, Name: a.Name, MIMEType: a.ContentType, Size: &size,
+			Description: "an artifact of dispatch " + r.DispatchID})
+	}
+	return res
+}
+
+// readArtifact serves resources/read of an artifact URI.
+func (t *tools) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	uri := req.Params.URI
+	rest, ok := strings.CutPrefix(uri, artifactURIPrefix)
+	id, escaped, ok2 := strings.Cut(rest, "/")
+	name, err := url.PathUnescape(escaped)
+	if !ok || !ok2 || err != nil || lifecycle.ValidToken(id) != nil || name == "" {
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	r, a, err := t.s.c.OpenArtifact(ctx, id, name)
+	switch {
+	case errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrNotEnded):
+		return nil, mcp.ResourceNotFoundError(uri)
+	case errors.Is(err, client.ErrArtifactExpired):
+		return nil, fmt.Errorf("%s has expired (artifacts are kept as long as the lifecycle history)", uri)
+	case err != nil:
+		return nil, t.explain(err)
+	}
+	defer r.Close()
+	if a.Size > maxResourceBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over the %d bytes served here: download it with `agora artifacts get %s %s`", uri, a.Size, maxResourceBytes, id, name)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", uri, err)
+	}
+	c := &mcp.ResourceContents{URI: uri, MIMEType: a.ContentType}
+	if strings.Contains(a.ContentType, "charset=utf-8") || a.ContentType == "application/json" {
+		c.Text = string(b)
+	} else {
+		c.Blob = b
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{c}}, nil
 }
 
 func readOnly() *mcp.ToolAnnotations { return &mcp.ToolAnnotations{ReadOnlyHint: true} }
@@ -55,20 +137,21 @@ const (
 
 // Result is the structured outcome of agora_dispatch and agora_answer.
 type Result struct {
-	Status     string   `json:"status" jsonschema:"finished, failed, cancelled, needs_input, running or queued"`
-	ThreadID   string   `json:"thread_id" jsonschema:"the thread: pass it to agora_dispatch, agora_status, agora_events or agora_cancel"`
-	DispatchID string   `json:"dispatch_id,omitempty" jsonschema:"the thread's latest dispatch"`
-	Round      int      `json:"round" jsonschema:"the latest round (0 is the first)"`
-	Subagent   string   `json:"subagent,omitempty"`
-	Output     any      `json:"output,omitempty" jsonschema:"finished: what the sub-agent wrote to its output file"`
-	Reason     string   `json:"reason,omitempty" jsonschema:"failed: why (rejected, worker-failed, provider-failed, timeout, limit-exceeded, …)"`
-	Detail     string   `json:"detail,omitempty"`
-	QuestionID string   `json:"question_id,omitempty" jsonschema:"needs_input: the question to answer with agora_answer"`
-	Question   string   `json:"question,omitempty"`
-	Options    []string `json:"options,omitempty"`
-	Kind       string   `json:"kind,omitempty" jsonschema:"the question's kind: clarification, decision, information or approval"`
-	Context    string   `json:"context,omitempty"`
-	Next       string   `json:"next,omitempty" jsonschema:"what to do next"`
+	Status     string        `json:"status" jsonschema:"finished, failed, cancelled, needs_input, running or queued"`
+	ThreadID   string        `json:"thread_id" jsonschema:"the thread: pass it to agora_dispatch, agora_status, agora_events or agora_cancel"`
+	DispatchID string        `json:"dispatch_id,omitempty" jsonschema:"the thread's latest dispatch"`
+	Round      int           `json:"round" jsonschema:"the latest round (0 is the first)"`
+	Subagent   string        `json:"subagent,omitempty"`
+	Output     any           `json:"output,omitempty" jsonschema:"finished: what the sub-agent wrote to its output file"`
+	Reason     string        `json:"reason,omitempty" jsonschema:"failed: why (rejected, worker-failed, provider-failed, timeout, limit-exceeded, …)"`
+	Detail     string        `json:"detail,omitempty"`
+	Artifacts  []ArtifactRef `json:"artifacts,omitempty" jsonschema:"files the latest round left, each readable with resources/read on its uri"`
+	QuestionID string        `json:"question_id,omitempty" jsonschema:"needs_input: the question to answer with agora_answer"`
+	Question   string        `json:"question,omitempty"`
+	Options    []string      `json:"options,omitempty"`
+	Kind       string        `json:"kind,omitempty" jsonschema:"the question's kind: clarification, decision, information or approval"`
+	Context    string        `json:"context,omitempty"`
+	Next       string        `json:"next,omitempty" jsonschema:"what to do next"`
 }
 
 // DispatchArgs are agora_dispatch's arguments.
@@ -126,6 +209,21 @@ func (t *tools) follow(ctx context.Context, req *mcp.CallToolRequest, threadID, 
 	defer cancel()
 	p := t.progress(wctx, req)
 	defer p.stop()
+	if p.notify != nil {
+		// The sub-agents' own progress reports go to the client too.
+		pdone := make(chan struct{})
+		go func() {
+			defer close(pdone)
+			for it, err := range t.s.c.WatchProgress(wctx, client.Filter{ThreadID: threadID}) {
+				if err != nil {
+					return
+				}
+				r := it.Progress
+				p.set(fmt.Sprintf("%s round %d: %s", r.Subagent, r.Round, client.ProgressLine(r)))
+			}
+		}()
+		defer func() { cancel(); <-pdone }()
+	}
 	last := &Result{Status: "running", ThreadID: threadID}
 	for it, err := range t.s.c.Watch(wctx, client.Filter{ThreadID: threadID, FromStart: true}) {
 		if err != nil {
@@ -153,12 +251,14 @@ func (t *tools) follow(ctx context.Context, req *mcp.CallToolRequest, threadID, 
 		case *lifecycle.Finished:
 			r := *last
 			r.Status, r.Output, r.Next = "finished", rawToAny(d.Output), "the thread is done"
-			return nil, &r, nil
+			r.Artifacts = artifactRefs(d.DispatchID, d)
+			return withLinks(&r), &r, nil
 		case *lifecycle.Failed:
 			r := *last
 			r.Status, r.Reason, r.Detail = "failed", string(d.Reason), d.Detail
 			r.Next = "the thread ended failed; agora_events shows its history"
-			return nil, &r, nil
+			r.Artifacts = artifactRefs(d.DispatchID, d)
+			return withLinks(&r), &r, nil
 		case *lifecycle.Cancelled:
 			r := *last
 			r.Status, r.Detail, r.Next = "cancelled", strings.TrimSpace(d.By+": "+d.Reason), "the thread was cancelled"
@@ -207,10 +307,19 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	r := &Result{Status: "needs_input", ThreadID: d.ThreadID, DispatchID: d.DispatchID, Round: d.Round, Subagent: d.Subagent,
 		QuestionID: q.QuestionID, Question: q.Question, Options: q.Options, Kind: q.Kind, Context: q.Context,
 		Next: fmt.Sprintf("answer with agora_answer (question_id %q), then call agora_dispatch with thread_id %q to keep following", q.QuestionID, d.ThreadID)}
+	r.Artifacts = artifactRefs(d.DispatchID, d)
 	if !canElicit {
-		return nil, r, nil
+		return withLinks(r), r, nil
 	}
 	params := elicitFor(q, note)
+	if len(r.Artifacts) > 0 {
+		// What the person is asked about, e.g. the change to approve.
+		var names []string
+		for _, a := range r.Artifacts {
+			names = append(names, a.Name+" ("+a.URI+")")
+		}
+		params.Message += "\n\nThe sub-agent left: " + strings.Join(names, ", ")
+	}
 	if ip.ProtocolVersion >= mrtrProtocol {
 		st, err := t.s.seal.seal(state{ID: newStateID(), Principal: t.principal, ThreadID: d.ThreadID, QuestionID: q.QuestionID,
 			Kind: q.Kind, Expires: time.Now().Add(t.s.cfg.StateTTL)})
