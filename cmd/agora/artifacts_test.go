@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +62,49 @@ command: ["/bin/sh", "-c", "printf -- '--- a\\n+++ b\\n' > \"$AGORA_ARTIFACTS_DI
 		t.Errorf("an unknown name: %s", r)
 	}
 
+	// Over HTTP: the listing, the whole file with its ETag, a range, a
+	// conditional request, an unsatisfiable range, an unknown name.
+	get := func(path string, hdr map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, d.httpURL+path, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := get("/v1/dispatches/"+id+"/artifacts", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"name":"fix.diff"`) || !strings.Contains(body, `"artifacts_skipped"`) {
+		t.Errorf("GET artifacts: %s %s", resp.Status, body)
+	}
+	resp, body = get("/v1/dispatches/"+id+"/artifacts/fix.diff", nil)
+	etag := `"` + got["fix.diff"]["sha256"].(string) + `"`
+	if resp.StatusCode != http.StatusOK || body != "--- a\n+++ b\n" || resp.Header.Get("ETag") != etag || resp.Header.Get("Content-Length") != "12" ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "text/x-diff") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("GET fix.diff: %s %q %v", resp.Status, body, resp.Header)
+	}
+	if resp, body = get("/v1/dispatches/"+id+"/artifacts/fix.diff", map[string]string{"Range": "bytes=2-5"}); resp.StatusCode != http.StatusPartialContent ||
+		body != "- a\n" || resp.Header.Get("Content-Range") != "bytes 2-5/12" {
+		t.Errorf("GET a range: %s %q %v", resp.Status, body, resp.Header)
+	}
+	if resp, body = get("/v1/dispatches/"+id+"/artifacts/blob.bin", map[string]string{"Range": "bytes=-10"}); resp.StatusCode != http.StatusPartialContent || len(body) != 10 {
+		t.Errorf("GET the last 10 bytes: %s %d", resp.Status, len(body))
+	}
+	if resp, _ = get("/v1/dispatches/"+id+"/artifacts/fix.diff", map[string]string{"If-None-Match": etag}); resp.StatusCode != http.StatusNotModified {
+		t.Errorf("GET If-None-Match: %s", resp.Status)
+	}
+	if resp, _ = get("/v1/dispatches/"+id+"/artifacts/fix.diff", map[string]string{"Range": "bytes=100-"}); resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		t.Errorf("GET past the end: %s", resp.Status)
+	}
+	if resp, _ = get("/v1/dispatches/"+id+"/artifacts/nope", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET an unknown artifact: %s", resp.Status)
+	}
+
 	// Changed in the store: the download fails and leaves no file.
 	nc, err := nats.Connect(d.natsURL)
 	if err != nil {
@@ -87,6 +132,9 @@ command: ["/bin/sh", "-c", "printf -- '--- a\\n+++ b\\n' > \"$AGORA_ARTIFACTS_DI
 	}
 	if r := agora(t, "artifacts", "get", id, "blob.bin"); r.code != 1 || !strings.Contains(r.stderr, "expired") {
 		t.Errorf("an expired artifact: %s", r)
+	}
+	if resp, _ := get("/v1/dispatches/"+id+"/artifacts/blob.bin", nil); resp.StatusCode != http.StatusGone {
+		t.Errorf("GET an expired artifact: %s", resp.Status)
 	}
 }
 

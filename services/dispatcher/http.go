@@ -31,6 +31,8 @@ const maxBodyBytes = 1 << 20
 //	POST /v1/dispatches               a lifecycle.Request → 201 (new) or 200 (same dispatch_id again), the client.Record
 //	GET  /v1/dispatches/{id}          the client.Record
 //	POST /v1/dispatches/{id}/cancel   optional {"by", "reason"} → the client.Record
+//	GET  /v1/dispatches/{id}/artifacts          what the run left: {dispatch_id, artifacts, artifacts_skipped}; 409 before it ends
+//	GET  /v1/dispatches/{id}/artifacts/{name…}  one artifact, streamed: Content-Length, ETag (sha256), single byte ranges; 410 once expired
 //	GET  /v1/threads/{id}             the client.Thread: every round with its events
 //	POST /v1/threads/{id}/cancel      optional {"by", "reason"} → the client.Thread
 //	GET  /v1/events                   Server-Sent Events: lifecycle CloudEvents (query: thread, kind, dispatch, from=start; header Last-Event-ID)
@@ -46,6 +48,8 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("POST /v1/dispatches", s.auth(s.httpDispatch))
 	mux.Handle("GET /v1/dispatches/{id}", s.auth(s.httpStatus))
 	mux.Handle("POST /v1/dispatches/{id}/cancel", s.auth(s.httpCancel))
+	mux.Handle("GET /v1/dispatches/{id}/artifacts", s.auth(s.httpArtifacts))
+	mux.Handle("GET /v1/dispatches/{id}/artifacts/{name...}", s.auth(s.httpArtifact))
 	mux.Handle("GET /v1/threads/{id}", s.auth(s.httpThread))
 	mux.Handle("POST /v1/threads/{id}/cancel", s.auth(s.httpCancelThread))
 	mux.Handle("GET /v1/events", s.auth(s.httpEvents))
