@@ -64,6 +64,15 @@ Fields:
 The whole file must be at most %d bytes (1 MiB) and must be a regular file
 (not a link). Use exactly the path above (also in $AGORA_NEEDS_INPUT_FILE).
 
+## Files to keep, and progress
+Your workspace is deleted when you exit. Put files the operator should see —
+a patch, a report, a plot — under $AGORA_ARTIFACTS_DIR (.agora/artifacts/,
+folders allowed): they are kept and listed with your result, also when you
+ask a question (an approver sees the change before deciding). Report
+progress on long work with the report_progress tool if you have it, or by
+appending a JSON line such as {"message": "running the tests", "percent": 60}
+to $AGORA_PROGRESS_FILE (.agora/progress.jsonl).
+
 ## When you are started again
 Your input file ($AGORA_INPUT_FILE, .agora/input.json) then holds the
 original input plus "answer" (the operator's answer) and "partial_state"
