@@ -6,12 +6,14 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -91,6 +93,18 @@ type Report struct {
 	Launcher    string `json:"launcher"`
 	SandboxMode string `json:"sandbox_mode"`
 	GoVersion   string `json:"-"`
+	// Artifacts are the upload throughput rows: a raw object-store put and
+	// the worker path with one artifact per dispatch, same size, same run.
+	Artifacts []ArtifactRow `json:"artifacts"`
+}
+
+// ArtifactRow is one artifact upload figure.
+type ArtifactRow struct {
+	Scenario     string  `json:"scenario"`
+	MiBPerSecond float64 `json:"mib_per_second"`
+	Ratio        float64 `json:"ratio,omitempty"` // to the raw put
+	SizeMiB      int     `json:"size_mib"`
+	Samples      int     `json:"samples"`
 }
 
 // Scenario is one path measured end to end: Setup prepares it, Do runs one
@@ -185,6 +199,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		row.baseline = rt.baseline
 		rep.Rows = append(rep.Rows, row)
 	}
+	say("measuring artifact upload")
+	arts, err := artifactUpload(ctx, srv.ClientURL(), js, wsRoot, cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	rep.Artifacts = arts
 	say("measuring resume latency")
 	samples := cfg.Serial / 4
 	if samples < 20 {
@@ -366,6 +386,63 @@ func baseline(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, conc i
 	}}, stop, nil
 }
 
+// artifactRuntime leaves one artifact of fixed bytes and exits.
+type artifactRuntime struct{ data []byte }
+
+func (a artifactRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result {
+	if err := os.WriteFile(filepath.Join(inv.Workspace, lifecycle.ArtifactsDir, "blob.bin"), a.data, 0o600); err != nil {
+		return worker.Result{ExitCode: 1, Err: err}
+	}
+	return worker.Result{}
+}
+
+// artifactUpload measures upload throughput: serial puts of one object to
+// a scratch object store, then serial dispatches through the worker whose
+// run leaves one artifact of the same size (the whole worker path, the
+// upload dominating).
+func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir string, cfg Config) ([]ArtifactRow, error) {
+	const size = 8 << 20
+	n := max(cfg.Serial/50, 5)
+	data := make([]byte, size)
+	if _, err := rand.Read(data); err != nil {
+		return nil, err
+	}
+	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "bench_raw", Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, err
+	}
+	defer js.DeleteObjectStore(context.WithoutCancel(ctx), "bench_raw")
+	t0 := time.Now()
+	for i := range n {
+		if _, err := obs.PutBytes(ctx, fmt.Sprintf("blob-%d", i), data); err != nil {
+			return nil, err
+		}
+	}
+	raw := ArtifactRow{Scenario: "raw object-store put", SizeMiB: size >> 20, Samples: n,
+		MiBPerSecond: float64(n*size>>20) / time.Since(t0).Seconds()}
+
+	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", worker.Deps{Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: artifactRuntime{data}}}, false)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	if err := sc.do(ctx, lifecycle.NewID()); err != nil { // warm up
+		return nil, err
+	}
+	t0 = time.Now()
+	for range n {
+		if err := sc.do(ctx, lifecycle.NewID()); err != nil {
+			return nil, err
+		}
+	}
+	agora := ArtifactRow{Scenario: "agora worker path with one artifact per dispatch", SizeMiB: size >> 20, Samples: n,
+		MiBPerSecond: float64(n*size>>20) / time.Since(t0).Seconds()}
+	if raw.MiBPerSecond > 0 {
+		agora.Ratio = agora.MiBPerSecond / raw.MiBPerSecond
+	}
+	return []ArtifactRow{raw, agora}, nil
+}
+
 type noopRuntime struct{}
 
 func (noopRuntime) Run(context.Context, worker.Invocation) worker.Result { return worker.Result{} }
@@ -373,6 +450,15 @@ func (noopRuntime) Run(context.Context, worker.Invocation) worker.Result { retur
 // workerPath runs a real worker (own connection) and measures a dispatch
 // message on agora.dispatch.* → worker → `finished` observed.
 func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, viaDispatcher bool) (scenario, func(), error) {
+	var deps worker.Deps
+	if runtime == "noop" {
+		deps.Runtimes = map[string]worker.Runtime{subagent.RuntimeExec: noopRuntime{}}
+	}
+	return workerPathWith(ctx, url, js, dir, conc, runtime, deps, viaDispatcher)
+}
+
+// workerPathWith is workerPath with the worker's runtimes given in deps.
+func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, deps worker.Deps, viaDispatcher bool) (scenario, func(), error) {
 	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
 	if err != nil {
 		return scenario{}, nil, err
@@ -387,10 +473,7 @@ func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir str
 	if err != nil {
 		return scenario{}, nil, err
 	}
-	deps := worker.Deps{Conn: wnc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if runtime == "noop" {
-		deps.Runtimes = map[string]worker.Runtime{subagent.RuntimeExec: noopRuntime{}}
-	}
+	deps.Conn, deps.Logger = wnc, slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := worker.New(worker.Config{Concurrency: conc, WorkspaceRoot: dir + "/ws-" + runtime, ID: "bench-" + runtime, PullExpiry: 500 * time.Millisecond}, deps)
 	if err != nil {
 		return scenario{}, nil, err
@@ -480,6 +563,19 @@ func Print(w io.Writer, r Report) {
 		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q)
 	}
 	tw.Flush()
+	if len(r.Artifacts) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "artifact upload\tMiB/s\t× raw put")
+		for _, a := range r.Artifacts {
+			ratio := "1.00"
+			if a.Ratio > 0 {
+				ratio = fmt.Sprintf("%.2f", a.Ratio)
+			}
+			fmt.Fprintf(tw, "%s\t%.1f\t%s\n", a.Scenario, a.MiBPerSecond, ratio)
+		}
+		tw.Flush()
+	}
 	fmt.Fprintf(w, "ratios: no-op rows against the first baseline, exec rows against the fork/exec baseline\n")
 	fmt.Fprintf(w, "concurrency %d; workspaces under %s; sandbox %s via %s; peak RSS %.1f MiB\n", r.Concurrency, r.WorkspaceRoot, r.SandboxMode, r.Launcher, r.PeakRSSMiB)
 }
