@@ -78,8 +78,9 @@ func TestAskAnswerRedispatch(t *testing.T) {
 	}
 
 	rec := e.waitStatus(qid, "answered")
-	if len(rec.History) != 4 || rec.History[2].Result != "accepted" || rec.History[3].Status != "already_answered" || rec.History[0].Status != "invalid" {
-		t.Errorf("history = %+v, want invalid, invalid, accepted, already_answered", rec.History)
+	if len(rec.History) != 5 || rec.History[3].Result != "accepted" || rec.History[4].Status != "already_answered" ||
+		rec.History[0].Status != "invalid" || rec.History[2].Status != "invalid" {
+		t.Errorf("history = %+v, want invalid, invalid, invalid, accepted, already_answered", rec.History)
 	}
 	reqs := e.requests("planner")
 	if len(reqs) != 1 {
