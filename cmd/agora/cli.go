@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"syscall"
@@ -173,6 +174,11 @@ func (g *globals) explain(err error, endpoint string) error {
 func problemError(p *client.Problem, action string) error {
 	if action == "" {
 		action = "request"
+	}
+	if p.Status == http.StatusConflict && p.Detail != "" {
+		// A dispatch id reused for a different request: the detail names
+		// the id and the fields.
+		return fmt.Errorf("%s refused: %s", action, p.Detail)
 	}
 	if len(p.Errors) == 0 {
 		msg := strings.ToLower(p.Title)

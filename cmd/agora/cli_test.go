@@ -528,3 +528,18 @@ func TestMissingArgumentsAndFlagNames(t *testing.T) {
 		t.Errorf("status --timeout: %s", r)
 	}
 }
+
+// Reusing --id with a different request is refused, naming what differs;
+// the same request again is the same dispatch.
+func TestDispatchIDReusedForADifferentRequest(t *testing.T) {
+	t.Parallel()
+	first := jsonLines(t, mustAgora(t, "dispatch", "demo", "--id", "reuse-1", "--input", `{"task":"a"}`, "--json").stdout)
+	again := jsonLines(t, mustAgora(t, "dispatch", "demo", "--id", "reuse-1", "--input", `{"task": "a"}`, "--json").stdout)
+	if first[0]["dispatch_id"] != "reuse-1" || again[0]["created_at"] != first[0]["created_at"] {
+		t.Errorf("replay: %v then %v", first, again)
+	}
+	r := agora(t, "dispatch", "demo", "--id", "reuse-1", "--input", `{"task":"b"}`)
+	if r.code != 1 || !strings.Contains(r.stderr, "input") || !strings.Contains(r.stderr, "reuse-1") {
+		t.Errorf("a different request under a used id: %s", r)
+	}
+}

@@ -282,6 +282,9 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		rec, _, err := s.record(ctx, b, req.DispatchID)
 		switch {
 		case err == nil:
+			if err := requestConflict(rec.Request, req); err != nil {
+				return client.Record{}, resultConflict, err
+			}
 			rec, err = s.finish(ctx, b, rec, false)
 			return rec, resultDuplicate, withID(err, req.DispatchID)
 		case !errors.Is(err, errNoRecord):
@@ -321,6 +324,9 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		first, _, err := s.record(ctx, b, rec.DispatchID)
 		if err != nil {
 			return client.Record{}, resultError, err
+		}
+		if err := requestConflict(first.Request, req); err != nil {
+			return client.Record{}, resultConflict, err
 		}
 		first, err = s.finish(ctx, b, first, false)
 		return first, resultDuplicate, withID(err, rec.DispatchID)

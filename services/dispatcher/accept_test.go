@@ -520,3 +520,49 @@ func TestCrashSafeAcceptance(t *testing.T) {
 		verify(t, id)
 	})
 }
+
+// A dispatch_id reused for a different request is refused with 409 (HTTP)
+// or a micro error 409, naming the fields that differ; on the stream door
+// it is dropped without a second terminal event. The same request again is
+// still the idempotent replay, however its JSON is formatted.
+func TestReusedIDWithADifferentRequest(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	h.dispatchVia("http", "taken-1", `{"dispatch_id":"taken-1","subagent":"planner","input":{"a":1,"b":[1,2]},"labels":{"team":"x"}}`)
+
+	// The same request, formatted otherwise: the same dispatch.
+	same := h.dispatchVia("micro", "taken-1", `{"labels":{"team":"x"}, "input":{"b":[1, 2],"a":1}, "subagent":"planner","dispatch_id":"taken-1"}`)
+	if same.DispatchID != "taken-1" {
+		t.Fatalf("replay = %+v", same)
+	}
+
+	different := `{"dispatch_id":"taken-1","subagent":"planner","input":{"a":2},"labels":{"team":"y"}}`
+	resp, data := h.do(http.MethodPost, "/v1/dispatches", different, "")
+	var p client.Problem
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusConflict || p.Type != dispatcher.ProblemConflict || p.DispatchID != "taken-1" ||
+		p.Field("input") == "" || p.Field("labels") == "" || p.Field("subagent") != "" || !strings.Contains(p.Detail, "input, labels") {
+		t.Errorf("HTTP: %d %s", resp.StatusCode, data)
+	}
+	m := h.microCall(lifecycle.APIDispatch, []byte(different), nil)
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "409" || !strings.Contains(string(m.Data), "input, labels") {
+		t.Errorf("micro: %s %s", code, m.Data)
+	}
+	before := h.lastSeq()
+	h.publishRawRequest("planner", different)
+	h.eventually("the conflicting stream request to be dropped", func() bool { return h.count(lifecycle.StreamRequests, "agora.requests.planner") == 0 })
+	if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.failed.taken-1.taken-1"); n != 0 {
+		t.Errorf("the stream door published %d failed events for the taken id", n)
+	}
+	if h.lastSeq() != before {
+		t.Errorf("the stream door published lifecycle events for a conflicting request")
+	}
+	rec, _ := h.record("taken-1")
+	if string(rec.Request.Input) != `{"a":1,"b":[1,2]}` || rec.Request.Labels["team"] != "x" {
+		t.Errorf("the record changed: %+v", rec.Request)
+	}
+	if q := h.queued("taken-1"); len(q) != 1 {
+		t.Errorf("%d queued, want 1", len(q))
+	}
+}

@@ -77,6 +77,14 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 		req.DispatchID = derived
 	}
 	rec, result, err := s.accept(ctx, b, req, len(e.Data()), r.traceparent)
+	var ce *conflictError
+	if errors.As(err, &ce) {
+		// The id belongs to another dispatch, which has (or will have)
+		// its own terminal event: a failed event here would be a second
+		// one. The request is dropped, logged and counted.
+		log.Warn("request dropped: its dispatch_id belongs to a different request", "dispatch_id", req.DispatchID, "detail", ce.p.Detail)
+		return ack, resultConflict
+	}
 	if errors.As(err, &p) {
 		r.from(req)
 		r.detail = p.Detail

@@ -23,6 +23,7 @@ const (
 	resultAccepted  = "accepted"   // a new dispatch was accepted and queued
 	resultDuplicate = "duplicate"  // the dispatch id existed: its record was returned
 	resultRejected  = "rejected"   // the request was invalid
+	resultConflict  = "conflict"   // the dispatch id belongs to a different request
 	resultMaxRounds = "max_rounds" // recorded as failed max-rounds
 	resultError     = "error"      // a temporary failure: the caller or the stream retries
 )
