@@ -35,7 +35,7 @@ const maxBodyBytes = 1 << 20
 //	GET  /v1/dispatches/{id}/artifacts/{name…}  one artifact, streamed: Content-Length, ETag (sha256), single byte ranges; 410 once expired
 //	GET  /v1/threads/{id}             the client.Thread: every round with its events
 //	POST /v1/threads/{id}/cancel      optional {"by", "reason"} → the client.Thread
-//	GET  /v1/events                   Server-Sent Events: lifecycle CloudEvents (query: thread, kind, dispatch, from=start; header Last-Event-ID)
+//	GET  /v1/events                   Server-Sent Events: lifecycle and progress CloudEvents, `event:` = the type (query: thread, dispatch, kind, type=lifecycle|progress, from=start|now; header Last-Event-ID)
 //	GET  /metrics                     Prometheus metrics
 //	GET  /healthz                     200 when NATS is connected and JetStream answers
 //
@@ -254,11 +254,17 @@ func sseFilter(r *http.Request) (jetstream.OrderedConsumerConfig, error) {
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	}
 	switch q.Get("from") {
-	case "", "now":
+	case "":
+		// Naming a thread or a dispatch asks for its history: replayed
+		// from its start unless from=now.
+		if thread != "" || dispatch != "" {
+			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		}
+	case "now":
 	case "start":
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 	default:
-		errs = append(errs, client.FieldError{Field: "from", Message: "want start (replay retained events) or now (the default)"})
+		errs = append(errs, client.FieldError{Field: "from", Message: "want start (replay retained events; the default with thread or dispatch) or now (the default otherwise)"})
 	}
 	last := r.Header.Get("Last-Event-ID")
 	field := "Last-Event-ID"

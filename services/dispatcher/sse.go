@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -18,12 +19,22 @@ import (
 const sseWriteTimeout = 30 * time.Second
 
 // httpEvents serves GET /v1/events: lifecycle events as Server-Sent Events
-// through an ordered consumer on AGORA_LIFECYCLE. Each event's id is its
-// stream sequence and its data the structured-mode CloudEvent JSON; a
-// client that reconnects with Last-Event-ID resumes right after it, with
-// no gap and no repeat. A comment line is sent every SSEKeepalive.
+// through an ordered consumer on AGORA_LIFECYCLE, and the progress reports
+// of running sub-agents through one on AGORA_PROGRESS (docs/progress.md).
+// Each frame's event field is the CloudEvent type and its data the
+// structured-mode CloudEvent JSON. A lifecycle event's id is its stream
+// sequence: a client that reconnects with Last-Event-ID resumes right
+// after it, with no gap and no repeat. Progress frames carry no id (they
+// are telemetry, and an id would break that resumption). type=lifecycle or
+// type=progress keeps one of the two. A comment line is sent every
+// SSEKeepalive.
 func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 	cfg, err := sseFilter(r)
+	if err != nil {
+		writeProblem(w, r, s.problem(err))
+		return
+	}
+	want, err := sseTypes(r)
 	if err != nil {
 		writeProblem(w, r, s.problem(err))
 		return
@@ -35,19 +46,39 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, s.problem(err))
 		return
 	}
-	cons, err := b.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, cfg)
-	if err != nil {
-		writeProblem(w, r, s.problem(fmt.Errorf("dispatcher: events: %w", err)))
-		return
+	var sources []jetstream.MessagesContext
+	defer func() {
+		for _, m := range sources {
+			m.Stop()
+		}
+	}()
+	open := func(stream string, c jetstream.OrderedConsumerConfig) error {
+		cons, err := b.js.OrderedConsumer(ctx, stream, c)
+		if err != nil {
+			return fmt.Errorf("dispatcher: events: %w", err)
+		}
+		// Messages creates the consumer on the server: from here on
+		// nothing published is missed.
+		msgs, err := cons.Messages()
+		if err != nil {
+			return fmt.Errorf("dispatcher: events: %w", err)
+		}
+		sources = append(sources, msgs)
+		return nil
 	}
-	// Messages creates the consumer on the server: from here on nothing
-	// published is missed, so the client is told it is connected.
-	msgs, err := cons.Messages()
-	if err != nil {
-		writeProblem(w, r, s.problem(fmt.Errorf("dispatcher: events: %w", err)))
-		return
+	if want.lifecycle {
+		if err := open(lifecycle.StreamLifecycle, cfg); err != nil {
+			writeProblem(w, r, s.problem(err))
+			return
+		}
 	}
-	defer msgs.Stop()
+	if want.progress {
+		pc := progressConfig(r, cfg)
+		if err := open(lifecycle.StreamProgress, pc); err != nil {
+			writeProblem(w, r, s.problem(err))
+			return
+		}
+	}
 
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -72,23 +103,25 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 	defer wg.Wait() // after cancel, below
 	defer cancel()
 	items := make(chan jetstream.Msg)
-	wg.Go(func() {
-		defer close(items)
-		for {
-			m, err := msgs.Next(jetstream.NextContext(ctx))
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("event stream ended", "err", err)
+	for _, msgs := range sources {
+		wg.Go(func() {
+			for {
+				m, err := msgs.Next(jetstream.NextContext(ctx))
+				if err != nil {
+					if ctx.Err() == nil {
+						s.log.Warn("event stream ended", "err", err)
+						cancel()
+					}
+					return
 				}
-				return
+				select {
+				case items <- m:
+				case <-ctx.Done():
+					return
+				}
 			}
-			select {
-			case items <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	})
+		})
+	}
 	keepalive := time.NewTicker(s.cfg.SSEKeepalive)
 	defer keepalive.Stop()
 	for {
@@ -101,10 +134,7 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 			if !write(": keepalive\n\n") {
 				return
 			}
-		case m, ok := <-items:
-			if !ok {
-				return
-			}
+		case m := <-items:
 			md, err := m.Metadata()
 			if err != nil {
 				continue
@@ -118,9 +148,50 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				continue
 			}
-			if !write("id: %d\ndata: %s\n\n", md.Sequence.Stream, data) {
+			if md.Stream == lifecycle.StreamProgress {
+				if !write("event: %s\ndata: %s\n\n", e.Type(), data) {
+					return
+				}
+				continue
+			}
+			if !write("id: %d\nevent: %s\ndata: %s\n\n", md.Sequence.Stream, e.Type(), data) {
 				return
 			}
 		}
 	}
+}
+
+// sseKinds says which events a stream carries.
+type sseKinds struct{ lifecycle, progress bool }
+
+// sseTypes reads the type query: lifecycle, progress, or both (default).
+// A kind filter asks for lifecycle events only.
+func sseTypes(r *http.Request) (sseKinds, error) {
+	k := sseKinds{lifecycle: true, progress: r.URL.Query().Get("kind") == ""}
+	switch t := r.URL.Query().Get("type"); t {
+	case "":
+	case "lifecycle":
+		k.progress = false
+	case "progress", lifecycle.TypeProgress:
+		k.lifecycle, k.progress = false, true
+		if r.URL.Query().Get("kind") != "" {
+			return k, client.Invalid(client.FieldError{Field: "type", Message: "progress reports have no kind: leave out kind with type=progress"})
+		}
+	default:
+		return k, client.Invalid(client.FieldError{Field: "type", Message: fmt.Sprintf("%q: want lifecycle or progress (both when left out)", clip(t))})
+	}
+	return k, nil
+}
+
+// progressConfig is the progress consumer matching a lifecycle filter:
+// same thread and dispatch, from the start when the lifecycle events are
+// replayed (the last reports kept per dispatch), else new ones only.
+func progressConfig(r *http.Request, lc jetstream.OrderedConsumerConfig) jetstream.OrderedConsumerConfig {
+	q := r.URL.Query()
+	c := jetstream.OrderedConsumerConfig{FilterSubjects: []string{lifecycle.ProgressFilter(q.Get("thread"), q.Get("dispatch"))},
+		DeliverPolicy: jetstream.DeliverNewPolicy}
+	if lc.DeliverPolicy == jetstream.DeliverAllPolicy {
+		c.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	return c
 }

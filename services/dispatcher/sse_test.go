@@ -17,6 +17,7 @@ import (
 // sseEvent is one Server-Sent Event, or a comment when Comment is set.
 type sseEvent struct {
 	ID      uint64
+	Type    string // the event field
 	Event   lifecycle.Event
 	Comment string
 }
@@ -60,7 +61,7 @@ func (h *harness) openSSE(query string, lastID uint64) *sseStream {
 			line = strings.TrimRight(line, "\n")
 			switch {
 			case line == "":
-				if cur.ID != 0 || cur.Comment != "" {
+				if cur.ID != 0 || cur.Comment != "" || cur.Type != "" {
 					s.events <- cur
 				}
 				cur = sseEvent{}
@@ -68,6 +69,8 @@ func (h *harness) openSSE(query string, lastID uint64) *sseStream {
 				cur.Comment = strings.TrimSpace(line[1:])
 			case strings.HasPrefix(line, "id: "):
 				cur.ID, _ = strconv.ParseUint(line[4:], 10, 64)
+			case strings.HasPrefix(line, "event: "):
+				cur.Type = line[7:]
 			case strings.HasPrefix(line, "data: "):
 				if err := json.Unmarshal([]byte(line[6:]), &cur.Event); err != nil {
 					h.t.Errorf("data is not a structured CloudEvent: %v: %s", err, line)
@@ -176,4 +179,45 @@ func TestEventsStreamResumes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Frames name their CloudEvent type; naming a thread replays its history;
+// progress reports come with the lifecycle events (without an id, so they
+// never disturb Last-Event-ID), and type= keeps one kind of the two.
+func TestEventsStreamTypesHistoryAndProgress(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	d := h.dispatchMicro(lifecycle.Request{DispatchID: "sse-p", Subagent: "planner"})
+	h.publishAsWorker(&lifecycle.Started{Common: d.Record.Common(), WorkerID: "w", Attempt: 1})
+
+	// Opened after the events: the thread's history is replayed.
+	s := h.openSSE("thread=sse-p", 0)
+	a, b := s.nextEvent(), s.nextEvent()
+	if a.Event.ID() != "sse-p.accepted" || a.Type != lifecycle.KindAccepted.Type() || b.Type != lifecycle.KindStarted.Type() || b.ID == 0 {
+		t.Fatalf("replay: %+v, %+v", a, b)
+	}
+	h.publishAsWorker(&lifecycle.Progress{Common: d.Record.Common(), Attempt: 1, Seq: 1, Message: "half way", Lines: 1})
+	p := s.nextEvent()
+	if p.Type != lifecycle.TypeProgress || p.ID != 0 || p.Event.Type() != lifecycle.TypeProgress {
+		t.Fatalf("progress frame: %+v", p)
+	}
+	s.cancel()
+
+	lc := h.openSSE("thread=sse-p&type=lifecycle", 0)
+	lc.nextEvent()
+	lc.nextEvent()
+	h.publishAsWorker(&lifecycle.Progress{Common: d.Record.Common(), Attempt: 1, Seq: 2, Message: "more", Lines: 2})
+	lc.quiet(300 * time.Millisecond)
+	lc.cancel()
+
+	only := h.openSSE("dispatch=sse-p&type=progress", 0)
+	if e := only.nextEvent(); e.Type != lifecycle.TypeProgress {
+		t.Errorf("type=progress: %+v", e)
+	}
+	only.cancel()
+	for q, field := range map[string]string{"type=all": "type", "type=progress&kind=started": "type"} {
+		resp, data := h.do(http.MethodGet, "/v1/events?"+q, "", "")
+		if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(data), `"field":"`+field+`"`) {
+			t.Errorf("%s: %d %s", q, resp.StatusCode, data)
+		}
+	}
 }
