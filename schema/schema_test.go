@@ -108,7 +108,7 @@ func goldenData() map[string]lifecycle.Data {
 		"accepted minimal": &lifecycle.Accepted{Common: common(1), SubagentRevision: 1},
 		"started":          &lifecycle.Started{Common: common(0), WorkerID: "worker-7c9f/3", Attempt: 1},
 		"finished": &lifecycle.Finished{Common: common(1), DurationMS: 41237,
-			Output: json.RawMessage(`{"plan":["extract","move","test"]}`), StdoutTail: "done\n"},
+			Output: json.RawMessage(`{"plan":["extract","move","test"]}`), StdoutTail: "done\n", StderrTail: "warning: slow disk\n"},
 		"finished without output": &lifecycle.Finished{Common: common(0), DurationMS: 12},
 		"finished with artifacts": &lifecycle.Finished{Common: common(0), DurationMS: 12, Outputs: lifecycle.Outputs{
 			Artifacts: []lifecycle.Artifact{{Name: "patches/fix.diff", Size: 120, SHA256: strings.Repeat("ab", 32),
@@ -211,6 +211,7 @@ func TestSchemasBite(t *testing.T) {
 		{"missing exit_code", "failed timeout", func(m map[string]any) { delete(m, "exit_code") }},
 		{"finished non-zero exit", "finished", func(m map[string]any) { m["exit_code"] = 1 }},
 		{"finished missing output", "finished", func(m map[string]any) { delete(m, "output") }},
+		{"finished stderr_tail too long", "finished", func(m map[string]any) { m["stderr_tail"] = strings.Repeat("x", 4097) }},
 		{"attempt zero", "started", func(m map[string]any) { m["attempt"] = 0 }},
 		{"artifact without sha256", "finished with artifacts", func(m map[string]any) {
 			delete(m["artifacts"].([]any)[0].(map[string]any), "sha256")

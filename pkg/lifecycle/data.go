@@ -95,6 +95,9 @@ type Finished struct {
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output"` // .agora/output.json, or null
 	StdoutTail string          `json:"stdout_tail"`
+	// StderrTail is the last 4 KiB of the runtime's standard error, with
+	// the values of secrets redacted; empty when it wrote none.
+	StderrTail string `json:"stderr_tail,omitempty"`
 }
 
 // MaxInlineState is the largest partial_state carried inline in a

@@ -145,6 +145,30 @@ func TestFailureDetailRedactsAllowedSecret(t *testing.T) {
 	}
 }
 
+// A finished dispatch keeps the tail of its stderr too, with the values of
+// allowed secrets redacted.
+func TestFinishedKeepsRedactedStderrTail(t *testing.T) {
+	const secret = "sk-allowed-secret-4e8a21"
+	t.Setenv("ALLOWED_KEY", secret)
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	h.shell("chatty", `head -c 6000 /dev/zero | tr '\0' x >&2; echo >&2; echo "warning: used key $ALLOWED_KEY" >&2; echo out`, func(d *subagent.Definition) {
+		d.EnvAllow = []string{"ALLOWED_KEY"}
+	})
+	h.shell("quiet", `echo out`)
+	f, ok := h.terminal(h.dispatch(lifecycle.Request{Subagent: "chatty"})).Data.(*lifecycle.Finished)
+	if !ok {
+		t.Fatal("chatty did not finish")
+	}
+	if strings.Contains(f.StderrTail, secret) || !strings.HasSuffix(f.StderrTail, "warning: used key [redacted]\n") || len(f.StderrTail) > 4096 {
+		t.Errorf("stderr_tail = …%q (%d bytes)", f.StderrTail[max(0, len(f.StderrTail)-60):], len(f.StderrTail))
+	}
+	q, ok := h.terminal(h.dispatch(lifecycle.Request{Subagent: "quiet"})).Data.(*lifecycle.Finished)
+	if !ok || q.StderrTail != "" || q.StdoutTail != "out\n" {
+		t.Errorf("a quiet run: %+v", q)
+	}
+}
+
 // TestEnvironment checks worker.Environment directly.
 func TestEnvironment(t *testing.T) {
 	parent := []string{

@@ -275,7 +275,8 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		if why != "" {
 			j.log.Warn("output not carried", "why", why)
 		}
-		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out, StdoutTail: validUTF8(res.Stdout)}, 0, "")
+		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out,
+			StdoutTail: validUTF8(res.Stdout), StderrTail: lastBytes(validUTF8(res.Stderr), 4096)}, 0, "")
 	default:
 		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s", res.ExitCode, stderrNote(res.Stderr)))
 	}
@@ -498,3 +499,16 @@ func truncate(s string, n int) string {
 }
 
 func validUTF8(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }
+
+// lastBytes keeps at most the last n bytes of s, on a rune boundary
+// (redaction may have made a tail longer than it was captured).
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
+}
