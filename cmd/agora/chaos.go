@@ -80,7 +80,10 @@ func newServiceCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log := logging.New(os.Stderr)
+			log, err := logging.New(os.Stderr)
+			if err != nil {
+				return err
+			}
 			switch args[0] {
 			case "worker":
 				var cfg worker.Config

@@ -86,7 +86,10 @@ starting again on the same --data directory picks up queued work.`,
 
 func runDev(cmd *cobra.Command, o devOptions) error {
 	ctx := cmd.Context()
-	log := logging.New(os.Stderr)
+	log, err := logging.New(os.Stderr)
+	if err != nil {
+		return err
+	}
 	host, portStr, err := net.SplitHostPort(o.natsListen)
 	if err != nil {
 		return fmt.Errorf("--nats-listen %q: %w", o.natsListen, err)

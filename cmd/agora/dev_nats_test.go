@@ -138,3 +138,12 @@ func TestDevDemoFromGoRunBuild(t *testing.T) {
 		t.Errorf("the demo from the copied binary did not ask: %s", r)
 	}
 }
+
+// A bad log setting stops agora dev at start, naming the variable.
+func TestDevRefusesBadLogSettings(t *testing.T) {
+	t.Parallel()
+	r := agoraWith(t, append(cleanEnv(), "AGORA_LOG_LEVEL=loud"), "dev", "--memory", "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
+	if r.code != 1 || !strings.Contains(r.stderr, "AGORA_LOG_LEVEL") {
+		t.Errorf("agora dev with AGORA_LOG_LEVEL=loud: %s", r)
+	}
+}

@@ -39,7 +39,11 @@ AGORA_INBOX_TLS_CERT, AGORA_INBOX_TLS_KEY.`,
 			// works at once, with the port the listener really got.
 			var tok string
 			stderr := cmd.ErrOrStderr()
-			s, err := inbox.New(cfg, inbox.Deps{Logger: logging.New(os.Stderr), Listening: func(base string) {
+			log, err := logging.New(os.Stderr)
+			if err != nil {
+				return err
+			}
+			s, err := inbox.New(cfg, inbox.Deps{Logger: log, Listening: func(base string) {
 				if tok != "" {
 					fmt.Fprintf(stderr, "inbox: sign in at %s/login?token=%s\n", base, tok)
 				}

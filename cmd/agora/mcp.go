@@ -49,7 +49,11 @@ before it returns status running), AGORA_MCP_PROGRESS_EVERY (10s).`,
 			}
 			defer c.Close()
 			// stdout carries the protocol: logs go to stderr only.
-			svc, err := mcpserver.New(cmd.Context(), cfg, mcpserver.Deps{Client: c, Logger: logging.New(os.Stderr)})
+			log, err := logging.New(os.Stderr)
+			if err != nil {
+				return err
+			}
+			svc, err := mcpserver.New(cmd.Context(), cfg, mcpserver.Deps{Client: c, Logger: log})
 			if err != nil {
 				return err
 			}

@@ -40,7 +40,11 @@ func main() { os.Exit(run()) }
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := logging.New(os.Stderr)
+	log, lerr := logging.New(os.Stderr)
+	if lerr != nil {
+		fmt.Fprintln(os.Stderr, "provision:", lerr)
+		return 1
+	}
 	var cfg Config
 	if err := config.Load(&cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "provision:", err)

@@ -1,22 +1,30 @@
 // Package logging builds the slog logger every Agora program uses: text on
 // a terminal, JSON otherwise (containers, files), level from AGORA_LOG_LEVEL.
+// Durations are logged in one form ("1.5s", never nanoseconds), and a
+// dispatch's trace id goes on its log lines (Trace).
 package logging
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 )
 
 // New returns a logger writing to w: a text handler when w is a terminal,
-// JSON otherwise. AGORA_LOG_LEVEL (debug, info, warn, error) sets the level;
-// AGORA_LOG_FORMAT (text, json) overrides the choice of handler.
-func New(w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(strings.ToUpper(os.Getenv("AGORA_LOG_LEVEL"))))
-	opts := &slog.HandlerOptions{Level: level}
-	format := os.Getenv("AGORA_LOG_FORMAT")
+// JSON otherwise. AGORA_LOG_LEVEL (debug, info, warn, error; default info)
+// sets the level; AGORA_LOG_FORMAT (text, json) overrides the choice of
+// handler. A value outside those is an error naming the variable, and the
+// program stops at start rather than log in a way nobody asked for.
+func New(w io.Writer) (*slog.Logger, error) {
+	level, format, err := settings()
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr}
 	if format == "" {
 		format = "json"
 		if f, ok := w.(*os.File); ok && isTerminal(f) {
@@ -24,9 +32,58 @@ func New(w io.Writer) *slog.Logger {
 		}
 	}
 	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+// settings reads and checks AGORA_LOG_LEVEL and AGORA_LOG_FORMAT.
+func settings() (slog.Level, string, error) {
+	var errs []error
+	var level slog.Level
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("AGORA_LOG_LEVEL"))); v {
+	case "", "info":
+		level = slog.LevelInfo
+	case "debug":
+		level = slog.LevelDebug
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		errs = append(errs, fmt.Errorf("AGORA_LOG_LEVEL=%q: want debug, info, warn or error", os.Getenv("AGORA_LOG_LEVEL")))
+	}
+	format := strings.ToLower(strings.TrimSpace(os.Getenv("AGORA_LOG_FORMAT")))
+	switch format {
+	case "", "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("AGORA_LOG_FORMAT=%q: want text or json", os.Getenv("AGORA_LOG_FORMAT")))
+	}
+	return level, format, errors.Join(errs...)
+}
+
+// replaceAttr writes every duration as its String ("250ms", "30s"): the
+// JSON handler would write nanoseconds, so the same setting read two ways.
+func replaceAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	if a.Value.Kind() == slog.KindAny {
+		if d, ok := a.Value.Any().(time.Duration); ok {
+			return slog.String(a.Key, d.String())
+		}
+	}
+	return a
+}
+
+// Trace returns the attributes that put a W3C traceparent's trace and span
+// ids on log lines ("trace_id", "span_id"), or none for an invalid one.
+func Trace(traceparent string) []any {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || len(parts[2]) != 16 || strings.Trim(parts[1], "0") == "" {
+		return nil
+	}
+	return []any{"trace_id", parts[1], "span_id", parts[2]}
 }
 
 func isTerminal(f *os.File) bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -52,6 +53,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 		return s.reject(ctx, b, r, log), resultRejected
 	}
 	r.traceparent = lifecycle.Traceparent(e)
+	log = log.With(logging.Trace(r.traceparent)...)
 	// A request without a dispatch id gets one derived from the event's
 	// identity, so a redelivery or a republished event maps to the same
 	// dispatch.

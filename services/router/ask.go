@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -46,7 +47,7 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return ack
 	}
 	qid := ni.QuestionID
-	log = log.With("question_id", qid, "dispatch_id", ni.DispatchID, "thread_id", ni.ThreadID)
+	log = log.With("question_id", qid, "dispatch_id", ni.DispatchID, "thread_id", ni.ThreadID).With(logging.Trace(lifecycle.Traceparent(e))...)
 
 	mu := s.lock(qid)
 	mu.Lock()

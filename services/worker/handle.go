@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -71,7 +72,8 @@ func (s *Service) Handle(ctx context.Context, msg jetstream.Msg) Outcome {
 	j.req = req
 	j.trace = lifecycle.Traceparent(ev)
 	j.common = lifecycle.Common{DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round, Subagent: req.Subagent}
-	j.log = s.log.With("dispatch_id", req.DispatchID, "thread_id", req.ThreadID, "round", req.Round, "attempt", j.attempt, "subagent", req.Subagent)
+	j.log = s.log.With("dispatch_id", req.DispatchID, "thread_id", req.ThreadID, "round", req.Round, "attempt", j.attempt, "subagent", req.Subagent).
+		With(logging.Trace(j.trace)...)
 	return s.handle(ctx, j)
 }
 

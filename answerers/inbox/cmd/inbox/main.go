@@ -37,7 +37,11 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := logging.New(os.Stderr)
+	log, lerr := logging.New(os.Stderr)
+	if lerr != nil {
+		fmt.Fprintln(os.Stderr, "inbox:", lerr)
+		return 1
+	}
 	var cfg inbox.Config
 	if err := config.Load(&cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "inbox:", err)

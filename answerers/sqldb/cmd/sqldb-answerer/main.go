@@ -38,7 +38,11 @@ func main() { os.Exit(run()) }
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := logging.New(os.Stderr)
+	log, lerr := logging.New(os.Stderr)
+	if lerr != nil {
+		fmt.Fprintln(os.Stderr, "sqldb-answerer:", lerr)
+		return 1
+	}
 	var s settings
 	if err := config.Load(&s); err != nil {
 		fmt.Fprintln(os.Stderr, "sqldb-answerer:", err)

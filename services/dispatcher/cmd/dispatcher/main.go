@@ -30,7 +30,11 @@ func main() { os.Exit(run()) }
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := logging.New(os.Stderr)
+	log, lerr := logging.New(os.Stderr)
+	if lerr != nil {
+		fmt.Fprintln(os.Stderr, "dispatcher:", lerr)
+		return 1
+	}
 
 	var cfg dispatcher.Config
 	if err := config.Load(&cfg); err != nil {

@@ -25,7 +25,11 @@ func main() { os.Exit(run()) }
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := logging.New(os.Stderr)
+	log, lerr := logging.New(os.Stderr)
+	if lerr != nil {
+		fmt.Fprintln(os.Stderr, "router:", lerr)
+		return 1
+	}
 
 	var cfg router.Config
 	if err := config.Load(&cfg); err != nil {

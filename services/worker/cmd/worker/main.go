@@ -28,7 +28,11 @@ func run() int {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := logging.New(os.Stderr)
+	log, lerr := logging.New(os.Stderr)
+	if lerr != nil {
+		fmt.Fprintln(os.Stderr, "worker:", lerr)
+		return 1
+	}
 
 	var cfg worker.Config
 	if err := config.Load(&cfg); err != nil {
