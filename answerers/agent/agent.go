@@ -131,11 +131,11 @@ func (a *Answerer) Handle(ctx context.Context, q lifecycle.Question) (answerer.R
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			_, _ = a.c.Cancel(cctx, d.ID, client.CancelBy("answerer:agent", "no answer in time"))
+			_, _ = a.c.Cancel(cctx, d.DispatchID, client.CancelBy("answerer:agent", "no answer in time"))
 			ccancel()
 			return answerer.Decline(fmt.Sprintf("sub-agent %s did not answer within %s", a.cfg.Subagent, a.cfg.Timeout)), nil
 		}
-		return answerer.Reply{}, fmt.Errorf("agent: wait for %s: %w", d.ID, err)
+		return answerer.Reply{}, fmt.Errorf("agent: wait for %s: %w", d.DispatchID, err)
 	}
 	switch v := it.Data.(type) {
 	case *lifecycle.Finished:
@@ -150,7 +150,7 @@ func (a *Answerer) Handle(ctx context.Context, q lifecycle.Question) (answerer.R
 	case *lifecycle.Cancelled:
 		return answerer.Decline(fmt.Sprintf("sub-agent %s was cancelled by %s", a.cfg.Subagent, v.By)), nil
 	}
-	return answerer.Reply{}, fmt.Errorf("agent: dispatch %s ended with %T", d.ID, it.Data)
+	return answerer.Reply{}, fmt.Errorf("agent: dispatch %s ended with %T", d.DispatchID, it.Data)
 }
 
 // reply reads the answer from a finished dispatch's output.

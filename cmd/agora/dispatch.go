@@ -127,8 +127,8 @@ func runDispatch(cmd *cobra.Command, g *globals, o dispatchOptions, name string)
 		if o.json {
 			return newJSONLines(out).write(d.Record)
 		}
-		fmt.Fprintf(out, "dispatched %s to %s (thread %s, round %d)\n", d.ID, d.Record.Subagent, d.ThreadID, d.Record.Round)
-		fmt.Fprintf(out, "follow it:  %s events --thread %s --follow\nits status: %s status %s\n", g.cli(cmd), d.ThreadID, g.cli(cmd), d.ID)
+		fmt.Fprintf(out, "dispatched %s to %s (thread %s, round %d)\n", d.DispatchID, d.Record.Subagent, d.ThreadID, d.Record.Round)
+		fmt.Fprintf(out, "follow it:  %s events --thread %s --follow\nits status: %s status %s\n", g.cli(cmd), d.ThreadID, g.cli(cmd), d.DispatchID)
 		return nil
 	}
 	return followDispatch(ctx, cmd, g, o, c, d)
@@ -171,10 +171,10 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 	}
 	p := newProgress(errOut, o.json)
 	defer p.close()
-	p.note("dispatched %s to %s (thread %s, round %d)", d.ID, d.Record.Subagent, d.ThreadID, d.Record.Round)
+	p.note("dispatched %s to %s (thread %s, round %d)", d.DispatchID, d.Record.Subagent, d.ThreadID, d.Record.Round)
 	f := client.Filter{ThreadID: d.ThreadID, FromStart: true}
 	if o.round {
-		f.DispatchID = d.ID
+		f.DispatchID = d.DispatchID
 	}
 	// Progress reports of the followed runs go to the progress line (and,
 	// with --json, to stdout as CloudEvents of their own type).
@@ -240,7 +240,7 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 		}
 	}
 	p.close()
-	fmt.Fprintf(errOut, "stopped following; dispatch %s goes on without you — %s status %s\n", d.ID, g.cli(cmd), d.ID)
+	fmt.Fprintf(errOut, "stopped following; dispatch %s goes on without you — %s status %s\n", d.DispatchID, g.cli(cmd), d.DispatchID)
 	return exitWith(exitInterrupt)
 }
 

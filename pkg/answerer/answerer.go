@@ -101,18 +101,19 @@ var ErrBadRoute = errors.New("answerer: invalid route name")
 var routeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 type options struct {
-	answeredBy  string
-	concurrency int
-	maxAttempts int
-	backoffMin  time.Duration
-	backoffMax  time.Duration
-	ackWait     time.Duration
-	pullExpiry  time.Duration
-	callTimeout time.Duration
-	shutdown    time.Duration
-	durable     string
-	log         *slog.Logger
-	report      func(Report)
+	answeredBy   string
+	concurrency  int
+	maxAttempts  int
+	backoffMin   time.Duration
+	backoffMax   time.Duration
+	ackWait      time.Duration
+	pullExpiry   time.Duration
+	callTimeout  time.Duration
+	shutdown     time.Duration
+	durable      string
+	removeOnExit bool
+	log          *slog.Logger
+	report       func(Report)
 }
 
 // Option configures Serve.
@@ -164,6 +165,16 @@ func QuestionFilter(route string) string { return "agora.questions." + route + "
 // context; unsettled questions are redelivered later. Serve returns nil
 // after a clean stop, or the error that kept it from starting. nc stays
 // the caller's.
+//
+// What it leaves behind: the durable consumer answerer-<route> (or the
+// WithDurable name) on AGORA_QUESTIONS stays on the server after Serve
+// returns, on purpose: it is shared by every process serving the route and
+// keeps their place, so questions asked while no answerer runs are handled
+// when one starts. Remove it when the route is retired with
+// `nats consumer rm AGORA_QUESTIONS answerer-<route>`, or have Serve remove
+// it on a clean exit with WithRemoveOnExit (for a one-off or test
+// answerer; never while other processes serve the route). See
+// docs/sdk.md.
 func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...Option) error {
 	if !routeRE.MatchString(route) {
 		return fmt.Errorf("%w: %q: want 1-64 letters, digits, '-' or '_'", ErrBadRoute, route)
@@ -230,9 +241,34 @@ func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...
 		stop()
 		<-done
 	}
+	if o.removeOnExit {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := js.DeleteConsumer(dctx, lifecycle.StreamQuestions, o.durable)
+		dcancel()
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			s.log.Warn("durable consumer not removed", "durable", o.durable, "err", err)
+		} else {
+			s.log.Info("durable consumer removed", "durable", o.durable)
+		}
+	}
 	s.log.Info("answerer stopped")
 	return nil
 }
+
+// ServeClient is Serve on the connection of an Agora client the caller
+// already has; c stays the caller's.
+func ServeClient(ctx context.Context, c *client.Client, route string, h Handler, opts ...Option) error {
+	if c == nil {
+		return errors.New("answerer: nil client")
+	}
+	return Serve(ctx, c.Conn(), route, h, opts...)
+}
+
+// WithRemoveOnExit makes Serve delete its durable consumer when it stops
+// cleanly, leaving nothing behind on the server. Use it for an answerer
+// that serves a route alone and briefly (a script, a test); a route served
+// by several processes keeps its durable.
+func WithRemoveOnExit() Option { return func(o *options) { o.removeOnExit = true } }
 
 type server struct {
 	nc      *nats.Conn

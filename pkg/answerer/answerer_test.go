@@ -37,6 +37,10 @@ const routes = `routes:
   - name: bot
     match: {subagent: bot-*}
     fallback: people
+  - name: keeper
+    match: {subagent: keeper-*}
+  - name: tidy
+    match: {subagent: tidy-*}
   - name: people
 `
 
@@ -299,5 +303,51 @@ func TestAnswersThroughRouteDoor(t *testing.T) {
 	if len(rec.History) != 1 || rec.History[0].Door != "agora.api.answer.bot" || rec.History[0].Via != "api-route" ||
 		rec.History[0].Route != "bot" || rec.History[0].Result != "accepted" {
 		t.Errorf("history = %+v", rec.History)
+	}
+}
+
+// ServeClient answers through a client the caller has; by default the
+// route's durable stays on the server after Serve returns, and with
+// WithRemoveOnExit it is gone.
+func TestServeClientAndTheDurableLeftBehind(t *testing.T) {
+	e := newEnv(t)
+	c, err := client.New(e.srv.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := e.srv.JetStream(t)
+	durableExists := func(name string) bool {
+		_, err := js.Consumer(t.Context(), lifecycle.StreamQuestions, name)
+		return err == nil
+	}
+	for _, c2 := range []struct {
+		route  string
+		opts   []answerer.Option
+		remain bool
+	}{
+		{"keeper", nil, true},
+		{"tidy", []answerer.Option{answerer.WithRemoveOnExit()}, false},
+	} {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- answerer.ServeClient(ctx, c, c2.route, answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
+				return answerer.Answer("yes"), nil
+			}), append(c2.opts, answerer.WithLogger(quietLogger()))...)
+		}()
+		qid := e.ask(c2.route+"-agent", "Go?")
+		if q := e.waitQuestion(qid, func(q lifecycle.Question) bool { return q.Status == "answered" }); q.Answer != "yes" {
+			t.Errorf("%s: answer = %q", c2.route, q.Answer)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := durableExists("answerer-" + c2.route); got != c2.remain {
+			t.Errorf("%s: durable exists = %v after Serve, want %v", c2.route, got, c2.remain)
+		}
+	}
+	if err := answerer.ServeClient(t.Context(), nil, "x", nil); err == nil {
+		t.Error("a nil client was accepted")
 	}
 }

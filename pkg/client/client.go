@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -127,10 +128,15 @@ func (c *Client) call(ctx context.Context, subject string, hdr nats.Header, in, 
 
 // Dispatch is a handle on one accepted dispatch: one round of a thread.
 type Dispatch struct {
-	// ID is the dispatch id; ThreadID its thread (the dispatch id of the
+	// DispatchID is the dispatch id (the name every type of this package
+	// and the wire use); ThreadID its thread (the dispatch id of the
 	// thread's root).
-	ID       string
-	ThreadID string
+	DispatchID string
+	ThreadID   string
+	// ID is DispatchID, under the name it had first.
+	//
+	// Deprecated: use DispatchID.
+	ID string
 	// Record is the dispatch record as the dispatcher returned it.
 	Record Record
 
@@ -184,7 +190,7 @@ func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...Di
 		}
 		backoff *= 2
 	}
-	return &Dispatch{ID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
+	return &Dispatch{DispatchID: rec.DispatchID, ID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
 }
 
 // DispatchError is a failed Dispatch. DispatchID is the id the request was
@@ -224,7 +230,7 @@ func (it Item) Kind() lifecycle.Kind {
 // stream from its start, so it never misses an event that came before the
 // call. Wait covers one round: use WaitThread to follow the answers.
 func (d *Dispatch) Wait(ctx context.Context) (Item, error) {
-	for it, err := range d.c.Watch(ctx, Filter{ThreadID: d.ThreadID, DispatchID: d.ID, FromStart: true}) {
+	for it, err := range d.c.Watch(ctx, Filter{ThreadID: d.ThreadID, DispatchID: d.DispatchID, FromStart: true}) {
 		if err != nil {
 			return Item{}, err
 		}
@@ -241,7 +247,24 @@ func (d *Dispatch) Wait(ctx context.Context) (Item, error) {
 // needs_input only pauses the thread: the router re-dispatches into it
 // once the question is answered. WaitThread blocks until then or until ctx
 // ends; onEvent runs on the calling goroutine.
+//
+// Follow does the same with a callback that takes the Item type Watch
+// yields; WaitThread keeps its (event, data) callback for the code that
+// uses it.
 func (c *Client) WaitThread(ctx context.Context, threadID string, onEvent func(lifecycle.Event, lifecycle.Data)) (Item, error) {
+	var f func(Item)
+	if onEvent != nil {
+		f = func(it Item) { onEvent(it.Event, it.Data) }
+	}
+	return c.Follow(ctx, threadID, f)
+}
+
+// Follow follows a thread across its rounds until it ends, calling onItem
+// (when not nil) with every lifecycle event of the thread as Watch yields
+// it, oldest first, and returns the first terminal event that is not
+// needs_input. It blocks until then or until ctx ends; onItem runs on the
+// calling goroutine.
+func (c *Client) Follow(ctx context.Context, threadID string, onItem func(Item)) (Item, error) {
 	if err := lifecycle.ValidToken(threadID); err != nil {
 		return Item{}, fmt.Errorf("client: thread id: %w", err)
 	}
@@ -249,14 +272,69 @@ func (c *Client) WaitThread(ctx context.Context, threadID string, onEvent func(l
 		if err != nil {
 			return Item{}, err
 		}
-		if onEvent != nil {
-			onEvent(it.Event, it.Data)
+		if onItem != nil {
+			onItem(it)
 		}
 		if k := it.Kind(); k.Terminal() && k != lifecycle.KindNeedsInput {
 			return it, nil
 		}
 	}
 	return Item{}, ctx.Err()
+}
+
+// ThreadError is the error Result returns for a thread that ended failed
+// or cancelled: the kind, the failure reason (empty for cancelled), the
+// detail (or who cancelled and why) and the dispatch that ended it.
+type ThreadError struct {
+	ThreadID   string
+	DispatchID string
+	Kind       lifecycle.Kind
+	Reason     lifecycle.Reason
+	Detail     string
+}
+
+func (e *ThreadError) Error() string {
+	s := fmt.Sprintf("client: thread %s ended %s", e.ThreadID, e.Kind)
+	if e.Reason != "" {
+		s += " (" + string(e.Reason) + ")"
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Result waits for a thread to end, in the manner of a workflow run's Get:
+// when it finished, the sub-agent's output (.agora/output.json) is decoded
+// into out (a pointer; nil skips decoding; a run that wrote no output
+// leaves out as it is); when it failed or was cancelled, Result returns a
+// *ThreadError. It blocks until the thread ends or ctx does.
+func (c *Client) Result(ctx context.Context, threadID string, out any) error {
+	end, err := c.Follow(ctx, threadID, nil)
+	if err != nil {
+		return err
+	}
+	switch d := end.Data.(type) {
+	case *lifecycle.Finished:
+		if out == nil || len(d.Output) == 0 || string(d.Output) == "null" {
+			return nil
+		}
+		if err := json.Unmarshal(d.Output, out); err != nil {
+			return fmt.Errorf("client: thread %s: decode output: %w", threadID, err)
+		}
+		return nil
+	case *lifecycle.Failed:
+		return &ThreadError{ThreadID: threadID, DispatchID: d.DispatchID, Kind: lifecycle.KindFailed, Reason: d.Reason, Detail: d.Detail}
+	case *lifecycle.Cancelled:
+		return &ThreadError{ThreadID: threadID, DispatchID: d.DispatchID, Kind: lifecycle.KindCancelled, Detail: strings.TrimSpace(d.By + ": " + d.Reason)}
+	}
+	return fmt.Errorf("client: thread %s ended with %T", threadID, end.Data)
+}
+
+// Result waits for this dispatch's thread to end and decodes its output
+// into out; see Client.Result.
+func (d *Dispatch) Result(ctx context.Context, out any) error {
+	return d.c.Result(ctx, d.ThreadID, out)
 }
 
 // CancelOption adjusts a Cancel or CancelThread call.

@@ -36,7 +36,7 @@ func ExampleClient_Dispatch() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(d.ID, d.Record.Status, d.Record.Queued)
+	fmt.Println(d.DispatchID, d.Record.Status, d.Record.Queued)
 	fmt.Println("thread:", d.ThreadID)
 	fmt.Println("timeout:", d.Record.Request.Timeout, "max rounds:", d.Record.Request.MaxRounds)
 	// Output:
@@ -85,7 +85,7 @@ func ExampleDispatch_Wait() {
 		return
 	}
 	// No worker runs here: cancel it, so Wait has a terminal event.
-	if _, err := c.Cancel(ctx, d.ID, client.CancelBy("ops", "example")); err != nil {
+	if _, err := c.Cancel(ctx, d.DispatchID, client.CancelBy("ops", "example")); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -241,4 +241,66 @@ func ExampleClient_Answer() {
 	default:
 		fmt.Println("accepted at", reply.AnsweredAt)
 	}
+}
+
+func ExampleClient_Follow() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := c.CancelThread(ctx, d.ThreadID); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The callback gets the Item type Watch yields.
+	final, err := c.Follow(ctx, d.ThreadID, func(it client.Item) {
+		fmt.Println("event:", it.Kind(), "round", it.Data.Base().Round)
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("thread ended:", final.Kind())
+	// Output:
+	// event: accepted round 0
+	// event: cancelled round 0
+	// thread ended: cancelled
+}
+
+func ExampleClient_Result() {
+	agora := startExampleAgora()
+	defer agora.Stop()
+	c, _ := client.Connect(agora.URL)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := c.CancelThread(ctx, d.ThreadID, client.CancelBy("ops", "not needed")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A finished thread decodes its output into plan; a failed or
+	// cancelled one answers a *client.ThreadError.
+	var plan struct{ Steps []string }
+	err = d.Result(ctx, &plan)
+	var te *client.ThreadError
+	if errors.As(err, &te) {
+		fmt.Println(te.Kind, "—", te.Detail)
+		return
+	}
+	fmt.Println(plan.Steps)
+	// Output: cancelled — ops: not needed
 }

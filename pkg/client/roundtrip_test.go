@@ -82,6 +82,20 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	if got := strings.Join(kinds, ","); got != "accepted,started,needs_input,accepted,started,finished" {
 		t.Errorf("thread events: %s", got)
 	}
+	// The finished thread's typed result, from the handle and the client.
+	var res struct {
+		DeployedTo string `json:"deployed_to"`
+	}
+	if err := d.Result(ctx, &res); err != nil || res.DeployedTo != "staging" {
+		t.Errorf("Result = %+v, %v", res, err)
+	}
+	if d.DispatchID != d.ID || d1.DispatchID != fin.DispatchID {
+		t.Errorf("DispatchID %q, ID %q", d.DispatchID, d.ID)
+	}
+	var items []string
+	if _, err := e.c.Follow(ctx, d.ThreadID, func(it client.Item) { items = append(items, string(it.Kind())) }); err != nil || strings.Join(items, ",") != strings.Join(kinds, ",") {
+		t.Errorf("Follow items = %v, %v", items, err)
+	}
 
 	// The projection caught up with the worker's events.
 	deadline := time.Now().Add(10 * time.Second)
