@@ -280,7 +280,10 @@ func validate(r *record, sub *Submission) string {
 		}
 		return "the answer is empty"
 	}
-	if len(r.Options) > 0 && !slices.Contains(r.Options, sub.Answer) {
+	// The options of a clarification or information question are
+	// suggestions: a person may answer in their own words ("neither — do
+	// X"). A decision's options are binding (docs/inbox.md).
+	if len(r.Options) > 0 && !slices.Contains(r.Options, sub.Answer) && !freeTextAllowed(r.Kind) {
 		return fmt.Sprintf("%q is not one of the options: %s", clip(sub.Answer, 64), strings.Join(r.Options, ", "))
 	}
 	if sub.AnsweredBy == "" {
@@ -288,6 +291,10 @@ func validate(r *record, sub *Submission) string {
 	}
 	return ""
 }
+
+// freeTextAllowed reports whether a question of kind may be answered
+// outside its options.
+func freeTextAllowed(kind string) bool { return kind == "clarification" || kind == "information" }
 
 // decline moves a declined question to its route's fallback.
 func (s *Service) decline(r *record, sub Submission, a attempt, reply *client.AnswerReply) (lifecycle.QuestionEvent, error) {
@@ -312,6 +319,9 @@ func (s *Service) decline(r *record, sub Submission, a attempt, reply *client.An
 		return "", nil
 	}
 	detail := "declined by " + from
+	if sub.AnsweredBy != "" {
+		detail = fmt.Sprintf("declined on route %s by %s", from, clip(sub.AnsweredBy, MaxAnsweredByBytes))
+	}
 	if reason != "" {
 		detail += ": " + reason
 	}

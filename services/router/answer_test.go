@@ -344,3 +344,26 @@ func TestHealthAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// The options of a clarification or information question are suggestions:
+// free text is accepted. A decision's options stay binding.
+func TestFreeTextBesideOptions(t *testing.T) {
+	e := newEnv(t, "routes:\n  - name: default\n")
+	e.startRouter(e.config())
+	for _, c := range []struct {
+		kind   string
+		accept bool
+	}{{"clarification", true}, {"information", true}, {"decision", false}, {"", false}} {
+		req := lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{}`), Timeout: "5m", MaxRounds: 4}
+		qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "planner"}, Question: "Which region?",
+			Options: []string{"eu", "us"}, Kind: c.kind}, req, lifecycle.NewTraceparent())
+		e.waitQuestionEvents(qid, 1)
+		rep := e.answer(router.Submission{QuestionID: qid, Answer: "neither — use ap-south", AnsweredBy: "bob"})
+		if got := rep.Status == client.AnswerAccepted; got != c.accept {
+			t.Errorf("kind %q: free text = %+v, accepted %v want %v", c.kind, rep, got, c.accept)
+		}
+		if !c.accept && !strings.Contains(rep.Reason, "not one of the options: eu, us") {
+			t.Errorf("kind %q: refusal %q lists no options", c.kind, rep.Reason)
+		}
+	}
+}
