@@ -483,7 +483,7 @@ func TestCrashSafeAcceptance(t *testing.T) {
 	}
 	t.Run("micro retry", func(t *testing.T) {
 		h.interruptedRecord("crash-micro")
-		d := h.dispatchMicro(lifecycle.Request{DispatchID: "crash-micro", Subagent: "planner", Input: json.RawMessage(`{"from":"retry"}`)})
+		d := h.dispatchMicro(lifecycle.Request{DispatchID: "crash-micro", Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`)})
 		if !d.Record.Queued {
 			t.Errorf("the retry answered an unqueued record")
 		}
@@ -491,16 +491,32 @@ func TestCrashSafeAcceptance(t *testing.T) {
 	})
 	t.Run("stream redelivery", func(t *testing.T) {
 		h.interruptedRecord("crash-stream")
-		h.publishRequest(lifecycle.Request{DispatchID: "crash-stream", Subagent: "planner"})
+		h.publishRequest(lifecycle.Request{DispatchID: "crash-stream", Subagent: "planner", Input: json.RawMessage(`{"from": "first"}`)})
 		verify(t, "crash-stream")
 	})
 	t.Run("http retry", func(t *testing.T) {
 		h.interruptedRecord("crash-http")
-		rec := h.dispatchVia("http", "crash-http", `{"dispatch_id":"crash-http","subagent":"planner"}`)
+		rec := h.dispatchVia("http", "crash-http", `{"dispatch_id":"crash-http","subagent":"planner","input":{"from":"first"},"timeout":"300s"}`)
 		if !rec.Queued {
 			t.Errorf("the retry answered an unqueued record")
 		}
 		verify(t, "crash-http")
+	})
+	t.Run("a different request neither completes nor replaces it", func(t *testing.T) {
+		id := "crash-other"
+		h.interruptedRecord(id)
+		m := h.microCall(lifecycle.APIDispatch, []byte(`{"dispatch_id":"crash-other","subagent":"planner","input":{"from":"second"}}`), nil)
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != "409" {
+			t.Fatalf("micro: %q %s", code, m.Data)
+		}
+		if rec, _ := h.record(id); rec.Queued || string(rec.Request.Input) != `{"from":"first"}` {
+			t.Errorf("the conflicting request touched the record: %+v", rec)
+		}
+		if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.accepted."+id+"."+id); n != 0 {
+			t.Errorf("%d accepted events, want none yet", n)
+		}
+		h.dispatchMicro(lifecycle.Request{DispatchID: id, Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`)})
+		verify(t, id)
 	})
 	t.Run("died after queueing, before the flag", func(t *testing.T) {
 		id := "crash-late"
@@ -516,7 +532,7 @@ func TestCrashSafeAcceptance(t *testing.T) {
 		if _, err := h.js.PublishMsg(t.Context(), msg); err != nil {
 			t.Fatal(err)
 		}
-		h.dispatchMicro(lifecycle.Request{DispatchID: id, Subagent: "planner"})
+		h.dispatchMicro(lifecycle.Request{DispatchID: id, Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`)})
 		verify(t, id)
 	})
 }
@@ -564,5 +580,66 @@ func TestReusedIDWithADifferentRequest(t *testing.T) {
 	}
 	if q := h.queued("taken-1"); len(q) != 1 {
 		t.Errorf("%d queued, want 1", len(q))
+	}
+}
+
+// Which differences make a reused dispatch_id a conflict: every field a
+// client or the router sets, compared by value; what the dispatcher fills
+// in (timeout, max_rounds, a root's thread_id, subagent_revision) counts
+// only when the retry sets it otherwise.
+func TestReusedIDFieldByField(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	const root = `"subagent":"planner","input":{"n":1,"list":[1.5,"x"],"o":{"k":true}},"target":"repo@main","env":{"FOO":"fast"},"labels":{"team":"x"}`
+	const resume = `"subagent":"planner","thread_id":"fbf-thread","parent_id":"fbf-parent","round":1,"question_id":"q-fbf-parent","partial_state_ref":"fbf-parent"`
+	for _, c := range []struct {
+		name        string
+		first, then string // the members after dispatch_id
+		want        string // the fields named, "" for the same dispatch
+	}{
+		{"same request", root, root, ""},
+		{"input reformatted", root, `"subagent":"planner","input":{ "o":{"k":true}, "list":[15e-1, "x"], "n":1.0 },"target":"repo@main","env":{"FOO":"fast"},"labels":{"team":"x"}`, ""},
+		{"defaults spelt out", root, root + `,"timeout":"300s","max_rounds":3,"round":0,"subagent_revision":99`, ""},
+		{"a root's own thread_id", root, root + `,"thread_id":"$ID"`, ""},
+		{"no input against {}", `"subagent":"planner"`, `"subagent":"planner","input":{}`, ""},
+		{"input", root, `"subagent":"planner","input":{"n":2,"list":[1.5,"x"],"o":{"k":true}},"target":"repo@main","env":{"FOO":"fast"},"labels":{"team":"x"}`, "input"},
+		{"input left out", root, `"subagent":"planner","target":"repo@main","env":{"FOO":"fast"},"labels":{"team":"x"}`, "input"},
+		{"array order", `"subagent":"planner","input":{"l":[1,2]}`, `"subagent":"planner","input":{"l":[2,1]}`, "input"},
+		{"subagent", `"subagent":"planner"`, `"subagent":"reviewer"`, "subagent"},
+		{"target env labels", root, `"subagent":"planner","input":{"n":1,"list":[1.5,"x"],"o":{"k":true}},"target":"repo@dev","env":{},"labels":{"team":"x","extra":"1"}`, "target, env, labels"},
+		{"timeout", `"subagent":"planner","timeout":"5m"`, `"subagent":"planner","timeout":"6m"`, "timeout"},
+		{"timeout against the default", `"subagent":"planner"`, `"subagent":"planner","timeout":"1m"`, "timeout"},
+		{"max_rounds", `"subagent":"planner","max_rounds":5`, `"subagent":"planner","max_rounds":4`, "max_rounds"},
+		{"a resume's same request", resume, resume, ""},
+		{"partial_state_ref", resume, `"subagent":"planner","thread_id":"fbf-thread","parent_id":"fbf-parent","round":1,"question_id":"q-fbf-parent","partial_state_ref":"other"`, "partial_state_ref"},
+		{"round and parent", resume, `"subagent":"planner","thread_id":"fbf-thread","parent_id":"fbf-other","round":2,"question_id":"q-fbf-parent","partial_state_ref":"fbf-parent"`, "parent_id, round"},
+		{"a root against a resume", resume, `"subagent":"planner"`, "thread_id, parent_id, round, question_id, partial_state_ref"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := "fbf-" + strings.NewReplacer(" ", "-", "'", "", "{}", "o").Replace(c.name)
+			body := func(members string) []byte {
+				return []byte(`{"dispatch_id":"` + id + `",` + strings.ReplaceAll(members, "$ID", id) + `}`)
+			}
+			if m := h.microCall(lifecycle.APIDispatch, body(c.first), nil); m.Header.Get(micro.ErrorCodeHeader) != "" {
+				t.Fatalf("first: %s", m.Data)
+			}
+			m := h.microCall(lifecycle.APIDispatch, body(c.then), nil)
+			code := m.Header.Get(micro.ErrorCodeHeader)
+			if c.want == "" {
+				var rec client.Record
+				if code != "" || json.Unmarshal(m.Data, &rec) != nil || rec.DispatchID != id {
+					t.Fatalf("want the same dispatch, got %q %s", code, m.Data)
+				}
+				return
+			}
+			var p client.Problem
+			if err := json.Unmarshal(m.Data, &p); err != nil {
+				t.Fatal(err)
+			}
+			if code != "409" || p.Status != http.StatusConflict || p.Type != dispatcher.ProblemConflict ||
+				!strings.Contains(p.Detail, "("+c.want+" differ)") || len(p.Errors) != len(strings.Split(c.want, ", ")) ||
+				!strings.Contains(m.Header.Get(micro.ErrorHeader), c.want) {
+				t.Errorf("got %q %q %s, want a conflict naming %s", code, m.Header.Get(micro.ErrorHeader), m.Data, c.want)
+			}
+		})
 	}
 }

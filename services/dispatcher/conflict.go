@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math/big"
 	"net/http"
-	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 )
 
 // ProblemConflict is the problem type of a dispatch_id reused for a
-// different request (HTTP 409, micro error 409). See docs/dispatcher.md.
+// different request (HTTP 409, micro error 409). See docs/dispatcher.md,
+// "Idempotency and conflicts".
 const ProblemConflict = "urn:agora:problem:conflict"
 
 // conflictError is a request whose dispatch_id names a dispatch recorded
@@ -34,13 +36,17 @@ func (e *conflictError) As(target any) bool {
 }
 
 // requestConflict compares a request with the one recorded under its
-// dispatch_id: the fields a client sets must be the same (input compared
-// as JSON, so formatting does not count); fields it left out, which the
-// dispatcher filled in (timeout, max_rounds, ids), do not count. It
-// returns nil for the same request (an idempotent retry).
+// dispatch_id, as docs/dispatcher.md describes: every field a client or
+// the router sets must be the same (input compared as JSON values, so
+// formatting, key order and 1 against 1.0 do not count). What the
+// dispatcher fills in does not count when the request leaves it out:
+// timeout and max_rounds (from the definition), thread_id of a root (its
+// dispatch_id), subagent_revision (always the dispatcher's). It returns
+// nil for the same request (an idempotent retry), else a *conflictError
+// naming the fields that differ.
 func requestConflict(stored *lifecycle.Request, in lifecycle.Request) error {
 	if stored == nil {
-		return nil
+		return nil // a record of a refused request: nothing to compare
 	}
 	var diff []string
 	add := func(field string, differs bool) {
@@ -48,7 +54,7 @@ func requestConflict(stored *lifecycle.Request, in lifecycle.Request) error {
 			diff = append(diff, field)
 		}
 	}
-	add("subagent", in.Subagent != "" && in.Subagent != stored.Subagent)
+	add("subagent", in.Subagent != stored.Subagent)
 	add("input", !sameJSON(in.Input, stored.Input))
 	add("target", in.Target != stored.Target)
 	add("env", !maps.Equal(in.Env, stored.Env))
@@ -59,10 +65,15 @@ func requestConflict(stored *lifecycle.Request, in lifecycle.Request) error {
 		add("timeout", errA != nil || errB != nil || a != b)
 	}
 	add("max_rounds", in.MaxRounds != 0 && in.MaxRounds != stored.MaxRounds)
-	add("thread_id", in.ThreadID != "" && in.ThreadID != stored.ThreadID)
-	add("parent_id", in.ParentID != "" && in.ParentID != stored.ParentID)
-	add("round", in.Round != 0 && in.Round != stored.Round)
-	add("question_id", in.QuestionID != "" && in.QuestionID != stored.QuestionID)
+	thread := in.ThreadID
+	if thread == "" && in.Round == 0 {
+		thread = stored.DispatchID // what complete fills in for a root
+	}
+	add("thread_id", thread != stored.ThreadID)
+	add("parent_id", in.ParentID != stored.ParentID)
+	add("round", in.Round != stored.Round)
+	add("question_id", in.QuestionID != stored.QuestionID)
+	add("partial_state_ref", in.PartialStateRef != stored.PartialStateRef)
 	if len(diff) == 0 {
 		return nil
 	}
@@ -75,7 +86,9 @@ func requestConflict(stored *lifecycle.Request, in lifecycle.Request) error {
 	return &conflictError{p: p}
 }
 
-// sameJSON compares two JSON objects by value; empty and null are {}.
+// sameJSON compares two JSON values by value: object key order, spacing
+// and number spelling (1, 1.0, 1e0) do not count; absent and null are {}
+// (what complete stores for a request without input).
 func sameJSON(a, b json.RawMessage) bool {
 	norm := func(m json.RawMessage) any {
 		if t := bytes.TrimSpace(m); len(t) == 0 || bytes.Equal(t, []byte("null")) {
@@ -89,5 +102,65 @@ func sameJSON(a, b json.RawMessage) bool {
 		}
 		return v
 	}
-	return reflect.DeepEqual(norm(a), norm(b))
+	return equalJSON(norm(a), norm(b))
+}
+
+// equalJSON compares decoded JSON values (numbers as json.Number) by value.
+func equalJSON(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, va := range a {
+			vb, ok := b[k]
+			if !ok || !equalJSON(va, vb) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !equalJSON(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		b, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		return sameNumber(string(a), string(b))
+	}
+	return a == b // string, bool, nil, or the raw text of undecodable JSON
+}
+
+// sameNumber compares two JSON numbers exactly. An exponent beyond ±400
+// (no float64 reaches it) is compared as text, so a hostile 1e999999999
+// costs nothing.
+func sameNumber(a, b string) bool {
+	if a == b {
+		return true
+	}
+	if bigExponent(a) || bigExponent(b) {
+		return false
+	}
+	x, okA := new(big.Rat).SetString(a)
+	y, okB := new(big.Rat).SetString(b)
+	return okA && okB && x.Cmp(y) == 0
+}
+
+func bigExponent(n string) bool {
+	i := strings.IndexAny(n, "eE")
+	if i < 0 {
+		return false
+	}
+	e, err := strconv.Atoi(strings.TrimPrefix(n[i+1:], "+"))
+	return err != nil || e > 400 || e < -400
 }

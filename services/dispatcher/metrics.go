@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "agora", Subsystem: "dispatcher", Name: "requests_total",
-			Help: "Dispatch requests handled, by door (stream, micro, http) and result (accepted, duplicate, rejected, max_rounds, error).",
+			Help: "Dispatch requests handled, by door (stream, micro, http) and result (accepted, duplicate, rejected, conflict, max_rounds, error); a stream request counted as conflict was dropped (docs/dispatcher.md).",
 		}, []string{"door", "result"}),
 		accept: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "agora", Subsystem: "dispatcher", Name: "request_duration_seconds",
