@@ -167,7 +167,7 @@ func TestDeclineGoesToFallback(t *testing.T) {
 			t.Fatalf("events %v, want %v", subjects(evs), want)
 		}
 	}
-	if d := evs[1].Data.(*lifecycle.Question).Detail; d != "declined by data: no row" {
+	if d := evs[1].Data.(*lifecycle.Question).Detail; d != "declined on route data by answerer:data: no row" {
 		t.Errorf("escalated detail = %q", d)
 	}
 	got := map[bool]client.AnswerStatus{}
