@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -420,7 +421,8 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 	if mark != nil {
 		// The thread was cancelled while paused on the question this
 		// round answers: it ends here, never queued.
-		s.log.Info("re-dispatch of a cancelled thread: cancelled on acceptance", "dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "parent_id", rec.ParentID)
+		s.log.With(logging.Trace(rec.Traceparent)...).Info("re-dispatch of a cancelled thread: cancelled on acceptance",
+			"dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "parent_id", rec.ParentID)
 		return s.cancelDispatch(ctx, b, rec.DispatchID, mark.By, mark.Reason)
 	}
 	// A record a worker already started was queued: only the flag is missing.

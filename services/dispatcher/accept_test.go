@@ -581,6 +581,17 @@ func TestReusedIDWithADifferentRequest(t *testing.T) {
 	if q := h.queued("taken-1"); len(q) != 1 {
 		t.Errorf("%d queued, want 1", len(q))
 	}
+	for _, want := range []string{
+		`agora_dispatcher_requests_total{door="stream",result="conflict"} 1`,
+		`agora_dispatcher_requests_total{door="http",result="conflict"} 1`,
+		`agora_dispatcher_requests_total{door="micro",result="conflict"} 1`,
+		`agora_dispatcher_requests_total{door="micro",result="duplicate"} 1`,
+	} {
+		_, data := h.do(http.MethodGet, "/metrics", "", "")
+		if !strings.Contains(string(data), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // Which differences make a reused dispatch_id a conflict: every field a

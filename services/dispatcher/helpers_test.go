@@ -38,6 +38,8 @@ type harness struct {
 	svc  *dispatcher.Service
 	http *httptest.Server
 	stop func()
+	// logger, when set, is the logger start gives the next dispatcher.
+	logger *slog.Logger
 }
 
 func testLogger() *slog.Logger {
@@ -86,7 +88,11 @@ func (h *harness) start(cfg dispatcher.Config) {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
-	svc, err := dispatcher.New(cfg, dispatcher.Deps{Conn: h.srv.Conn(h.t), Logger: testLogger()})
+	log := h.logger
+	if log == nil {
+		log = testLogger()
+	}
+	svc, err := dispatcher.New(cfg, dispatcher.Deps{Conn: h.srv.Conn(h.t), Logger: log})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -136,10 +136,11 @@ func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, s.problem(err))
 		return
 	}
-	rec, result, err := s.accept(ctx, b, req, len(data), r.Header.Get("traceparent"))
+	tp := r.Header.Get("traceparent")
+	rec, result, err := s.accept(ctx, b, req, len(data), tp)
 	s.metrics.request(doorHTTP, result, start)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		writeProblem(w, r, refusal(s.requestLog(doorHTTP, req, tp), err))
 		return
 	}
 	status := http.StatusOK

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -20,11 +22,20 @@ import (
 // problem turns an error into the Problem a synchronous door answers: a
 // refusal as it is, anything else as a 503 (logged; its text stays here).
 func (s *Service) problem(err error) *client.Problem {
+	p, temporary := problemOf(err)
+	if temporary {
+		s.log.Warn("request failed: temporary failure", "err", err)
+	}
+	return p
+}
+
+// problemOf is problem without the log line: it also reports whether err
+// was a temporary failure (a 503) rather than a refusal.
+func problemOf(err error) (*client.Problem, bool) {
 	var p *client.Problem
 	if errors.As(err, &p) {
-		return p
+		return p, false
 	}
-	s.log.Warn("request failed: temporary failure", "err", err)
 	p = &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 		Detail: "a temporary failure; retry the request (a dispatch_id makes a retried dispatch safe)"}
 	var ie *idError
@@ -32,6 +43,27 @@ func (s *Service) problem(err error) *client.Problem {
 		// The record may exist: the retry must carry this id.
 		p.DispatchID = ie.id
 		p.Detail = "a temporary failure after the dispatch was recorded; retry with dispatch_id " + ie.id + " to complete this same dispatch"
+	}
+	return p, true
+}
+
+// requestLog is the logger of one dispatch request on a synchronous door:
+// its dispatch id and the trace and span ids of its traceparent.
+func (s *Service) requestLog(door string, req lifecycle.Request, traceparent string) *slog.Logger {
+	return s.log.With("door", door, "dispatch_id", req.DispatchID, "subagent", req.Subagent).With(logging.Trace(traceparent)...)
+}
+
+// refusal logs why a synchronous door did not accept a request and
+// returns the Problem it answers: a conflict (docs/dispatcher.md) at info,
+// a temporary failure as a warning; an invalid request is the client's to
+// read and is not logged.
+func refusal(log *slog.Logger, err error) *client.Problem {
+	p, temporary := problemOf(err)
+	switch {
+	case temporary:
+		log.Warn("request failed: temporary failure", "err", err)
+	case p.Status == http.StatusConflict:
+		log.Info("request refused: its dispatch_id belongs to a different request", "detail", p.Detail)
 	}
 	return p
 }
@@ -107,10 +139,11 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 		s.microError(r, p)
 		return
 	}
-	rec, result, err := s.accept(ctx, b, req, len(r.Data()), microTraceparent(r))
+	tp := microTraceparent(r)
+	rec, result, err := s.accept(ctx, b, req, len(r.Data()), tp)
 	s.metrics.request(doorMicro, result, start)
 	if err != nil {
-		s.microError(r, err)
+		s.microError(r, refusal(s.requestLog(doorMicro, req, tp), err))
 		return
 	}
 	s.microRespond(r, rec)

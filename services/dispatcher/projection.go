@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -82,6 +83,7 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 		log.Error("undecodable lifecycle message terminated", "err", err)
 		return term("undecodable")
 	}
+	log = log.With(logging.Trace(lifecycle.Traceparent(e))...)
 	d, err := lifecycle.Parse(e)
 	if errors.Is(err, lifecycle.ErrUnknownType) {
 		log.Warn("unknown event type skipped", "type", e.Type(), "id", e.ID())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -101,12 +102,13 @@ func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, g
 		if rec.Queued || rec.Terminal() || time.Since(rec.CreatedAt) < grace {
 			continue
 		}
+		log := s.log.With("dispatch_id", id, "thread_id", rec.ThreadID).With(logging.Trace(rec.Traceparent)...)
 		if _, err := s.finish(ctx, b, rec, false); err != nil {
-			s.log.Warn("reconcile: cannot complete an interrupted acceptance yet", "dispatch_id", id, "err", err)
+			log.Warn("reconcile: cannot complete an interrupted acceptance yet", "err", err)
 			continue
 		}
 		s.metrics.reconciled.Inc()
-		s.log.Warn("reconciled an interrupted acceptance: queued", "dispatch_id", id, "thread_id", rec.ThreadID, "age", time.Since(rec.CreatedAt).Round(time.Millisecond).String())
+		log.Warn("reconciled an interrupted acceptance: queued", "age", time.Since(rec.CreatedAt).Round(time.Millisecond))
 	}
 	return nil
 }
