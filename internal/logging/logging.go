@@ -77,13 +77,26 @@ func replaceAttr(_ []string, a slog.Attr) slog.Attr {
 }
 
 // Trace returns the attributes that put a W3C traceparent's trace and span
-// ids on log lines ("trace_id", "span_id"), or none for an invalid one.
+// ids on log lines ("trace_id", "span_id"), for use with Logger.With; none
+// for a value that is not a valid version-00 traceparent (lower-case hex,
+// ids not all zero), so nothing a client sent unchecked reaches a line.
 func Trace(traceparent string) []any {
 	parts := strings.Split(traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 || len(parts[2]) != 16 || strings.Trim(parts[1], "0") == "" {
+	if len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 ||
+		!lowerHex(traceparent) || strings.Trim(parts[1], "0") == "" || strings.Trim(parts[2], "0") == "" {
 		return nil
 	}
 	return []any{"trace_id", parts[1], "span_id", parts[2]}
+}
+
+// lowerHex reports whether s holds only lower-case hex digits and dashes.
+func lowerHex(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 func isTerminal(f *os.File) bool {

@@ -3,6 +3,7 @@ package logging_test
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,33 @@ func TestDurationsAndTraceIDs(t *testing.T) {
 	if line["timeout"] != "30s" || line["wait"] != "1.5s" || line["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" || line["span_id"] != "00f067aa0ba902b7" {
 		t.Errorf("line = %v", line)
 	}
-	if a := logging.Trace("not a traceparent"); a != nil {
-		t.Errorf("Trace of junk = %v", a)
+	for _, junk := range []string{
+		"not a traceparent",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", // upper case
+		"00-4bf92f3577b34da6a3ce929d0e0e473\n-00f067aa0ba902b7-01",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	} {
+		if a := logging.Trace(junk); a != nil {
+			t.Errorf("Trace(%q) = %v", junk, a)
+		}
+	}
+}
+
+// A duration reads the same inside a group and in the text format.
+func TestDurationsInGroupsAndText(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		t.Setenv("AGORA_LOG_FORMAT", format)
+		var buf bytes.Buffer
+		log, err := logging.New(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.WithGroup("run").Info("x", "timeout", 5*time.Minute, slog.Group("limits", "grace", 1500*time.Millisecond))
+		out := buf.String()
+		if strings.Contains(out, "300000000000") || !strings.Contains(out, "5m0s") || !strings.Contains(out, "1.5s") {
+			t.Errorf("%s: %s", format, out)
+		}
 	}
 }
