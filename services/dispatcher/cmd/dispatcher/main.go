@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -30,14 +31,10 @@ func main() { os.Exit(run()) }
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Every bad setting is named at once: the log settings with the rest.
 	log, lerr := logging.New(os.Stderr)
-	if lerr != nil {
-		fmt.Fprintln(os.Stderr, "dispatcher:", lerr)
-		return 1
-	}
-
 	var cfg dispatcher.Config
-	if err := config.Load(&cfg); err != nil {
+	if err := errors.Join(lerr, config.Load(&cfg)); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatcher:", err)
 		return 1
 	}
