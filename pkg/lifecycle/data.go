@@ -94,9 +94,11 @@ type Finished struct {
 	ExitCode   int             `json:"exit_code"`
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output"` // .agora/output.json, or null
-	StdoutTail string          `json:"stdout_tail"`
-	// StderrTail is the last 4 KiB of the runtime's standard error, with
-	// the values of secrets redacted; empty when it wrote none.
+	// StdoutTail is the last 4 KiB of the runtime's standard output, with
+	// the values of secrets redacted (docs/worker.md, "What a run leaves").
+	StdoutTail string `json:"stdout_tail"`
+	// StderrTail is the last 4 KiB of the runtime's standard error,
+	// bounded and redacted as StdoutTail; empty when it wrote none.
 	StderrTail string `json:"stderr_tail,omitempty"`
 }
 

@@ -169,6 +169,34 @@ func TestFinishedKeepsRedactedStderrTail(t *testing.T) {
 	}
 }
 
+// Both tails are redacted the same way: a secret on stdout, and the end of
+// a secret that the 4 KiB capture cut at the start of a tail.
+func TestFinishedTailsRedactCutSecrets(t *testing.T) {
+	const secret = "sk-allowed-secret-4e8a21"
+	t.Setenv("ALLOWED_KEY", secret)
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	// Each stream ends with the secret's last 10 bytes followed by 4086
+	// others: exactly what the last 4 KiB hold.
+	h.shell("leaky", `for fd in 1 2; do { head -c 6000 /dev/zero | tr '\0' x; printf '%s' "$ALLOWED_KEY"; head -c 4086 /dev/zero | tr '\0' y; } >&$fd; done`, func(d *subagent.Definition) {
+		d.EnvAllow = []string{"ALLOWED_KEY"}
+	})
+	h.shell("echoes", `echo "key: $ALLOWED_KEY"`, func(d *subagent.Definition) { d.EnvAllow = []string{"ALLOWED_KEY"} })
+	f, ok := h.terminal(h.dispatch(lifecycle.Request{Subagent: "leaky"})).Data.(*lifecycle.Finished)
+	if !ok {
+		t.Fatal("leaky did not finish")
+	}
+	for name, tail := range map[string]string{"stdout_tail": f.StdoutTail, "stderr_tail": f.StderrTail} {
+		if strings.Contains(tail, "4e8a21") || !strings.HasPrefix(tail, "[redacted]yyy") || len(tail) > 4096 {
+			t.Errorf("%s = %q… (%d bytes)", name, tail[:min(len(tail), 40)], len(tail))
+		}
+	}
+	e, ok := h.terminal(h.dispatch(lifecycle.Request{Subagent: "echoes"})).Data.(*lifecycle.Finished)
+	if !ok || e.StdoutTail != "key: [redacted]\n" {
+		t.Errorf("stdout_tail of a run that printed the secret: %+v", e)
+	}
+}
+
 // TestEnvironment checks worker.Environment directly.
 func TestEnvironment(t *testing.T) {
 	parent := []string{

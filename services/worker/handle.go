@@ -219,9 +219,12 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	if res.ExitCode < 0 {
 		exit = nil
 	}
-	// Redact stderr whole, before stderrNote keeps only its end: a secret
-	// cut by that truncation could no longer be recognised.
-	res.Stderr = []byte(redact(string(res.Stderr), secretValues(def)))
+	// Redact both tails whole, before stderrNote keeps only the end of
+	// stderr: a secret cut by that truncation could no longer be
+	// recognised. The same tails become finished's stdout_tail and
+	// stderr_tail (docs/worker.md, "What a run leaves").
+	secrets := secretValues(def)
+	res.Stdout, res.Stderr = []byte(redactTail(res.Stdout, secrets)), []byte(redactTail(res.Stderr, secrets))
 	failed := func(r lifecycle.Reason, detail string) Outcome {
 		detail = truncate(redact(detail, secretValues(def)), 1024)
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: r, Detail: detail, ExitCode: exit, DurationMS: dur}, res.ExitCode, "")
@@ -278,7 +281,7 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 			j.log.Warn("output not carried", "why", why)
 		}
 		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out,
-			StdoutTail: validUTF8(res.Stdout), StderrTail: lastBytes(validUTF8(res.Stderr), 4096)}, 0, "")
+			StdoutTail: string(res.Stdout), StderrTail: string(res.Stderr)}, 0, "")
 	default:
 		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s", res.ExitCode, stderrNote(res.Stderr)))
 	}
@@ -501,6 +504,37 @@ func truncate(s string, n int) string {
 }
 
 func validUTF8(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }
+
+// redactTail turns a captured tail (the last tailSize bytes of a stream)
+// into text an event may carry: valid UTF-8, every secret value replaced,
+// and, when the capture cut the stream, the end of a secret left at its
+// start replaced too (at least 4 bytes of it: fewer say nothing). It keeps
+// at most tailSize bytes.
+func redactTail(b []byte, secrets []string) string {
+	s := redact(string(b), secrets)
+	if len(b) >= tailSize {
+		s = redactCutSecret(s, secrets)
+	}
+	return lastBytes(validUTF8([]byte(s)), tailSize)
+}
+
+// redactCutSecret replaces the longest end of a secret (4 bytes or more)
+// that s starts with.
+func redactCutSecret(s string, secrets []string) string {
+	best := 0
+	for _, v := range secrets {
+		for k := len(v) - 1; k >= 4 && k > best; k-- {
+			if strings.HasPrefix(s, v[len(v)-k:]) {
+				best = k
+				break
+			}
+		}
+	}
+	if best == 0 {
+		return s
+	}
+	return "[redacted]" + s[best:]
+}
 
 // lastBytes keeps at most the last n bytes of s, on a rune boundary
 // (redaction may have made a tail longer than it was captured).
