@@ -1,0 +1,213 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	slackapi "github.com/slack-go/slack"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// pull handles the route's asked events one at a time until ctx ends.
+func (s *Server) pull(ctx context.Context, route string, c jetstream.Consumer) {
+	log := s.log.With("route", route)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := c.Next(jetstream.FetchContext(pctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+			log.Warn("pull failed; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		s.settle(m, s.handle(s.workCtx, route, m))
+	}
+}
+
+// outcome is what becomes of an asked event; decided in handle only.
+type outcome struct {
+	ack   bool
+	term  bool
+	delay time.Duration
+}
+
+func (s *Server) settle(m jetstream.Msg, o outcome) {
+	var err error
+	switch {
+	case o.term:
+		err = m.Term()
+	case o.ack:
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = m.DoubleAck(ctx)
+		cancel()
+	default:
+		err = m.NakWithDelay(o.delay)
+	}
+	if err != nil {
+		s.log.Warn("settle question message", "subject", m.Subject(), "err", err)
+	}
+}
+
+// handle posts the question of an asked event, or declines it when it
+// cannot be posted.
+func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) outcome {
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		s.log.Error("undecodable question terminated", "subject", m.Subject(), "err", err)
+		return outcome{term: true}
+	}
+	d, err := lifecycle.Parse(e)
+	if err != nil {
+		s.log.Error("question with bad data terminated", "id", e.ID(), "err", err)
+		return outcome{term: true}
+	}
+	q, ok := d.(*lifecycle.Question)
+	if !ok || q.Event != lifecycle.QuestionAsked {
+		return outcome{ack: true}
+	}
+	log := s.log.With("route", route, "question_id", q.QuestionID, "thread_id", q.ThreadID)
+	rec, err := s.record(ctx, q.QuestionID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return outcome{ack: true}
+	case err != nil:
+		log.Warn("question record unreadable; will retry", "err", err)
+		return outcome{delay: 2 * time.Second}
+	case rec.Status != "asked" || rec.Route != route:
+		log.Debug("question no longer waits on this route: skipped")
+		return outcome{ack: true}
+	}
+	if old, ok := s.index.get(msgKey(route, q.QuestionID)); ok && old.Escalation >= rec.Escalation {
+		return outcome{ack: true} // posted already (a redelivery)
+	}
+	rs := s.settings.Routes[route]
+	dest, why := rs.destination(rec.Labels)
+	if dest == "" {
+		s.metrics.postFailures.WithLabelValues(route, "no_destination").Inc()
+		log.Warn("no Slack destination: declining", "reason", why)
+		return s.decline(ctx, route, rec, "slack: "+why)
+	}
+
+	stop := keepAlive(m, 10*time.Second)
+	var channel, ts string
+	err = s.api.call(ctx, "chat.postMessage", s.api.attempts, func(ctx context.Context) error {
+		var err error
+		channel, ts, err = s.api.c.PostMessageContext(ctx, dest,
+			slackapi.MsgOptionText(fallbackText(rec), false),
+			slackapi.MsgOptionBlocks(s.askedBlocks(rec, time.Now())...))
+		return err
+	})
+	stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{delay: time.Second} // stopping: post it after the restart
+		}
+		s.metrics.postFailures.WithLabelValues(route, "api").Inc()
+		log.Error("question not posted to Slack: declining to the route's fallback", "destination", dest, "err", err)
+		return s.decline(ctx, route, rec, fmt.Sprintf("slack: the message could not be posted: %v", err))
+	}
+	s.metrics.posted.WithLabelValues(route).Inc()
+	entry := message{QuestionID: q.QuestionID, Route: route, Channel: channel, TS: ts, Escalation: rec.Escalation, PostedAt: time.Now().UTC()}
+	b, _ := json.Marshal(entry)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rev, err := s.messages.Put(pctx, msgKey(route, q.QuestionID), b)
+	cancel()
+	if err != nil {
+		// The message exists but is not remembered: it would never be
+		// updated. Post again later rather than leave a stale copy.
+		log.Error("message posted but not recorded; will post again", "channel", channel, "ts", ts, "err", err)
+		return outcome{delay: 5 * time.Second}
+	}
+	s.index.put(msgKey(route, q.QuestionID), entry, rev)
+	log.Info("question posted to Slack", "channel", channel, "ts", ts)
+	// Answered or moved while it was being posted: the watch may have
+	// passed it already, so look again now.
+	s.enqueue(q.QuestionID)
+	return outcome{ack: true}
+}
+
+// record reads a question's record.
+func (s *Server) record(ctx context.Context, qid string) (*lifecycle.Question, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e, err := s.questions.Get(ctx, qid)
+	if err != nil {
+		return nil, err
+	}
+	var q lifecycle.Question
+	if err := json.Unmarshal(e.Value(), &q); err != nil {
+		return nil, fmt.Errorf("slack: question record %s: %w", qid, err)
+	}
+	return &q, nil
+}
+
+// decline sends the question to the route's fallback through the route's
+// answer endpoint, with the body pkg/answerer sends for a decline.
+func (s *Server) decline(ctx context.Context, route string, q *lifecycle.Question, reason string) outcome {
+	subject, err := lifecycle.APIAnswerRoute(route)
+	if err != nil {
+		return outcome{term: true}
+	}
+	reason, _ = truncate(reason, 1000)
+	body, _ := json.Marshal(struct {
+		QuestionID string `json:"question_id"`
+		Route      string `json:"route"`
+		AnsweredBy string `json:"answered_by"`
+		Decline    bool   `json:"decline"`
+		Reason     string `json:"reason"`
+	}{q.QuestionID, route, "answerer:slack", true, reason})
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := s.nc.RequestWithContext(rctx, subject, body)
+	var rep client.AnswerReply
+	if err == nil {
+		err = json.Unmarshal(msg.Data, &rep)
+	}
+	if err != nil || rep.Status == client.AnswerRetry || rep.Status == "" {
+		s.log.Warn("decline not delivered; will retry", "route", route, "question_id", q.QuestionID, "err", err, "status", rep.Status)
+		return outcome{delay: 5 * time.Second}
+	}
+	s.log.Info("question declined", "route", route, "question_id", q.QuestionID, "status", rep.Status, "reason", rep.Reason)
+	return outcome{ack: true}
+}
+
+// keepAlive tells the server the message is being worked on every
+// period until the returned function is called.
+func keepAlive(m jetstream.Msg, period time.Duration) func() {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}

@@ -1,0 +1,273 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	slackapi "github.com/slack-go/slack"
+)
+
+// message is an entry of BucketMessages: where an open question's message
+// is.
+type message struct {
+	QuestionID string `json:"question_id"`
+	Route      string `json:"route"`
+	Channel    string `json:"channel"` // the id chat.postMessage answered
+	TS         string `json:"ts"`
+	// Escalation is the question's escalation count when it was posted:
+	// a question that comes back to the route later is posted again.
+	Escalation int       `json:"escalation"`
+	PostedAt   time.Time `json:"posted_at"`
+}
+
+func msgKey(route, qid string) string { return route + "." + qid }
+
+// index is the in-memory copy of BucketMessages, kept by watchMessages
+// (entries of every process serving these routes) and by handle (this
+// process's own, at once).
+type index struct {
+	mu    sync.Mutex
+	byKey map[string]indexed
+	byQID map[string]map[string]bool
+}
+
+type indexed struct {
+	m   message
+	rev uint64
+}
+
+func newIndex() *index {
+	return &index{byKey: map[string]indexed{}, byQID: map[string]map[string]bool{}}
+}
+
+func (x *index) put(key string, m message, rev uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old, ok := x.byKey[key]; ok && old.rev > rev {
+		return
+	}
+	x.byKey[key] = indexed{m, rev}
+	if x.byQID[m.QuestionID] == nil {
+		x.byQID[m.QuestionID] = map[string]bool{}
+	}
+	x.byQID[m.QuestionID][key] = true
+}
+
+func (x *index) remove(key string, rev uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old, ok := x.byKey[key]
+	if !ok || old.rev > rev {
+		return
+	}
+	delete(x.byKey, key)
+	delete(x.byQID[old.m.QuestionID], key)
+	if len(x.byQID[old.m.QuestionID]) == 0 {
+		delete(x.byQID, old.m.QuestionID)
+	}
+}
+
+func (x *index) get(key string) (message, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e, ok := x.byKey[key]
+	return e.m, ok
+}
+
+// of returns the messages of a question with their revisions.
+func (x *index) of(qid string) map[string]indexed {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := map[string]indexed{}
+	for k := range x.byQID[qid] {
+		out[k] = x.byKey[k]
+	}
+	return out
+}
+
+func (x *index) has(qid string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.byQID[qid]) > 0
+}
+
+func (x *index) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.byKey)
+}
+
+// watchMessages keeps the index equal to BucketMessages until ctx ends,
+// restarting a broken watch; loaded is closed after the first full load.
+func (s *Server) watchMessages(ctx context.Context, loaded chan<- struct{}) {
+	var once sync.Once
+	s.watchLoop(ctx, "messages", func(ctx context.Context) error {
+		w, err := s.messages.WatchAll(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case e, ok := <-w.Updates():
+				if !ok {
+					return errors.New("watcher closed")
+				}
+				if e == nil {
+					once.Do(func() { close(loaded) })
+					continue
+				}
+				if e.Operation() != jetstream.KeyValuePut {
+					s.index.remove(e.Key(), e.Revision())
+					continue
+				}
+				var m message
+				if json.Unmarshal(e.Value(), &m) != nil || m.QuestionID == "" {
+					continue
+				}
+				s.index.put(e.Key(), m, e.Revision())
+				s.enqueue(m.QuestionID)
+			}
+		}
+	})
+}
+
+// watchQuestions looks at every question record that has a message when
+// it changes, until ctx ends; the first pass covers what changed while no
+// process ran.
+func (s *Server) watchQuestions(ctx context.Context) {
+	s.watchLoop(ctx, "questions", func(ctx context.Context) error {
+		w, err := s.questions.WatchAll(ctx, jetstream.IgnoreDeletes())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case e, ok := <-w.Updates():
+				if !ok {
+					return errors.New("watcher closed")
+				}
+				if e != nil && s.index.has(e.Key()) {
+					s.enqueue(e.Key())
+				}
+			}
+		}
+	})
+}
+
+// watchLoop runs watch until ctx ends, restarting it with backoff.
+func (s *Server) watchLoop(ctx context.Context, name string, watch func(context.Context) error) {
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := watch(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > time.Minute {
+			backoff = 500 * time.Millisecond
+		}
+		s.log.Warn("bucket watch broke; restarting it", "watch", name, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// enqueue asks the reconciler to look at a question; it never blocks (a
+// full queue drops the request: the question's next change or the next
+// start brings it back).
+func (s *Server) enqueue(qid string) {
+	select {
+	case s.reconcileQ <- qid:
+	default:
+		s.log.Warn("reconcile queue full; question left for its next change", "question_id", qid)
+	}
+}
+
+// reconciler brings messages up to date, one question at a time, until
+// ctx ends.
+func (s *Server) reconciler(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case qid := <-s.reconcileQ:
+			s.reconcile(s.workCtx, qid)
+		}
+	}
+}
+
+// reconcile updates the messages of a question that closed or left their
+// route, then forgets them. A failed update is tried again a little later.
+func (s *Server) reconcile(ctx context.Context, qid string) {
+	msgs := s.index.of(qid)
+	if len(msgs) == 0 {
+		return
+	}
+	q, err := s.record(ctx, qid)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			s.log.Warn("question record unreadable; message update postponed", "question_id", qid, "err", err)
+			s.retryLater(qid)
+		}
+		return
+	}
+	for key, e := range msgs {
+		if q.Status == "asked" && q.Route == e.m.Route {
+			continue
+		}
+		blocks, event := s.closedBlocks(q, e.m.Route)
+		text := fallbackText(q) + " — " + strings.ReplaceAll(event, "_", " ")
+		err := s.api.call(ctx, "chat.update", s.api.attempts, func(ctx context.Context) error {
+			_, _, _, err := s.api.c.UpdateMessageContext(ctx, e.m.Channel, e.m.TS,
+				slackapi.MsgOptionText(text, false), slackapi.MsgOptionBlocks(blocks...))
+			return err
+		})
+		log := s.log.With("route", e.m.Route, "question_id", qid, "channel", e.m.Channel, "ts", e.m.TS, "event", event)
+		if err != nil && !errors.Is(err, errPermanent) {
+			s.metrics.updates.WithLabelValues(event, "error").Inc()
+			log.Warn("message not updated; will try again", "err", err)
+			s.retryLater(qid)
+			continue
+		}
+		if err != nil {
+			// message_not_found, channel gone…: nothing left to correct.
+			s.metrics.updates.WithLabelValues(event, "error").Inc()
+			log.Warn("message cannot be updated; forgetting it", "err", err)
+		} else {
+			s.metrics.updates.WithLabelValues(event, "ok").Inc()
+			log.Info("message updated")
+		}
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = s.messages.Delete(dctx, key, jetstream.LastRevision(e.rev))
+		cancel()
+		if err != nil {
+			log.Debug("message entry not deleted (changed or gone)", "err", err)
+		}
+		s.index.remove(key, e.rev)
+	}
+}
+
+// retryLater enqueues the question again in 30s (dropped after a stop:
+// the next start looks at every open message).
+func (s *Server) retryLater(qid string) {
+	time.AfterFunc(30*time.Second, func() {
+		if s.workCtx.Err() == nil {
+			s.enqueue(qid)
+		}
+	})
+}
