@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -561,6 +562,13 @@ func TestReusedIDWithADifferentRequest(t *testing.T) {
 		p.Field("input") == "" || p.Field("labels") == "" || p.Field("subagent") != "" || !strings.Contains(p.Detail, "input, labels") {
 		t.Errorf("HTTP: %d %s", resp.StatusCode, data)
 	}
+	// The Go client returns the micro door's problem as it is.
+	_, err := h.cl.Dispatch(t.Context(), lifecycle.Request{DispatchID: "taken-1", Subagent: "planner", Input: json.RawMessage(`{"a":1,"b":[1,2]}`)})
+	var cp *client.Problem
+	if !errors.As(err, &cp) || cp.Status != http.StatusConflict || cp.Type != dispatcher.ProblemConflict || cp.Field("labels") == "" ||
+		!strings.Contains(err.Error(), "(labels differ)") || errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("client.Dispatch: %v", err)
+	}
 	m := h.microCall(lifecycle.APIDispatch, []byte(different), nil)
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "409" || !strings.Contains(string(m.Data), "input, labels") {
 		t.Errorf("micro: %s %s", code, m.Data)
@@ -584,7 +592,7 @@ func TestReusedIDWithADifferentRequest(t *testing.T) {
 	for _, want := range []string{
 		`agora_dispatcher_requests_total{door="stream",result="conflict"} 1`,
 		`agora_dispatcher_requests_total{door="http",result="conflict"} 1`,
-		`agora_dispatcher_requests_total{door="micro",result="conflict"} 1`,
+		`agora_dispatcher_requests_total{door="micro",result="conflict"} 2`,
 		`agora_dispatcher_requests_total{door="micro",result="duplicate"} 1`,
 	} {
 		_, data := h.do(http.MethodGet, "/metrics", "", "")
