@@ -202,6 +202,17 @@ func TestEventsStreamTypesHistoryAndProgress(t *testing.T) {
 	}
 	s.cancel()
 
+	// from=now leaves the history out; Last-Event-ID wins over from=start.
+	now := h.openSSE("thread=sse-p&from=now&type=lifecycle", 0)
+	now.quiet(300 * time.Millisecond)
+	now.cancel()
+	resumed := h.openSSE("thread=sse-p&from=start&type=lifecycle", a.ID)
+	if e := resumed.nextEvent(); e.ID != b.ID || e.Type != lifecycle.KindStarted.Type() {
+		t.Errorf("Last-Event-ID %d with from=start: %+v, want %d", a.ID, e, b.ID)
+	}
+	resumed.quiet(300 * time.Millisecond)
+	resumed.cancel()
+
 	lc := h.openSSE("thread=sse-p&type=lifecycle", 0)
 	lc.nextEvent()
 	lc.nextEvent()
