@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -179,6 +180,41 @@ func TestBrowser(t *testing.T) {
 	)
 	if out := s.finished(d2.ThreadID); string(out["answer"]) != `"now"` {
 		t.Errorf("keyboard answer = %s", out["answer"])
+	}
+
+	// What a run left, as a person sees it: Markdown context (bold, code),
+	// the diff escaped and coloured, the image shown, no script run.
+	s.shell("reviewer", reviewer)
+	d3, err := s.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "reviewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q3 := lifecycle.QuestionID(d3.DispatchID)
+	s.waitQuestion(q3, func(q *inbox.Question) bool { return q.Pending() })
+	run("open a question with files",
+		chromedp.Navigate(s.web.URL+"/inbox/questions/"+q3),
+		chromedp.WaitVisible(css(`#artifacts pre.diff`)),
+	)
+	snap("run")
+	bold := value("read the bold context", chromedp.Text(css(`#context strong`)))
+	del := value("read the diff", chromedp.Text(css(`#artifacts .dl.del`)))
+	title := value("read the title", chromedp.Title())
+	if bold != "overloaded" || del != "-old <script>alert(1)</script>" || strings.Contains(title, "alert") {
+		t.Errorf("bold %q, diff line %q, title %q", bold, del, title)
+	}
+	loaded, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const i = document.querySelector('#artifacts img.art-img'); return i.complete && i.naturalWidth === 4 })()`))
+	if err != nil || !loaded {
+		t.Errorf("the image did not load: %v", err)
+	}
+	// Decline it: it goes to the route's fallback.
+	run("decline",
+		chromedp.Click(css(`#decline summary`)),
+		chromedp.SendKeys(css(`#decline-reason`), "needs the data team"),
+		chromedp.Click(css(`#decline-button`)),
+		chromedp.WaitVisible(css(`.notice`)),
+	)
+	if n := value("read the notice", chromedp.Text(css(`.notice`))); !strings.Contains(n, "declined") {
+		t.Errorf("notice after decline = %q", n)
 	}
 }
 

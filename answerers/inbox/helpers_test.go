@@ -58,6 +58,7 @@ const testRoutes = `routes:
   - name: ops
     match: {subagent: "ops-*"}
     answerer: human
+    fallback: human
   - name: human
     answerer: human
 `

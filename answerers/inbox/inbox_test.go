@@ -258,7 +258,7 @@ func TestQuestionPage(t *testing.T) {
 	p := b.get("/inbox/questions/" + qOpt)
 	mustContain(t, "options page", p.body,
 		`<h1 class="q-text">Rewrite function A or B?</h1>`,
-		"<pre class=\"context\">Same signature.\n  Different call sites.</pre>",
+		"<div class=\"context md\" id=\"context\"><p>Same signature.\nDifferent call sites.</p>",
 		`<button type="submit" class="option" name="answer" value="A" data-key="1"><kbd>1</kbd>`,
 		`value="B" data-key="2"`, `value="neither" data-key="3"`,
 		`action="/inbox/questions/`+qOpt+`/answer"`, "No deadline", "Add a comment", `name="comment"`,
@@ -565,7 +565,8 @@ func TestEscaping(t *testing.T) {
 		mustContain(t, name, body, "&lt;script&gt;alert(&#34;q&#34;)&lt;/script&gt; A or B?")
 	}
 	mustContain(t, "question", question.body,
-		"&lt;/pre&gt;&lt;img src=x onerror=alert(1)&gt;&lt;script&gt;document.title=&#39;x&#39;&lt;/script&gt;",
+		// Context is Markdown with raw HTML dropped, then sanitised.
+		`<div class="context md" id="context"><p>document.title=&#39;x&#39;</p>`,
 		`value="&lt;b&gt;bold&lt;/b&gt;"`, "&#34;quoted&#34; &amp; &#39;apos&#39;")
 	if csp := question.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 		t.Errorf("Content-Security-Policy = %q", csp)

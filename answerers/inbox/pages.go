@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ func (s *Server) routesHandler() http.Handler {
 	})
 	mux.Handle("GET "+Prefix+"/questions/{id}", s.page(s.questionPage))
 	mux.Handle("POST "+Prefix+"/questions/{id}/answer", s.form(s.answerForm))
+	mux.Handle("POST "+Prefix+"/questions/{id}/decline", s.form(s.declineForm))
+	mux.Handle("GET "+Prefix+"/questions/{id}/artifacts/{name...}", s.page(s.artifactFile))
 	mux.Handle("GET "+Prefix+"/history", s.page(s.historyPage))
 	mux.Handle("GET "+Prefix+"/events", s.page(s.events))
 	mux.HandleFunc("GET "+Prefix+"/login", s.loginPage)
@@ -54,7 +57,10 @@ func (s *Server) routesHandler() http.Handler {
 	mux.Handle(Prefix+"/", s.page(func(w http.ResponseWriter, r *http.Request, id *identity) {
 		s.errorPage(w, r, id, http.StatusNotFound, "Page not found", "There is nothing at "+r.URL.Path+".")
 	}))
-	return securityHeaders(mux)
+	// Cross-origin POSTs are refused before anything else (Go's check of
+	// Sec-Fetch-Site and Origin), on top of the forms' CSRF tokens, which
+	// also cover browsers that send neither header (docs/inbox.md).
+	return securityHeaders(http.NewCrossOriginProtection().Handler(mux))
 }
 
 // csp allows only the inbox's own script and style: content from
@@ -193,7 +199,13 @@ func parseLimit(s string, def, max int) int {
 
 // questionData is the question page's data.
 type questionData struct {
-	Q         qview
+	Q   qview
+	Run runView
+	// ContextHTML is the context rendered as sanitised Markdown.
+	ContextHTML template.HTML
+	// FreeText: the options are suggestions (clarification, information),
+	// so the form also takes an answer in the person's own words.
+	FreeText  bool
 	Earlier   []qview
 	Thread    *threadView
 	CanAnswer bool
@@ -258,7 +270,9 @@ func (s *Server) thread(ctx context.Context, threadID string) *Thread {
 func (s *Server) questionData(ctx context.Context, id *identity, q *Question) questionData {
 	now := time.Now()
 	d := questionData{Q: newQView(q, now), CanAnswer: q.Pending(), APIURL: Prefix + "/api/questions/" + q.QuestionID,
-		EventsURL: Prefix + "/events?question=" + q.QuestionID}
+		EventsURL: Prefix + "/events?question=" + q.QuestionID, ContextHTML: markdown(q.Context),
+		FreeText: len(q.Options) > 0 && (q.Kind == "clarification" || q.Kind == "information")}
+	d.Run = s.runData(ctx, q)
 	if !q.Pending() {
 		d.Closed = closedMessage(q)
 	}
@@ -290,6 +304,9 @@ type answerInput struct {
 	Answer   string `json:"answer"`
 	Decision string `json:"decision,omitempty"`
 	Comment  string `json:"comment,omitempty"`
+	// Free is the form's answer in the person's own words, beside the
+	// options of a clarification or information question.
+	Free string `json:"-"`
 }
 
 // submit sends an answer to the router as u and returns the router's
@@ -364,7 +381,11 @@ func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity
 	if !ok {
 		return
 	}
-	in := answerInput{Answer: r.PostForm.Get("answer"), Decision: r.PostForm.Get("decision"), Comment: r.PostForm.Get("comment")}
+	in := answerInput{Answer: r.PostForm.Get("answer"), Decision: r.PostForm.Get("decision"), Comment: r.PostForm.Get("comment"),
+		Free: r.PostForm.Get("free_answer")}
+	if r.PostForm.Get("free") == "1" {
+		in.Answer = in.Free
+	}
 	rep, status := s.submit(r.Context(), id.user, q, in)
 	if rep.Status == client.AnswerAccepted {
 		http.Redirect(w, r, questionURL(q.QuestionID)+"?sent=1", http.StatusSeeOther)
