@@ -405,6 +405,19 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("artifact read as client: %d bytes, %v", len(b), err)
 		}
 		r.Close()
+		// The inbox's user reads what the runs left beside the question:
+		// the asking round's partial state, the artifact, the progress.
+		if st, err := human.PartialState(tctx, dsp.DispatchID); err != nil || !strings.Contains(string(st), `"step":1`) {
+			t.Errorf("partial state as answerer-human: %s %v; violations %q", st, err, e.all())
+		}
+		if r, _, err := human.OpenArtifact(tctx, fin.DispatchID, "input.json"); err != nil {
+			t.Errorf("artifact as answerer-human: %v; violations %q", err, e.all())
+		} else {
+			r.Close()
+		}
+		if _, err := human.LatestProgress(tctx, dsp.ThreadID); err != nil {
+			t.Errorf("progress as answerer-human: %v; violations %q", err, e.all())
+		}
 		if name == "asker" {
 			// The worker published the round's progress; the client reads it.
 			pctx, pcancel := context.WithTimeout(tctx, 10*time.Second)
