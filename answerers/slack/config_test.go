@@ -1,8 +1,12 @@
 package slack_test
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/agora-dispatch/agora/answerers/slack"
 	"github.com/agora-dispatch/agora/internal/config"
@@ -74,5 +78,39 @@ func TestConfigNamesEveryVariable(t *testing.T) {
 	cfg = slack.Config{}
 	if err := config.Load(&cfg); err == nil || strings.Contains(err.Error(), "very-secret") {
 		t.Errorf("error = %v", err)
+	}
+}
+
+// TestShippedFiles: the example settings file is valid, and the app
+// manifest asks for interactivity and the chat:write scope.
+func TestShippedFiles(t *testing.T) {
+	s, err := slack.LoadSettings("settings.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(s.RouteNames(), ","); got != "approvals,reviews" {
+		t.Errorf("routes = %s", got)
+	}
+	b, err := os.ReadFile("manifest.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		OAuth struct {
+			Scopes struct{ Bot []string } `yaml:"scopes"`
+		} `yaml:"oauth_config"`
+		Settings struct {
+			Interactivity struct {
+				Enabled    bool   `yaml:"is_enabled"`
+				RequestURL string `yaml:"request_url"`
+			} `yaml:"interactivity"`
+		} `yaml:"settings"`
+	}
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(m.OAuth.Scopes.Bot, "chat:write") || !m.Settings.Interactivity.Enabled ||
+		!strings.HasSuffix(m.Settings.Interactivity.RequestURL, slack.InteractionsPath) {
+		t.Errorf("manifest = %+v", m)
 	}
 }

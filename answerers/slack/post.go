@@ -114,7 +114,7 @@ func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) outc
 	err = s.api.call(ctx, "chat.postMessage", s.api.attempts, func(ctx context.Context) error {
 		var err error
 		channel, ts, err = s.api.c.PostMessageContext(ctx, dest,
-			slackapi.MsgOptionText(fallbackText(rec), false),
+			slackapi.MsgOptionText(fallbackText(rec), true),
 			slackapi.MsgOptionBlocks(s.askedBlocks(rec, time.Now())...))
 		return err
 	})

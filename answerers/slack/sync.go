@@ -234,7 +234,7 @@ func (s *Server) reconcile(ctx context.Context, qid string) {
 		text := fallbackText(q) + " — " + strings.ReplaceAll(event, "_", " ")
 		err := s.api.call(ctx, "chat.update", s.api.attempts, func(ctx context.Context) error {
 			_, _, _, err := s.api.c.UpdateMessageContext(ctx, e.m.Channel, e.m.TS,
-				slackapi.MsgOptionText(text, false), slackapi.MsgOptionBlocks(blocks...))
+				slackapi.MsgOptionText(text, true), slackapi.MsgOptionBlocks(blocks...))
 			return err
 		})
 		log := s.log.With("route", e.m.Route, "question_id", qid, "channel", e.m.Channel, "ts", e.m.TS, "event", event)
