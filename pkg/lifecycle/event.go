@@ -38,7 +38,7 @@ const ContentTypeJSON = "application/json"
 
 // SchemaBase prefixes every dataschema; the rest is the schema file's name
 // under schema/cloudevents/.
-const SchemaBase = "https://github.com/agora-dispatch/agora/schema/cloudevents/"
+const SchemaBase = "https://raw.githubusercontent.com/agora-dispatch/agora/main/schema/cloudevents/"
 
 // NewID returns a new ULID string: unique and sortable by creation time.
 func NewID() string { return ulid.Make().String() }

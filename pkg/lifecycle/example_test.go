@@ -32,7 +32,7 @@ func ExampleNew() {
 	// source: /agora/worker/w-1
 	// subject: 01JD
 	// time: 2025-01-02T03:04:05Z
-	// dataschema: https://github.com/agora-dispatch/agora/schema/cloudevents/dispatch.failed.json
+	// dataschema: https://raw.githubusercontent.com/agora-dispatch/agora/main/schema/cloudevents/dispatch.failed.json
 	// data: {"dispatch_id":"01JD","thread_id":"01JT","parent_id":"","round":0,"subagent":"planner","reason":"timeout","detail":"no answer within 30m","exit_code":null,"duration_ms":0}
 }
 

@@ -36,6 +36,7 @@ const maxBodyBytes = 1 << 20
 //	GET  /v1/threads/{id}             the client.Thread: every round with its events
 //	POST /v1/threads/{id}/cancel      optional {"by", "reason"} → the client.Thread
 //	GET  /v1/events                   Server-Sent Events: lifecycle and progress CloudEvents, `event:` = the type (query: thread, dispatch, kind, type=lifecycle|progress, from=start|now; header Last-Event-ID)
+//	GET  /v1/schemas/{name}           the JSON Schemas events name in dataschema, and asyncapi.yaml (open)
 //	GET  /metrics                     Prometheus metrics
 //	GET  /healthz                     200 when NATS is connected and JetStream answers
 //
@@ -53,6 +54,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /v1/threads/{id}", s.auth(s.httpThread))
 	mux.Handle("POST /v1/threads/{id}/cancel", s.auth(s.httpCancelThread))
 	mux.Handle("GET /v1/events", s.auth(s.httpEvents))
+	mux.HandleFunc("GET /v1/schemas/{name}", s.httpSchema)
 	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
 	mux.HandleFunc("GET /healthz", s.httpHealth)
 	return mux

@@ -225,3 +225,20 @@ func TestHealthzAndMetrics(t *testing.T) {
 	}
 	h.srv.Restart(t)
 }
+
+// Every dataschema an event names is served, by its name, as are the
+// AsyncAPI document; other names are 404.
+func TestSchemasAreServed(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	for _, name := range []string{"dispatch.finished.json", "progress.reported.json", "asyncapi.yaml"} {
+		resp, body := h.do(http.MethodGet, "/v1/schemas/"+name, "", "")
+		if resp.StatusCode != http.StatusOK || (strings.HasSuffix(name, ".json") && !strings.Contains(string(body), `"$id": "`+lifecycle.SchemaBase+name+`"`)) {
+			t.Errorf("%s: %d %.80s", name, resp.StatusCode, body)
+		}
+	}
+	for _, bad := range []string{"nope.json", "..%2Fschema.go"} {
+		if resp, _ := h.do(http.MethodGet, "/v1/schemas/"+bad, "", ""); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: %d", bad, resp.StatusCode)
+		}
+	}
+}

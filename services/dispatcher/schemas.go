@@ -1,0 +1,32 @@
+package dispatcher
+
+import (
+	"io/fs"
+	"net/http"
+	"path"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/schema"
+)
+
+// httpSchema serves GET /v1/schemas/{name}: the JSON Schema an event's
+// dataschema names (schema/cloudevents/<name>), and asyncapi.yaml, from the
+// copy built into the binary, so the contract is readable from a running
+// Agora as well as from the repository.
+func (s *Service) httpSchema(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	p := path.Join(schema.Dir, name)
+	ct := "application/schema+json"
+	if name == schema.AsyncAPIName {
+		p, ct = name, "application/yaml"
+	}
+	b, err := fs.ReadFile(schema.FS(), p)
+	if err != nil || path.Base(name) != name {
+		writeProblem(w, r, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound,
+			Detail: "no schema " + name + ": the names are those of the events' dataschema, and asyncapi.yaml"})
+		return
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	_, _ = w.Write(b)
+}
