@@ -16,8 +16,9 @@ import (
 
 // bearerClient moves the token slack-go puts in a form body (token=…)
 // into the Authorization header, as Slack recommends, so the token never
-// travels in a body a proxy might log. JSON calls already carry the
-// header.
+// travels in a body a proxy might log. JSON calls already carry their
+// header (the bot token, or the app-level token of apps.connections.open)
+// and keep it.
 type bearerClient struct {
 	c     *http.Client
 	token string
@@ -40,7 +41,9 @@ func (b *bearerClient) Do(req *http.Request) (*http.Response, error) {
 		req.ContentLength = int64(len(body))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil }
 	}
-	req.Header.Set("Authorization", "Bearer "+b.token)
+	if req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", "Bearer "+b.token)
+	}
 	return b.c.Do(req)
 }
 
@@ -55,9 +58,6 @@ type api struct {
 }
 
 func newAPI(cfg Config, httpClient *http.Client, log *slog.Logger, m *metrics) *api {
-	if httpClient == nil {
-		httpClient = &http.Client{Timeout: 30 * time.Second}
-	}
 	c := slackapi.New(cfg.BotToken, slackapi.OptionAPIURL(cfg.APIURL),
 		slackapi.OptionHTTPClient(&bearerClient{c: httpClient, token: cfg.BotToken}))
 	return &api{c: c, attempts: max(cfg.PostAttempts, 1), backoff: cfg.RetryBackoff, maxWait: cfg.MaxRetryAfter, log: log, metrics: m}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -31,8 +32,14 @@ type Config struct {
 	// Authorization header of Web API calls and never reaches a log line.
 	BotToken string `envconfig:"SLACK_BOT_TOKEN"`
 	// SigningSecret is the app's signing secret: every interactivity
-	// request must carry a valid signature made with it.
+	// request over HTTP must carry a valid signature made with it.
+	// Required unless AppToken is set.
 	SigningSecret string `envconfig:"SLACK_SIGNING_SECRET"`
+	// AppToken is an app-level token (xapp-…, scope connections:write):
+	// Run then also receives interactions over Socket Mode, so Slack
+	// needs no public URL. Without SigningSecret, Handler refuses every
+	// HTTP interaction.
+	AppToken string `envconfig:"SLACK_APP_TOKEN"`
 	// SettingsFile is the YAML file naming the routes served and where
 	// each one's questions go (see Settings).
 	SettingsFile string `envconfig:"SLACK_SETTINGS"`
@@ -93,8 +100,11 @@ func (c Config) Validate() error {
 	if c.BotToken == "" {
 		errs = append(errs, fmt.Errorf("%s: required (the app's bot token, xoxb-…)", v("BotToken")))
 	}
-	if c.SigningSecret == "" {
-		errs = append(errs, fmt.Errorf("%s: required (the app's signing secret)", v("SigningSecret")))
+	if c.SigningSecret == "" && c.AppToken == "" {
+		errs = append(errs, fmt.Errorf("%s (HTTP interactivity) or %s (Socket Mode): set at least one", v("SigningSecret"), v("AppToken")))
+	}
+	if c.AppToken != "" && !strings.HasPrefix(c.AppToken, "xapp-") {
+		errs = append(errs, fmt.Errorf("%s: want an app-level token (xapp-…)", v("AppToken")))
 	}
 	if c.SettingsFile == "" {
 		errs = append(errs, fmt.Errorf("%s: required (the routes and their channels)", v("SettingsFile")))

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agora-dispatch/agora/answerers/slack"
@@ -33,6 +34,7 @@ const (
 	botToken      = "xoxb-test-token"
 	signingSecret = "8f742231b10e8888abcd99yyyzzz85a5"
 	team          = "T0AGORA"
+	appToken      = "xapp-1-test-app-token"
 )
 
 // call is one Web API call the fake received, as Slack would read it.
@@ -57,6 +59,10 @@ type fakeSlack struct {
 	// failures are the status codes to answer the next calls of a
 	// method with (0 ends the list early); 429s carry Retry-After: 1.
 	failures map[string][]int
+
+	// Socket Mode: envelopes to send on the WebSocket, acks received.
+	envelopes chan []byte
+	acks      chan map[string]any
 }
 
 // postedMessage is a message as it is in the fake's channel now.
@@ -70,7 +76,8 @@ type postedMessage struct {
 
 func newFakeSlack(t *testing.T) *fakeSlack {
 	t.Helper()
-	f := &fakeSlack{t: t, messages: map[string]*postedMessage{}, failures: map[string][]int{}}
+	f := &fakeSlack{t: t, messages: map[string]*postedMessage{}, failures: map[string][]int{},
+		envelopes: make(chan []byte, 8), acks: make(chan map[string]any, 8)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -86,6 +93,14 @@ func (f *fakeSlack) fail(method string, codes ...int) {
 
 func (f *fakeSlack) serve(w http.ResponseWriter, r *http.Request) {
 	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	switch r.URL.Path {
+	case "/api/apps.connections.open":
+		f.openSocket(w, r)
+		return
+	case "/socket":
+		f.socket(w, r)
+		return
+	}
 	bad := func(format string, a ...any) {
 		f.t.Errorf("slack fake: %s: "+format, append([]any{method}, a...)...)
 		w.Header().Set("Content-Type", "application/json")
@@ -489,7 +504,8 @@ type worldOptions struct {
 	attempts   int
 	beforeRun  func(*fakeSlack)
 	contextLen int
-	manual     bool // start no answerer: the test runs its own
+	manual     bool   // start no answerer: the test runs its own
+	appToken   string // Socket Mode
 }
 
 func startWorld(t *testing.T, o worldOptions) *world {
@@ -523,7 +539,7 @@ func (w *world) newAnswerer(t *testing.T) (*slack.Server, *prometheus.Registry) 
 	s, err := slack.New(slack.Config{
 		BotToken: botToken, SigningSecret: signingSecret, SettingsFile: settings, APIURL: w.slack.url(),
 		InboxURL: "https://agora.example.com/inbox", PostAttempts: w.o.attempts, RetryBackoff: 20 * time.Millisecond,
-		ShutdownTimeout: 2 * time.Second, ContextChars: w.o.contextLen,
+		ShutdownTimeout: 2 * time.Second, ContextChars: w.o.contextLen, AppToken: w.o.appToken,
 	}, slack.Deps{Conn: w.Server.Conn(t), Logger: systemtest.Logger(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -619,4 +635,51 @@ func waitThread(t *testing.T, c *client.Client, threadID string) lifecycle.Data 
 		t.Fatal(err)
 	}
 	return end.Data
+}
+
+// openSocket is apps.connections.open: it needs the app-level token.
+func (f *fakeSlack) openSocket(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer "+appToken {
+		f.t.Errorf("slack fake: apps.connections.open: %s with Authorization %q", r.Method, r.Header.Get("Authorization"))
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "invalid_auth"})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "url": "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/socket"})
+}
+
+// socket is the Socket Mode WebSocket: hello, then the test's envelopes;
+// acknowledgements go to f.acks.
+func (f *fakeSlack) socket(w http.ResponseWriter, r *http.Request) {
+	conn, err := (&websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}).Upgrade(w, r, nil)
+	if err != nil {
+		f.t.Logf("slack fake: websocket upgrade: %v", err)
+		return
+	}
+	defer conn.Close()
+	hello := `{"type":"hello","num_connections":1,"debug_info":{"host":"fake","approximate_connection_time":3600},"connection_info":{"app_id":"A0AGORA"}}`
+	if conn.WriteMessage(websocket.TextMessage, []byte(hello)) != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			var ack map[string]any
+			if err := conn.ReadJSON(&ack); err != nil {
+				return
+			}
+			f.acks <- ack
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case env := <-f.envelopes:
+			if conn.WriteMessage(websocket.TextMessage, env) != nil {
+				return
+			}
+		}
+	}
 }

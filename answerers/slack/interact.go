@@ -103,14 +103,26 @@ func (s *Server) interactions(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "payload is not an interaction", http.StatusBadRequest)
 		return
 	}
+	reply := s.interact(r.Context(), &cb)
+	if reply == nil {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(reply)
+}
+
+// interact handles one authenticated interaction, from HTTP or Socket
+// Mode, and returns what to reply to Slack: nil for an empty
+// acknowledgement, or a response payload (a modal's errors).
+func (s *Server) interact(ctx context.Context, cb *slackapi.InteractionCallback) any {
 	switch cb.Type {
 	case slackapi.InteractionTypeBlockActions:
-		s.blockActions(w, &cb)
+		s.blockActions(cb)
 	case slackapi.InteractionTypeViewSubmission:
-		s.viewSubmission(w, r.Context(), &cb)
-	default:
-		w.WriteHeader(http.StatusOK)
+		return s.viewSubmission(ctx, cb)
 	}
+	return nil
 }
 
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason string, err error) {
@@ -140,10 +152,10 @@ type modalMeta struct {
 	Channel    string `json:"channel,omitempty"`
 }
 
-// blockActions answers a click at once (Slack wants a reply within three
-// seconds) and does the work after, on a goroutine Run waits for.
-func (s *Server) blockActions(w http.ResponseWriter, cb *slackapi.InteractionCallback) {
-	w.WriteHeader(http.StatusOK)
+// blockActions lets a click be acknowledged at once (Slack wants a reply
+// within three seconds) and does the work after, on a goroutine Run
+// waits for.
+func (s *Server) blockActions(cb *slackapi.InteractionCallback) {
 	if len(cb.ActionCallback.BlockActions) == 0 {
 		return
 	}
@@ -223,13 +235,12 @@ func (s *Server) click(ctx context.Context, route, qid string, c clicker, trigge
 
 // viewSubmission answers with a modal's text. It replies after the router
 // did (well within Slack's three seconds): a refusal is shown in the
-// modal itself.
-func (s *Server) viewSubmission(w http.ResponseWriter, ctx context.Context, cb *slackapi.InteractionCallback) {
+// modal itself; nil closes the modal.
+func (s *Server) viewSubmission(ctx context.Context, cb *slackapi.InteractionCallback) any {
 	var meta modalMeta
 	if cb.View.CallbackID != callbackAnswer && cb.View.CallbackID != callbackReject ||
 		json.Unmarshal([]byte(cb.View.PrivateMetadata), &meta) != nil || meta.QuestionID == "" {
-		w.WriteHeader(http.StatusOK)
-		return
+		return nil
 	}
 	c := clickerOf(cb)
 	log := s.log.With("route", meta.Route, "question_id", meta.QuestionID, "slack_user", c.user, "slack_team", c.team)
@@ -237,8 +248,7 @@ func (s *Server) viewSubmission(w http.ResponseWriter, ctx context.Context, cb *
 	if !served || !rs.allows(c.user) {
 		s.metrics.refused.WithLabelValues("not_allowed").Inc()
 		log.Warn("modal submitted by a user outside the route's allow-list: refused")
-		modalErrors(w, "You may not answer questions on route "+meta.Route+".")
-		return
+		return modalErrors("You may not answer questions on route " + meta.Route + ".")
 	}
 	var text string
 	if cb.View.State != nil {
@@ -254,17 +264,16 @@ func (s *Server) viewSubmission(w http.ResponseWriter, ctx context.Context, cb *
 	log.Info("answer from Slack", "display_name", c.name, "status", statusOf(rep, err), "err", err)
 	s.enqueue(meta.QuestionID)
 	if msg := refusalText(err); msg != "" {
-		modalErrors(w, msg)
-		return
+		return modalErrors(msg)
 	}
-	w.WriteHeader(http.StatusOK) // closes the modal
+	return nil // closes the modal
 }
 
-// modalErrors shows msg under the modal's input (response_action errors).
-func modalErrors(w http.ResponseWriter, msg string) {
+// modalErrors is the reply that shows msg under the modal's input
+// (response_action errors).
+func modalErrors(msg string) any {
 	msg, _ = truncate(msg, 300)
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"response_action": "errors", "errors": map[string]string{inputBlock: msg}})
+	return map[string]any{"response_action": "errors", "errors": map[string]string{inputBlock: msg}}
 }
 
 // submit sends an answer through the route's endpoint.

@@ -16,7 +16,9 @@
 // left silently waiting.
 //
 // Handler serves POST /slack/interactions, Slack's interactivity request
-// URL. Each request's signature is checked as Slack documents it (v0,
+// URL; with an app-level token (Config.AppToken) the same interactions
+// also arrive over Socket Mode, which needs no public URL. Each HTTP
+// request's signature is checked as Slack documents it (v0,
 // HMAC-SHA256 of "v0:<timestamp>:<body>" with the signing secret,
 // constant-time compare, timestamp within five minutes) and a signature
 // seen before is refused: forged, stale and replayed requests get 401 and
@@ -96,6 +98,8 @@ type Server struct {
 	gatherer prometheus.Gatherer
 	api      *api
 	replays  *replays
+	// httpClient calls the Web API (Deps.HTTPClient).
+	httpClient *http.Client
 
 	// Set by Run before ready is closed.
 	questions jetstream.KeyValue
@@ -135,7 +139,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}
-	s.api = newAPI(cfg, deps.HTTPClient, s.log, s.metrics)
+	s.httpClient = deps.HTTPClient
+	if s.httpClient == nil {
+		s.httpClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	s.api = newAPI(cfg, s.httpClient, s.log, s.metrics)
 	s.workCtx, s.stopAll = context.WithCancel(context.Background())
 	switch {
 	case deps.Client != nil:
@@ -244,6 +252,9 @@ func (s *Server) Run(ctx context.Context) error {
 	loops.Go(func() { s.reconciler(loopCtx) })
 	for route, c := range consumers {
 		loops.Go(func() { s.pull(loopCtx, route, c) })
+	}
+	if s.cfg.AppToken != "" {
+		loops.Go(func() { s.socketMode(loopCtx) })
 	}
 	close(s.ready)
 	s.log.Info("slack answerer started", "routes", s.Routes(), "open_messages", s.index.len())

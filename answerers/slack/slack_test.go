@@ -392,3 +392,29 @@ func TestRestartAndEscalation(t *testing.T) {
 		t.Errorf("%d messages posted for one question", n)
 	}
 }
+
+// TestSocketMode: with an app-level token the same click arrives over
+// Socket Mode, is acknowledged, and answers the question.
+func TestSocketMode(t *testing.T) {
+	w := startWorld(t, worldOptions{routes: routes, settings: settings, appToken: appToken})
+	w.asks("ask-choice", choice)
+	d, m := w.dispatch(t, "ask-choice", "C0OPS", nil)
+	_, els := m.actions()
+	env, _ := json.Marshal(map[string]any{
+		"envelope_id": "env-1", "type": "interactive", "accepts_response_payload": true,
+		"payload": click(m, "U0BOB", els[0]),
+	})
+	w.slack.envelopes <- env
+	select {
+	case ack := <-w.slack.acks:
+		if ack["envelope_id"] != "env-1" {
+			t.Errorf("ack = %v", ack)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the envelope was not acknowledged")
+	}
+	fin, ok := waitThread(t, w.Client, d.ThreadID).(*lifecycle.Finished)
+	if !ok || !strings.Contains(string(fin.Output), `"answered_by":"slack:`+team+`/U0BOB"`) || !strings.Contains(string(fin.Output), `"answer":"A"`) {
+		t.Fatalf("thread ended %+v", fin)
+	}
+}

@@ -1,8 +1,9 @@
 // Command slack-answerer asks people in Slack the questions of the routes
 // its settings file names (see answerers/slack and docs/slack.md).
 //
-// Settings: AGORA_NATS_URL, AGORA_NATS_CREDS, AGORA_SLACK_BOT_TOKEN and
-// AGORA_SLACK_SIGNING_SECRET (required), AGORA_SLACK_SETTINGS (required:
+// Settings: AGORA_NATS_URL, AGORA_NATS_CREDS, AGORA_SLACK_BOT_TOKEN
+// (required), AGORA_SLACK_SIGNING_SECRET and/or AGORA_SLACK_APP_TOKEN
+// (Socket Mode), AGORA_SLACK_SETTINGS (required:
 // the routes and their channels), AGORA_SLACK_INBOX_URL (links to the
 // inbox), AGORA_SLACK_HTTP_ADDR (default 127.0.0.1:8082: Slack's
 // interactivity requests at /slack/interactions, and /metrics),
