@@ -148,9 +148,10 @@ func TestProgressVerbAndFollowers(t *testing.T) {
 		`"$0" progress "step one" --percent 10; sleep 0.6; "$0" progress "step two" --percent 90 --done read --todo fix; sleep 0.6`, agoraBin}})
 	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "stepper.json", string(def)))
 
-	follow := start(t, "events", "--follow", "--thread", "stepper-thread-1")
+	id := "stepper-" + lifecycle.NewID() // unique: the suite may run again on the same agora dev
+	follow := start(t, "events", "--follow", "--thread", id)
 	time.Sleep(300 * time.Millisecond) // the follower's consumers are in place
-	r := mustAgora(t, "dispatch", "stepper", "--id", "stepper-thread-1", "--wait")
+	r := mustAgora(t, "dispatch", "stepper", "--id", id, "--wait")
 	for _, want := range []string{"progress   stepper round 0 — 10% step one", "progress   stepper round 0 — 90% step two (1/2 done)"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("dispatch --wait stderr lacks %q:\n%s", want, r.stderr)

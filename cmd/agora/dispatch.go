@@ -179,23 +179,41 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 	// Progress reports of the followed runs go to the progress line (and,
 	// with --json, to stdout as CloudEvents of their own type).
 	var jmu sync.Mutex
+	var lastShown string // the progress event id last shown
 	pctx, stopProgress := context.WithCancel(ctx)
 	progressDone := make(chan struct{})
+	showProgress := func(e lifecycle.Event, r *lifecycle.Progress) {
+		jmu.Lock()
+		defer jmu.Unlock()
+		if e.ID() == lastShown {
+			return
+		}
+		lastShown = e.ID()
+		p.set(fmt.Sprintf("progress   %s round %d — %s", r.Subagent, r.Round, client.ProgressLine(r)))
+		if jl != nil {
+			_ = jl.write(e)
+		}
+	}
 	go func() {
 		defer close(progressDone)
 		for it, err := range c.WatchProgress(pctx, f) {
 			if err != nil {
 				return
 			}
-			r := it.Progress
-			p.set(fmt.Sprintf("progress   %s round %d — %s", r.Subagent, r.Round, client.ProgressLine(r)))
-			if jl != nil {
-				jmu.Lock()
-				_ = jl.write(it.Event)
-				jmu.Unlock()
-			}
+			showProgress(it.Event, it.Progress)
 		}
 	}()
+	// At the end, the run's last report (sent just before its terminal
+	// event, on another stream) is read once more, so it is not missed.
+	finalProgress := func() {
+		stopProgress()
+		<-progressDone
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if it, err := c.LatestProgressItem(lctx, f.ThreadID); err == nil && it != nil && (f.DispatchID == "" || it.Progress.DispatchID == f.DispatchID) {
+			showProgress(it.Event, it.Progress)
+		}
+	}
 	defer func() { stopProgress(); <-progressDone }()
 	inboxKnown := false // o.inbox resolved, once, at the first question
 	for it, err := range c.Watch(ctx, f) {
@@ -232,6 +250,7 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 				return exitWith(exitNeedsInput)
 			}
 		case *lifecycle.Finished, *lifecycle.Failed, *lifecycle.Cancelled:
+			finalProgress()
 			p.close()
 			if jl == nil {
 				printResult(out, it.Data)

@@ -62,6 +62,16 @@ func (c *Client) PartialState(ctx context.Context, dispatchID string) (json.RawM
 // (the highest stream sequence kept in AGORA_PROGRESS), or nil when none
 // reported any.
 func (c *Client) LatestProgress(ctx context.Context, threadID string) (*lifecycle.Progress, error) {
+	it, err := c.LatestProgressItem(ctx, threadID)
+	if err != nil || it == nil {
+		return nil, err
+	}
+	return it.Progress, nil
+}
+
+// LatestProgressItem is LatestProgress with the report's event and
+// sequence. It reads what is kept and returns at once.
+func (c *Client) LatestProgressItem(ctx context.Context, threadID string) (*ProgressItem, error) {
 	if err := lifecycle.ValidToken(threadID); err != nil {
 		return nil, fmt.Errorf("client: thread id: %w", err)
 	}
@@ -71,8 +81,7 @@ func (c *Client) LatestProgress(ctx context.Context, threadID string) (*lifecycl
 	if err != nil {
 		return nil, fmt.Errorf("client: progress of %s: %w", threadID, err)
 	}
-	var latest *lifecycle.Progress
-	var seq uint64
+	var latest *ProgressItem
 	for {
 		batch, err := cons.FetchNoWait(64)
 		if err != nil {
@@ -82,7 +91,7 @@ func (c *Client) LatestProgress(ctx context.Context, threadID string) (*lifecycl
 		for m := range batch.Messages() {
 			n++
 			md, err := m.Metadata()
-			if err != nil || md.Sequence.Stream < seq {
+			if err != nil || (latest != nil && md.Sequence.Stream < latest.Seq) {
 				continue
 			}
 			e, err := lifecycle.DecodeMsg(m)
@@ -91,7 +100,7 @@ func (c *Client) LatestProgress(ctx context.Context, threadID string) (*lifecycl
 			}
 			if p, err := lifecycle.Parse(e); err == nil {
 				if pr, ok := p.(*lifecycle.Progress); ok {
-					latest, seq = pr, md.Sequence.Stream
+					latest = &ProgressItem{Seq: md.Sequence.Stream, Event: e, Progress: pr}
 				}
 			}
 		}
