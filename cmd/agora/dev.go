@@ -28,6 +28,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
+	slackanswerer "github.com/agora-dispatch/agora/answerers/slack"
+	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -225,6 +227,23 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	mux := http.NewServeMux()
 	mux.Handle("/inbox/", ib.Handler())
 	mux.Handle("/mcp", ms.Handler())
+	// The Slack answerer, when AGORA_SLACK_SETTINGS names a settings file
+	// (docs/slack.md); its interactivity is served on this listener.
+	var sa *slackanswerer.Server
+	if os.Getenv("AGORA_SLACK_SETTINGS") != "" {
+		var scfg slackanswerer.Config
+		if err := config.Load(&scfg); err != nil {
+			return err
+		}
+		scfg.HTTPAddr = ""
+		if scfg.InboxURL == "" {
+			scfg.InboxURL = "http://" + ln.Addr().String() + inbox.Prefix
+		}
+		if sa, err = slackanswerer.New(scfg, slackanswerer.Deps{Conn: nc, Logger: log, Registerer: reg}); err != nil {
+			return err
+		}
+		mux.Handle("/slack/", sa.Handler())
+	}
 	mux.Handle("/", d.Handler()) // /v1/…, /metrics (the shared registry)
 	mux.Handle("GET /healthz", healthOf(map[string]http.Handler{
 		"dispatcher": d.Handler(), "worker": w.Handler(), "router": r.Handler(), "inbox": ib.Handler(),
@@ -232,7 +251,7 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	wg.Go(func() {
 		if err := w.Run(ctx); err != nil {
 			errs <- fmt.Errorf("worker: %w", err)
@@ -253,6 +272,13 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 			errs <- fmt.Errorf("inbox: %w", err)
 		}
 	})
+	if sa != nil {
+		wg.Go(func() {
+			if err := sa.Run(ctx); err != nil {
+				errs <- fmt.Errorf("slack: %w", err)
+			}
+		})
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -270,6 +296,9 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		<-d.Ready()
 		<-r.Ready()
 		<-ib.Ready()
+		if sa != nil {
+			<-sa.Ready()
+		}
 		close(ready)
 	}()
 	select {

@@ -147,3 +147,44 @@ func TestDevRefusesBadLogSettings(t *testing.T) {
 		t.Errorf("agora dev with AGORA_LOG_LEVEL=loud: %s", r)
 	}
 }
+
+// With AGORA_SLACK_SETTINGS, agora dev runs the Slack answerer and serves
+// its interactivity on its own listener: an unsigned request is refused.
+func TestDevMountsSlack(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	settings, err := filepath.Abs("../../answerers/slack/settings.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(agoraBin, "dev", "--memory", "--http", httpAddr, "--nats-listen", natsAddr)
+	cmd.Dir = root
+	cmd.Env = append(cleanEnv(), "AGORA_LOG_LEVEL=warn", "AGORA_SLACK_SETTINGS="+settings, "AGORA_SLACK_BOT_TOKEN=xoxb-test",
+		"AGORA_SLACK_SIGNING_SECRET=test-secret", "AGORA_SLACK_API_URL=http://127.0.0.1:1/api/")
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGINT); _ = cmd.Wait() })
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agora dev did not start:\n%s", log.String())
+		}
+	}
+	resp, err := http.Post("http://"+httpAddr+"/slack/interactions", "application/x-www-form-urlencoded", strings.NewReader("payload=%7B%7D"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("unsigned /slack/interactions: %s\n%s", resp.Status, log.String())
+	}
+}
