@@ -35,7 +35,9 @@ to you on the resumed run. Calling it again in the same run replaces the
 earlier question. A bad call (an empty question, invalid JSON, a file over
 1 MiB, or outside a dispatch) exits 1 with the reason and writes nothing.
 
-A sub-agent whose model speaks MCP can call the require_input tool instead:
+Files the operator should see (a patch, a report) go under
+$AGORA_ARTIFACTS_DIR before you ask: they are kept and shown with the
+question. A sub-agent whose model speaks MCP can call the require_input tool instead:
 the claude-code runtime wires it in; any binary of Agora serves it with
 AGORA_SUBAGENT_MCP=serve.`,
 		Example: `  agora needs-input --question "Deploy to staging or production?" \

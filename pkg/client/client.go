@@ -215,6 +215,9 @@ type Item struct {
 	Event lifecycle.Event
 	// Data is the parsed event data (*lifecycle.Accepted, *lifecycle.Started, …).
 	Data lifecycle.Lifecycle
+	// Progress is set instead of Data for a progress report (Watch with
+	// Filter.Progress); its Seq is AGORA_PROGRESS's.
+	Progress *lifecycle.Progress
 }
 
 // Kind returns the item's lifecycle kind.

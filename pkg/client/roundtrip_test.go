@@ -167,3 +167,38 @@ func TestCancelStopsARunningWorker(t *testing.T) {
 		t.Errorf("the worker's only slot stayed busy for %s after the cancel", waited)
 	}
 }
+
+// Watch with Progress yields a run's progress reports among its lifecycle
+// events.
+func TestWatchYieldsProgress(t *testing.T) {
+	e := newEnv(t)
+	if err := putDefinition(t.Context(), e.js, subagent.Definition{Name: "reporter", Runtime: subagent.RuntimeExec,
+		Command: []string{"sh", "-c", `echo '{"message":"half way","percent":50}' >> "$AGORA_PROGRESS_FILE"; sleep 0.6`}}); err != nil {
+		t.Fatal(err)
+	}
+	e.startWorker(t, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	d, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "reporter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	var progress []string
+	for it, err := range e.c.Watch(ctx, client.Filter{ThreadID: d.ThreadID, FromStart: true, Progress: true}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Progress != nil {
+			progress = append(progress, client.ProgressLine(it.Progress))
+			continue
+		}
+		kinds = append(kinds, string(it.Kind()))
+		if it.Kind() == lifecycle.KindFinished {
+			break
+		}
+	}
+	if strings.Join(kinds, ",") != "accepted,started,finished" || len(progress) == 0 || progress[0] != "50% half way" {
+		t.Errorf("kinds %v, progress %v", kinds, progress)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,6 +22,13 @@ type Filter struct {
 	// AfterSeq resumes after the event with this stream sequence (an
 	// Item.Seq seen before). It takes precedence over FromStart.
 	AfterSeq uint64
+	// Progress makes Watch yield the progress reports of the matching
+	// runs too (docs/progress.md): items with Progress set and Data nil,
+	// from AGORA_PROGRESS, merged as they arrive. Their Seq is that
+	// stream's, so AfterSeq does not apply to them (they start from new,
+	// or from the reports kept with FromStart). A Kind filter leaves them
+	// out.
+	Progress bool
 }
 
 // Subject returns the lifecycle subject filter f selects.
@@ -52,6 +60,9 @@ func (f Filter) validate() error {
 // skipped, as the wire contract asks of every consumer. Any other error is
 // yielded once and ends the sequence.
 func (c *Client) Watch(ctx context.Context, f Filter) iter.Seq2[Item, error] {
+	if f.Progress && f.Kind == "" {
+		return c.watchWithProgress(ctx, f)
+	}
 	return func(yield func(Item, error) bool) {
 		if err := f.validate(); err != nil {
 			yield(Item{}, err)
@@ -116,4 +127,64 @@ func item(m jetstream.Msg) (Item, bool) {
 		return Item{}, false
 	}
 	return Item{Seq: md.Sequence.Stream, Event: e, Data: l}, true
+}
+
+// watchWithProgress merges Watch's lifecycle events with WatchProgress's
+// reports, each source in its own stream order.
+func (c *Client) watchWithProgress(ctx context.Context, f Filter) iter.Seq2[Item, error] {
+	return func(yield func(Item, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		type next struct {
+			it  Item
+			err error
+		}
+		ch := make(chan next)
+		var wg sync.WaitGroup
+		defer wg.Wait() // after cancel
+		defer cancel()
+		send := func(n next) bool {
+			select {
+			case ch <- n:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		lf := f
+		lf.Progress = false
+		wg.Go(func() {
+			for it, err := range c.Watch(ctx, lf) {
+				if !send(next{it, err}) || err != nil {
+					return
+				}
+			}
+		})
+		pf := f
+		pf.AfterSeq = 0
+		wg.Go(func() {
+			for p, err := range c.WatchProgress(ctx, pf) {
+				if err != nil {
+					if ctx.Err() == nil {
+						send(next{err: err})
+					}
+					return
+				}
+				if !send(next{it: Item{Seq: p.Seq, Event: p.Event, Progress: p.Progress}}) {
+					return
+				}
+			}
+		})
+		for {
+			select {
+			case n := <-ch:
+				if !yield(n.it, n.err) || n.err != nil {
+					return
+				}
+			case <-ctx.Done():
+				yield(Item{}, ctx.Err())
+				return
+			}
+		}
+	}
 }
