@@ -151,7 +151,7 @@ func TestAgentDeclines(t *testing.T) {
 				case <-time.After(50 * time.Millisecond):
 				}
 			}
-			if !strings.Contains(q.Detail, "declined by agents") || !strings.Contains(q.Detail, tt.want) {
+			if !strings.Contains(q.Detail, "declined on route agents by answerer:agents") || !strings.Contains(q.Detail, tt.want) {
 				t.Errorf("detail = %q, want %q", q.Detail, tt.want)
 			}
 			if tt.name == "needs input" {

@@ -79,7 +79,7 @@ func TestDatabaseAnswer(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(qs) == 1 {
-			if !strings.Contains(qs[0].Detail, "declined by data: the database has no row") {
+			if !strings.Contains(qs[0].Detail, "declined on route data by answerer:data: the database has no row") {
 				t.Errorf("detail = %q", qs[0].Detail)
 			}
 			break

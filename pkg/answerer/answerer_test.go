@@ -164,7 +164,7 @@ func TestRetryThenDecline(t *testing.T) {
 		t.Errorf("handler called %d times, want 3", n)
 	}
 	q := e.waitQuestion(qid, func(q lifecycle.Question) bool { return q.Route == "people" })
-	if !strings.Contains(q.Detail, "declined by bot") {
+	if !strings.Contains(q.Detail, "declined on route bot by answerer:bot") {
 		t.Errorf("detail = %q", q.Detail)
 	}
 }
