@@ -28,7 +28,7 @@ func TestDispatch(t *testing.T) {
 	if lifecycle.TraceID(d.Record.Traceparent) != lifecycle.TraceID(trace) {
 		t.Errorf("traceparent %q does not continue %q", d.Record.Traceparent, trace)
 	}
-	again, err := e.c.Dispatch(t.Context(), lifecycle.Request{DispatchID: d.ID, Subagent: "planner"})
+	again, err := e.c.Dispatch(t.Context(), lifecycle.Request{DispatchID: d.ID, Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)})
 	if err != nil || again.ID != d.ID || !again.Record.CreatedAt.Equal(d.Record.CreatedAt) {
 		t.Errorf("the same id again: %+v %v", again, err)
 	}
