@@ -243,8 +243,9 @@ func closedReply(r *record) client.AnswerReply {
 	return rep
 }
 
-// validate checks an answer against its question (DESIGN §3.4) and
-// normalises it; it returns why the answer is refused, or "".
+// validate checks an answer against its question and normalises it; it
+// returns why the answer is refused, or "". Which kinds take free text
+// beside their options: docs/inbox.md, "Answering".
 func validate(r *record, sub *Submission) string {
 	sub.Answer = strings.TrimSpace(sub.Answer)
 	sub.Decision = strings.ToLower(strings.TrimSpace(sub.Decision))

@@ -346,24 +346,37 @@ func TestHealthAndMetrics(t *testing.T) {
 }
 
 // The options of a clarification or information question are suggestions:
-// free text is accepted. A decision's options stay binding.
+// free text is accepted. A decision's options (and those of a question
+// with no kind) stay binding, and so do an approval's, which also needs
+// approve or reject.
 func TestFreeTextBesideOptions(t *testing.T) {
 	e := newEnv(t, "routes:\n  - name: default\n")
 	e.startRouter(e.config())
 	for _, c := range []struct {
-		kind   string
-		accept bool
-	}{{"clarification", true}, {"information", true}, {"decision", false}, {"", false}} {
+		kind, decision string
+		accept         bool
+		refusal        string
+	}{
+		{kind: "clarification", accept: true},
+		{kind: "information", accept: true},
+		{kind: "decision", refusal: "not one of the options: eu, us"},
+		{kind: "", refusal: "not one of the options: eu, us"},
+		{kind: "approval", refusal: "needs a decision: approve or reject"},
+		{kind: "approval", decision: "approve", refusal: "not one of the options: eu, us"},
+	} {
 		req := lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{}`), Timeout: "5m", MaxRounds: 4}
 		qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "planner"}, Question: "Which region?",
 			Options: []string{"eu", "us"}, Kind: c.kind}, req, lifecycle.NewTraceparent())
 		e.waitQuestionEvents(qid, 1)
-		rep := e.answer(router.Submission{QuestionID: qid, Answer: "neither — use ap-south", AnsweredBy: "bob"})
+		rep := e.answer(router.Submission{QuestionID: qid, Answer: "neither — use ap-south", Decision: c.decision, AnsweredBy: "bob"})
 		if got := rep.Status == client.AnswerAccepted; got != c.accept {
-			t.Errorf("kind %q: free text = %+v, accepted %v want %v", c.kind, rep, got, c.accept)
+			t.Errorf("kind %q decision %q: free text = %+v, accepted %v want %v", c.kind, c.decision, rep, got, c.accept)
 		}
-		if !c.accept && !strings.Contains(rep.Reason, "not one of the options: eu, us") {
-			t.Errorf("kind %q: refusal %q lists no options", c.kind, rep.Reason)
+		if !c.accept && (rep.Status != client.AnswerInvalid || !strings.Contains(rep.Reason, c.refusal)) {
+			t.Errorf("kind %q decision %q: refusal %+v, want invalid saying %q", c.kind, c.decision, rep, c.refusal)
+		}
+		if c.accept && (rep.AnsweredBy != "bob") {
+			t.Errorf("kind %q: accepted reply %+v", c.kind, rep)
 		}
 	}
 }
