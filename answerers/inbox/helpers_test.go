@@ -86,6 +86,7 @@ type options struct {
 	inboxRoutes []string // Config.Routes
 	tls         bool
 	noWorker    bool
+	publicURL   string // Config.PublicURL
 }
 
 // system is a real JetStream with the dispatcher, worker and router, and
@@ -107,7 +108,7 @@ func start(t *testing.T, o options) *system {
 	if err := os.WriteFile(routes, []byte(testRoutes), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := inbox.Config{DevToken: o.dev, Routes: o.inboxRoutes}
+	cfg := inbox.Config{DevToken: o.dev, Routes: o.inboxRoutes, PublicURL: o.publicURL}
 	if !o.dev {
 		var users []inbox.User
 		for _, u := range testUsers {

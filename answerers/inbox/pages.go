@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -60,7 +61,25 @@ func (s *Server) routesHandler() http.Handler {
 	// Cross-origin POSTs are refused before anything else (Go's check of
 	// Sec-Fetch-Site and Origin), on top of the forms' CSRF tokens, which
 	// also cover browsers that send neither header (docs/inbox.md).
-	return securityHeaders(http.NewCrossOriginProtection().Handler(mux))
+	return securityHeaders(s.crossOrigin().Handler(mux))
+}
+
+// crossOrigin is the inbox's http.CrossOriginProtection. The public URL's
+// origin is trusted: behind a proxy that rewrites Host, a browser on plain
+// HTTP sends no Sec-Fetch-Site and its Origin (the public one) would not
+// match the Host the inbox sees.
+func (s *Server) crossOrigin() *http.CrossOriginProtection {
+	cop := http.NewCrossOriginProtection()
+	if u, err := url.Parse(s.cfg.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
+		if err := cop.AddTrustedOrigin(u.Scheme + "://" + u.Host); err != nil {
+			s.log.Warn("public URL not trusted as an origin", "public_url", s.cfg.PublicURL, "err", err)
+		}
+	}
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.metrics.csrfRefused.Inc()
+		http.Error(w, "Refused: this request came from another site. Open the inbox and send the form from there.", http.StatusForbidden)
+	}))
+	return cop
 }
 
 // csp allows only the inbox's own script and style: content from

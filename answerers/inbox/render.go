@@ -56,7 +56,8 @@ const (
 // runView is what the question page shows of the run that asked.
 type runView struct {
 	State     string // pretty JSON
-	StateCut  bool
+	StateCut  bool   // State was cut at maxStateShown
+	StateSize string // the whole pretty state's size, for the note when cut
 	Artifacts []artifactView
 	Skipped   []lifecycle.SkippedArtifact
 	Progress  string
@@ -87,7 +88,11 @@ func (s *Server) runData(ctx context.Context, q *Question) runView {
 			if ni.PartialStateRef != "" {
 				state, _ = s.c.PartialState(ctx, q.DispatchID)
 			}
-			v.State, v.StateCut = prettyState(state)
+			var n int
+			v.State, n = prettyState(state)
+			if v.StateCut = n > len(v.State); v.StateCut {
+				v.StateSize = humanSize(int64(n))
+			}
 			v.Skipped = ni.ArtifactsSkipped
 			for i, a := range ni.Artifacts {
 				v.Artifacts = append(v.Artifacts, s.artifactView(ctx, q, a, i < inlineArtifacts))
@@ -102,10 +107,11 @@ func (s *Server) runData(ctx context.Context, q *Question) runView {
 	return v
 }
 
-// prettyState indents a partial state for reading, cut at maxStateShown.
-func prettyState(raw json.RawMessage) (string, bool) {
+// prettyState indents a partial state for reading, cut at maxStateShown;
+// n is the size of the whole indented state.
+func prettyState(raw json.RawMessage) (s string, n int) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return "", false
+		return "", 0
 	}
 	// Decoded with its numbers kept as written and encoded again without
 	// HTML escapes (the template escapes), so "<" reads as "<".
@@ -120,10 +126,7 @@ func prettyState(raw json.RawMessage) (string, bool) {
 		buf.Reset()
 		buf.Write(raw)
 	}
-	if buf.Len() > maxStateShown {
-		return clipUTF8(buf.String(), maxStateShown), true
-	}
-	return buf.String(), false
+	return clipUTF8(buf.String(), maxStateShown), buf.Len()
 }
 
 func (s *Server) artifactView(ctx context.Context, q *Question, a lifecycle.Artifact, inline bool) artifactView {
@@ -254,11 +257,21 @@ func (s *Server) declineForm(w http.ResponseWriter, r *http.Request, id *identit
 	status := http.StatusOK
 	switch {
 	case err == nil:
-		notice, kind = "You declined this question: "+rep.Reason+".", "ok"
 		s.log.Info("question declined", "question_id", q.QuestionID, "by", id.user.name, "reason", reason)
+		// The router has written the record (the decline is in its
+		// history) before replying; once the watch shows that write, the
+		// route says whether the question moved.
 		wctx, wcancel := context.WithTimeout(ctx, settleWait)
-		s.store.waitUntil(wctx, q.QuestionID, func(x *Question) bool { return x == nil || x.Route != q.Route })
+		seen := s.store.waitUntil(wctx, q.QuestionID, func(x *Question) bool { return x == nil || x.Revision > q.Revision })
 		wcancel()
+		now, ok := s.store.get(q.QuestionID)
+		switch {
+		case seen && ok && now.Pending() && now.Route == q.Route:
+			// No fallback took it: say so plainly, it still waits here.
+			notice, kind = "Your decline is recorded, but nobody else takes this question: "+rep.Reason+".", "warn"
+		default:
+			notice, kind = "You declined this question: "+rep.Reason+".", "ok"
+		}
 	case errors.As(err, &ae):
 		notice, kind, status = refusal(ae.Reply), "warn", replyStatus(ae.Reply.Status)
 	default:

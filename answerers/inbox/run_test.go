@@ -105,3 +105,145 @@ func TestDeclineAndCrossOrigin(t *testing.T) {
 		t.Errorf("detail = %q", q.Detail)
 	}
 }
+
+// bigState asks a free-text question with a partial state of about 100 KB
+// whose last key comes after the first 64 KiB.
+const bigState = `if [ "$AGORA_ROUND" -gt 0 ]; then cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"; exit 0; fi
+big=$(head -c 100000 /dev/zero | tr '\0' x)
+printf '{"question":"Go on?","partial_state":{"notes":"%s","tail":"END-OF-STATE"}}' "$big" > "$AGORA_NEEDS_INPUT_FILE"`
+
+// The question page's parts, each from what a sub-agent sent: Markdown
+// context made safe, a partial state cut with a note, a long free-text
+// answer cut in the history row, and a decline that no fallback takes.
+func TestQuestionPageParts(t *testing.T) {
+	s := start(t, options{})
+	b := s.browser()
+	b.login("alice", password)
+
+	t.Run("markdown", func(t *testing.T) {
+		ctx := "Load is **high**.\n\n```go\nfmt.Println(\"<hi>\")\n```\n\n" +
+			"<img src=x onerror=\"document.title='pwned'\">\n\n" +
+			"<script>document.title='pwned'</script>\n\n" +
+			"Inline <img src=x onerror=alert(1)> and <a href=\"javascript:alert(1)\" onclick=\"x()\">raw</a>; " +
+			"[a link](javascript:alert(1)), ![an image](javascript:alert(1)), [ok](https://example.com/docs).\n"
+		_, qid := s.ask("asker", sentinel{Question: "Scale up?", Context: ctx, Options: []string{"yes", "no"}, Kind: "decision"}, 1)
+		p := b.get("/inbox/questions/" + qid)
+		mustContain(t, "question page", p.body,
+			`<strong>high</strong>`, "<pre><code>fmt.Println(&#34;&lt;hi&gt;&#34;)\n</code></pre>",
+			`<a href="https://example.com/docs" rel="nofollow">ok</a>`)
+		i, j := strings.Index(p.body, `id="context"`), strings.Index(p.body, "</section>")
+		if i < 0 || j < i {
+			t.Fatalf("no context section:\n%s", clipBody(p.body))
+		}
+		mustNotContain(t, "context", p.body[i:j], "<script", "<img src", "onerror", "onclick", "javascript:", "pwned")
+		// A decision's options are binding: no free-text field.
+		mustNotContain(t, "decision page", p.body, `name="free_answer"`)
+	})
+
+	t.Run("partial state cut", func(t *testing.T) {
+		s.shell("big-state", bigState)
+		d, err := s.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "big-state"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qid := lifecycle.QuestionID(d.DispatchID)
+		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Pending() })
+		p := b.get("/inbox/questions/" + qid)
+		mustContain(t, "question page", p.body, `<details class="block state" id="partial-state">`, `&#34;notes&#34;: &#34;xxxx`,
+			"Cut: the first 64 KiB of 97.7 KiB are shown.")
+		mustNotContain(t, "question page", p.body, "END-OF-STATE", `id="partial-state" open`)
+		if len(p.body) > 90_000 {
+			t.Errorf("the page is %d bytes: the state was not cut", len(p.body))
+		}
+	})
+
+	t.Run("history snippet", func(t *testing.T) {
+		d, qid := s.ask("asker", sentinel{Question: "What should the migration do?"}, 1)
+		long := "Split the table first,\nthen backfill in batches of 1000 rows, pausing between batches; " + strings.Repeat("and keep going ", 20) + "UNTIL-THE-END"
+		if r := b.post("/inbox/questions/"+qid+"/answer", url.Values{"answer": {long}}); r.status != http.StatusSeeOther {
+			t.Fatalf("answer: %d %s", r.status, clipBody(r.body))
+		}
+		s.finished(d.ThreadID)
+		h := b.get("/inbox/history")
+		mustContain(t, "history", h.body, `<strong class="answer-text">Split the table first, then backfill in batches of 1000 rows, pausing between b…</strong>`,
+			`thread <code>`+d.ThreadID+`</code> · round 0`)
+		mustNotContain(t, "history", h.body, "UNTIL-THE-END")
+		// The question page has the whole answer.
+		mustContain(t, "question page", b.get("/inbox/questions/"+qid).body, "UNTIL-THE-END")
+	})
+
+	t.Run("decline without a fallback", func(t *testing.T) {
+		_, qid := s.ask("asker", sentinel{Question: "Who owns billing?"}, 1) // route human: no fallback
+		b.get("/inbox/questions/" + qid)
+		p := b.post("/inbox/questions/"+qid+"/decline", url.Values{"reason": {"not my area"}})
+		mustContain(t, "decline", p.body, `<div class="notice notice-warn" role="status">Your decline is recorded, but nobody else takes this question: declined; route human has no fallback`,
+			`id="declines"`, `on route human by <strong class="declined-by">alice</strong>: not my area`, `id="answer-form"`)
+		q := s.waitQuestion(qid, func(*inbox.Question) bool { return true }).Question
+		if !q.Pending() || q.Route != "human" || len(q.Declines) != 1 || q.Declines[0].DeclinedBy != "alice" || q.Declines[0].Reason != "not my area" {
+			t.Errorf("after the decline: pending %v, route %s, declines %+v", q.Pending(), q.Route, q.Declines)
+		}
+	})
+}
+
+// Go's http.CrossOriginProtection guards every POST, the login form
+// included, before the CSRF tokens are checked; the public URL's origin
+// is trusted (a proxy may rewrite Host).
+func TestCrossOriginPOSTs(t *testing.T) {
+	const public = "http://inbox.example.test:8443"
+	s := start(t, options{publicURL: public + "/inbox"})
+	b := s.browser()
+	b.login("alice", password)
+	_, qid := s.ask("ops-asker", sentinel{Question: "Restart it?", Options: []string{"now", "later"}}, 1)
+	b.get("/inbox/questions/" + qid)
+	q := "/inbox/questions/" + qid
+	for _, c := range []struct {
+		name, path string
+		form       url.Values
+	}{
+		{"login", "/inbox/login", url.Values{"name": {"alice"}, "password": {password}}},
+		{"answer", q + "/answer", url.Values{"answer": {"now"}}},
+		{"free answer", q + "/answer", url.Values{"free": {"1"}, "free_answer": {"never"}}},
+		{"decline", q + "/decline", url.Values{"reason": {"no"}}},
+		{"logout", "/inbox/logout", url.Values{}},
+	} {
+		for _, hdr := range []map[string]string{
+			{"Sec-Fetch-Site": "cross-site"},
+			{"Sec-Fetch-Site": "same-site"},
+			{"Origin": "https://evil.example"},
+		} {
+			c.form.Set("csrf", b.csrf) // a valid token: the header check alone refuses
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.web.URL+c.path, strings.NewReader(c.form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			if r := b.do(req); r.status != http.StatusForbidden || !strings.Contains(r.body, "came from another site") {
+				t.Errorf("%s with %v: %d %s", c.name, hdr, r.status, clipBody(r.body))
+			}
+		}
+	}
+	api := func(hdr map[string]string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.web.URL+"/inbox/api/questions/"+qid+"/answer", strings.NewReader(`{"answer":"now"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(inbox.CSRFHeader, b.csrf)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		return b.do(req).status
+	}
+	if st := api(map[string]string{"Sec-Fetch-Site": "cross-site"}); st != http.StatusForbidden {
+		t.Errorf("cross-site API answer: %d", st)
+	}
+	if d := s.waitQuestion(qid, func(*inbox.Question) bool { return true }); !d.Question.Pending() || d.Question.Route != "ops" {
+		t.Fatalf("a refused POST changed the question: %+v", d.Question)
+	}
+	// The public origin, as a browser on plain HTTP behind a proxy sends
+	// it (no Sec-Fetch-Site, Host rewritten): accepted.
+	form := url.Values{"answer": {"now"}, "csrf": {b.csrf}}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.web.URL+q+"/answer", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", public)
+	if r := b.do(req); r.status != http.StatusSeeOther {
+		t.Errorf("answer from the public origin: %d %s", r.status, clipBody(r.body))
+	}
+}

@@ -40,6 +40,18 @@ type Question struct {
 	UpdatedAt      time.Time `json:"updated_at"`
 	// Revision is the record's revision in the bucket.
 	Revision uint64 `json:"revision"`
+	// Declines are the declines in the record's history, oldest first:
+	// who declined the question on which route, and why.
+	Declines []Decline `json:"declines,omitempty"`
+}
+
+// Decline is one refusal to answer a question, as the router recorded it
+// (docs/inbox.md, "Answering").
+type Decline struct {
+	At         time.Time `json:"at"`
+	Route      string    `json:"route"` // the route it was declined on
+	DeclinedBy string    `json:"declined_by,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
 }
 
 // Pending reports whether the question waits for an answer.
@@ -226,6 +238,24 @@ func decodeQuestion(e jetstream.KeyValueEntry) (*Question, bool) {
 		return nil, false
 	}
 	q.Revision = e.Revision()
+	// The router's history of attempts: only its declines are shown.
+	var rec struct {
+		History []struct {
+			At         time.Time `json:"at"`
+			Route      string    `json:"route"`
+			AnsweredBy string    `json:"answered_by"`
+			Result     string    `json:"result"`
+			Reason     string    `json:"reason"`
+		} `json:"history"`
+	}
+	q.Declines = nil
+	if json.Unmarshal(e.Value(), &rec) == nil {
+		for _, h := range rec.History {
+			if h.Result == "declined" {
+				q.Declines = append(q.Declines, Decline{At: h.At, Route: h.Route, DeclinedBy: h.AnsweredBy, Reason: h.Reason})
+			}
+		}
+	}
 	return &q, true
 }
 

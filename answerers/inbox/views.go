@@ -271,6 +271,18 @@ type qview struct {
 	AnsweredISO, AnsweredAt   string
 	ClosedISO, ClosedAt       string
 	Detail, Outcome           string
+
+	// AnswerSnippet is AnswerText on one line, cut for a list row: a
+	// free-text answer may be long.
+	AnswerSnippet string
+	// Declines say who declined the question, where and why.
+	Declines []declineView
+}
+
+// declineView is one decline as the question page shows it.
+type declineView struct {
+	Route, By, Reason string
+	ISO, At           string
 }
 
 type label struct{ Name, Value string }
@@ -295,6 +307,10 @@ func newQView(q *Question, now time.Time) qview {
 		Detail: q.Detail, Outcome: q.Outcome, AnswerText: answerText(q.Answer, q.Decision),
 	}
 	v.KindLabel = kindLabel(v.Kind)
+	v.AnswerSnippet = trimmed(v.AnswerText, answerSnippetRunes)
+	for _, d := range q.Declines {
+		v.Declines = append(v.Declines, declineView{Route: d.Route, By: cmp.Or(d.DeclinedBy, "an answerer"), Reason: d.Reason, ISO: isoTime(d.At), At: fmtTime(d.At)})
+	}
 	for _, k := range slices.Sorted(maps.Keys(q.Labels)) {
 		v.Labels = append(v.Labels, label{k, q.Labels[k]})
 	}
@@ -534,6 +550,9 @@ func choices(values []string, selected string, label func(string) string) []choi
 	}
 	return out
 }
+
+// answerSnippetRunes is how much of an answer a history row shows.
+const answerSnippetRunes = 80
 
 // trimmed shortens s to n runes for a one-line summary.
 func trimmed(s string, n int) string {

@@ -257,9 +257,13 @@
     return t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
   }
   document.addEventListener('keydown', function (e) {
-    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && form && e.target.tagName === 'TEXTAREA') {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && e.target.tagName === 'TEXTAREA' && e.target.form) {
+      // Sends the textarea's own form (the answer or the decline), and
+      // the free-text answer beside options with its own button.
       e.preventDefault();
-      if (form.reportValidity()) form.requestSubmit();
+      var f = e.target.form;
+      var by = e.target.id === 'free-answer' ? f.querySelector('button[name="free"]') : null;
+      if (f.reportValidity()) f.requestSubmit(by);
       return;
     }
     if (e.ctrlKey || e.metaKey || e.altKey || typing(e)) return;
