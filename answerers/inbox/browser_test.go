@@ -196,6 +196,16 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#artifacts pre.diff`)),
 	)
 	snap("run")
+	// The context's Markdown: bold, a fenced block as <pre><code>, and
+	// nothing of its <script> and <img onerror> in the page or run.
+	code := value("read the code block", chromedp.Text(css(`#context pre > code`)))
+	if !strings.Contains(code, "kubectl scale --replicas=3") {
+		t.Errorf("code block = %q", code)
+	}
+	clean, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelectorAll('#context script, #context img, #context [onerror], #context [onclick]').length === 0 && window.pwned === undefined`))
+	if err != nil || !clean {
+		t.Errorf("the context carries markup that could run (or ran): %v", err)
+	}
 	bold := value("read the bold context", chromedp.Text(css(`#context strong`)))
 	del := value("read the diff", chromedp.Text(css(`#artifacts .dl.del`)))
 	title := value("read the title", chromedp.Title())
@@ -206,15 +216,50 @@ func TestBrowser(t *testing.T) {
 	if err != nil || !loaded {
 		t.Errorf("the image did not load: %v", err)
 	}
-	// Decline it: it goes to the route's fallback.
+	// Decline it: its route (human) has no fallback, and the page says
+	// so, names who declined, and still takes an answer.
 	run("decline",
 		chromedp.Click(css(`#decline summary`)),
 		chromedp.SendKeys(css(`#decline-reason`), "needs the data team"),
 		chromedp.Click(css(`#decline-button`)),
 		chromedp.WaitVisible(css(`.notice`)),
 	)
-	if n := value("read the notice", chromedp.Text(css(`.notice`))); !strings.Contains(n, "declined") {
+	snap("declined-no-fallback")
+	if n := value("read the notice", chromedp.Text(css(`.notice.notice-warn`))); !strings.Contains(n, "nobody else takes this question") || !strings.Contains(n, "no fallback") {
 		t.Errorf("notice after decline = %q", n)
+	}
+	if by := value("read who declined", chromedp.Text(css(`#declines .declined-by`))); by != "dev" {
+		t.Errorf("declined by %q", by)
+	}
+	// The options of a clarification are suggestions: an answer in one's
+	// own words, sent with Ctrl+Enter from its field.
+	run("answer in my own words",
+		chromedp.WaitVisible(css(`#free-answer`)),
+		chromedp.SendKeys(css(`#free-answer`), "neither: ap-south"),
+		chromedp.KeyEvent("\r", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
+		chromedp.WaitVisible(css(`#outcome`)),
+	)
+	if out := s.finished(d3.ThreadID); string(out["answer"]) != `"neither: ap-south"` {
+		t.Errorf("free-text answer = %s", out["answer"])
+	}
+
+	// A question on a route with a fallback (ops → human), declined with
+	// Ctrl+Enter from the reason field: it moves.
+	_, q4 := s.ask("ops-asker", sentinel{Question: "Rotate the database password?"}, 1)
+	run("decline to the fallback",
+		chromedp.Navigate(s.web.URL+"/inbox/questions/"+q4),
+		chromedp.WaitVisible(css(`#answer-form`)),
+		chromedp.Click(css(`#decline summary`)),
+		chromedp.SendKeys(css(`#decline-reason`), "not ops"),
+		chromedp.KeyEvent("\r", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
+		chromedp.WaitVisible(css(`.notice.notice-ok`)),
+	)
+	snap("declined-to-fallback")
+	if n := value("read the notice", chromedp.Text(css(`.notice.notice-ok`))); !strings.Contains(n, "fallback route human") {
+		t.Errorf("notice after the decline to the fallback = %q", n)
+	}
+	if q := s.waitQuestion(q4, func(q *inbox.Question) bool { return q.Route == "human" }).Question; !strings.Contains(q.Detail, "declined on route ops by dev: not ops") {
+		t.Errorf("detail = %q", q.Detail)
 	}
 }
 

@@ -21,7 +21,7 @@ head -c 100 /dev/zero > blob.bin
 echo '{"message":"reviewed the change","percent":80}' >> "$AGORA_PROGRESS_FILE"
 cat > "$AGORA_NEEDS_INPUT_FILE" <<'JSON'
 {"question": "Which region?", "options": ["eu", "us"], "kind": "clarification",
- "context": "The API is **overloaded**; see ` + "`retry()`" + ` <script>alert(2)</script>",
+ "context": "The API is **overloaded**; see ` + "`retry()`" + ` <script>alert(2)</script>\n\n` + "```sh\\nkubectl scale --replicas=3\\n```" + `\n\n<img src=x onerror=\"window.pwned=1\">",
  "partial_state": {"analysis": "<script>x</script>", "n": 3}}
 JSON
 sleep 0.5`
@@ -43,7 +43,7 @@ func TestQuestionPageShowsTheRun(t *testing.T) {
 	s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Pending() })
 	p := b.get("/inbox/questions/" + qid)
 	mustContain(t, "question page", p.body,
-		`<strong>overloaded</strong>`, `<code>retry()</code>`,
+		`<strong>overloaded</strong>`, `<code>retry()</code>`, "<pre><code>kubectl scale --replicas=3\n</code></pre>",
 		`id="partial-state"`, `&#34;analysis&#34;: &#34;&lt;script&gt;x&lt;/script&gt;&#34;`,
 		`<span class="dl del">-old &lt;script&gt;alert(1)&lt;/script&gt;</span>`, `<span class="dl add">&#43;new</span>`,
 		`<img class="art-img" src="/inbox/questions/`+qid+`/artifacts/plot.png"`,
