@@ -131,7 +131,7 @@ func ParseFile(path string) (d Definition, resolved []string, err error) {
 // relative path when it contains a '/', does not start with '-', and names
 // a file that exists under dir; others (a program found on PATH such as
 // "sh", flags, a file the definition's files lay down in the workspace) are
-// left as they are. See docs/subagents.md.
+// left as they are. See docs/design.md §5.
 func (d Definition) ResolveCommand(dir string) (Definition, []string) {
 	var resolved []string
 	cmd := slices.Clone(d.Command)

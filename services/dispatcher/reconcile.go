@@ -14,7 +14,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// The reconciler (docs/dispatcher.md#reconciler). An acceptance interrupted
+// The reconciler (docs/design.md §2). An acceptance interrupted
 // between the record's creation and the queue publish (a dispatcher killed,
 // a stream electing its leader) leaves a record `queued: false` that no
 // retry may ever come for. Every dispatcher, at start and then every
