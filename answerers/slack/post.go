@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -109,7 +109,7 @@ func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) outc
 		return s.decline(ctx, route, rec, "slack: "+why)
 	}
 
-	stop := keepAlive(m, 10*time.Second)
+	stop := inprogress.Start(m, inprogress.Period(questionAckWait), nil)
 	var channel, ts string
 	err = s.api.call(ctx, "chat.postMessage", s.api.attempts, func(ctx context.Context) error {
 		var err error
@@ -190,24 +190,4 @@ func (s *Server) decline(ctx context.Context, route string, q *lifecycle.Questio
 	}
 	s.log.Info("question declined", "route", route, "question_id", q.QuestionID, "status", rep.Status, "reason", rep.Reason)
 	return outcome{ack: true}
-}
-
-// keepAlive tells the server the message is being worked on every
-// period until the returned function is called.
-func keepAlive(m jetstream.Msg, period time.Duration) func() {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }

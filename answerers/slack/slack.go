@@ -307,13 +307,17 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
+// questionAckWait is how long a posting may go without news before
+// JetStream redelivers the asked event.
+const questionAckWait = 30 * time.Second
+
 // consumer creates or binds the route's durable consumer of asked events.
 func (s *Server) consumer(ctx context.Context, js jetstream.JetStream, route string) (jetstream.Consumer, error) {
 	durable := "answerer-" + route
 	c, err := js.CreateOrUpdateConsumer(ctx, lifecycle.StreamQuestions, jetstream.ConsumerConfig{
 		Durable: durable, Description: "answerer for route " + route + " (Slack)",
 		FilterSubject: "agora.questions." + route + ".*.asked",
-		AckPolicy:     jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+		AckPolicy:     jetstream.AckExplicitPolicy, AckWait: questionAckWait, MaxDeliver: -1,
 		MaxAckPending: 64, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {

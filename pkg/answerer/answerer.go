@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -372,7 +373,7 @@ func (s *server) decide(ctx context.Context, m jetstream.Msg) action {
 		return action{ack: true}
 	}
 
-	stopKeepAlive := s.keepAlive(m)
+	stopKeepAlive := inprogress.Start(m, inprogress.Period(s.o.ackWait), nil)
 	reply, herr := s.call(ctx, *q)
 	stopKeepAlive()
 	if herr != nil {
@@ -424,26 +425,6 @@ func (s *server) waiting(ctx context.Context, qid string) bool {
 		return true
 	}
 	return q.Status == "asked" && q.Route == s.route
-}
-
-// keepAlive tells the server the question is being worked on every
-// AckWait/3 until the returned function is called.
-func (s *server) keepAlive(m jetstream.Msg) func() {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(max(s.o.ackWait/3, 100*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }
 
 // call runs the handler, turning a panic into an error.

@@ -15,12 +15,12 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -225,23 +225,7 @@ func hasArtifacts(ws string) bool {
 // heartbeat runs f while telling JetStream every AckWait/3 that the
 // delivery is still in progress, so a long upload is not redelivered.
 func (s *Service) heartbeat(j *job, f func() (lifecycle.Outputs, error)) (lifecycle.Outputs, error) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(max(s.ackWait/3, 100*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := j.msg.InProgress(); err != nil {
-					j.log.Warn("in-progress ack failed", "err", err)
-				}
-			}
-		}
-	}()
-	defer func() { close(done); <-stopped }()
+	stop := inprogress.Start(j.msg, inprogress.Period(s.ackWait), func(err error) { j.log.Warn("in-progress ack failed", "err", err) })
+	defer stop()
 	return f()
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
@@ -145,7 +146,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	go func() { resCh <- rt.Run(runCtx, inv) }()
 	j.log.Info("running", "runtime", def.Runtime, "timeout", timeout)
 
-	tick := time.NewTicker(max(s.ackWait/3, 100*time.Millisecond))
+	tick := time.NewTicker(inprogress.Period(s.ackWait))
 	defer tick.Stop()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
