@@ -33,11 +33,7 @@ var ErrArtifactCorrupt = errors.New("client: the artifact does not match its lis
 // unknown dispatch; a dispatch that ended without a run (cancelled while
 // queued, say) has none.
 func (c *Client) Artifacts(ctx context.Context, dispatchID string) (lifecycle.Outputs, error) {
-	rec, err := c.Status(ctx, dispatchID)
-	if err != nil {
-		return lifecycle.Outputs{}, err
-	}
-	d, err := c.terminalData(ctx, rec.ThreadID, dispatchID)
+	d, err := c.Terminal(ctx, dispatchID)
 	if err != nil {
 		return lifecycle.Outputs{}, err
 	}
@@ -50,37 +46,23 @@ func (c *Client) Artifacts(ctx context.Context, dispatchID string) (lifecycle.Ou
 // terminalData reads a dispatch's terminal event from AGORA_LIFECYCLE.
 func (c *Client) terminalData(ctx context.Context, threadID, dispatchID string) (lifecycle.Data, error) {
 	filter := lifecycle.LifecycleFilter("", threadID, dispatchID)
-	cons, err := c.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return nil, fmt.Errorf("client: events of %s: %w", dispatchID, err)
-	}
-	for {
-		batch, err := cons.FetchNoWait(64)
-		if err != nil {
-			return nil, fmt.Errorf("client: events of %s: %w", dispatchID, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			e, err := lifecycle.DecodeMsg(m)
-			if err != nil {
-				continue
-			}
-			d, err := lifecycle.Parse(e)
-			if err != nil {
-				continue
-			}
+	var terminal lifecycle.Data
+	err := c.readKept(ctx, lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}, "events of "+dispatchID, func(m jetstream.Msg) bool {
+		if _, _, d, ok := decode(m); ok {
 			if l, ok := d.(lifecycle.Lifecycle); ok && l.LifecycleKind().Terminal() {
-				return d, nil
+				terminal = d
+				return false
 			}
 		}
-		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("client: events of %s: %w", dispatchID, err)
-		}
-		if n == 0 {
-			return nil, ErrNotEnded
-		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case terminal == nil:
+		return nil, ErrNotEnded
 	}
+	return terminal, nil
 }
 
 // OpenArtifact opens one artifact of a dispatch by its listed name for

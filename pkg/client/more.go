@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -75,42 +74,22 @@ func (c *Client) LatestProgressItem(ctx context.Context, threadID string) (*Prog
 	if err := lifecycle.ValidToken(threadID); err != nil {
 		return nil, fmt.Errorf("client: thread id: %w", err)
 	}
-	cons, err := c.js.OrderedConsumer(ctx, lifecycle.StreamProgress, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{lifecycle.ProgressFilter(threadID, "")}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+	}
+	// The last report of each of the thread's dispatches, in stream order:
+	// the latest is the one read last.
+	var latest *ProgressItem
+	err := c.readKept(ctx, lifecycle.StreamProgress, cfg, "progress of "+threadID, func(m jetstream.Msg) bool {
+		if it, ok := progressItem(m); ok && (latest == nil || it.Seq > latest.Seq) {
+			latest = &it
+		}
+		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("client: progress of %s: %w", threadID, err)
+		return nil, err
 	}
-	var latest *ProgressItem
-	for {
-		batch, err := cons.FetchNoWait(64)
-		if err != nil {
-			return nil, fmt.Errorf("client: progress of %s: %w", threadID, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil || (latest != nil && md.Sequence.Stream < latest.Seq) {
-				continue
-			}
-			e, err := lifecycle.DecodeMsg(m)
-			if err != nil {
-				continue
-			}
-			if p, err := lifecycle.Parse(e); err == nil {
-				if pr, ok := p.(*lifecycle.Progress); ok {
-					latest = &ProgressItem{Seq: md.Sequence.Stream, Event: e, Progress: pr}
-				}
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, fmt.Errorf("client: progress of %s: %w", threadID, err)
-		}
-		if n == 0 {
-			return latest, nil
-		}
-	}
+	return latest, nil
 }
 
 // Decline refuses to answer a question, so the router sends it to its
@@ -122,17 +101,9 @@ func (c *Client) Decline(ctx context.Context, questionID, by, reason string, opt
 	if err := lifecycle.ValidToken(questionID); err != nil {
 		return nil, fmt.Errorf("client: question id: %w", err)
 	}
-	var o answerOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	subject := lifecycle.APIAnswer
-	if o.route != "" {
-		s, err := lifecycle.APIAnswerRoute(o.route)
-		if err != nil {
-			return nil, fmt.Errorf("client: answer route: %w", err)
-		}
-		subject = s
+	subject, route, err := answerSubject(opts)
+	if err != nil {
+		return nil, err
 	}
 	body := struct {
 		QuestionID string `json:"question_id"`
@@ -140,13 +111,6 @@ func (c *Client) Decline(ctx context.Context, questionID, by, reason string, opt
 		AnsweredBy string `json:"answered_by"`
 		Decline    bool   `json:"decline"`
 		Reason     string `json:"reason"`
-	}{questionID, o.route, by, true, reason}
-	var reply AnswerReply
-	if err := c.call(ctx, subject, nil, body, &reply); err != nil {
-		return nil, err
-	}
-	if reply.Status == AnswerAccepted {
-		return &reply, nil
-	}
-	return nil, &AnswerError{QuestionID: questionID, Reply: reply}
+	}{questionID, route, by, true, reason}
+	return c.submit(ctx, subject, questionID, body)
 }

@@ -38,49 +38,27 @@ func (c *Client) WatchProgress(ctx context.Context, f Filter) iter.Seq2[Progress
 		case f.FromStart:
 			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 		}
-		cons, err := c.js.OrderedConsumer(ctx, lifecycle.StreamProgress, cfg)
+		err := c.follow(ctx, lifecycle.StreamProgress, cfg, "watch "+subject, func(m jetstream.Msg) bool {
+			it, ok := progressItem(m)
+			return !ok || yield(it, nil)
+		})
 		if err != nil {
-			yield(ProgressItem{}, fmt.Errorf("client: watch %s: %w", subject, err))
-			return
-		}
-		msgs, err := cons.Messages()
-		if err != nil {
-			yield(ProgressItem{}, fmt.Errorf("client: watch %s: %w", subject, err))
-			return
-		}
-		defer msgs.Stop()
-		for {
-			m, err := msgs.Next(jetstream.NextContext(ctx))
-			if err != nil {
-				if ctx.Err() != nil {
-					err = ctx.Err()
-				} else {
-					err = fmt.Errorf("client: watch %s: %w", subject, err)
-				}
-				yield(ProgressItem{}, err)
-				return
-			}
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			e, err := lifecycle.DecodeMsg(m)
-			if err != nil {
-				continue
-			}
-			d, err := lifecycle.Parse(e)
-			if err != nil {
-				continue
-			}
-			p, ok := d.(*lifecycle.Progress)
-			if !ok {
-				continue
-			}
-			if !yield(ProgressItem{Seq: md.Sequence.Stream, Event: e, Progress: p}, nil) {
-				return
-			}
+			yield(ProgressItem{}, err)
 		}
 	}
+}
+
+// progressItem decodes a progress message; ok is false for anything to skip.
+func progressItem(m jetstream.Msg) (ProgressItem, bool) {
+	seq, e, d, ok := decode(m)
+	if !ok {
+		return ProgressItem{}, false
+	}
+	p, ok := d.(*lifecycle.Progress)
+	if !ok {
+		return ProgressItem{}, false
+	}
+	return ProgressItem{Seq: seq, Event: e, Progress: p}, true
 }
 
 // ProgressLine is a one-line account of a progress report for people:

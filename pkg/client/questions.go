@@ -99,24 +99,42 @@ func (c *Client) Answer(ctx context.Context, questionID string, a lifecycle.Answ
 	if a.QuestionID != "" && a.QuestionID != questionID {
 		return nil, fmt.Errorf("client: answer names question %q, not %q", a.QuestionID, questionID)
 	}
+	subject, route, err := answerSubject(opts)
+	if err != nil {
+		return nil, err
+	}
+	if route != "" {
+		if a.Route != "" && a.Route != route {
+			return nil, fmt.Errorf("client: answer names route %q but goes through route %q", a.Route, route)
+		}
+		a.Route = route
+	}
+	a.QuestionID = questionID
+	return c.submit(ctx, subject, questionID, a)
+}
+
+// answerSubject is the router endpoint an answer or decline goes to: a
+// route's own when AnswerVia names one, the generic one otherwise.
+func answerSubject(opts []AnswerOption) (subject, route string, err error) {
 	var o answerOptions
 	for _, f := range opts {
 		f(&o)
 	}
-	subject := lifecycle.APIAnswer
-	if o.route != "" {
-		s, err := lifecycle.APIAnswerRoute(o.route)
-		if err != nil {
-			return nil, fmt.Errorf("client: answer route: %w", err)
-		}
-		if a.Route != "" && a.Route != o.route {
-			return nil, fmt.Errorf("client: answer names route %q but goes through route %q", a.Route, o.route)
-		}
-		subject, a.Route = s, o.route
+	if o.route == "" {
+		return lifecycle.APIAnswer, "", nil
 	}
-	a.QuestionID = questionID
+	subject, err = lifecycle.APIAnswerRoute(o.route)
+	if err != nil {
+		return "", "", fmt.Errorf("client: answer route: %w", err)
+	}
+	return subject, o.route, nil
+}
+
+// submit sends an answer or decline to the router and sorts its reply:
+// the reply when accepted, an *AnswerError otherwise.
+func (c *Client) submit(ctx context.Context, subject, questionID string, body any) (*AnswerReply, error) {
 	var reply AnswerReply
-	if err := c.call(ctx, subject, nil, a, &reply); err != nil {
+	if err := c.call(ctx, subject, nil, body, &reply); err != nil {
 		var p *Problem
 		if errors.As(err, &p) && p.Status == 404 {
 			return nil, &AnswerError{QuestionID: questionID, Reply: AnswerReply{Status: AnswerNotFound, Reason: p.Detail}}

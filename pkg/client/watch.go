@@ -75,58 +75,27 @@ func (c *Client) Watch(ctx context.Context, f Filter) iter.Seq2[Item, error] {
 		case f.FromStart:
 			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 		}
-		cons, err := c.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, cfg)
-		if err != nil {
-			yield(Item{}, fmt.Errorf("client: watch %s: %w", f.Subject(), err))
-			return
-		}
-		msgs, err := cons.Messages()
-		if err != nil {
-			yield(Item{}, fmt.Errorf("client: watch %s: %w", f.Subject(), err))
-			return
-		}
-		defer msgs.Stop()
-		for {
-			m, err := msgs.Next(jetstream.NextContext(ctx))
-			if err != nil {
-				if ctx.Err() != nil {
-					err = ctx.Err()
-				} else {
-					err = fmt.Errorf("client: watch %s: %w", f.Subject(), err)
-				}
-				yield(Item{}, err)
-				return
-			}
+		err := c.follow(ctx, lifecycle.StreamLifecycle, cfg, "watch "+f.Subject(), func(m jetstream.Msg) bool {
 			it, ok := item(m)
-			if !ok {
-				continue
-			}
-			if !yield(it, nil) {
-				return
-			}
+			return !ok || yield(it, nil)
+		})
+		if err != nil {
+			yield(Item{}, err)
 		}
 	}
 }
 
 // item decodes a lifecycle message; ok is false for anything to skip.
 func item(m jetstream.Msg) (Item, bool) {
-	md, err := m.Metadata()
-	if err != nil {
-		return Item{}, false
-	}
-	e, err := lifecycle.DecodeMsg(m)
-	if err != nil {
-		return Item{}, false
-	}
-	d, err := lifecycle.Parse(e) // unknown types and bad data are skipped alike
-	if err != nil {
+	seq, e, d, ok := decode(m)
+	if !ok {
 		return Item{}, false
 	}
 	l, ok := d.(lifecycle.Lifecycle)
 	if !ok {
 		return Item{}, false
 	}
-	return Item{Seq: md.Sequence.Stream, Event: e, Data: l}, true
+	return Item{Seq: seq, Event: e, Data: l}, true
 }
 
 // watchWithProgress merges Watch's lifecycle events with WatchProgress's
@@ -134,7 +103,6 @@ func item(m jetstream.Msg) (Item, bool) {
 func (c *Client) watchWithProgress(ctx context.Context, f Filter) iter.Seq2[Item, error] {
 	return func(yield func(Item, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
 		type next struct {
 			it  Item
 			err error
