@@ -107,23 +107,7 @@ func TestDevDemoFromGoRunBuild(t *testing.T) {
 	cmd := exec.Command(exe, "dev", "--data", filepath.Join(root, ".agora", "data"), "--http", httpAddr, "--nats-listen", natsAddr)
 	cmd.Dir = root
 	cmd.Env = append(cleanEnv(), "AGORA_LOG_LEVEL=warn")
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGINT); _ = cmd.Wait() })
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if resp, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agora dev did not start:\n%s", log.String())
-		}
-	}
+	runDevUntilHealthy(t, cmd, httpAddr)
 	env := append(cleanEnv(), "AGORA_NATS_URL=nats://"+natsAddr)
 	def := jsonLines(t, agoraWith(t, env, "subagent", "get", "demo", "--json").stdout)
 	if len(def) != 1 {
@@ -162,8 +146,24 @@ func TestDevMountsSlack(t *testing.T) {
 	cmd.Dir = root
 	cmd.Env = append(cleanEnv(), "AGORA_LOG_LEVEL=warn", "AGORA_SLACK_SETTINGS="+settings, "AGORA_SLACK_BOT_TOKEN=xoxb-test",
 		"AGORA_SLACK_SIGNING_SECRET=test-secret", "AGORA_SLACK_API_URL=http://127.0.0.1:1/api/")
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := runDevUntilHealthy(t, cmd, httpAddr)
+	resp, err := http.Post("http://"+httpAddr+"/slack/interactions", "application/x-www-form-urlencoded", strings.NewReader("payload=%7B%7D"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("unsigned /slack/interactions: %s\n%s", resp.Status, log.String())
+	}
+}
+
+// runDevUntilHealthy starts an agora dev command, stops it with SIGINT when
+// the test ends, and waits until its /healthz at httpAddr answers 200. It
+// returns the buffer that collects the command's output.
+func runDevUntilHealthy(t *testing.T, cmd *exec.Cmd, httpAddr string) *syncBuffer {
+	t.Helper()
+	log := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -172,19 +172,11 @@ func TestDevMountsSlack(t *testing.T) {
 		if resp, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return log
 			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("agora dev did not start:\n%s", log.String())
 		}
-	}
-	resp, err := http.Post("http://"+httpAddr+"/slack/interactions", "application/x-www-form-urlencoded", strings.NewReader("payload=%7B%7D"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("unsigned /slack/interactions: %s\n%s", resp.Status, log.String())
 	}
 }

@@ -411,6 +411,15 @@ func printResult(w io.Writer, d lifecycle.Lifecycle) {
 	}
 }
 
+// checkID refuses an id argument that cannot name a thread or dispatch
+// (lifecycle.ValidToken) before anything is asked of the server.
+func checkID(id string) error {
+	if lifecycle.ValidToken(id) != nil {
+		return fmt.Errorf("%q is not an id: no dots, spaces or wildcards", id)
+	}
+	return nil
+}
+
 // errNotFound words an unknown id.
 func errNotFound(what, id, hint string) error {
 	return &exitErr{code: exitError, err: fmt.Errorf("no %s %s — %s", what, id, hint)}

@@ -49,8 +49,8 @@ object.`,
 }
 
 func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error {
-	if err := lifecycle.ValidToken(id); err != nil {
-		return fmt.Errorf("%q is not an id: no dots, spaces or wildcards", id)
+	if err := checkID(id); err != nil {
+		return err
 	}
 	c, err := g.connect(cmd.ErrOrStderr())
 	if err != nil {
@@ -204,8 +204,8 @@ With --json stdout carries the record (or the thread) as one JSON object.`,
 }
 
 func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error {
-	if err := lifecycle.ValidToken(id); err != nil {
-		return fmt.Errorf("%q is not an id: no dots, spaces or wildcards", id)
+	if err := checkID(id); err != nil {
+		return err
 	}
 	c, err := g.connect(cmd.ErrOrStderr())
 	if err != nil {
