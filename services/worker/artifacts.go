@@ -156,15 +156,19 @@ func (s *Service) uploadOne(ctx context.Context, j *job, dir *os.Root, name stri
 	return lifecycle.Artifact{Name: name, Size: int64(info.Size), SHA256: hex.EncodeToString(h.Sum(nil)), ContentType: ct, Ref: obj}, nil
 }
 
+// typeByExt names the types of text formats mime.TypeByExtension may not
+// know, whatever the host's mime tables hold.
+var typeByExt = map[string]string{
+	".diff": "text/x-diff", ".patch": "text/x-diff", ".md": "text/markdown", ".json": "application/json",
+	".csv": "text/csv", ".yaml": "application/yaml", ".yml": "application/yaml", ".go": "text/x-go", ".py": "text/x-python",
+}
+
 // contentType sniffs a file's type from its first bytes, refined by its
 // name for text formats the sniffer calls plain text; text gets a charset.
 func contentType(name string, head []byte) string {
 	sniffed := http.DetectContentType(head)
 	ext := strings.ToLower(path.Ext(name))
-	byName := map[string]string{
-		".diff": "text/x-diff", ".patch": "text/x-diff", ".md": "text/markdown", ".json": "application/json",
-		".csv": "text/csv", ".yaml": "application/yaml", ".yml": "application/yaml", ".go": "text/x-go", ".py": "text/x-python",
-	}[ext]
+	byName := typeByExt[ext]
 	if byName == "" {
 		if t := mime.TypeByExtension(ext); t != "" {
 			byName, _, _ = strings.Cut(t, ";")
