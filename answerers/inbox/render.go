@@ -13,12 +13,12 @@ import (
 	"path"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/microcosm-cc/bluemonday"
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/extension"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -126,7 +126,7 @@ func prettyState(raw json.RawMessage) (s string, n int) {
 		buf.Reset()
 		buf.Write(raw)
 	}
-	return clipUTF8(buf.String(), maxStateShown), buf.Len()
+	return clip.Prefix(buf.String(), maxStateShown), buf.Len()
 }
 
 func (s *Server) artifactView(ctx context.Context, q *Question, a lifecycle.Artifact, inline bool) artifactView {
@@ -191,16 +191,6 @@ func humanSize(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", n)
-}
-
-func clipUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // artifactFile serves one artifact of a question's run to a person allowed

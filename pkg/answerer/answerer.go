@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -469,14 +470,7 @@ func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (cli
 	}
 	var rep client.AnswerReply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Status == "" {
-		return client.AnswerReply{}, fmt.Errorf("answerer: %s: unexpected reply %q", s.subject, clip(string(msg.Data)))
+		return client.AnswerReply{}, fmt.Errorf("answerer: %s: unexpected reply %q", s.subject, clip.String(string(msg.Data), 200))
 	}
 	return rep, nil
-}
-
-func clip(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
 }

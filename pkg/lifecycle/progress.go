@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/agora-dispatch/agora/internal/clip"
 )
 
 // Progress: a running sub-agent appends JSON lines to .agora/progress.jsonl
@@ -94,7 +96,7 @@ func ParseProgressLine(line []byte) (message string, percent *float64, todo []Pr
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("not a JSON string")
 		}
-		return clipText(m, MaxProgressMessage), nil, nil, nil
+		return clip.String(m, MaxProgressMessage), nil, nil, nil
 	}
 	if err := json.Unmarshal(line, &v); err != nil {
 		return "", nil, nil, fmt.Errorf("not a JSON object with message, percent or todo")
@@ -109,20 +111,10 @@ func ParseProgressLine(line []byte) (message string, percent *float64, todo []Pr
 		v.Todo = v.Todo[:MaxProgressTodo]
 	}
 	for i := range v.Todo {
-		v.Todo[i].Text = clipText(v.Todo[i].Text, 200)
+		v.Todo[i].Text = clip.String(v.Todo[i].Text, 200)
 	}
 	if v.Message != nil {
-		message = clipText(*v.Message, MaxProgressMessage)
+		message = clip.String(*v.Message, MaxProgressMessage)
 	}
 	return message, v.Percent, v.Todo, nil
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
 }

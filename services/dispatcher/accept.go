@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -64,7 +65,7 @@ func decodeRequest(data []byte) (lifecycle.Request, *client.Problem) {
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
-		return req, client.Invalid(client.FieldError{Field: clip(name), Message: "is not a field of a dispatch request (" + requestFields + ")"})
+		return req, client.Invalid(client.FieldError{Field: short(name), Message: "is not a field of a dispatch request (" + requestFields + ")"})
 	}
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
@@ -116,15 +117,15 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 	case req.Subagent == "":
 		add("subagent", "is required")
 	case !subagent.ValidName(req.Subagent):
-		add("subagent", "%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", clip(req.Subagent))
+		add("subagent", "%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", short(req.Subagent))
 	}
 	for _, f := range []struct{ name, v string }{{"dispatch_id", req.DispatchID}, {"thread_id", req.ThreadID}, {"parent_id", req.ParentID}} {
 		if f.v != "" && !idRE.MatchString(f.v) {
-			add(f.name, "%q is not a valid id: 1-128 letters, digits, '-', '_' or '='", clip(f.v))
+			add(f.name, "%q is not a valid id: 1-128 letters, digits, '-', '_' or '='", short(f.v))
 		}
 	}
 	if req.QuestionID != "" && !questionRE.MatchString(req.QuestionID) {
-		add("question_id", "%q is not a valid id: 1-200 letters, digits, '-', '_' or '='", clip(req.QuestionID))
+		add("question_id", "%q is not a valid id: 1-200 letters, digits, '-', '_' or '='", short(req.QuestionID))
 	}
 	switch {
 	case req.Round < 0:
@@ -154,7 +155,7 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 	}
 	if req.Timeout != "" {
 		if d, err := time.ParseDuration(req.Timeout); err != nil || d <= 0 {
-			add("timeout", "%q is not a positive duration such as 30m or 1h30m", clip(req.Timeout))
+			add("timeout", "%q is not a positive duration such as 30m or 1h30m", short(req.Timeout))
 		}
 	}
 	if req.MaxRounds < 0 {
@@ -166,7 +167,7 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		switch {
 		case !subagent.ValidEnvName(k):
-			add("env", "%q is not a valid variable name (letters, digits and '_', not starting with a digit)", clip(k))
+			add("env", "%q is not a valid variable name (letters, digits and '_', not starting with a digit)", short(k))
 		case subagent.Reserved(k):
 			add("env", "%q is reserved: a sub-agent never gets AGORA_* or NATS_* variables", k)
 		case strings.ContainsRune(req.Env[k], 0):
@@ -181,7 +182,7 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 		case k == "" || len(k) > MaxLabelBytes:
 			add("labels", "a key must be 1 to %d bytes", MaxLabelBytes)
 		case len(req.Labels[k]) > MaxLabelBytes:
-			add("labels", "the value of %q is longer than %d bytes", clip(k), MaxLabelBytes)
+			add("labels", "the value of %q is longer than %d bytes", short(k), MaxLabelBytes)
 		}
 	}
 	if len(req.Target) > MaxTargetBytes {
@@ -237,17 +238,8 @@ func jsonValueKind(b []byte) string {
 	return "a number"
 }
 
-// clip shortens a value quoted in an error message.
-func clip(s string) string {
-	if len(s) <= 64 {
-		return s
-	}
-	cut := 64
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+// short shortens a value quoted in an error message.
+func short(s string) string { return clip.String(s, 64) }
 
 // complete fills what the dispatcher decides: ids, input, revision,
 // timeout and round limit.

@@ -20,7 +20,7 @@ const defaultCanceller = "api"
 
 func notFound(what, id string) *client.Problem {
 	return &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound,
-		Detail: fmt.Sprintf("no %s %q", what, clip(id))}
+		Detail: fmt.Sprintf("no %s %q", what, short(id))}
 }
 
 // cancelDispatch cancels one dispatch, idempotently. A terminal dispatch
@@ -39,7 +39,7 @@ func notFound(what, id string) *client.Problem {
 // thread is ended through the router.
 func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reason string) (client.Record, error) {
 	if !idRE.MatchString(id) {
-		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", clip(id))})
+		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
 	rec, _, err := s.record(ctx, b, id)
 	if errors.Is(err, errNoRecord) {
@@ -245,7 +245,7 @@ func (s *Service) cancelThread(ctx context.Context, b *bindings, threadID, by, r
 // none.
 func (s *Service) threadIndex(ctx context.Context, b *bindings, threadID string) (threadIndex, error) {
 	if !idRE.MatchString(threadID) {
-		return threadIndex{}, client.Invalid(client.FieldError{Field: "thread_id", Message: fmt.Sprintf("%q is not a valid thread id", clip(threadID))})
+		return threadIndex{}, client.Invalid(client.FieldError{Field: "thread_id", Message: fmt.Sprintf("%q is not a valid thread id", short(threadID))})
 	}
 	e, err := b.dispatches.Get(ctx, threadKey(threadID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -264,7 +264,7 @@ func (s *Service) threadIndex(ctx context.Context, b *bindings, threadID string)
 // status returns one dispatch's record.
 func (s *Service) status(ctx context.Context, b *bindings, id string) (client.Record, error) {
 	if !idRE.MatchString(id) {
-		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", clip(id))})
+		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
 	rec, _, err := s.record(ctx, b, id)
 	if errors.Is(err, errNoRecord) {

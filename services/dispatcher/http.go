@@ -243,14 +243,14 @@ func sseFilter(r *http.Request) (jetstream.OrderedConsumerConfig, error) {
 	var errs []client.FieldError
 	kind := lifecycle.Kind(q.Get("kind"))
 	if kind != "" && !kind.Valid() {
-		errs = append(errs, client.FieldError{Field: "kind", Message: fmt.Sprintf("%q is not a lifecycle kind (accepted, started, finished, needs_input, failed, cancelled)", clip(string(kind)))})
+		errs = append(errs, client.FieldError{Field: "kind", Message: fmt.Sprintf("%q is not a lifecycle kind (accepted, started, finished, needs_input, failed, cancelled)", short(string(kind)))})
 	}
 	thread, dispatch := q.Get("thread"), q.Get("dispatch")
 	if thread != "" && lifecycle.ValidToken(thread) != nil {
-		errs = append(errs, client.FieldError{Field: "thread", Message: fmt.Sprintf("%q is not a thread id", clip(thread))})
+		errs = append(errs, client.FieldError{Field: "thread", Message: fmt.Sprintf("%q is not a thread id", short(thread))})
 	}
 	if dispatch != "" && lifecycle.ValidToken(dispatch) != nil {
-		errs = append(errs, client.FieldError{Field: "dispatch", Message: fmt.Sprintf("%q is not a dispatch id", clip(dispatch))})
+		errs = append(errs, client.FieldError{Field: "dispatch", Message: fmt.Sprintf("%q is not a dispatch id", short(dispatch))})
 	}
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{lifecycle.LifecycleFilter(kind, thread, dispatch)},
@@ -277,7 +277,7 @@ func sseFilter(r *http.Request) (jetstream.OrderedConsumerConfig, error) {
 	if last != "" {
 		seq, err := strconv.ParseUint(last, 10, 64)
 		if err != nil {
-			errs = append(errs, client.FieldError{Field: field, Message: fmt.Sprintf("%q is not an event id (a stream sequence number)", clip(last))})
+			errs = append(errs, client.FieldError{Field: field, Message: fmt.Sprintf("%q is not an event id (a stream sequence number)", short(last))})
 		} else {
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
 		}

@@ -65,7 +65,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 	}
 	req, p := decodeRequest(e.Data())
 	if p == nil && req.Subagent != "" && r.subagent != "" && req.Subagent != r.subagent {
-		p = client.Invalid(client.FieldError{Field: "subagent", Message: fmt.Sprintf("%q does not match the subject's sub-agent %q", clip(req.Subagent), r.subagent)})
+		p = client.Invalid(client.FieldError{Field: "subagent", Message: fmt.Sprintf("%q does not match the subject's sub-agent %q", short(req.Subagent), r.subagent)})
 	}
 	if p != nil {
 		r.from(req)

@@ -178,7 +178,7 @@ func sseTypes(r *http.Request) (sseKinds, error) {
 			return k, client.Invalid(client.FieldError{Field: "type", Message: "progress reports have no kind: leave out kind with type=progress"})
 		}
 	default:
-		return k, client.Invalid(client.FieldError{Field: "type", Message: fmt.Sprintf("%q: want lifecycle or progress (both when left out)", clip(t))})
+		return k, client.Invalid(client.FieldError{Field: "type", Message: fmt.Sprintf("%q: want lifecycle or progress (both when left out)", short(t))})
 	}
 	return k, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -77,7 +78,7 @@ func (d door) refuse(r *record, sub *Submission) string {
 	case d.route == "":
 		return ""
 	case sub.Route != "" && sub.Route != d.route:
-		return fmt.Sprintf("the answer names route %s but came through %s, the door of route %s", clip(sub.Route, 64), d.subject, d.route)
+		return fmt.Sprintf("the answer names route %s but came through %s, the door of route %s", clip.String(sub.Route, 64), d.subject, d.route)
 	case r.Route != d.route:
 		return fmt.Sprintf("question %s is on route %s, not %s", r.QuestionID, r.Route, d.route)
 	}
@@ -112,8 +113,8 @@ func (s *Service) submit(ctx context.Context, sub Submission, d door) client.Ans
 	)
 	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
 		now := time.Now().UTC()
-		a := attempt{At: now, Via: via, Door: d.subject, Route: clip(sub.Route, 64), AnsweredBy: clip(sub.AnsweredBy, MaxAnsweredByBytes),
-			Answer: clip(sub.Answer, 256), Decision: clip(sub.Decision, 32)}
+		a := attempt{At: now, Via: via, Door: d.subject, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
+			Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32)}
 		outcome = ""
 		if d.route != "" {
 			// Checked first: a route's answerer learns nothing of another
@@ -163,7 +164,7 @@ func (s *Service) submit(ctx context.Context, sub Submission, d door) client.Ans
 			r.addHistory(a)
 			return true, nil
 		}
-		a.AnsweredBy, a.Answer, a.Decision = sub.AnsweredBy, clip(sub.Answer, 256), sub.Decision
+		a.AnsweredBy, a.Answer, a.Decision = sub.AnsweredBy, clip.String(sub.Answer, 256), sub.Decision
 		a.Result, a.Status = "accepted", string(client.AnswerAccepted)
 		r.Answer, r.Decision, r.AnsweredBy, r.Comment = sub.Answer, sub.Decision, sub.AnsweredBy, sub.Comment
 		r.AnsweredAt = &now
@@ -260,7 +261,7 @@ func validate(r *record, sub *Submission) string {
 	case !utf8.ValidString(sub.Answer) || !utf8.ValidString(sub.Comment) || !utf8.ValidString(sub.AnsweredBy):
 		return "answer, comment and answered_by must be UTF-8 text"
 	case sub.Decision != "" && sub.Decision != "approve" && sub.Decision != "reject":
-		return fmt.Sprintf("decision %q: want approve or reject", clip(sub.Decision, 32))
+		return fmt.Sprintf("decision %q: want approve or reject", clip.String(sub.Decision, 32))
 	}
 	if r.Kind == "approval" {
 		if sub.Decision == "" {
@@ -285,7 +286,7 @@ func validate(r *record, sub *Submission) string {
 	// suggestions: a person may answer in their own words ("neither — do
 	// X"). A decision's options are binding (docs/inbox.md).
 	if len(r.Options) > 0 && !slices.Contains(r.Options, sub.Answer) && !freeTextAllowed(r.Kind) {
-		return fmt.Sprintf("%q is not one of the options: %s", clip(sub.Answer, 64), strings.Join(r.Options, ", "))
+		return fmt.Sprintf("%q is not one of the options: %s", clip.String(sub.Answer, 64), strings.Join(r.Options, ", "))
 	}
 	if sub.AnsweredBy == "" {
 		sub.AnsweredBy = "anonymous"
@@ -299,7 +300,7 @@ func freeTextAllowed(kind string) bool { return kind == "clarification" || kind 
 
 // decline moves a declined question to its route's fallback.
 func (s *Service) decline(r *record, sub Submission, a attempt, reply *client.AnswerReply) (lifecycle.QuestionEvent, error) {
-	reason := clip(strings.TrimSpace(sub.Reason), MaxReasonBytes)
+	reason := clip.String(strings.TrimSpace(sub.Reason), MaxReasonBytes)
 	a.Reason, a.Answer, a.Decision = reason, "", ""
 	if sub.Route != "" && sub.Route != r.Route {
 		*reply = client.AnswerReply{Status: client.AnswerInvalid, Reason: fmt.Sprintf("the question is on route %s now, not %s", r.Route, sub.Route)}
@@ -321,7 +322,7 @@ func (s *Service) decline(r *record, sub Submission, a attempt, reply *client.An
 	}
 	detail := "declined by " + from
 	if sub.AnsweredBy != "" {
-		detail = fmt.Sprintf("declined on route %s by %s", from, clip(sub.AnsweredBy, MaxAnsweredByBytes))
+		detail = fmt.Sprintf("declined on route %s by %s", from, clip.String(sub.AnsweredBy, MaxAnsweredByBytes))
 	}
 	if reason != "" {
 		detail += ": " + reason
@@ -470,14 +471,4 @@ func (s *Service) onAnswerMsg(ctx context.Context, m jetstream.Msg) verdict {
 		return retryIn(2 * time.Second)
 	}
 	return ack
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -144,8 +145,8 @@ func withdraw(r *record, cr client.CancelRequest, via string) error {
 	if by == "" {
 		by = "api"
 	}
-	by = clip(by, MaxAnsweredByBytes)
-	reason := clip(cr.Reason, MaxReasonBytes)
+	by = clip.String(by, MaxAnsweredByBytes)
+	reason := clip.String(cr.Reason, MaxReasonBytes)
 	r.Status, r.Outcome = statusWithdrawn, outcomeWithdrawn
 	r.Detail = "the thread was cancelled by " + by
 	if reason != "" {
