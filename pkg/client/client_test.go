@@ -293,6 +293,20 @@ func TestQuestions(t *testing.T) {
 	if len(qs) != 1 || qs[0].QuestionID != "q-d2" {
 		t.Errorf("by route, deleted skipped: %+v", qs)
 	}
+	if q, err := e.c.Question(t.Context(), "q-d1"); err != nil || q.ThreadID != "t1" || q.Question != "A?" {
+		t.Errorf("Question(q-d1) = %+v, %v", q, err)
+	}
+	for _, id := range []string{"q-d3", "q-none"} { // deleted, never written
+		if _, err := e.c.Question(t.Context(), id); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("Question(%s): %v, want ErrNotFound", id, err)
+		}
+	}
+	if _, err := e.c.Question(t.Context(), "not-a-question"); err == nil || errors.Is(err, client.ErrNotFound) {
+		t.Errorf("Question of a value that is not a question record: %v", err)
+	}
+	if _, err := e.c.Question(t.Context(), "q.*"); err == nil {
+		t.Error("Question accepted a wildcard id")
+	}
 }
 
 func TestConnect(t *testing.T) {

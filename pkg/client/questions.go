@@ -67,6 +67,30 @@ func (c *Client) Questions(ctx context.Context, f QuestionFilter) ([]lifecycle.Q
 	}
 }
 
+// Question returns one question record from the agora_questions bucket,
+// or ErrNotFound when there is none (not asked yet, or removed).
+func (c *Client) Question(ctx context.Context, questionID string) (lifecycle.Question, error) {
+	if err := lifecycle.ValidToken(questionID); err != nil {
+		return lifecycle.Question{}, fmt.Errorf("client: question id: %w", err)
+	}
+	kv, err := c.js.KeyValue(ctx, lifecycle.BucketQuestions)
+	if err != nil {
+		return lifecycle.Question{}, fmt.Errorf("client: bucket %s: %w", lifecycle.BucketQuestions, err)
+	}
+	e, err := kv.Get(ctx, questionID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return lifecycle.Question{}, fmt.Errorf("client: question %s: %w", questionID, ErrNotFound)
+	case err != nil:
+		return lifecycle.Question{}, fmt.Errorf("client: question %s: %w", questionID, err)
+	}
+	var q lifecycle.Question
+	if err := json.Unmarshal(e.Value(), &q); err != nil || q.QuestionID != questionID {
+		return lifecycle.Question{}, fmt.Errorf("client: question %s: the record is not a question", questionID)
+	}
+	return q, nil
+}
+
 // AnswerOption adjusts one Answer call.
 type AnswerOption func(*answerOptions)
 

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -279,12 +280,12 @@ func (t *tools) follow(ctx context.Context, req *mcp.CallToolRequest, threadID, 
 func (t *tools) openQuestion(ctx context.Context, d *lifecycle.NeedsInput) (lifecycle.Question, bool, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		qs, err := t.s.c.Questions(ctx, client.QuestionFilter{ThreadID: d.ThreadID})
-		if err != nil {
-			return lifecycle.Question{}, false, err
+		q, err := t.s.c.Question(ctx, d.QuestionID)
+		if err == nil {
+			return q, q.Status == "asked", nil
 		}
-		if i := slices.IndexFunc(qs, func(q lifecycle.Question) bool { return q.QuestionID == d.QuestionID }); i >= 0 {
-			return qs[i], qs[i].Status == "asked", nil
+		if !errors.Is(err, client.ErrNotFound) {
+			return lifecycle.Question{}, false, err
 		}
 		if time.Now().After(deadline) {
 			return lifecycle.Question{Common: d.Common, QuestionID: d.QuestionID, Status: "asked", Question: d.Question,
@@ -393,7 +394,7 @@ func (t *tools) answered(ctx context.Context, req *mcp.CallToolRequest, threadID
 func elicitFor(q lifecycle.Question, note string) *mcp.ElicitParams {
 	msg := q.Question
 	if q.Context != "" {
-		msg += "\n\n" + clip(q.Context, 2000)
+		msg += "\n\n" + clip.String(q.Context, 2000)
 	}
 	msg += fmt.Sprintf("\n\n(asked by sub-agent %s, thread %s, round %d)", q.Subagent, q.ThreadID, q.Round)
 	if note != "" {
@@ -467,10 +468,8 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 		return nil, nil, t.explain(err)
 	}
 	threadID := strings.TrimPrefix(in.QuestionID, "q-")
-	if qs, err := t.s.c.Questions(ctx, client.QuestionFilter{}); err == nil {
-		if i := slices.IndexFunc(qs, func(q lifecycle.Question) bool { return q.QuestionID == in.QuestionID }); i >= 0 {
-			threadID = qs[i].ThreadID
-		}
+	if q, err := t.s.c.Question(ctx, in.QuestionID); err == nil {
+		threadID = q.ThreadID
 	}
 	return nil, &Result{Status: "answered", ThreadID: threadID, QuestionID: in.QuestionID,
 		Next: fmt.Sprintf("answered as %s at %s; the thread resumes as a new round: call agora_dispatch with thread_id %q to follow it", rep.AnsweredBy, rep.AnsweredAt.UTC().Format(time.RFC3339), threadID)}, nil
@@ -523,7 +522,7 @@ func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in Questi
 	out := &QuestionList{Questions: []QuestionItem{}}
 	for _, q := range qs {
 		out.Questions = append(out.Questions, QuestionItem{QuestionID: q.QuestionID, Status: q.Status, Route: q.Route, Kind: q.Kind,
-			Question: q.Question, Options: q.Options, Context: clip(q.Context, 2000), Subagent: q.Subagent, ThreadID: q.ThreadID,
+			Question: q.Question, Options: q.Options, Context: clip.String(q.Context, 2000), Subagent: q.Subagent, ThreadID: q.ThreadID,
 			Round: q.Round, AskedAt: q.AskedAt.UTC().Format(time.RFC3339), Answer: cmpOr(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy})
 	}
 	return nil, out, nil
@@ -856,11 +855,11 @@ func summary(d lifecycle.Data) string {
 	case *lifecycle.Started:
 		return fmt.Sprintf("attempt %d on %s", v.Attempt, v.WorkerID)
 	case *lifecycle.NeedsInput:
-		return "asked " + clip(v.Question, 200)
+		return "asked " + clip.String(v.Question, 200)
 	case *lifecycle.Finished:
 		return fmt.Sprintf("exit %d in %dms", v.ExitCode, v.DurationMS)
 	case *lifecycle.Failed:
-		return string(v.Reason) + ": " + clip(v.Detail, 200)
+		return string(v.Reason) + ": " + clip.String(v.Detail, 200)
 	case *lifecycle.Cancelled:
 		return strings.TrimSpace("by " + v.By + " " + v.Reason)
 	}
@@ -876,16 +875,6 @@ func rawToAny(b json.RawMessage) any {
 		return string(b)
 	}
 	return v
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 func cmpOr(a, b string) string {
