@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -70,18 +69,11 @@ func Workspace() (string, error) {
 // question of this run was there and is replaced (one question per
 // dispatch: the last call wins). Nothing is written when r is invalid.
 func RequireInput(workspace string, r sentinel.Request) (replaced bool, err error) {
-	if err := r.Validate(); err != nil {
-		return false, err
-	}
 	_, statErr := os.Lstat(sentinel.Path(workspace))
-	replaced = statErr == nil
-	if err := sentinel.Write(workspace, r); err != nil {
+	if err := sentinel.Write(workspace, r); err != nil { // validates first
 		return false, err
 	}
-	if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
-		replaced = false
-	}
-	return replaced, nil
+	return statErr == nil, nil
 }
 
 // RequireInputArgs are the require_input tool's arguments.
