@@ -106,36 +106,21 @@ func (x *index) len() int {
 // restarting a broken watch; loaded is closed after the first full load.
 func (s *Server) watchMessages(ctx context.Context, loaded chan<- struct{}) {
 	var once sync.Once
-	s.watchLoop(ctx, "messages", func(ctx context.Context) error {
-		w, err := s.messages.WatchAll(ctx)
-		if err != nil {
-			return err
+	s.watchKV(ctx, "messages", s.messages, func(e jetstream.KeyValueEntry) {
+		if e == nil {
+			once.Do(func() { close(loaded) })
+			return
 		}
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case e, ok := <-w.Updates():
-				if !ok {
-					return errors.New("watcher closed")
-				}
-				if e == nil {
-					once.Do(func() { close(loaded) })
-					continue
-				}
-				if e.Operation() != jetstream.KeyValuePut {
-					s.index.remove(e.Key(), e.Revision())
-					continue
-				}
-				var m message
-				if json.Unmarshal(e.Value(), &m) != nil || m.QuestionID == "" {
-					continue
-				}
-				s.index.put(e.Key(), m, e.Revision())
-				s.enqueue(m.QuestionID)
-			}
+		if e.Operation() != jetstream.KeyValuePut {
+			s.index.remove(e.Key(), e.Revision())
+			return
 		}
+		var m message
+		if json.Unmarshal(e.Value(), &m) != nil || m.QuestionID == "" {
+			return
+		}
+		s.index.put(e.Key(), m, e.Revision())
+		s.enqueue(m.QuestionID)
 	})
 }
 
@@ -143,34 +128,21 @@ func (s *Server) watchMessages(ctx context.Context, loaded chan<- struct{}) {
 // it changes, until ctx ends; the first pass covers what changed while no
 // process ran.
 func (s *Server) watchQuestions(ctx context.Context) {
-	s.watchLoop(ctx, "questions", func(ctx context.Context) error {
-		w, err := s.questions.WatchAll(ctx, jetstream.IgnoreDeletes())
-		if err != nil {
-			return err
+	s.watchKV(ctx, "questions", s.questions, func(e jetstream.KeyValueEntry) {
+		if e != nil && s.index.has(e.Key()) {
+			s.enqueue(e.Key())
 		}
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case e, ok := <-w.Updates():
-				if !ok {
-					return errors.New("watcher closed")
-				}
-				if e != nil && s.index.has(e.Key()) {
-					s.enqueue(e.Key())
-				}
-			}
-		}
-	})
+	}, jetstream.IgnoreDeletes())
 }
 
-// watchLoop runs watch until ctx ends, restarting it with backoff.
-func (s *Server) watchLoop(ctx context.Context, name string, watch func(context.Context) error) {
+// watchKV hands every update of kv to each until ctx ends, and nil each
+// time the values a watch starts with are all delivered; a broken watch is
+// restarted with backoff.
+func (s *Server) watchKV(ctx context.Context, name string, kv jetstream.KeyValue, each func(jetstream.KeyValueEntry), opts ...jetstream.WatchOpt) {
 	backoff := 500 * time.Millisecond
 	for ctx.Err() == nil {
 		started := time.Now()
-		err := watch(ctx)
+		err := watchOnce(ctx, kv, each, opts)
 		if ctx.Err() != nil {
 			return
 		}
@@ -184,6 +156,26 @@ func (s *Server) watchLoop(ctx context.Context, name string, watch func(context.
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// watchOnce runs one watch of kv until ctx ends (nil) or the watch breaks.
+func watchOnce(ctx context.Context, kv jetstream.KeyValue, each func(jetstream.KeyValueEntry), opts []jetstream.WatchOpt) error {
+	w, err := kv.WatchAll(ctx, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watcher closed")
+			}
+			each(e)
+		}
 	}
 }
 
