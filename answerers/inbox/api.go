@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,13 +17,22 @@ import (
 // header.
 const ProblemForbidden = "urn:agora:problem:forbidden"
 
+// ProblemTooManyLogins is the problem type of a 429 from POST
+// /inbox/api/login: too many failed sign-ins for the name or from the
+// address; Retry-After says when to try again.
+const ProblemTooManyLogins = "urn:agora:problem:too-many-logins"
+
 // List is the body of GET /inbox/api/questions.
 type List struct {
 	// Questions are the matching questions the user may see: pending ones
 	// newest first, closed ones latest closed first, at most limit.
 	Questions []*Question `json:"questions"`
-	// Count is how many matched before the limit.
+	// Count is how many matched before the limit: of pending questions,
+	// all of them; of closed ones, those on this page.
 	Count int `json:"count"`
+	// NextCursor continues a list of closed questions: pass it as cursor
+	// for the next page; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Detail is the body of GET /inbox/api/questions/{id}.
@@ -106,22 +116,41 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 		return
 	}
 	f := filterFrom(query)
+	match := func(q *Question) bool { return keep(q) && f.match(q) && s.visible(id.user, q) }
 	out := List{Questions: []*Question{}}
-	for _, q := range s.store.all() {
-		if keep(q) && f.match(q) && s.visible(id.user, q) {
-			out.Questions = append(out.Questions, q)
+	cursor := query.Get("cursor")
+	if status == "" || status == "pending" || status == StatusAsked || (status == "all" && cursor == "") {
+		// Pending questions are in memory: all of them, newest first.
+		for _, q := range s.store.all() {
+			if q.Pending() && match(q) {
+				out.Questions = append(out.Questions, q)
+			}
+		}
+		sortNewest(out.Questions)
+		out.Count = len(out.Questions)
+		if limit := parseLimit(query.Get("limit"), 1000, 10000); len(out.Questions) > limit {
+			out.Questions = out.Questions[:limit]
+		}
+		if status != "all" {
+			writeJSON(w, http.StatusOK, out)
+			return
 		}
 	}
-	switch status {
-	case "", "pending", StatusAsked, "all":
-		sortNewest(out.Questions)
-	default:
-		sortClosed(out.Questions)
+	// Closed questions come from the bucket, a page at a time.
+	page, err := s.history(r.Context(), cursor, parseLimit(query.Get("limit"), historyLimit, historyMax), match)
+	var p *client.Problem
+	switch {
+	case errors.As(err, &p):
+		writeProblem(w, r, p)
+		return
+	case err != nil:
+		s.log.Warn("history list", "err", err)
+		writeProblem(w, r, problem(http.StatusServiceUnavailable, "the questions bucket could not be read; try again"))
+		return
 	}
-	out.Count = len(out.Questions)
-	if limit := parseLimit(query.Get("limit"), 1000, 10000); len(out.Questions) > limit {
-		out.Questions = out.Questions[:limit]
-	}
+	out.Questions = append(out.Questions, page.Rows...)
+	out.Count += len(page.Rows)
+	out.NextCursor = page.Next
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -132,12 +161,11 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
 		return
 	}
 	d := Detail{Question: q, Earlier: []*Question{}}
-	for _, e := range s.store.thread(q.ThreadID) {
-		if e.QuestionID != q.QuestionID && e.Round < q.Round {
-			d.Earlier = append(d.Earlier, e)
-		}
+	th := s.thread(r.Context(), q.ThreadID)
+	d.Earlier = append(d.Earlier, s.earlier(r.Context(), q, th)...)
+	if th != nil {
+		d.Thread = summarize(th)
 	}
-	d.Thread = s.thread(r.Context(), q.ThreadID)
 	writeJSON(w, http.StatusOK, d)
 }
 
@@ -166,15 +194,28 @@ func (s *Server) apiLogin(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, p)
 		return
 	}
+	if wait, why, ok := s.logins.check(r, in.Name, time.Now()); !ok {
+		s.metrics.logins.WithLabelValues("limited").Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		writeProblem(w, r, &client.Problem{Type: ProblemTooManyLogins, Title: "Too many failed sign-ins", Status: http.StatusTooManyRequests,
+			Detail: why + " " + waitText(wait)})
+		return
+	}
 	u, ok := s.checkCredentials(in.Name, in.Password, strings.TrimSpace(in.Token))
+	s.logins.result(r, in.Name, ok, time.Now())
 	if !ok {
 		s.metrics.logins.WithLabelValues("refused").Inc()
 		writeProblem(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
 			Detail: "wrong name or password (or dev token)"})
 		return
 	}
+	tok, sess, err := s.sessions.create(r.Context(), u.name)
+	if err != nil {
+		s.log.Error("sign-in failed", "user", u.name, "err", err)
+		writeProblem(w, r, problem(http.StatusServiceUnavailable, "the session could not be stored; try again in a moment"))
+		return
+	}
 	s.metrics.logins.WithLabelValues("ok").Inc()
-	tok, sess := s.sessions.create(u)
 	s.log.Info("signed in through the API", "user", u.name)
 	writeJSON(w, http.StatusOK, LoginReply{Token: tok, User: u.name, ExpiresAt: sess.expires.UTC()})
 }

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -36,77 +34,6 @@ func randomToken() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// session is one sign-in. Its token (the cookie value, or a bearer token
-// from POST /inbox/api/login) is stored hashed.
-type session struct {
-	user    *user
-	csrf    string
-	expires time.Time
-	ended   atomic.Bool   // signed out
-	done    chan struct{} // closed when signed out
-}
-
-// valid reports whether the session may still be used; live streams check
-// it, so signing out ends them too.
-func (s *session) valid() bool { return !s.ended.Load() && time.Now().Before(s.expires) }
-
-// sessions holds the sign-ins of this process. They do not survive a
-// restart: people sign in again.
-type sessions struct {
-	mu  sync.Mutex
-	m   map[[32]byte]*session
-	ttl time.Duration
-}
-
-func newSessions(ttl time.Duration) *sessions {
-	return &sessions{m: map[[32]byte]*session{}, ttl: ttl}
-}
-
-func (ss *sessions) create(u *user) (string, *session) {
-	token := randomToken()
-	s := &session{user: u, csrf: randomToken(), expires: time.Now().Add(ss.ttl), done: make(chan struct{})}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	now := time.Now()
-	for k, old := range ss.m {
-		if now.After(old.expires) {
-			delete(ss.m, k)
-		}
-	}
-	ss.m[sha256.Sum256([]byte(token))] = s
-	return token, s
-}
-
-func (ss *sessions) lookup(token string) (*session, bool) {
-	if token == "" {
-		return nil, false
-	}
-	k := sha256.Sum256([]byte(token))
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	s, ok := ss.m[k]
-	if !ok {
-		return nil, false
-	}
-	if !s.valid() {
-		delete(ss.m, k)
-		return nil, false
-	}
-	return s, true
-}
-
-func (ss *sessions) delete(token string) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	k := sha256.Sum256([]byte(token))
-	if s, ok := ss.m[k]; ok {
-		if s.ended.CompareAndSwap(false, true) {
-			close(s.done)
-		}
-		delete(ss.m, k)
-	}
 }
 
 // identity is who makes a request.
@@ -156,8 +83,8 @@ func (s *Server) authenticate(r *http.Request) (*identity, bool) {
 		if s.devToken != "" && equal(tok, s.devToken) {
 			return &identity{user: s.devUser, bearer: true}, true
 		}
-		if sess, ok := s.sessions.lookup(tok); ok {
-			return &identity{user: sess.user, sess: sess, bearer: true}, true
+		if sess, u, ok := s.session(r.Context(), tok); ok {
+			return &identity{user: u, sess: sess, bearer: true}, true
 		}
 		return nil, false
 	}
@@ -165,11 +92,26 @@ func (s *Server) authenticate(r *http.Request) (*identity, bool) {
 	if err != nil {
 		return nil, false
 	}
-	sess, ok := s.sessions.lookup(c.Value)
+	sess, u, ok := s.session(r.Context(), c.Value)
 	if !ok {
 		return nil, false
 	}
-	return &identity{user: sess.user, sess: sess}, true
+	return &identity{user: u, sess: sess}, true
+}
+
+// session finds the session of token and the user it signed in, as the
+// users file says now: a user removed from the file (and reloaded) is
+// signed out.
+func (s *Server) session(ctx context.Context, token string) (*session, *user, bool) {
+	sess, ok := s.sessions.lookup(ctx, token)
+	if !ok {
+		return nil, nil, false
+	}
+	u, ok := s.userNamed(sess.user)
+	if !ok {
+		return nil, nil, false
+	}
+	return sess, u, true
 }
 
 func cutPrefixFold(s, prefix string) (string, bool) {
@@ -187,7 +129,7 @@ func equal(a, b string) bool {
 
 // checkPassword finds the user named name with this password.
 func (s *Server) checkPassword(name, password string) (*user, bool) {
-	u, ok := s.users[name]
+	u, ok := (*s.users.Load())[name]
 	hash := dummyHash()
 	if ok {
 		hash = u.hash

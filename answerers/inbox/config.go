@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/seal"
 )
 
 // Config is the inbox's configuration, read from AGORA_* variables with
@@ -43,8 +44,25 @@ type Config struct {
 	// deployments grant only to trusted users: an inbox for every route is
 	// one of them.
 	Routes []string `envconfig:"INBOX_ROUTES"`
-	// SessionTTL is how long a sign-in lasts.
+	// SessionTTL is how long a sign-in lasts. Sessions are kept in the
+	// KV bucket agora_inbox_sessions, so they survive a restart and are
+	// shared by every replica.
 	SessionTTL time.Duration `envconfig:"INBOX_SESSION_TTL" default:"12h"`
+	// LoginAttempts is how many failed sign-ins one name may make within
+	// LoginWindow; one client address may make four times as many. Then
+	// sign-ins are refused (429) until the window ends.
+	LoginAttempts int `envconfig:"INBOX_LOGIN_ATTEMPTS" default:"5"`
+	// LoginWindow is the window of LoginAttempts.
+	LoginWindow time.Duration `envconfig:"INBOX_LOGIN_WINDOW" default:"15m"`
+	// TrustProxy takes the client address of the sign-in limit from the
+	// last entry of X-Forwarded-For, for an inbox behind a proxy (which
+	// must set it); otherwise every request seems to come from the proxy.
+	TrustProxy bool `envconfig:"INBOX_TRUST_PROXY"`
+	// LinkKey is the key of signed answer links (/inbox/a/<token>): 32
+	// random bytes in base64, shared with whoever mints links (the webhook
+	// notifier, pkg/answerlink). Empty: the inbox neither serves nor mints
+	// links.
+	LinkKey string `envconfig:"ANSWER_LINK_KEY"`
 	// TLSCert and TLSKey make Run serve HTTPS on HTTPAddr. Behind a proxy
 	// that terminates TLS, leave them empty: the session cookie is marked
 	// Secure when the request came over TLS or carries
@@ -71,6 +89,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = 12 * time.Hour
+	}
+	if c.LoginAttempts == 0 {
+		c.LoginAttempts = 5
+	}
+	if c.LoginWindow == 0 {
+		c.LoginWindow = 15 * time.Minute
 	}
 	var routes []string
 	for _, r := range c.Routes {
@@ -116,6 +140,17 @@ func (c Config) Validate() error {
 	}
 	if c.SessionTTL < 0 || (c.SessionTTL > 0 && c.SessionTTL < time.Minute) {
 		errs = append(errs, fmt.Errorf("%s=%s: want at least 1m", v("SessionTTL"), c.SessionTTL))
+	}
+	if c.LoginAttempts < 0 {
+		errs = append(errs, fmt.Errorf("%s=%d: want a positive number", v("LoginAttempts"), c.LoginAttempts))
+	}
+	if c.LoginWindow < 0 {
+		errs = append(errs, fmt.Errorf("%s=%s: want a positive duration", v("LoginWindow"), c.LoginWindow))
+	}
+	if c.LinkKey != "" {
+		if _, err := seal.DecodeKey(c.LinkKey); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", v("LinkKey"), err))
+		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, fmt.Errorf("%s and %s: set both or neither", v("TLSCert"), v("TLSKey")))

@@ -87,6 +87,7 @@ type options struct {
 	tls         bool
 	noWorker    bool
 	publicURL   string // Config.PublicURL
+	linkKey     string // Config.LinkKey
 }
 
 // system is a real JetStream with the dispatcher, worker and router, and
@@ -98,6 +99,7 @@ type system struct {
 	inbox  *inbox.Server
 	web    *httptest.Server
 	bearer string // signs in as alice (users file) or dev
+	cfg    inbox.Config
 }
 
 func start(t *testing.T, o options) *system {
@@ -108,7 +110,7 @@ func start(t *testing.T, o options) *system {
 	if err := os.WriteFile(routes, []byte(testRoutes), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := inbox.Config{DevToken: o.dev, Routes: o.inboxRoutes, PublicURL: o.publicURL}
+	cfg := inbox.Config{DevToken: o.dev, Routes: o.inboxRoutes, PublicURL: o.publicURL, LinkKey: o.linkKey}
 	if !o.dev {
 		var users []inbox.User
 		for _, u := range testUsers {
@@ -183,7 +185,7 @@ func start(t *testing.T, o options) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &system{t: t, srv: srv, c: c, inbox: in, web: web}
+	s := &system{t: t, srv: srv, c: c, inbox: in, web: web, cfg: cfg}
 	for _, name := range []string{"asker", "ops-asker", "quick-asker"} {
 		s.shell(name, asker)
 	}
@@ -351,6 +353,10 @@ type browser struct {
 	s    *system
 	hc   *http.Client
 	csrf string
+	// base is the inbox's server (s.web's by default); cookies are kept
+	// per host, so the same browser visits another replica on this host
+	// signed in.
+	base string
 }
 
 func (s *system) browser() *browser {
@@ -362,7 +368,7 @@ func (s *system) browser() *browser {
 	hc := *s.web.Client()
 	hc.Jar = jar
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &browser{t: s.t, s: s, hc: &hc}
+	return &browser{t: s.t, s: s, hc: &hc, base: s.web.URL}
 }
 
 type page struct {
@@ -390,7 +396,7 @@ var csrfRE = regexp.MustCompile(`<meta name="csrf-token" content="([^"]*)">`)
 
 func (b *browser) get(path string) page {
 	b.t.Helper()
-	req, err := http.NewRequestWithContext(b.t.Context(), http.MethodGet, b.s.web.URL+path, nil)
+	req, err := http.NewRequestWithContext(b.t.Context(), http.MethodGet, b.base+path, nil)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -403,7 +409,7 @@ func (b *browser) post(path string, form url.Values) page {
 	if _, ok := form["csrf"]; !ok {
 		form.Set("csrf", b.csrf)
 	}
-	req, err := http.NewRequestWithContext(b.t.Context(), http.MethodPost, b.s.web.URL+path, strings.NewReader(form.Encode()))
+	req, err := http.NewRequestWithContext(b.t.Context(), http.MethodPost, b.base+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -420,7 +426,7 @@ func (b *browser) api(method, path string, body any, csrf bool) page {
 		j, _ := json.Marshal(body)
 		rd = bytes.NewReader(j)
 	}
-	req, err := http.NewRequestWithContext(b.t.Context(), method, b.s.web.URL+path, rd)
+	req, err := http.NewRequestWithContext(b.t.Context(), method, b.base+path, rd)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -457,7 +463,7 @@ func (b *browser) login(name, pw string) {
 
 // cookie returns the browser's cookie named name for the inbox.
 func (b *browser) cookie(name string) *http.Cookie {
-	u, _ := url.Parse(b.s.web.URL + "/inbox/")
+	u, _ := url.Parse(b.base + "/inbox/")
 	for _, c := range b.hc.Jar.Cookies(u) {
 		if c.Name == name {
 			return c
@@ -490,3 +496,80 @@ func clipBody(s string) string {
 	}
 	return s
 }
+
+// replica is another inbox process on the same NATS server.
+type replica struct {
+	in   *inbox.Server
+	web  *httptest.Server
+	stop func()
+}
+
+// replica starts another inbox with the system's configuration, changed
+// by mut when not nil. stop ends it (as a process exit would); the test's
+// cleanup stops it too.
+func (s *system) replica(mut func(*inbox.Config)) *replica {
+	s.t.Helper()
+	cfg := s.cfg
+	if mut != nil {
+		mut(&cfg)
+	}
+	nc := s.srv.Conn(s.t)
+	in, err := inbox.New(cfg, inbox.Deps{Conn: nc, Logger: quietLogger()})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := in.Run(ctx); err != nil {
+			s.t.Errorf("inbox replica: %v", err)
+		}
+	}()
+	select {
+	case <-in.Ready():
+	case <-time.After(waitFor):
+		s.t.Fatal("inbox replica not ready")
+	}
+	web := httptest.NewServer(in.Handler())
+	var once sync.Once
+	stop := func() { once.Do(func() { web.Close(); cancel(); <-done }) }
+	s.t.Cleanup(stop)
+	return &replica{in: in, web: web, stop: stop}
+}
+
+// apiLoginAt signs in through the API of the inbox at base.
+func (s *system) apiLoginAt(base, name, pw string) string {
+	s.t.Helper()
+	b, _ := json.Marshal(inbox.LoginRequest{Name: name, Password: pw})
+	resp, err := http.Post(base+"/inbox/api/login", "application/json", bytes.NewReader(b))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep inbox.LoginReply
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != http.StatusOK || rep.Token == "" {
+		s.t.Fatalf("api login %s at %s: %d %v", name, base, resp.StatusCode, err)
+	}
+	return rep.Token
+}
+
+// apiGet is a GET with a bearer token.
+func apiGet(t *testing.T, u, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// lifecycleQuestion is a free-text question record with only an id, for
+// minting links outside the inbox.
+func lifecycleQuestion(qid string) lifecycle.Question { return lifecycle.Question{QuestionID: qid} }

@@ -1,5 +1,5 @@
 // Package inbox is Agora's answerer for people: a web inbox where they read
-// the questions sub-agents ask and answer them (DESIGN §3.4, §8).
+// the questions sub-agents ask and answer them (docs/design.md §3.4, §8).
 //
 // The inbox reads the agora_questions bucket directly: a watch keeps an
 // in-memory view of every question record current, renders the pages from
@@ -25,14 +25,18 @@
 //	GET  /inbox/history                     answered, expired and withdrawn questions (query: status, route, kind, subagent)
 //	GET  /inbox/events                      Server-Sent Events for the pages (query: route, kind, subagent, question)
 //	GET  /inbox/login, POST /inbox/login    sign in; POST /inbox/logout signs out
-//	GET  /inbox/api/questions               JSON list (query: status=pending|answered|expired|withdrawn|closed|all, route, kind, subagent, thread, limit)
+//	GET  /inbox/api/questions               JSON list (query: status=pending|answered|expired|withdrawn|closed|all, route, kind, subagent, thread, limit, cursor)
 //	GET  /inbox/api/questions/{id}          JSON Detail: the question, its earlier rounds, its thread
 //	POST /inbox/api/questions/{id}/answer   JSON {"answer", "decision", "comment"} → client.AnswerReply
 //	POST /inbox/api/login                   JSON {"name", "password"} or {"token"} → a bearer token
+//	POST /inbox/api/questions/{id}/links    JSON {"audience", "ttl"} → the question's signed answer links
+//	GET  /inbox/a/{token}, POST             a signed answer link: GET confirms, POST answers once
 //	GET  /inbox/static/…, GET /inbox/healthz
 //
 // People sign in from a users file (name, bcrypt hash, allowed routes) or,
-// for agora dev, with one token generated at start. Pages need the session
+// for agora dev, with one token generated at start. Sessions are kept in
+// the KV bucket agora_inbox_sessions, so they survive restarts and are
+// shared by replicas (docs/inbox.md). Pages need the session
 // cookie (HttpOnly, SameSite=Strict, Secure over TLS) and every form
 // carries a CSRF token; the JSON API takes the cookie plus the X-CSRF-Token
 // header, or a bearer token. Without a sign-in pages redirect to the login
@@ -98,19 +102,25 @@ type Server struct {
 	// listening is Deps.Listening.
 	listening func(baseURL string)
 
-	users    map[string]*user // users-file mode
-	devToken string           // dev-token mode
+	users    atomic.Pointer[map[string]*user] // users-file mode; ReloadUsers swaps it
+	devToken string                           // dev-token mode
 	devUser  *user
 	sessions *sessions
+	logins   *limiter
+	links    *linkDoor       // nil without Config.LinkKey
 	routes   map[string]bool // the routes shown; nil: all
 
-	store    *store
-	pages    map[string]*template.Template
-	assets   map[string]asset
-	handler  http.Handler
-	running  atomic.Bool
-	stopping chan struct{}
-	stopOnce sync.Once
+	store *store
+	// records and questionsStream are the agora_questions bucket and its
+	// stream, set by Run: closed questions are read from them.
+	records         jetstream.KeyValue
+	questionsStream jetstream.Stream
+	pages           map[string]*template.Template
+	assets          map[string]asset
+	handler         http.Handler
+	running         atomic.Bool
+	stopping        chan struct{}
+	stopOnce        sync.Once
 }
 
 // New checks cfg, loads the users file (or generates the dev token) and
@@ -121,11 +131,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("inbox: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: deps.Logger, listening: deps.Listening, store: newStore(), sessions: newSessions(cfg.SessionTTL), stopping: make(chan struct{})}
+	s := &Server{cfg: cfg, log: deps.Logger, listening: deps.Listening, store: newStore(), stopping: make(chan struct{}),
+		logins: newLimiter(cfg.LoginAttempts, cfg.LoginWindow, cfg.TrustProxy)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("service", "inbox")
+	s.sessions = newSessions(cfg.SessionTTL, s.log)
+	if cfg.LinkKey != "" {
+		d, err := newLinkDoor(cfg.LinkKey)
+		if err != nil {
+			return nil, err
+		}
+		s.links = d
+	}
 	if len(cfg.Routes) > 0 {
 		s.routes = map[string]bool{}
 		for _, r := range cfg.Routes {
@@ -135,24 +154,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.DevToken {
 		s.devToken = randomToken()
 		s.devUser = &user{name: DevUser}
-	} else {
-		list, err := LoadUsers(cfg.UsersFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w (%s)", err, config.Var(cfg, "UsersFile"))
-		}
-		s.users = map[string]*user{}
-		for _, u := range list {
-			if cost, _ := bcryptCost(u.Bcrypt); cost < minBcryptCost {
-				s.log.Warn("users file: weak bcrypt hash; use cost 10 or more", "user", u.Name, "cost", cost)
-			}
-			s.users[u.Name] = &user{name: u.Name, hash: []byte(u.Bcrypt), routes: u.Routes}
-		}
+	} else if err := s.loadUsers(); err != nil {
+		return nil, err
 	}
 	reg := deps.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(reg, s.store)
+	m, err := newMetrics(reg, s.store, s.sessions)
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +194,48 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.handler = s.routesHandler()
 	return s, nil
+}
+
+// loadUsers reads the users file into s.users.
+func (s *Server) loadUsers() error {
+	list, err := LoadUsers(s.cfg.UsersFile)
+	if err != nil {
+		return fmt.Errorf("%w (%s)", err, config.Var(s.cfg, "UsersFile"))
+	}
+	users := map[string]*user{}
+	for _, u := range list {
+		if cost, _ := bcryptCost(u.Bcrypt); cost < minBcryptCost {
+			s.log.Warn("users file: weak bcrypt hash; use cost 10 or more", "user", u.Name, "cost", cost)
+		}
+		users[u.Name] = &user{name: u.Name, hash: []byte(u.Bcrypt), routes: u.Routes}
+	}
+	s.users.Store(&users)
+	return nil
+}
+
+// ReloadUsers reads the users file again (the inbox's command calls it on
+// SIGHUP). An invalid file changes nothing and the error names every
+// problem. A user no longer in the file is signed out on their next
+// request; changed routes and passwords take effect at once. In dev-token
+// mode it does nothing.
+func (s *Server) ReloadUsers() error {
+	if s.cfg.UsersFile == "" {
+		return nil
+	}
+	if err := s.loadUsers(); err != nil {
+		return err
+	}
+	s.log.Info("users file reloaded", "users", len(*s.users.Load()))
+	return nil
+}
+
+// userNamed returns the user of a session as the users file says now.
+func (s *Server) userNamed(name string) (*user, bool) {
+	if s.devUser != nil {
+		return s.devUser, name == s.devUser.name
+	}
+	u, ok := (*s.users.Load())[name]
+	return u, ok
 }
 
 // DevToken returns the token that signs in as DevUser in dev-token mode,
@@ -228,8 +279,49 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("inbox: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketQuestions, err)
 	}
 
+	bucket := func(name string) (jetstream.KeyValue, error) {
+		bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		kv, err := js.KeyValue(bctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: bucket %s: %w (run `agora dev`, or provision the streams first)", name, err)
+		}
+		return kv, nil
+	}
+	skv, err := bucket(lifecycle.BucketInboxSessions)
+	var lkv jetstream.KeyValue
+	if err == nil && s.links != nil {
+		lkv, err = bucket(lifecycle.BucketAnswerLinks)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if s.links != nil {
+		s.links.open(lkv)
+	}
+	s.sessions.open(skv)
+	s.records = kv
+	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
+	s.questionsStream, err = js.Stream(sctx, "KV_"+lifecycle.BucketQuestions)
+	scancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("inbox: bucket %s: %w", lifecycle.BucketQuestions, err)
+	}
+
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	sessionsDone := make(chan struct{})
+	go func() {
+		defer close(sessionsDone)
+		s.sessions.watch(wctx)
+	}()
+	defer func() { stopWatch(); <-sessionsDone }()
 	loaded := make(chan struct{})
 	var loadedOnce sync.Once
 	firstErr := make(chan error, 1)
@@ -248,7 +340,7 @@ func (s *Server) Run(ctx context.Context) error {
 		<-watchDone
 		return nil
 	}
-	s.log.Info("inbox started", "questions", len(s.store.all()), "routes", s.cfg.Routes, "dev_token", s.devToken != "")
+	s.log.Info("inbox started", "pending", len(s.store.all()), "routes", s.cfg.Routes, "dev_token", s.devToken != "")
 
 	var srv *http.Server
 	httpErr := make(chan error, 1)

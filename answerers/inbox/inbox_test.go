@@ -152,7 +152,7 @@ func TestAuth(t *testing.T) {
 	t.Cleanup(tlsWeb.Close)
 	tb := s.browser()
 	tb.hc.Transport = tlsWeb.Client().Transport
-	tb.s = &system{t: t, web: tlsWeb}
+	tb.s, tb.base = &system{t: t, web: tlsWeb}, tlsWeb.URL
 	tb.get("/inbox/login")
 	p = tb.post("/inbox/login", url.Values{"name": {"alice"}, "password": {password}})
 	if p.status != http.StatusSeeOther || !strings.Contains(strings.Join(p.header.Values("Set-Cookie"), "\n"), "Secure") {
@@ -671,7 +671,7 @@ func TestHistory(t *testing.T) {
 	s.waitQuestion(qW, func(q *inbox.Question) bool { return q.Status == "withdrawn" })
 
 	p := b.get("/inbox/history")
-	mustContain(t, "history", p.body, "3 closed, latest first.",
+	mustContain(t, "history", p.body, "3 closed on this page, latest first.",
 		`data-id="`+qAns+`"`, `data-id="`+qExp+`"`, `data-id="`+qW+`"`,
 		`<span class="tag status-answered">Answered</span>`, `<span class="tag status-expired">Expired</span>`, `<span class="tag status-withdrawn">Withdrawn</span>`,
 		`<strong class="answer-text">B</strong> by <span class="answered-by">alice</span>`)
@@ -838,4 +838,85 @@ func TestRunWithoutBucket(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("healthz before a load: %d", rec.Code)
 	}
+}
+
+// The inbox keeps only pending questions in memory; history is read from
+// the bucket a page at a time, with a cursor, without gaps or repeats.
+func TestMemoryFollowsPendingWork(t *testing.T) {
+	s := start(t, options{})
+	const n = 7
+	var answered []string
+	for i := range n {
+		_, qid := s.ask("asker", sentinel{Question: fmt.Sprintf("Question %d?", i), Options: []string{"A", "B"}}, 1)
+		if _, err := s.c.Answer(t.Context(), qid, lifecycle.Answer{Answer: "A", AnsweredBy: "bob"}); err != nil {
+			t.Fatal(err)
+		}
+		answered = append(answered, qid)
+	}
+	_, pending := s.ask("asker", sentinel{Question: "Still waiting?"}, 1)
+	for _, qid := range answered {
+		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAnswered })
+	}
+	// Memory: the one pending question.
+	var health struct{ Questions int }
+	_, body := s.apiCall(http.MethodGet, "/inbox/healthz", nil, nil)
+	if err := json.Unmarshal([]byte(body), &health); err != nil || health.Questions != 1 {
+		t.Errorf("the inbox holds %d questions in memory (%s), want the 1 pending", health.Questions, body)
+	}
+	// History, three at a time.
+	auth := map[string]string{"Authorization": "Bearer " + s.bearer}
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?status=answered&limit=3&cursor="+url.QueryEscape(cursor), nil, auth)
+		if status != http.StatusOK {
+			t.Fatalf("history page: %d %s", status, body)
+		}
+		var l inbox.List
+		if err := json.Unmarshal([]byte(body), &l); err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if len(l.Questions) > 3 {
+			t.Errorf("page of %d, limit 3", len(l.Questions))
+		}
+		for _, q := range l.Questions {
+			if seen[q.QuestionID] {
+				t.Errorf("%s on two pages", q.QuestionID)
+			}
+			seen[q.QuestionID] = true
+			if q.Status != inbox.StatusAnswered || q.AnsweredBy != "bob" {
+				t.Errorf("history row %+v", q.Question)
+			}
+		}
+		if l.NextCursor == "" || pages > 10 {
+			break
+		}
+		cursor = l.NextCursor
+	}
+	for _, qid := range answered {
+		if !seen[qid] {
+			t.Errorf("%s missing from the history", qid)
+		}
+	}
+	if seen[pending] {
+		t.Error("a pending question in the history")
+	}
+	if pages < 3 {
+		t.Errorf("%d pages for %d questions at 3 a page", pages, n)
+	}
+	if status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?status=answered&cursor=nope", nil, auth); status != http.StatusUnprocessableEntity || !strings.Contains(body, "cursor") {
+		t.Errorf("bad cursor: %d %s", status, body)
+	}
+	// A closed question still reads in full: the API and its page.
+	d := s.waitQuestion(answered[0], func(q *inbox.Question) bool { return true })
+	if d.Question.AnsweredBy != "bob" {
+		t.Errorf("detail of a closed question: %+v", d.Question)
+	}
+	b := s.browser()
+	b.login("alice", password)
+	mustContain(t, "closed question page", b.get("/inbox/questions/"+answered[0]).body, "Question 0?", "bob")
+	// The history page pages too.
+	p := b.get("/inbox/history?limit=3")
+	mustContain(t, "history page", p.body, "3 closed on this page, latest first.", `id="history-next"`)
 }

@@ -9,10 +9,11 @@ import (
 type metrics struct {
 	answers     *prometheus.CounterVec
 	logins      *prometheus.CounterVec
+	links       *prometheus.CounterVec
 	csrfRefused prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, st *store) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, st *store, ss *sessions) (*metrics, error) {
 	m := &metrics{
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "agora", Subsystem: "inbox", Name: "answers_total",
@@ -20,7 +21,11 @@ func newMetrics(reg prometheus.Registerer, st *store) (*metrics, error) {
 		}, []string{"status"}),
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "agora", Subsystem: "inbox", Name: "logins_total",
-			Help: "Sign-in attempts, by result (ok, refused).",
+			Help: "Sign-in attempts, by result (ok, refused, limited: refused unchecked after too many failures).",
+		}, []string{"result"}),
+		links: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "agora", Subsystem: "inbox", Name: "answer_links_total",
+			Help: "Signed answer links submitted, by result (accepted, used, expired, invalid, closed, refused, retry).",
 		}, []string{"result"}),
 		csrfRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "agora", Subsystem: "inbox", Name: "csrf_refused_total",
@@ -35,7 +40,11 @@ func newMetrics(reg prometheus.Registerer, st *store) (*metrics, error) {
 		Namespace: "agora", Subsystem: "inbox", Name: "pending_questions",
 		Help: "Questions waiting for an answer in the agora_questions bucket, every route, as the inbox sees it.",
 	}, func() float64 { return float64(st.pendingCount()) })
-	for _, c := range []prometheus.Collector{m.answers, m.logins, m.csrfRefused, streams, pending} {
+	signedIn := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "agora", Subsystem: "inbox", Name: "sessions",
+		Help: "Sessions this replica knows (signed in on any replica and not yet expired or signed out).",
+	}, func() float64 { return float64(ss.count()) })
+	for _, c := range []prometheus.Collector{m.answers, m.logins, m.links, m.csrfRefused, streams, pending, signedIn} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inbox: metrics: %w", err)
 		}

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -52,6 +54,9 @@ func (s *Server) routesHandler() http.Handler {
 	mux.Handle("GET "+Prefix+"/api/questions/{id}", s.api(s.apiGet))
 	mux.Handle("POST "+Prefix+"/api/questions/{id}/answer", s.api(s.apiAnswer))
 	mux.HandleFunc("POST "+Prefix+"/api/login", s.apiLogin)
+	mux.Handle("POST "+Prefix+"/api/questions/{id}/links", s.api(s.apiLinks))
+	mux.HandleFunc("GET "+Prefix+"/a/{token}", s.linkPage)
+	mux.HandleFunc("POST "+Prefix+"/a/{token}", s.linkAnswer)
 	mux.HandleFunc(Prefix+"/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: "no such API call: " + r.Method + " " + r.URL.Path})
 	})
@@ -162,11 +167,17 @@ type historyData struct {
 	Statuses                 []choice
 	Routes, Kinds, Subagents []choice
 	Total, Limit             int
+	// Older: this page follows a cursor; Next is the next page's URL.
+	Older bool
+	Next  string
 }
 
-// historyLimit bounds the rows of the history page and of a closed-list
-// API call without a limit.
-const historyLimit = 200
+// historyLimit is the rows of one history page (and of a closed-list API
+// call without a limit); historyMax the most a caller may ask for.
+const (
+	historyLimit = 50
+	historyMax   = 200
+)
 
 func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, id *identity) {
 	if !s.awaitReady(r.Context()) {
@@ -179,30 +190,37 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, id *identit
 	if status != StatusAnswered && status != StatusExpired && status != StatusWithdrawn {
 		status = ""
 	}
-	limit := parseLimit(query.Get("limit"), historyLimit, 5000)
+	limit := parseLimit(query.Get("limit"), historyLimit, historyMax)
+	page, err := s.history(r.Context(), query.Get("cursor"), limit, func(q *Question) bool {
+		return s.visible(id.user, q) && f.match(q) && (status == "" || q.Status == status)
+	})
+	var p *client.Problem
+	switch {
+	case errors.As(err, &p):
+		s.errorPage(w, r, id, http.StatusBadRequest, "This page does not exist", "The history link is not one this inbox made. Start again from the first page.")
+		return
+	case err != nil:
+		s.log.Warn("history page", "err", err)
+		s.errorPage(w, r, id, http.StatusServiceUnavailable, "History is unavailable", "The questions bucket could not be read. Try again in a moment.")
+		return
+	}
 	now := time.Now()
-	var all, shown []*Question
-	for _, q := range s.store.all() {
-		if q.Pending() || !s.visible(id.user, q) {
-			continue
-		}
-		all = append(all, q)
-		if f.match(q) && (status == "" || q.Status == status) {
-			shown = append(shown, q)
-		}
-	}
-	sortClosed(shown)
-	d := historyData{Filter: f, Status: status, Total: len(shown), Limit: limit}
-	if len(shown) > limit {
-		shown = shown[:limit]
-	}
-	for _, q := range shown {
+	d := historyData{Filter: f, Status: status, Total: len(page.Rows), Limit: limit, Older: query.Get("cursor") != ""}
+	for _, q := range page.Rows {
 		d.Rows = append(d.Rows, newQView(q, now))
 	}
+	if page.Next != "" {
+		next := f.values()
+		if status != "" {
+			next.Set("status", status)
+		}
+		next.Set("cursor", page.Next)
+		d.Next = Prefix + "/history?" + next.Encode()
+	}
 	d.Statuses = choices([]string{StatusAnswered, StatusExpired, StatusWithdrawn}, status, statusLabel)
-	d.Routes = choices(distinct(all, func(q *Question) string { return q.Route }, f.Route), f.Route, nil)
-	d.Kinds = choices(distinct(all, kindOf, f.Kind), f.Kind, kindLabel)
-	d.Subagents = choices(distinct(all, func(q *Question) string { return q.Subagent }, f.Subagent), f.Subagent, nil)
+	d.Routes = choices(distinct(page.Rows, func(q *Question) string { return q.Route }, f.Route), f.Route, nil)
+	d.Kinds = choices(distinct(page.Rows, kindOf, f.Kind), f.Kind, kindLabel)
+	d.Subagents = choices(distinct(page.Rows, func(q *Question) string { return q.Subagent }, f.Subagent), f.Subagent, nil)
 	v := s.baseView(id, "History")
 	v.Data = d
 	s.render(w, http.StatusOK, "history", v)
@@ -246,7 +264,7 @@ func (s *Server) find(ctx context.Context, u *user, qid string) (q *Question, st
 	if !s.awaitReady(ctx) {
 		return nil, http.StatusServiceUnavailable, "the inbox is still loading the questions; try again in a moment"
 	}
-	q, ok := s.store.get(qid)
+	q, ok := s.lookup(ctx, qid)
 	if !ok || !s.shows(q.Route) {
 		return nil, http.StatusNotFound, "there is no question " + qid + " in this inbox"
 	}
@@ -273,9 +291,8 @@ func (s *Server) findPage(w http.ResponseWriter, r *http.Request, id *identity) 
 }
 
 // thread fetches the thread from the dispatcher; nil when it does not
-// answer in time (the page then shows the rounds it knows from the
-// questions).
-func (s *Server) thread(ctx context.Context, threadID string) *Thread {
+// answer in time (the page then shows the question alone).
+func (s *Server) thread(ctx context.Context, threadID string) *client.Thread {
 	ctx, cancel := context.WithTimeout(ctx, threadTimeout)
 	defer cancel()
 	th, err := s.c.Thread(ctx, threadID)
@@ -283,7 +300,7 @@ func (s *Server) thread(ctx context.Context, threadID string) *Thread {
 		s.log.Debug("thread view unavailable", "thread_id", threadID, "err", err)
 		return nil
 	}
-	return summarize(th)
+	return th
 }
 
 func (s *Server) questionData(ctx context.Context, id *identity, q *Question) questionData {
@@ -295,12 +312,13 @@ func (s *Server) questionData(ctx context.Context, id *identity, q *Question) qu
 	if !q.Pending() {
 		d.Closed = closedMessage(q)
 	}
-	for _, e := range s.store.thread(q.ThreadID) {
-		if e.QuestionID != q.QuestionID && e.Round < q.Round {
-			d.Earlier = append(d.Earlier, newQView(e, now))
-		}
+	th := s.thread(ctx, q.ThreadID)
+	for _, e := range s.earlier(ctx, q, th) {
+		d.Earlier = append(d.Earlier, newQView(e, now))
 	}
-	d.Thread = newThreadView(s.thread(ctx, q.ThreadID), q.QuestionID)
+	if th != nil {
+		d.Thread = newThreadView(summarize(th), q.QuestionID)
+	}
 	return d
 }
 
@@ -333,6 +351,9 @@ type answerInput struct {
 func (s *Server) submit(ctx context.Context, u *user, q *Question, in answerInput) (client.AnswerReply, int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 	defer cancel()
+	ctx, span := telemetry.Tracer().Start(telemetry.Remote(ctx, q.Traceparent), "agora.inbox.answer", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(telemetry.KeyQuestionID.String(q.QuestionID), telemetry.KeyRoute.String(q.Route), telemetry.KeyAnsweredBy.String(u.name)))
+	defer span.End()
 	a := lifecycle.Answer{Route: q.Route, Answer: strings.TrimSpace(in.Answer), Decision: strings.TrimSpace(in.Decision),
 		AnsweredBy: u.name, Comment: strings.TrimSpace(in.Comment)}
 	log := s.log.With("question_id", q.QuestionID, "route", q.Route, "answered_by", u.name)
@@ -355,6 +376,7 @@ func (s *Server) submit(ctx context.Context, u *user, q *Question, in answerInpu
 		out = client.AnswerReply{Status: client.AnswerRetry, Reason: "the router did not answer: " + err.Error()}
 	}
 	s.metrics.answers.WithLabelValues(string(out.Status)).Inc()
+	span.SetAttributes(telemetry.KeyOutcome.String(string(out.Status)))
 	log.Info("answer sent", "status", out.Status, "reason", out.Reason)
 	if out.Status == client.AnswerAccepted || out.Status == client.AnswerAlreadyAnswered {
 		// Let the watch catch up, so the next page shows the question closed.
@@ -410,7 +432,7 @@ func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity
 		http.Redirect(w, r, questionURL(q.QuestionID)+"?sent=1", http.StatusSeeOther)
 		return
 	}
-	if now, ok := s.store.get(q.QuestionID); ok {
+	if now, ok := s.lookup(r.Context(), q.QuestionID); ok {
 		q = now
 	}
 	d := s.questionData(r.Context(), id, q)
@@ -469,7 +491,17 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusForbidden, d)
 		return
 	}
-	u, ok := s.checkCredentials(r.PostForm.Get("name"), r.PostForm.Get("password"), strings.TrimSpace(r.PostForm.Get("token")))
+	name := r.PostForm.Get("name")
+	if wait, why, ok := s.logins.check(r, name, time.Now()); !ok {
+		s.metrics.logins.WithLabelValues("limited").Inc()
+		s.log.Warn("sign-in refused: too many failures", "remote", r.RemoteAddr, "name", name)
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		d.Error = why + " " + waitText(wait)
+		s.renderLogin(w, r, http.StatusTooManyRequests, d)
+		return
+	}
+	u, ok := s.checkCredentials(name, r.PostForm.Get("password"), strings.TrimSpace(r.PostForm.Get("token")))
+	s.logins.result(r, name, ok, time.Now())
 	if !ok {
 		s.metrics.logins.WithLabelValues("refused").Inc()
 		s.log.Info("sign-in refused", "remote", r.RemoteAddr)
@@ -480,8 +512,14 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusUnauthorized, d)
 		return
 	}
+	tok, _, err := s.sessions.create(r.Context(), u.name)
+	if err != nil {
+		s.log.Error("sign-in failed", "user", u.name, "err", err)
+		d.Error = "Signing in failed: the inbox could not store the session. Try again in a moment."
+		s.renderLogin(w, r, http.StatusServiceUnavailable, d)
+		return
+	}
 	s.metrics.logins.WithLabelValues("ok").Inc()
-	tok, _ := s.sessions.create(u)
 	s.setCookie(w, r, sessionCookie, tok, s.cfg.SessionTTL)
 	s.setCookie(w, r, loginCookie, "", -1)
 	s.log.Info("signed in", "user", u.name)
@@ -490,7 +528,10 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request, id *identity) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
-		s.sessions.delete(c.Value)
+		if err := s.sessions.delete(r.Context(), c.Value); err != nil {
+			// Ended here; other replicas keep it until it expires.
+			s.log.Error("sign-out not recorded in the sessions bucket", "user", id.user.name, "err", err)
+		}
 	}
 	s.setCookie(w, r, sessionCookie, "", -1)
 	s.log.Info("signed out", "user", id.user.name)

@@ -267,7 +267,7 @@ func (s *Server) declineForm(w http.ResponseWriter, r *http.Request, id *identit
 	default:
 		notice, kind, status = "The decline did not get through ("+err.Error()+"). Nothing changed: try again.", "error", http.StatusServiceUnavailable
 	}
-	if now, ok := s.store.get(q.QuestionID); ok {
+	if now, ok := s.lookup(r.Context(), q.QuestionID); ok {
 		q = now
 	}
 	d := s.questionData(r.Context(), id, q)

@@ -1,12 +1,10 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +36,9 @@ type Question struct {
 	// NextDispatchID is the dispatch that continues (or ends) the thread.
 	NextDispatchID string    `json:"next_dispatch_id,omitempty"`
 	UpdatedAt      time.Time `json:"updated_at"`
+	// Traceparent is the question's trace (the router's), which an
+	// answer's span continues (docs/tracing.md).
+	Traceparent string `json:"traceparent,omitempty"`
 	// Revision is the record's revision in the bucket.
 	Revision uint64 `json:"revision"`
 	// Declines are the declines in the record's history, oldest first:
@@ -81,8 +82,12 @@ type subscriber struct {
 // subscriberBuffer is how many changes a live stream may lag behind.
 const subscriberBuffer = 256
 
-// store is the inbox's view of the agora_questions bucket, kept current by
-// a watch. It is safe for concurrent use.
+// store is the inbox's view of the pending questions of the
+// agora_questions bucket, kept current by a watch: a record that leaves
+// "asked" is broadcast (open pages learn it closed) and then forgotten, so
+// memory follows pending work, not history (docs/inbox.md). Closed
+// questions are read from the bucket when asked for (Server.lookup,
+// history.go). It is safe for concurrent use.
 type store struct {
 	mu     sync.Mutex
 	qs     map[string]*Question
@@ -96,14 +101,20 @@ func newStore() *store {
 	return &store{qs: map[string]*Question{}, subs: map[*subscriber]struct{}{}, ready: make(chan struct{}), notify: make(chan struct{})}
 }
 
-// put stores q unless the store has it at this revision already.
+// put keeps q while it is pending and tells the subscribers of it; a
+// closed record is broadcast and dropped.
 func (s *store) put(q *Question) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.qs[q.QuestionID]; ok && old.Revision == q.Revision {
+	old, had := s.qs[q.QuestionID]
+	if had && old.Revision == q.Revision {
 		return
 	}
-	s.qs[q.QuestionID] = q
+	if q.Pending() {
+		s.qs[q.QuestionID] = q
+	} else {
+		delete(s.qs, q.QuestionID)
+	}
 	s.broadcast(change{id: q.QuestionID, q: q})
 }
 
@@ -197,20 +208,6 @@ func (s *store) get(id string) (*Question, bool) {
 	return q, ok
 }
 
-// thread returns the records of a thread, in round order.
-func (s *store) thread(threadID string) []*Question {
-	s.mu.Lock()
-	var out []*Question
-	for _, q := range s.qs {
-		if q.ThreadID == threadID {
-			out = append(out, q)
-		}
-	}
-	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b *Question) int { return cmp.Compare(a.Round, b.Round) })
-	return out
-}
-
 // waitUntil blocks until ok holds for the record id (nil when absent) or
 // ctx ends; it reports whether ok held.
 func (s *store) waitUntil(ctx context.Context, id string, ok func(*Question) bool) bool {
@@ -233,11 +230,16 @@ func (s *store) waitUntil(ctx context.Context, id string, ok func(*Question) boo
 // decodeQuestion reads a bucket entry; ok is false for values that are not
 // question records.
 func decodeQuestion(e jetstream.KeyValueEntry) (*Question, bool) {
+	return decodeRecord(e.Key(), e.Value(), e.Revision())
+}
+
+// decodeRecord reads the record stored under key at revision.
+func decodeRecord(key string, value []byte, revision uint64) (*Question, bool) {
 	var q Question
-	if err := json.Unmarshal(e.Value(), &q); err != nil || q.QuestionID == "" || q.QuestionID != e.Key() {
+	if err := json.Unmarshal(value, &q); err != nil || q.QuestionID == "" || q.QuestionID != key {
 		return nil, false
 	}
-	q.Revision = e.Revision()
+	q.Revision = revision
 	// The router's history of attempts: only its declines are shown.
 	var rec struct {
 		History []struct {
@@ -249,7 +251,7 @@ func decodeQuestion(e jetstream.KeyValueEntry) (*Question, bool) {
 		} `json:"history"`
 	}
 	q.Declines = nil
-	if json.Unmarshal(e.Value(), &rec) == nil {
+	if json.Unmarshal(value, &rec) == nil {
 		for _, h := range rec.History {
 			if h.Result == "declined" {
 				q.Declines = append(q.Declines, Decline{At: h.At, Route: h.Route, DeclinedBy: h.AnsweredBy, Reason: h.Reason})
