@@ -74,6 +74,7 @@ func SchemaName(eventType string) (string, error) {
 
 type options struct {
 	traceparent string
+	exact       bool // traceparent is the causing span's own
 	time        time.Time
 }
 
@@ -83,7 +84,16 @@ type Option func(*options)
 // WithTraceparent carries a W3C traceparent from the cause of this event.
 // The event gets the same trace id and a new span id. An invalid value is
 // ignored.
-func WithTraceparent(tp string) Option { return func(o *options) { o.traceparent = tp } }
+func WithTraceparent(tp string) Option {
+	return func(o *options) { o.traceparent, o.exact = tp, false }
+}
+
+// WithParentSpan carries the traceparent of the span that caused this
+// event unchanged, so a tracing receiver's span becomes that span's child
+// (docs/tracing.md). An invalid value is ignored.
+func WithParentSpan(tp string) Option {
+	return func(o *options) { o.traceparent, o.exact = tp, true }
+}
 
 // WithTime sets the event time (default: now, UTC).
 func WithTime(t time.Time) Option { return func(o *options) { o.time = t } }
@@ -118,8 +128,13 @@ func New(source string, d Data, opts ...Option) (Event, error) {
 	if s := eventSubject(d); s != "" {
 		e.SetSubject(s)
 	}
-	if tp := ChildTraceparent(o.traceparent); tp != "" {
-		e.SetExtension(TraceparentExtension, tp)
+	switch {
+	case o.exact && ValidTraceparent(o.traceparent):
+		e.SetExtension(TraceparentExtension, o.traceparent)
+	case !o.exact:
+		if tp := ChildTraceparent(o.traceparent); tp != "" {
+			e.SetExtension(TraceparentExtension, tp)
+		}
 	}
 	if err := e.SetData(ContentTypeJSON, d); err != nil {
 		return Event{}, fmt.Errorf("lifecycle: encode data: %w", err)

@@ -563,3 +563,23 @@ func TestDecodeStructuredOtherData(t *testing.T) {
 		})
 	}
 }
+
+// WithParentSpan carries the causing span's traceparent unchanged (a
+// tracing receiver parents its span on it); an invalid one is dropped.
+func TestWithParentSpan(t *testing.T) {
+	parent := lifecycle.NewTraceparent()
+	e, err := lifecycle.New(testSource, &lifecycle.Started{Common: common(), WorkerID: "w", Attempt: 1}, lifecycle.WithParentSpan(parent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lifecycle.Traceparent(e); got != parent {
+		t.Errorf("traceparent = %q, want %q unchanged", got, parent)
+	}
+	e, err = lifecycle.New(testSource, &lifecycle.Started{Common: common(), WorkerID: "w", Attempt: 1}, lifecycle.WithParentSpan("00-bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lifecycle.Traceparent(e); got != "" {
+		t.Errorf("invalid parent span carried as %q", got)
+	}
+}

@@ -7,7 +7,7 @@ import (
 	"unicode"
 )
 
-// Stream, bucket and subject names (DESIGN §2).
+// Stream, bucket and subject names (docs/design.md §2).
 const (
 	StreamRequests  = "AGORA_REQUESTS"
 	StreamDispatch  = "AGORA_DISPATCH"
@@ -22,6 +22,15 @@ const (
 	// BucketMCPStates records the MCP server's request states once used,
 	// so none is used twice (docs/mcp.md).
 	BucketMCPStates = "agora_mcp_states"
+	// BucketInboxSessions holds the inbox's sign-ins, keyed by a hash of
+	// the session token, each expiring with its session (docs/inbox.md).
+	BucketInboxSessions = "agora_inbox_sessions"
+	// BucketAnswerLinks records each signed answer link once used, so none
+	// answers twice (docs/inbox.md).
+	BucketAnswerLinks = "agora_answer_links"
+	// BucketSlackMessages maps an open question to its Slack messages
+	// (docs/slack.md).
+	BucketSlackMessages = "agora_slack_messages"
 
 	// Durable consumer names.
 	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS
