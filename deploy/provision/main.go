@@ -33,6 +33,11 @@ type Config struct {
 	Replicas int `envconfig:"PROVISION_REPLICAS" default:"1"`
 	// Timeout bounds the whole run, including waiting for the cluster.
 	Timeout time.Duration `envconfig:"PROVISION_TIMEOUT" default:"2m"`
+	// Retention is how long finished work stays readable (the streams'
+	// limits follow it; docs/design.md §2, "Retention").
+	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
+	// StreamMaxBytes bounds each history stream; -1: unlimited.
+	StreamMaxBytes int64 `envconfig:"STREAM_MAX_BYTES" default:"-1"`
 }
 
 func main() { os.Exit(run()) }
@@ -67,7 +72,8 @@ func run() int {
 		log.Error("jetstream failed", "err", err)
 		return 1
 	}
-	pc := provision.Config{Replicas: cfg.Replicas}
+	pc := provision.Config{Replicas: cfg.Replicas, Retention: cfg.Retention, MaxBytes: cfg.StreamMaxBytes,
+		Changed: func(what string) { log.Info("provisioned: " + what) }}
 	// A cluster that is still electing its meta leader refuses requests:
 	// retry until the deadline.
 	// Each attempt gets its own short deadline: a request sent before the

@@ -1,5 +1,5 @@
 // Package provision creates Agora's streams, consumers, key-value buckets and
-// object store (DESIGN §2). Ensure is idempotent: run against a server that
+// object store (docs/design.md §2). Ensure is idempotent: run against a server that
 // already has them with the same settings, it changes nothing.
 package provision
 
@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -25,10 +27,25 @@ type Config struct {
 	WorkAckWait time.Duration
 	// WorkMaxDeliver bounds deliveries of one dispatch. Default 5.
 	WorkMaxDeliver int
-	// LifecycleMaxAge is how long lifecycle events are kept. Default 7 days.
+	// Retention is how long finished work stays readable
+	// (AGORA_RETENTION; docs/design.md §2, "Retention"). Default 7 days.
+	// It sets the defaults of LifecycleMaxAge and QuestionsMaxAge.
+	Retention time.Duration
+	// LifecycleMaxAge is how long lifecycle events (and progress reports
+	// and artifacts) are kept. Default the retention, at least the
+	// duplicate window.
 	LifecycleMaxAge time.Duration
-	// QuestionsMaxAge is how long question events are kept. Default 30 days.
+	// QuestionsMaxAge is how long question events are kept. Default the
+	// retention or 30 days, whichever is longer: an answerer that was
+	// down still finds the questions asked meanwhile.
 	QuestionsMaxAge time.Duration
+	// MaxBytes bounds each of AGORA_LIFECYCLE, AGORA_QUESTIONS and
+	// AGORA_PROGRESS (AGORA_STREAM_MAX_BYTES); the oldest messages are
+	// discarded to make room. Default unlimited.
+	MaxBytes int64
+	// Changed, when set, is told of every stream, consumer and bucket
+	// Ensure creates or changes, so start-up can say what it changed.
+	Changed func(what string)
 	// Duplicates is the duplicate window of every stream. It must exceed
 	// WorkAckWait × WorkMaxDeliver. Default: that product plus 5 minutes,
 	// at least 10 minutes.
@@ -45,14 +62,20 @@ func (c Config) withDefaults() Config {
 	if c.WorkMaxDeliver == 0 {
 		c.WorkMaxDeliver = 5
 	}
-	if c.LifecycleMaxAge == 0 {
-		c.LifecycleMaxAge = 7 * 24 * time.Hour
-	}
-	if c.QuestionsMaxAge == 0 {
-		c.QuestionsMaxAge = 30 * 24 * time.Hour
+	if c.Retention == 0 {
+		c.Retention = retention.Default
 	}
 	if c.Duplicates == 0 {
 		c.Duplicates = max(10*time.Minute, c.WorkAckWait*time.Duration(c.WorkMaxDeliver)+5*time.Minute)
+	}
+	if c.LifecycleMaxAge == 0 {
+		c.LifecycleMaxAge = max(c.Retention, c.Duplicates)
+	}
+	if c.QuestionsMaxAge == 0 {
+		c.QuestionsMaxAge = max(c.Retention, 30*24*time.Hour)
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = -1
 	}
 	return c
 }
@@ -63,6 +86,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("replicas %d: want 1 to 5", c.Replicas))
+	}
+	if c.Retention < time.Second {
+		errs = append(errs, fmt.Errorf("retention %s: want at least 1s", c.Retention))
+	}
+	if c.MaxBytes < -1 || (c.MaxBytes > 0 && c.MaxBytes < 1<<20) {
+		errs = append(errs, fmt.Errorf("stream max bytes %d: want at least 1 MiB, or -1 for unlimited", c.MaxBytes))
 	}
 	if c.WorkAckWait < time.Second {
 		errs = append(errs, fmt.Errorf("work ack wait %s: want at least 1s", c.WorkAckWait))
@@ -101,11 +130,17 @@ func Streams(cfg Config) []jetstream.StreamConfig {
 		st = jetstream.MemoryStorage
 	}
 	base := func(name, desc, subj string, ret jetstream.RetentionPolicy, age time.Duration) jetstream.StreamConfig {
-		return jetstream.StreamConfig{
+		c := jetstream.StreamConfig{
 			Name: name, Description: desc, Subjects: []string{subj}, Retention: ret,
 			MaxAge: age, Storage: st, Replicas: cfg.Replicas, Duplicates: cfg.Duplicates,
 			Discard: jetstream.DiscardOld,
 		}
+		if ret == jetstream.LimitsPolicy {
+			// History: bounded by age and, when set, size, the oldest
+			// going first (docs/design.md §2, "Retention").
+			c.MaxBytes = cfg.MaxBytes
+		}
+		return c
 	}
 	return []jetstream.StreamConfig{
 		base(lifecycle.StreamRequests, "Agora dispatch requests from clients and the router", lifecycle.SubjectRequestsAll, jetstream.WorkQueuePolicy, 0),
@@ -153,13 +188,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	}
 	cfg = cfg.withDefaults()
 	for _, sc := range Streams(cfg) {
-		if err := ensureStream(ctx, js, sc); err != nil {
+		if err := ensureStream(ctx, js, sc, cfg.Changed); err != nil {
 			return err
 		}
 	}
 	for stream, ccs := range Consumers(cfg) {
 		for _, cc := range ccs {
-			if err := ensureConsumer(ctx, js, stream, cc); err != nil {
+			if err := ensureConsumer(ctx, js, stream, cc, cfg.Changed); err != nil {
 				return err
 			}
 		}
@@ -170,16 +205,25 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	}
 	kvs := []jetstream.KeyValueConfig{
 		{Bucket: lifecycle.BucketSubagents, Description: "Agora sub-agent definitions", History: 5, Storage: st, Replicas: cfg.Replicas},
-		{Bucket: lifecycle.BucketDispatches, Description: "Agora dispatch records and thread index", History: 1, Storage: st, Replicas: cfg.Replicas},
+		// A thread's records get a per-key TTL when it ends (retention).
+		{Bucket: lifecycle.BucketDispatches, Description: "Agora dispatch records and thread index", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		// The server raises every per-key TTL to at least LimitMarkerTTL, so
 		// keep it at its minimum (1s) for short question deadlines to hold.
 		{Bucket: lifecycle.BucketQuestions, Description: "Agora question records", History: 5, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		// Used MCP request states; every state expires long before its
 		// record does (docs/mcp.md).
 		{Bucket: lifecycle.BucketMCPStates, Description: "Agora MCP request states already used", History: 1, TTL: MCPStateRetention, Storage: st, Replicas: cfg.Replicas},
+		// Inbox sign-ins and used answer links: each key carries its own
+		// TTL (its session's, its link's), so both need per-key TTLs
+		// (docs/inbox.md).
+		{Bucket: lifecycle.BucketInboxSessions, Description: "Agora inbox sessions (keyed by a hash of the token)", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
+		{Bucket: lifecycle.BucketAnswerLinks, Description: "Agora signed answer links already used", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
+		// The Slack answerer's messages of open questions; an entry
+		// outliving this is a question that never closed (docs/slack.md).
+		{Bucket: lifecycle.BucketSlackMessages, Description: "Slack messages of open Agora questions: <route>.<question_id> → channel and ts", History: 1, TTL: 90 * 24 * time.Hour, Storage: st, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {
-		if err := ensureKV(ctx, js, kc); err != nil {
+		if err := ensureKV(ctx, js, kc, cfg.Changed); err != nil {
 			return err
 		}
 	}
@@ -189,24 +233,40 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// (docs/artifacts.md).
 		{Bucket: lifecycle.BucketArtifacts, Description: "Agora artifacts: the files sub-agents leave", TTL: cfg.LifecycleMaxAge, Storage: st, Replicas: cfg.Replicas},
 	} {
-		if _, err := js.ObjectStore(ctx, oc.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		obs, err := js.ObjectStore(ctx, oc.Bucket)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound):
 			if _, err := js.CreateObjectStore(ctx, oc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 				return fmt.Errorf("provision: object store %s: %w", oc.Bucket, err)
 			}
-		} else if err != nil {
+			report(cfg.Changed, "object store "+oc.Bucket+" created")
+			continue
+		case err != nil:
 			return fmt.Errorf("provision: object store %s: %w", oc.Bucket, err)
+		}
+		st, err := obs.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("provision: object store %s: %w", oc.Bucket, err)
+		}
+		if st.TTL() != oc.TTL {
+			// The artifacts' TTL follows the retention.
+			if _, err := js.UpdateObjectStore(ctx, oc); err != nil {
+				return fmt.Errorf("provision: update object store %s: %w", oc.Bucket, err)
+			}
+			report(cfg.Changed, fmt.Sprintf("object store %s updated: TTL %s → %s", oc.Bucket, st.TTL(), oc.TTL))
 		}
 	}
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, changed func(string)) error {
 	s, err := js.Stream(ctx, want.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if _, err := js.CreateStream(ctx, want); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("provision: create stream %s: %w", want.Name, err)
 		}
+		report(changed, "stream "+want.Name+" created")
 		return nil
 	case err != nil:
 		return fmt.Errorf("provision: stream %s: %w", want.Name, err)
@@ -218,22 +278,46 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if _, err := js.UpdateStream(ctx, want); err != nil {
 		return fmt.Errorf("provision: update stream %s: %w", want.Name, err)
 	}
+	report(changed, fmt.Sprintf("stream %s updated: %s", want.Name, streamDiff(have, want)))
 	return nil
+}
+
+// streamDiff says what an update changes, for the start-up log.
+func streamDiff(have, want jetstream.StreamConfig) string {
+	var d []string
+	if have.MaxAge != want.MaxAge {
+		d = append(d, fmt.Sprintf("max age %s → %s", have.MaxAge, want.MaxAge))
+	}
+	if have.MaxBytes != want.MaxBytes {
+		d = append(d, fmt.Sprintf("max bytes %d → %d", have.MaxBytes, want.MaxBytes))
+	}
+	if have.Duplicates != want.Duplicates {
+		d = append(d, fmt.Sprintf("duplicate window %s → %s", have.Duplicates, want.Duplicates))
+	}
+	if have.Replicas != want.Replicas {
+		d = append(d, fmt.Sprintf("replicas %d → %d", have.Replicas, want.Replicas))
+	}
+	if len(d) == 0 {
+		return "description, subjects or policy"
+	}
+	return strings.Join(d, ", ")
 }
 
 func streamMatches(have, want jetstream.StreamConfig) bool {
 	return reflect.DeepEqual(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
 		have.MaxAge == want.MaxAge && have.Storage == want.Storage && have.Replicas == want.Replicas &&
-		have.Duplicates == want.Duplicates && have.Description == want.Description && have.Discard == want.Discard
+		have.Duplicates == want.Duplicates && have.Description == want.Description && have.Discard == want.Discard &&
+		(have.MaxBytes == want.MaxBytes || (want.MaxBytes == 0 && have.MaxBytes == -1))
 }
 
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig) error {
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, changed func(string)) error {
 	c, err := js.Consumer(ctx, stream, want.Durable)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		if _, err := js.CreateConsumer(ctx, stream, want); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 			return fmt.Errorf("provision: create consumer %s/%s: %w", stream, want.Durable, err)
 		}
+		report(changed, "consumer "+stream+"/"+want.Durable+" created")
 		return nil
 	case err != nil:
 		return fmt.Errorf("provision: consumer %s/%s: %w", stream, want.Durable, err)
@@ -246,6 +330,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	if _, err := js.UpdateConsumer(ctx, stream, want); err != nil {
 		return fmt.Errorf("provision: update consumer %s/%s: %w", stream, want.Durable, err)
 	}
+	report(changed, "consumer "+stream+"/"+want.Durable+" updated")
 	return nil
 }
 
@@ -253,13 +338,14 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 // longer than any state lives.
 const MCPStateRetention = 48 * time.Hour
 
-func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) error {
+func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, changed func(string)) error {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		if _, err := js.CreateKeyValue(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("provision: create bucket %s: %w", want.Bucket, err)
 		}
+		report(changed, "bucket "+want.Bucket+" created")
 		return nil
 	case err != nil:
 		return fmt.Errorf("provision: bucket %s: %w", want.Bucket, err)
@@ -278,5 +364,12 @@ func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyVal
 	if _, err := js.UpdateKeyValue(ctx, want); err != nil {
 		return fmt.Errorf("provision: update bucket %s: %w", want.Bucket, err)
 	}
+	report(changed, "bucket "+want.Bucket+" updated (history, TTL, per-key TTLs, replicas or storage)")
 	return nil
+}
+
+func report(changed func(string), what string) {
+	if changed != nil {
+		changed(what)
+	}
 }

@@ -21,7 +21,8 @@ import (
 var (
 	wantStreams = []string{lifecycle.StreamRequests, lifecycle.StreamDispatch, lifecycle.StreamLifecycle,
 		lifecycle.StreamQuestions, lifecycle.StreamAnswers, lifecycle.StreamProgress}
-	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates}
+	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates,
+		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages}
 )
 
 // ensure runs provision.Ensure and fails the test on error.
@@ -135,7 +136,7 @@ func TestEnsureCreatesEverything(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b == lifecycle.BucketQuestions && st.LimitMarkerTTL() <= 0 {
+		if (b == lifecycle.BucketQuestions || b == lifecycle.BucketDispatches || b == lifecycle.BucketInboxSessions || b == lifecycle.BucketAnswerLinks) && st.LimitMarkerTTL() <= 0 {
 			t.Errorf("bucket %s LimitMarkerTTL = %v, want per-key TTL enabled", b, st.LimitMarkerTTL())
 		}
 	}
@@ -206,12 +207,12 @@ func TestQuestionsBucketKeyTTL(t *testing.T) {
 	}
 
 	// The setting is what makes it work: a bucket without it refuses.
-	plain, err := js.KeyValue(ctx, lifecycle.BucketDispatches)
+	plain, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plain.Create(ctx, "k", []byte("v"), jetstream.KeyTTL(time.Second)); err == nil {
-		t.Errorf("%s accepted a per-key TTL without LimitMarkerTTL", lifecycle.BucketDispatches)
+		t.Errorf("%s accepted a per-key TTL without LimitMarkerTTL", lifecycle.BucketSubagents)
 	}
 }
 
@@ -323,8 +324,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 					t.Errorf("streams %d→%d, consumers %d→%d", len(before.streams), len(after.streams), len(before.consumers), len(after.consumers))
 				}
 			}
-			if len(before.streams) != 12 { // 6 streams, 4 KV buckets, 2 object stores
-				t.Errorf("%d streams, want 12", len(before.streams))
+			if len(before.streams) != 15 { // 6 streams, 7 KV buckets, 2 object stores
+				t.Errorf("%d streams, want 15", len(before.streams))
 			}
 		})
 	}
@@ -390,8 +391,8 @@ func TestEnsureMemory(t *testing.T) {
 			t.Errorf("stream %s storage = %v, want memory", name, got)
 		}
 	}
-	if n != 12 {
-		t.Errorf("%d streams, want 12", n)
+	if n != 15 {
+		t.Errorf("%d streams, want 15", n)
 	}
 }
 
@@ -549,5 +550,62 @@ func TestEnsureUpdatesQuestionsBucket(t *testing.T) {
 	ensure(t, js, provision.Config{})
 	if got := kvStatus(t, js, lifecycle.BucketQuestions).LimitMarkerTTL(); got != time.Second {
 		t.Errorf("LimitMarkerTTL = %v after Ensure, want 1s", got)
+	}
+}
+
+// A changed retention on a restart updates the streams, the dispatches
+// bucket and the artifacts' TTL in place, says what it changed, and keeps
+// what is stored.
+func TestRetentionReconciles(t *testing.T) {
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := t.Context()
+	// An older deployment: no per-key TTLs on agora_dispatches, 7 days.
+	old := jetstream.KeyValueConfig{Bucket: lifecycle.BucketDispatches, Description: "Agora dispatch records and thread index", History: 1}
+	kv, err := js.CreateKeyValue(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "d-1", []byte(`{"dispatch_id":"d-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	ensure(t, js, provision.Config{})
+	// A question waiting when the setting changes.
+	qkv, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qkv.Create(ctx, "q-waiting", []byte(`{"status":"asked"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var changes []string
+	ensure(t, js, provision.Config{Retention: 24 * time.Hour, MaxBytes: 64 << 20, Changed: func(s string) { changes = append(changes, s) }})
+	joined := strings.Join(changes, "\n")
+	for _, want := range []string{
+		"stream AGORA_LIFECYCLE updated: max age 168h0m0s → 24h0m0s, max bytes -1 → 67108864",
+		"stream AGORA_PROGRESS updated: max age 168h0m0s → 24h0m0s",
+		"object store agora_artifacts updated: TTL 168h0m0s → 24h0m0s",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("changes lack %q:\n%s", want, joined)
+		}
+	}
+	if strings.Contains(joined, "AGORA_QUESTIONS updated: max age") {
+		t.Errorf("the questions stream keeps 30 days with a shorter retention:\n%s", joined)
+	}
+	if st := kvStatus(t, js, lifecycle.BucketDispatches); st.LimitMarkerTTL() <= 0 {
+		t.Errorf("%s has no per-key TTLs after the update", lifecycle.BucketDispatches)
+	}
+	if e, err := kv.Get(ctx, "d-1"); err != nil || string(e.Value()) != `{"dispatch_id":"d-1"}` {
+		t.Errorf("a record was lost by the update: %v", err)
+	}
+	if e, err := qkv.Get(ctx, "q-waiting"); err != nil || string(e.Value()) != `{"status":"asked"}` {
+		t.Errorf("a waiting question was lost by the update: %v", err)
+	}
+	// Nothing changes a second time.
+	changes = nil
+	ensure(t, js, provision.Config{Retention: 24 * time.Hour, MaxBytes: 64 << 20, Changed: func(s string) { changes = append(changes, s) }})
+	if len(changes) > 0 {
+		t.Errorf("a second Ensure changed %q", changes)
 	}
 }

@@ -52,6 +52,10 @@ type Record struct {
 	StartedAt  *time.Time `json:"started_at,omitempty"` // of the latest attempt
 	EndedAt    *time.Time `json:"ended_at,omitempty"`   // time of the terminal event
 	UpdatedAt  time.Time  `json:"updated_at"`
+	// ExpiresAt is when the record expires: set when its thread ends, to
+	// the end plus the retention (AGORA_RETENTION); nil while the thread
+	// runs or waits, which never expires.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
 	// Events lists the lifecycle events applied to the record, in the
 	// order the dispatcher applied them; their ids make the projection

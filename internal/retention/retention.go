@@ -1,0 +1,51 @@
+// Package retention keeps finished work readable for a while and then
+// lets JetStream forget it (docs/design.md §2, "Retention"): a record that
+// closes is written again with a per-message TTL (nats-server 2.11+
+// message TTLs, enabled on the buckets by their LimitMarkerTTL), so the
+// server removes it after the retention without any sweeper; a record
+// still in use is written without one and never expires.
+package retention
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Default is AGORA_RETENTION's default: how long finished work stays
+// readable.
+const Default = 7 * 24 * time.Hour
+
+// ErrConflict reports that the key changed since the revision given: the
+// caller reads it again.
+var ErrConflict = errors.New("retention: the record changed concurrently")
+
+// TTL returns the time from now until at, at least one second (the
+// buckets' smallest TTL).
+func TTL(at time.Time) time.Duration {
+	return max(time.Until(at), time.Second)
+}
+
+// Update writes value at key of bucket over revision rev, to expire at
+// expires. It is KeyValue.Update with a TTL, which the KV API offers only
+// on Create: the same publish on $KV.<bucket>.<key>, with the expected
+// last subject sequence and a Nats-TTL header. It also rolls the key's
+// history up into this one value, so that when it expires no older
+// revision is left to reappear (a bucket keeping history would otherwise
+// return the previous value).
+func Update(ctx context.Context, js jetstream.JetStream, bucket, key string, value []byte, rev uint64, expires time.Time) (uint64, error) {
+	m := &nats.Msg{Subject: "$KV." + bucket + "." + key, Header: nats.Header{}, Data: value}
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(TTL(expires)))
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, ErrConflict
+		}
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
