@@ -25,7 +25,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-//go:embed cloudevents/*.json asyncapi.yaml
+//go:embed cloudevents/*.json asyncapi.yaml openapi/agora.json
 var files embed.FS
 
 // Dir is the directory of the JSON Schemas inside [FS].

@@ -160,6 +160,8 @@ func (h *harness) do(method, path, body, token string, hdr ...string) (*http.Res
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	// Every exchange is checked against the OpenAPI document.
+	checkExchange(h.t, req, []byte(body), resp, data)
 	return resp, data
 }
 

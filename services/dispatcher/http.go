@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -37,6 +38,7 @@ const maxBodyBytes = 1 << 20
 //	POST /v1/threads/{id}/cancel      optional {"by", "reason"} → the client.Thread
 //	GET  /v1/events                   Server-Sent Events: lifecycle and progress CloudEvents, `event:` = the type (query: thread, dispatch, kind, type=lifecycle|progress, from=start|now; header Last-Event-ID)
 //	GET  /v1/schemas/{name}           the JSON Schemas events name in dataschema, and asyncapi.yaml (open)
+//	GET  /v1/openapi.json             the OpenAPI 3.1 document of these routes (open; docs/dispatcher.md)
 //	GET  /metrics                     Prometheus metrics
 //	GET  /healthz                     200 when NATS is connected and JetStream answers
 //
@@ -55,6 +57,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("POST /v1/threads/{id}/cancel", s.auth(s.httpCancelThread))
 	mux.Handle("GET /v1/events", s.auth(s.httpEvents))
 	mux.HandleFunc("GET /v1/schemas/{name}", s.httpSchema)
+	mux.HandleFunc("GET /v1/openapi.json", s.httpOpenAPI)
 	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
 	mux.HandleFunc("GET /healthz", s.httpHealth)
 	return mux
@@ -139,7 +142,7 @@ func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tp := r.Header.Get("traceparent")
-	rec, result, err := s.accept(ctx, b, req, len(data), tp)
+	rec, result, err := s.accept(ctx, b, req, len(data), tp, doorHTTP)
 	s.metrics.request(doorHTTP, result, start)
 	if err != nil {
 		writeProblem(w, r, refusal(s.requestLog(doorHTTP, req, tp), err))
@@ -196,8 +199,16 @@ func cancelBody(w http.ResponseWriter, r *http.Request) (by, reason string, err 
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return "", "", nil
 	}
-	var req client.CancelRequest
-	if err := json.Unmarshal(data, &req); err != nil {
+	var req struct {
+		By     string `json:"by"`
+		Reason string `json:"reason"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return "", "", client.Invalid(client.FieldError{Field: short(strings.Trim(name, `"`)), Message: "is not a field of a cancel (known: by, reason)"})
+		}
 		return "", "", client.Invalid(client.FieldError{Field: "request", Message: `must be empty or a JSON object {"by": "…", "reason": "…"}: ` + err.Error()})
 	}
 	return req.By, req.Reason, nil
