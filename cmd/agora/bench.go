@@ -2,18 +2,21 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"runtime/pprof"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/agora-dispatch/agora/internal/bench"
+	"github.com/agora-dispatch/agora/internal/harness/bench"
 )
 
 func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
+	var hcfg bench.HistoryConfig
 	var asJSON bool
-	var cpuProfile string
+	var cpuProfile, scale string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure Agora against a raw JetStream baseline in the same run",
@@ -36,6 +39,21 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			switch scale {
+			case "":
+			case "history":
+				rep, err := bench.History(cmd.Context(), hcfg, progress)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+				}
+				bench.PrintHistory(cmd.OutOrStdout(), rep)
+				return nil
+			default:
+				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history", scale)}
+			}
 			rep, err := bench.Run(cmd.Context(), cfg, progress)
 			if err != nil {
 				return err
@@ -55,5 +73,9 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "make the workers' workspaces under this directory (default: a temporary directory), e.g. to compare a tmpfs")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after)")
+	f.IntVar(&hcfg.Threads, "threads", 20000, "--scale history: threads to push through")
+	f.DurationVar(&hcfg.Retention, "retention", 30*time.Second, "--scale history: the retention of finished work")
+	f.DurationVar(&hcfg.Settle, "settle", 0, "--scale history: wait this much longer after the retention and measure again (the streams' duplicate windows last 10m)")
 	return cmd
 }

@@ -1,0 +1,367 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/answerers/inbox"
+	"github.com/agora-dispatch/agora/internal/natsserver"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/answerer"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/sentinel"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/dispatcher"
+	"github.com/agora-dispatch/agora/services/router"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// HistoryConfig sizes `agora bench --scale history`: Threads threads go
+// through ask → answer → finish, then the run waits for the retention to
+// pass (docs/design.md §2, "Retention").
+type HistoryConfig struct {
+	Threads   int           // default 20000
+	Retention time.Duration // default 30s
+	InFlight  int           // threads at once; default 64
+	Slots     int           // worker slots; default 16
+	// Settle, when set, waits this much longer after the retention and
+	// takes one more point ("settled"): JetStream keeps the streams'
+	// duplicate windows (10 minutes by default) whatever the retention.
+	Settle time.Duration
+}
+
+// HistoryPoint is what the process holds at one point of the run.
+type HistoryPoint struct {
+	Point        string  `json:"point"` // start, peak, after_retention
+	HeapMiB      float64 `json:"heap_inuse_mib"`
+	RSSMiB       float64 `json:"rss_mib"`
+	DispatchKeys uint64  `json:"dispatch_keys"` // keys of agora_dispatches (records and thread indexes)
+	QuestionKeys uint64  `json:"question_keys"` // keys of agora_questions
+	Goroutines   int     `json:"goroutines"`
+}
+
+// HistoryReport is the scenario's result.
+type HistoryReport struct {
+	Threads          int            `json:"threads"`
+	Retention        string         `json:"retention"`
+	Seconds          float64        `json:"seconds"`
+	ThreadsPerSecond float64        `json:"threads_per_second"`
+	Points           []HistoryPoint `json:"points"`
+	// IdleCPUPercent is the process's CPU over 10 s with nothing to do,
+	// after the retention passed (percent of one core).
+	IdleCPUPercent float64 `json:"idle_cpu_percent"`
+	PeakRSSMiB     float64 `json:"peak_rss_mib"`
+}
+
+// historyRuntime asks on round 0 and finishes on round 1, in process.
+type historyRuntime struct{}
+
+func (historyRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result {
+	if inv.Request.Round == 0 {
+		if err := sentinel.Write(inv.Workspace, sentinel.Request{Question: "A or B?", Options: []string{"A", "B"}, Kind: sentinel.KindDecision}); err != nil {
+			return worker.Result{ExitCode: -1, Err: err}
+		}
+	}
+	return worker.Result{}
+}
+
+// History runs the history scenario: the whole of Agora in this process
+// (dispatcher, worker, router, inbox and an answerer) on an embedded
+// file-store server.
+func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (HistoryReport, error) {
+	if cfg.Threads <= 0 {
+		cfg.Threads = 20000
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 30 * time.Second
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = 64
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 16
+	}
+	say := func(f string, a ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, f+"\n", a...)
+		}
+	}
+	dir, err := os.MkdirTemp("", "agora-bench-history-")
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: dir})
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	var conns []*nats.Conn
+	conn := func() (*nats.Conn, error) {
+		nc, err := nats.Connect(srv.ClientURL())
+		if err == nil {
+			conns = append(conns, nc)
+		}
+		return nc, err
+	}
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	nc, err := conn()
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	if err := provision.Ensure(ctx, js, provision.Config{Retention: cfg.Retention}); err != nil {
+		return HistoryReport{}, err
+	}
+	defs, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	b, _ := json.Marshal(subagent.Definition{Name: "bench-history", Runtime: subagent.RuntimeExec, Command: []string{"in-process"}})
+	if _, err := defs.Put(ctx, "bench-history", b); err != nil {
+		return HistoryReport{}, err
+	}
+
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var services []func(context.Context) error
+	var readies []<-chan struct{}
+	wnc, err := conn()
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	w, err := worker.New(worker.Config{Concurrency: cfg.Slots, WorkspaceRoot: dir + "/ws", ID: "bench-history", PullExpiry: 500 * time.Millisecond},
+		worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: historyRuntime{}}})
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	services = append(services, w.Run)
+	dnc, err := conn()
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	d, err := dispatcher.New(dispatcher.Config{ID: "bench-history", Retention: cfg.Retention}, dispatcher.Deps{Conn: dnc, Logger: quiet})
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	services, readies = append(services, d.Run), append(readies, d.Ready())
+	rnc, err := conn()
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	r, err := router.New(router.Config{ID: "bench-history"}, router.Deps{Conn: rnc, Logger: quiet})
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	services, readies = append(services, r.Run), append(readies, r.Ready())
+	inc, err := conn()
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	ib, err := inbox.New(inbox.Config{DevToken: true}, inbox.Deps{Conn: inc, Logger: quiet})
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	services, readies = append(services, ib.Run), append(readies, ib.Ready())
+	cnc, err := conn()
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	c, err := client.New(cnc)
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	services = append(services, func(ctx context.Context) error {
+		return answerer.ServeClient(ctx, c, "human", answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
+			return answerer.Answer("A"), nil
+		}), answerer.WithConcurrency(cfg.Slots), answerer.WithLogger(quiet))
+	})
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, run := range services {
+		wg.Go(func() { _ = run(sctx) })
+	}
+	defer func() { stop(); wg.Wait() }()
+	for _, ready := range readies {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return HistoryReport{}, ctx.Err()
+		}
+	}
+
+	point := func(name string) (HistoryPoint, error) {
+		runtime.GC()
+		debug.FreeOSMemory()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		p := HistoryPoint{Point: name, HeapMiB: mib(ms.HeapInuse), RSSMiB: procKiB("VmRSS") / 1024, Goroutines: runtime.NumGoroutine()}
+		for bucket, n := range map[string]*uint64{lifecycle.BucketDispatches: &p.DispatchKeys, lifecycle.BucketQuestions: &p.QuestionKeys} {
+			s, err := js.Stream(ctx, "KV_"+bucket)
+			if err != nil {
+				return p, err
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				return p, err
+			}
+			*n = info.State.NumSubjects
+		}
+		return p, nil
+	}
+	rep := HistoryReport{Threads: cfg.Threads, Retention: cfg.Retention.String()}
+	p, err := point("start")
+	if err != nil {
+		return rep, err
+	}
+	rep.Points = append(rep.Points, p)
+
+	// Threads end with a finished event of their round 1: count them on a
+	// plain subscription, freeing a slot for the next thread.
+	slots := make(chan struct{}, cfg.InFlight)
+	var done atomic.Int64
+	sub, err := nc.Subscribe(lifecycle.LifecycleFilter(lifecycle.KindFinished, "", ""), func(*nats.Msg) {
+		done.Add(1)
+		<-slots
+	})
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	say("pushing %d threads through ask → answer → finish (%d at once, retention %s)", cfg.Threads, cfg.InFlight, cfg.Retention)
+	t0 := time.Now()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for i := range cfg.Threads {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		}
+		if _, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "bench-history"}); err != nil {
+			return rep, fmt.Errorf("dispatch %d: %w", i, err)
+		}
+		select {
+		case <-tick.C:
+			say("  %d / %d threads finished (%.0f/s)", done.Load(), cfg.Threads, float64(done.Load())/time.Since(t0).Seconds())
+		default:
+		}
+	}
+	for done.Load() < int64(cfg.Threads) {
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-tick.C:
+			say("  %d / %d threads finished", done.Load(), cfg.Threads)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	rep.Seconds = time.Since(t0).Seconds()
+	rep.ThreadsPerSecond = float64(cfg.Threads) / rep.Seconds
+	time.Sleep(time.Second) // the projection ends the last threads
+	if p, err = point("peak"); err != nil {
+		return rep, err
+	}
+	rep.Points = append(rep.Points, p)
+	wait := cfg.Retention + 5*time.Second
+	say("all %d threads finished in %.0fs; waiting %s for the retention to pass", cfg.Threads, rep.Seconds, wait)
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	}
+	if p, err = point("after_retention"); err != nil {
+		return rep, err
+	}
+	rep.Points = append(rep.Points, p)
+	if cfg.Settle > 0 {
+		say("waiting %s more (the duplicate windows)", cfg.Settle)
+		select {
+		case <-time.After(cfg.Settle):
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		}
+		if p, err = point("settled"); err != nil {
+			return rep, err
+		}
+		rep.Points = append(rep.Points, p)
+	}
+	say("measuring idle CPU for 10s")
+	cpu0, wall0 := procCPU(), time.Now()
+	time.Sleep(10 * time.Second)
+	rep.IdleCPUPercent = 100 * (procCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
+	rep.PeakRSSMiB = procKiB("VmHWM") / 1024
+	return rep, nil
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// procKiB reads a kB field of /proc/self/status (VmRSS, VmHWM); 0 when it
+// cannot.
+func procKiB(field string) float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			n, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// procCPU is the process's user + system CPU time so far.
+func procCPU() time.Duration {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) start after ")".
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	return time.Duration((ut + st) / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
+}
+
+// PrintHistory writes the history report as a table.
+func PrintHistory(w io.Writer, rep HistoryReport) {
+	fmt.Fprintf(w, "%d threads (ask → answer → finish) in %.0f s (%.0f threads/s), retention %s\n\n", rep.Threads, rep.Seconds, rep.ThreadsPerSecond, rep.Retention)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "point\tGo heap MiB\tRSS MiB\tagora_dispatches keys\tagora_questions keys\tgoroutines\t")
+	for _, p := range rep.Points {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%d\t%d\t\n", p.Point, p.HeapMiB, p.RSSMiB, p.DispatchKeys, p.QuestionKeys, p.Goroutines)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\npeak RSS %.1f MiB; idle CPU after the retention %.2f%% of one core\n", rep.PeakRSSMiB, rep.IdleCPUPercent)
+}

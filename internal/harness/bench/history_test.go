@@ -1,0 +1,33 @@
+package bench_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/harness/bench"
+)
+
+// The history scenario runs, and after the retention the buckets hold no
+// record of the finished threads.
+func TestHistoryScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 30-second scenario")
+	}
+	rep, err := bench.History(t.Context(), bench.HistoryConfig{Threads: 40, Retention: 2 * time.Second, InFlight: 8, Slots: 4}, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Points) != 3 {
+		t.Fatalf("points %+v", rep.Points)
+	}
+	peak, after := rep.Points[1], rep.Points[2]
+	if peak.DispatchKeys != 120 || peak.QuestionKeys != 40 {
+		t.Errorf("at the peak: %d dispatch keys, %d question keys; want 120 (2 records + 1 index per thread) and 40", peak.DispatchKeys, peak.QuestionKeys)
+	}
+	if after.DispatchKeys != 0 || after.QuestionKeys != 0 {
+		t.Errorf("after the retention: %d dispatch keys, %d question keys; want none", after.DispatchKeys, after.QuestionKeys)
+	}
+	if rep.ThreadsPerSecond <= 0 || after.RSSMiB <= 0 || after.HeapMiB <= 0 {
+		t.Errorf("report %+v", rep)
+	}
+}
