@@ -31,6 +31,7 @@ type entry struct {
 	seen    time.Time // when this replica saw the record's revision
 	thread  string
 	asked   bool
+	askedAt time.Time // when the question was asked, while it waits
 }
 
 func newIndex() *index { return &index{m: map[string]entry{}} }
@@ -42,7 +43,7 @@ func (x *index) set(qid string, r *record) {
 		delete(x.m, qid)
 		return
 	}
-	x.m[qid] = entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked}
+	x.m[qid] = entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked, askedAt: r.AskedAt}
 }
 
 // dueAt returns the questions due at now.
@@ -82,6 +83,20 @@ func (x *index) askedIDs() []string {
 		}
 	}
 	return out
+}
+
+// oldest returns how long the longest-waiting question has waited; 0
+// when none waits.
+func (x *index) oldest(now time.Time) time.Duration {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var d time.Duration
+	for _, e := range x.m {
+		if e.asked && !e.askedAt.IsZero() {
+			d = max(d, now.Sub(e.askedAt))
+		}
+	}
+	return d
 }
 
 // asked counts the questions waiting for an answer.

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -36,7 +37,11 @@ func newMetrics(reg prometheus.Registerer, idx *index) (*metrics, error) {
 		Namespace: "agora", Subsystem: "router", Name: "pending_questions",
 		Help: "Questions waiting for an answer, as this router sees the agora_questions bucket.",
 	}, func() float64 { return float64(idx.asked()) })
-	for _, c := range []prometheus.Collector{m.questions, m.answers, m.timeToAnswer, pending} {
+	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "agora", Subsystem: "router", Name: "oldest_pending_question_seconds",
+		Help: "How long the longest-waiting question has waited for an answer (0 when none waits).",
+	}, func() float64 { return idx.oldest(time.Now()).Seconds() })
+	for _, c := range []prometheus.Collector{m.questions, m.answers, m.timeToAnswer, pending, oldest} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("router: metrics: %w", err)
 		}

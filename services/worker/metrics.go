@@ -18,7 +18,7 @@ type metrics struct {
 	progress   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, slots int) (*metrics, error) {
 	m := &metrics{
 		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "agora", Subsystem: "worker", Name: "dispatches_total",
@@ -38,7 +38,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Progress reports published (coalesced from the runs' progress lines).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.inFlight, m.progress} {
+	slotsGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "agora", Subsystem: "worker", Name: "slots",
+		Help: "Dispatches this worker runs at once (its concurrency): in_flight / slots is its utilisation.",
+	}, func() float64 { return float64(slots) })
+	for _, c := range []prometheus.Collector{m.dispatches, m.duration, m.inFlight, m.progress, slotsGauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: metrics: %w", err)
 		}
