@@ -64,6 +64,23 @@ func violations(module string, pkgs []pkg) []string {
 					}
 				}
 			}
+			switch {
+			case under(rel, "internal/harness"):
+				if under(drel, "cmd") {
+					out = append(out, p.ImportPath+" imports "+d+": internal/harness never imports cmd/")
+				}
+			case under(rel, "internal"):
+				// Runtime helpers sit below the services that use them.
+				for _, banned := range []string{"services", "answerers", "cmd", "internal/harness"} {
+					if under(drel, banned) {
+						out = append(out, p.ImportPath+" imports "+d+": internal/ runtime helpers never import "+banned+"/")
+					}
+				}
+			case under(rel, "services"), under(rel, "answerers"), under(rel, "pkg"):
+				if under(drel, "internal/harness") {
+					out = append(out, p.ImportPath+" imports "+d+": only cmd/ and tests import internal/harness/")
+				}
+			}
 			if x, y := service(rel), service(drel); x != "" && y != "" && x != y {
 				out = append(out, p.ImportPath+" imports "+d+": services never import each other")
 			}
@@ -89,6 +106,17 @@ func TestViolations(t *testing.T) {
 		{"other modules are not ours", []pkg{{"other.org/services/a", []string{"other.org/services/b"}}}, 0},
 		{"prefix lookalike", []pkg{{m + "/pkg/client", []string{m + "/servicesx/a", m + "/cmdline"}}}, 0},
 
+		{"harness imports services and answerers", []pkg{{m + "/internal/harness/bench", []string{m + "/services/worker", m + "/answerers/inbox", m + "/internal/config"}}}, 0},
+		{"cmd imports a harness", []pkg{{m + "/cmd/agora", []string{m + "/internal/harness/chaos"}}}, 0},
+		{"runtime helper imports pkg", []pkg{{m + "/internal/provision", []string{m + "/pkg/lifecycle", m + "/internal/config"}}}, 0},
+
+		{"runtime helper imports a service", []pkg{{m + "/internal/provision", []string{m + "/services/dispatcher"}}}, 1},
+		{"runtime helper imports an answerer", []pkg{{m + "/internal/telemetry", []string{m + "/answerers/inbox"}}}, 1},
+		{"runtime helper imports a harness", []pkg{{m + "/internal/natstest", []string{m + "/internal/harness/systemtest"}}}, 1},
+		{"runtime helper imports cmd", []pkg{{m + "/internal/config", []string{m + "/cmd/agora"}}}, 1},
+		{"service imports a harness", []pkg{{m + "/services/worker", []string{m + "/internal/harness/bench"}}}, 1},
+		{"answerer imports a harness", []pkg{{m + "/answerers/slack", []string{m + "/internal/harness/systemtest"}}}, 1},
+		{"harness imports cmd", []pkg{{m + "/internal/harness/chaos", []string{m + "/cmd/agora"}}}, 1},
 		{"service imports another service", []pkg{{m + "/services/worker", []string{m + "/services/dispatcher"}}}, 1},
 		{"service main imports another service", []pkg{{m + "/services/worker/cmd/worker", []string{m + "/services/worker", m + "/services/router/routes"}}}, 1},
 		{"sentinel imports lifecycle", []pkg{{m + "/pkg/sentinel", []string{m + "/pkg/lifecycle"}}}, 1},

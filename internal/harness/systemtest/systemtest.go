@@ -40,6 +40,8 @@ type Options struct {
 	Routes string
 	// WorkerConcurrency is the worker's slot count (default 4).
 	WorkerConcurrency int
+	// Retention is how long finished work stays readable (default 7 days).
+	Retention time.Duration
 }
 
 // System is a running Agora on a test server. Everything stops when the
@@ -58,7 +60,7 @@ type System struct {
 // the router on it, each on its own connection, until the test ends.
 func Start(t *testing.T, o Options) *System {
 	t.Helper()
-	srv := natstest.StartProvisioned(t, provision.Config{})
+	srv := natstest.StartProvisioned(t, provision.Config{Retention: o.Retention})
 	var routes string
 	if o.Routes != "" {
 		routes = filepath.Join(t.TempDir(), "routes.yaml")
@@ -76,7 +78,7 @@ func Start(t *testing.T, o Options) *System {
 	s := &System{Server: srv, t: t, ctx: ctx, wg: &sync.WaitGroup{}}
 	t.Cleanup(func() { cancel(); s.wg.Wait() })
 
-	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: dconn, Logger: Logger()})
+	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second, Retention: o.Retention}, dispatcher.Deps{Conn: dconn, Logger: Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
