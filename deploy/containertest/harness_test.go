@@ -34,6 +34,7 @@ var users = map[string]string{
 	"admin": "NATS_PASS_ADMIN", "client": "NATS_PASS_CLIENT", "dispatcher": "NATS_PASS_DISPATCHER",
 	"worker": "NATS_PASS_WORKER", "router": "NATS_PASS_ROUTER", "answerer-human": "NATS_PASS_ANSWERER_HUMAN",
 	"answerer-data": "NATS_PASS_ANSWERER_DATA", "answerer-agents": "NATS_PASS_ANSWERER_AGENTS",
+	"answerer-slack": "NATS_PASS_ANSWERER_SLACK", "answerer-webhook": "NATS_PASS_ANSWERER_WEBHOOK",
 }
 
 func password(user string) string { return "ct-" + user }

@@ -5,6 +5,7 @@
 package nats_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +27,10 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
+	slackanswerer "github.com/agora-dispatch/agora/answerers/slack"
+	"github.com/agora-dispatch/agora/answerers/webhook"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -43,6 +47,7 @@ var passwords = map[string]string{
 	"admin": "NATS_PASS_ADMIN", "client": "NATS_PASS_CLIENT", "dispatcher": "NATS_PASS_DISPATCHER",
 	"worker": "NATS_PASS_WORKER", "router": "NATS_PASS_ROUTER", "answerer-human": "NATS_PASS_ANSWERER_HUMAN",
 	"answerer-data": "NATS_PASS_ANSWERER_DATA", "answerer-agents": "NATS_PASS_ANSWERER_AGENTS",
+	"answerer-slack": "NATS_PASS_ANSWERER_SLACK", "answerer-webhook": "NATS_PASS_ANSWERER_WEBHOOK",
 }
 
 func password(user string) string { return "pw-" + user }
@@ -370,6 +375,11 @@ func TestRoundTrip(t *testing.T) {
 		if q.Route != "human" {
 			t.Fatalf("question route %q, want human", q.Route)
 		}
+		// The inbox's user reads the asking round's partial state while
+		// the question waits (the thread's end deletes it: retention).
+		if st, err := human.PartialState(tctx, dsp.DispatchID); err != nil || !strings.Contains(string(st), `"step":1`) {
+			t.Errorf("partial state as answerer-human: %s %v; violations %q", st, err, e.all())
+		}
 		for {
 			_, err = human.Answer(tctx, q.QuestionID, lifecycle.Answer{Answer: "B", AnsweredBy: "alice"}, client.AnswerVia("human"))
 			if err == nil || !errors.Is(err, client.ErrUnavailable) || tctx.Err() != nil {
@@ -405,11 +415,21 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("artifact read as client: %d bytes, %v", len(b), err)
 		}
 		r.Close()
-		// The inbox's user reads what the runs left beside the question:
-		// the asking round's partial state, the artifact, the progress.
-		if st, err := human.PartialState(tctx, dsp.DispatchID); err != nil || !strings.Contains(string(st), `"step":1`) {
-			t.Errorf("partial state as answerer-human: %s %v; violations %q", st, err, e.all())
+		// The thread ended: the dispatcher, as its own user, set its
+		// records to expire and deleted the partial state kept as an
+		// object (big-asker's; asker's travels in its event).
+		for name == "big-asker" {
+			_, err := human.PartialState(tctx, dsp.DispatchID)
+			if errors.Is(err, jetstream.ErrObjectNotFound) {
+				break
+			}
+			if tctx.Err() != nil {
+				t.Fatalf("partial state of the ended thread still readable (%v); violations %q", err, e.all())
+			}
+			time.Sleep(25 * time.Millisecond)
 		}
+		// The inbox's user reads what the runs left beside the question:
+		// the artifact, the progress.
 		if r, _, err := human.OpenArtifact(tctx, fin.DispatchID, "input.json"); err != nil {
 			t.Errorf("artifact as answerer-human: %v; violations %q", err, e.all())
 		} else {
@@ -701,5 +721,176 @@ func TestInboxAnnouncesItsURL(t *testing.T) {
 		if v := e.seen(u); len(v) > 0 {
 			t.Errorf("%s was told of permission violations: %q", u, v)
 		}
+	}
+}
+
+// The inbox, as answerer-human, signs people in (agora_inbox_sessions:
+// write, get, watch) and records used answer links; a second replica
+// knows the sign-in. No other user may write a session: that would be
+// signing someone in.
+func TestInboxSessionsAndLinks(t *testing.T) {
+	e := start(t, "agora.conf")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := inbox.Config{DevToken: true, Routes: []string{"human"}, LinkKey: seal.NewKey()}
+	var replicas []*inbox.Server
+	var urls []string
+	for range 2 {
+		ib, err := inbox.New(cfg, inbox.Deps{Conn: e.conn("answerer-human"), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { _ = ib.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		select {
+		case <-ib.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("inbox not ready; violations %v", e.all())
+		}
+		web := httptest.NewServer(ib.Handler())
+		t.Cleanup(web.Close)
+		replicas, urls = append(replicas, ib), append(urls, web.URL)
+	}
+	// Sign in on the first replica; the second must know the session.
+	b, _ := json.Marshal(inbox.LoginRequest{Token: replicas[0].DevToken()})
+	resp, err := http.Post(urls[0]+"/inbox/api/login", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep inbox.LoginReply
+	_ = json.NewDecoder(resp.Body).Decode(&rep)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || rep.Token == "" {
+		t.Fatalf("sign in as answerer-human: %d; violations %v", resp.StatusCode, e.all())
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, urls[1]+"/inbox/api/questions", nil)
+	req.Header.Set("Authorization", "Bearer "+rep.Token)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the second replica refused the session: %d; violations %v", resp.StatusCode, e.all())
+	}
+
+	// A used link is recorded as answerer-human.
+	js, err := jetstream.New(e.conn("answerer-human"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	links, err := js.KeyValue(t.Context(), lifecycle.BucketAnswerLinks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := links.Create(t.Context(), "link-1", []byte(`{}`), jetstream.KeyTTL(time.Minute)); err != nil {
+		t.Errorf("record a used link as answerer-human: %v", err)
+	}
+	if v := e.seen("answerer-human"); len(v) > 0 {
+		t.Errorf("answerer-human was told of permission violations: %q", v)
+	}
+
+	// Nobody else writes sessions or link records.
+	for _, u := range []string{"client", "answerer-data", "answerer-agents", "worker", "router", "dispatcher"} {
+		for _, subj := range []string{"$KV." + lifecycle.BucketInboxSessions + ".forged", "$KV." + lifecycle.BucketAnswerLinks + ".forged"} {
+			if err := e.jsPublish(u, subj); err == nil {
+				t.Errorf("%s wrote %s", u, subj)
+			}
+		}
+	}
+}
+
+// The Slack answerer, as answerer-slack, binds route human's questions, the
+// question records and its messages bucket without a violation, and
+// cannot answer another route.
+func TestSlackAnswererUser(t *testing.T) {
+	e := start(t, "agora.conf")
+	settings := filepath.Join(t.TempDir(), "slack.yaml")
+	if err := os.WriteFile(settings, []byte("routes:\n  human:\n    channel: C0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true,"channel":"C0123456789","ts":"1.000001"}`))
+	}))
+	t.Cleanup(api.Close)
+	sa, err := slackanswerer.New(slackanswerer.Config{BotToken: "xoxb-test", SigningSecret: "signing-secret-for-tests", SettingsFile: settings, APIURL: api.URL + "/"},
+		slackanswerer.Deps{Conn: e.conn("answerer-slack"), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		if err := sa.Run(ctx); err != nil {
+			t.Errorf("slack Run: %v", err)
+		}
+		close(done)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-sa.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("slack answerer not ready; violations %v", e.all())
+	}
+	time.Sleep(500 * time.Millisecond) // the watches run
+	if v := e.seen("answerer-slack"); len(v) > 0 {
+		t.Errorf("answerer-slack was told of permission violations: %q", v)
+	}
+	nc := e.conn("answerer-slack")
+	for _, subj := range []string{"agora.api.answer.data", "agora.api.answer", "agora.answers.data.q-1"} {
+		if err := nc.Publish(subj, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if !e.sawViolation("answerer-slack", subj) {
+			t.Errorf("answerer-slack may publish %s", subj)
+		}
+	}
+	for _, subj := range []string{"$KV." + lifecycle.BucketInboxSessions + ".forged", "$KV." + lifecycle.BucketQuestions + ".q-1"} {
+		if err := e.jsPublish("answerer-slack", subj); err == nil {
+			t.Errorf("answerer-slack wrote %s", subj)
+		}
+	}
+}
+
+// The webhook notifier, as answerer-webhook, binds route notify's
+// questions and reads the records without a violation; it cannot answer
+// or write elsewhere.
+func TestWebhookUser(t *testing.T) {
+	e := start(t, "agora.conf")
+	w, err := webhook.New(webhook.Config{Routes: []string{"notify"}, URL: "http://127.0.0.1:1/hook", Secret: "a-secret-of-16-bytes+"},
+		webhook.Deps{Conn: e.conn("answerer-webhook"), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		if err := w.Run(ctx); err != nil {
+			t.Errorf("webhook Run: %v", err)
+		}
+		close(done)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-w.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("webhook not ready; violations %v", e.all())
+	}
+	if v := e.seen("answerer-webhook"); len(v) > 0 {
+		t.Errorf("answerer-webhook was told of permission violations: %q", v)
+	}
+	nc := e.conn("answerer-webhook")
+	for _, subj := range []string{"agora.api.answer.human", "agora.api.answer"} {
+		if err := nc.Publish(subj, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if !e.sawViolation("answerer-webhook", subj) {
+			t.Errorf("answerer-webhook may publish %s", subj)
+		}
+	}
+	if err := e.jsPublish("answerer-webhook", "$KV."+lifecycle.BucketQuestions+".q-1"); err == nil {
+		t.Error("answerer-webhook wrote a question record")
 	}
 }
