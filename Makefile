@@ -26,14 +26,15 @@ chaos:
 	$(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox
 	$(BIN)/agora chaos
 
-## lint: formatting and vet
+## lint: formatting, vet, and go.mod/go.sum kept tidy
 lint:
 	test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
 
 ## build: static binaries into ./bin
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox ./deploy/provision
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox ./services/worker/cmd/worker ./services/dispatcher/cmd/dispatcher ./services/router/cmd/router ./answerers/agent/cmd/agent-answerer ./answerers/sqldb/cmd/sqldb-answerer ./answerers/inbox/cmd/inbox ./answerers/slack/cmd/slack-answerer ./answerers/webhook/cmd/webhook-answerer ./deploy/provision
 
 ## images: container images FROM scratch with static binaries (deploy/images)
 images:

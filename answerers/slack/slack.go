@@ -59,7 +59,7 @@ import (
 
 // BucketMessages is the KV bucket of the Slack messages of open
 // questions: key <route>.<question_id>, value the channel and ts.
-const BucketMessages = "agora_slack_messages"
+const BucketMessages = lifecycle.BucketSlackMessages
 
 // InteractionsPath is where Handler serves Slack's interactivity
 // requests.
@@ -216,14 +216,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("slack: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketQuestions, err)
 	}
-	if s.messages, err = js.CreateOrUpdateKeyValue(bctx, jetstream.KeyValueConfig{
-		Bucket:      BucketMessages,
-		Description: "Slack messages of open Agora questions (answerers/slack): <route>.<question_id> → channel and ts",
-		History:     1,
-		// An entry outliving this is a question that never closed.
-		TTL: 90 * 24 * time.Hour,
-	}); err != nil {
-		return fmt.Errorf("slack: bucket %s: %w", BucketMessages, err)
+	if s.messages, err = js.KeyValue(bctx, BucketMessages); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("slack: bucket %s: %w (run `agora dev`, or provision the streams first)", BucketMessages, err)
 	}
 	consumers := map[string]jetstream.Consumer{}
 	for _, route := range s.Routes() {

@@ -543,3 +543,17 @@ func TestDispatchIDReusedForADifferentRequest(t *testing.T) {
 		t.Errorf("a different request under a used id: %s", r)
 	}
 }
+
+// A dispatch that is not recorded — never was, or finished and expired
+// after the retention — is exit code 1, naming the retention.
+func TestStatusOfExpiredWork(t *testing.T) {
+	t.Parallel()
+	r := agora(t, "status", "01M80000000000000000000000")
+	if r.code != 1 || !strings.Contains(r.stderr, "AGORA_RETENTION") || !strings.Contains(r.stderr, "168h0m0s") {
+		t.Errorf("status of an unknown dispatch: %s", r)
+	}
+	r = agora(t, "status", "--thread", "01M80000000000000000000000")
+	if r.code != 1 || !strings.Contains(r.stderr, "kept for 168h0m0s") {
+		t.Errorf("status of an unknown thread: %s", r)
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -33,6 +32,9 @@ import (
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/retention"
+	"github.com/agora-dispatch/agora/internal/seal"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -51,6 +53,7 @@ type devOptions struct {
 	workers    int
 	subagents  string
 	routes     string
+	retention  time.Duration
 }
 
 // envDefault returns the variable's value, or def.
@@ -83,6 +86,11 @@ starting again on the same --data directory picks up queued work.`,
 	f.IntVar(&o.workers, "workers", workers, "worker slots (AGORA_WORKER_CONCURRENCY)")
 	f.StringVar(&o.routes, "router-config", envDefault("AGORA_ROUTER_CONFIG", ""), "routing file (AGORA_ROUTER_CONFIG); default: every question goes to the route human")
 	f.StringVar(&o.subagents, "subagents", envDefault("AGORA_SUBAGENTS_DIR", ""), "apply every *.yaml sub-agent definition in this directory at start (AGORA_SUBAGENTS_DIR)")
+	retentionDefault, rerr := time.ParseDuration(envDefault("AGORA_RETENTION", retention.Default.String()))
+	if rerr != nil {
+		retentionDefault = -1 // refused at start, naming the variable
+	}
+	f.DurationVar(&o.retention, "retention", retentionDefault, "how long finished work stays readable after its thread ends (AGORA_RETENTION)")
 	return cmd
 }
 
@@ -92,6 +100,13 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	// Traces of every service, when OTEL_EXPORTER_OTLP_ENDPOINT is set
+	// (docs/tracing.md).
+	stopTraces, err := telemetry.Start(ctx, "agora-dev", log)
+	if err != nil {
+		return err
+	}
+	defer stopTraces()
 	host, portStr, err := net.SplitHostPort(o.natsListen)
 	if err != nil {
 		return fmt.Errorf("--nats-listen %q: %w", o.natsListen, err)
@@ -150,7 +165,11 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := provision.Ensure(ctx, js, provision.Config{Memory: o.memory}); err != nil {
+	if o.retention < time.Second {
+		return fmt.Errorf("--retention / AGORA_RETENTION: %q: want a duration of at least 1s, as 168h", envDefault("AGORA_RETENTION", o.retention.String()))
+	}
+	pcfg := provision.Config{Memory: o.memory, Retention: o.retention, Changed: func(what string) { log.Info("provisioned: " + what) }}
+	if err := provision.Ensure(ctx, js, pcfg); err != nil {
 		return err
 	}
 	binDir := filepath.Join(os.TempDir(), "agora-dev-bin")
@@ -185,7 +204,7 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 
 	tokens := splitList(os.Getenv("AGORA_API_TOKENS"))
-	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, ID: "dev"}
+	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, ID: "dev", Retention: o.retention}
 	if err := dcfg.Validate(); err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
@@ -204,6 +223,16 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	// here whatever port it is.
 	icfg := inbox.Config{UsersFile: os.Getenv("AGORA_INBOX_USERS"), PublicURL: "http://" + ln.Addr().String() + inbox.Prefix}
 	icfg.DevToken = icfg.UsersFile == ""
+	// Signed answer links (/inbox/a/<token>): AGORA_ANSWER_LINK_KEY, or a
+	// key kept in the data folder (one per run with --memory).
+	if icfg.LinkKey = os.Getenv("AGORA_ANSWER_LINK_KEY"); icfg.LinkKey == "" {
+		icfg.LinkKey = seal.NewKey()
+		if !o.memory {
+			if icfg.LinkKey, err = stateKey(filepath.Join(filepath.Dir(store), "answer-link.key")); err != nil {
+				return err
+			}
+		}
+	}
 	ib, err := inbox.New(icfg, inbox.Deps{Conn: nc, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
@@ -289,6 +318,9 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 			} else {
 				log.Info("routing file reloaded")
 			}
+			if err := ib.ReloadUsers(); err != nil {
+				log.Error("inbox users file not reloaded; keeping the previous users", "err", err)
+			}
 		}
 	}()
 	ready := make(chan struct{})
@@ -324,25 +356,22 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	return err
 }
 
-// stateKey reads the MCP requestState key kept in path, making it (32
-// random bytes, base64, mode 0600) when there is none.
+// stateKey reads a key kept in path (the MCP requestState key, the
+// answer link key), making it (32 random bytes, base64, mode 0600) when
+// there is none.
 func stateKey(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		return strings.TrimSpace(string(b)), nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("MCP state key: %w", err)
+		return "", fmt.Errorf("key %s: %w", path, err)
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return "", err
+	key := seal.NewKey()
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("key %s: %w", path, err)
 	}
-	enc := base64.StdEncoding.EncodeToString(key)
-	if err := os.WriteFile(path, []byte(enc+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("MCP state key: %w", err)
-	}
-	return enc, nil
+	return key, nil
 }
 
 // healthOf serves agora dev's /healthz: every service's own health

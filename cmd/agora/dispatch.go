@@ -425,5 +425,15 @@ func errNotFound(what, id, hint string) error {
 	return &exitErr{code: exitError, err: fmt.Errorf("no %s %s — %s", what, id, hint)}
 }
 
+// errGone is errNotFound for a status read: the dispatcher's reason (it
+// names how long finished work is kept) when it gave one.
+func errGone(err error, what, id, hint string) error {
+	var p *client.Problem
+	if errors.As(err, &p) && p.Detail != "" {
+		return &exitErr{code: exitError, err: fmt.Errorf("%s — %s", p.Detail, hint)}
+	}
+	return errNotFound(what, id, hint)
+}
+
 // isNotFound reports a pkg/client not-found error.
 func isNotFound(err error) bool { return errors.Is(err, client.ErrNotFound) }

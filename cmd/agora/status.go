@@ -218,7 +218,7 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 	if o.thread {
 		th, err := c.Thread(ctx, id)
 		if isNotFound(err) {
-			return errNotFound("thread", id, "`agora events` lists recent ones")
+			return errGone(err, "thread", id, "`agora events` lists recent ones")
 		}
 		if err != nil {
 			return g.explain(err, lifecycle.APIStatus)
@@ -230,7 +230,7 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 	}
 	rec, err := c.Status(ctx, id)
 	if isNotFound(err) {
-		return errNotFound("dispatch", id, "`agora events` lists recent ones")
+		return errGone(err, "dispatch", id, "`agora events` lists recent ones")
 	}
 	if err != nil {
 		return g.explain(err, lifecycle.APIStatus)

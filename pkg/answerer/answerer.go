@@ -1,5 +1,5 @@
 // Package answerer is the SDK for Agora answerers: programs that answer the
-// questions sub-agents ask (DESIGN §3.4, §6).
+// questions sub-agents ask (docs/design.md §3.4, §6).
 //
 // The router publishes every question on
 // agora.questions.<route>.<question_id>.asked, the route being chosen by its
@@ -33,6 +33,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/inprogress"
@@ -368,6 +369,8 @@ func (s *server) decide(ctx context.Context, m jetstream.Msg) action {
 	if !ok || q.Event != lifecycle.QuestionAsked {
 		return action{ack: true}
 	}
+	ctx, span := handleSpan(ctx, lifecycle.Traceparent(e), q, s.route, m.Subject(), attempt)
+	defer span.End()
 	log := s.log.With("question_id", q.QuestionID, "attempt", attempt)
 	if !s.waiting(ctx, q.QuestionID) {
 		log.Debug("question no longer waits on this route: skipped")
@@ -403,6 +406,7 @@ func (s *server) decide(ctx context.Context, m jetstream.Msg) action {
 		return action{delay: s.backoff(attempt)}
 	}
 	log.Info("question settled", "declined", reply.Declined, "status", rep.Status, "reason", rep.Reason)
+	span.SetAttributes(attribute.String("agora.outcome", string(rep.Status)), attribute.Bool("agora.declined", reply.Declined))
 	if s.o.report != nil {
 		s.o.report(Report{Question: *q, Reply: reply, Status: rep.Status, Reason: rep.Reason, Err: herr})
 	}
@@ -464,7 +468,7 @@ func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (cli
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.callTimeout)
 	defer cancel()
-	msg, err := s.nc.RequestWithContext(ctx, s.subject, data)
+	msg, err := s.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: s.subject, Data: data, Header: spanHeader(ctx)})
 	if err != nil {
 		return client.AnswerReply{}, fmt.Errorf("answerer: %s: %w", s.subject, err)
 	}

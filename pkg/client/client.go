@@ -110,6 +110,7 @@ func (c *Client) call(ctx context.Context, subject string, hdr nats.Header, in, 
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	hdr = withSpan(ctx, hdr)
 	resp, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: hdr, Data: data})
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):

@@ -1,4 +1,4 @@
-// Package sentinel implements the needs_input sentinel contract (DESIGN §3.3).
+// Package sentinel implements the needs_input sentinel contract (docs/design.md §3.3).
 //
 // A sub-agent that must ask a question instead of guessing writes a JSON
 // object to <workspace>/.agora/needs_input.json and exits. After the runtime

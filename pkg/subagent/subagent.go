@@ -1,5 +1,5 @@
 // Package subagent defines a sub-agent: what a worker runs for a dispatch
-// (DESIGN §5). Definitions are written as YAML or JSON, validated here, and
+// (docs/design.md §5). Definitions are written as YAML or JSON, validated here, and
 // stored as JSON in the agora_subagents key-value bucket under their name.
 package subagent
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -269,8 +270,25 @@ func complete(req *lifecycle.Request, def subagent.Definition, rev uint64) {
 // record and the result label. The same dispatch id again returns the
 // first record, after finishing its acceptance if that was interrupted. A
 // refused request answers a *client.Problem; any other error is temporary
-// and the request may be retried as it is.
-func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent string) (client.Record, string, error) {
+// and the request may be retried as it is. door names where it came in,
+// for its span (docs/tracing.md).
+func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent, door string) (rec client.Record, result string, err error) {
+	ctx, span := intakeSpan(ctx, traceparent, door, req)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.KeyOutcome.String(result))
+			if rec.DispatchID != "" {
+				span.SetAttributes(telemetry.Dispatch(rec.Common())...)
+			}
+			var p *client.Problem
+			if errors.As(err, &p) {
+				err = nil // a refusal is an answer, not a failure of the span
+			}
+		}
+		telemetry.End(span, err)
+	}()
+	// With tracing on, the dispatch's trace continues from this span.
+	traceparent = telemetry.Or(ctx, traceparent)
 	if req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
 		rec, _, err := s.record(ctx, b, req.DispatchID)
 		switch {
@@ -284,7 +302,9 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 			return client.Record{}, resultError, err
 		}
 	}
-	def, rev, err := s.validate(ctx, b, &req, size)
+	vctx, vspan := telemetry.Tracer().Start(ctx, "agora.dispatch.validate")
+	def, rev, err := s.validate(vctx, b, &req, size)
+	vspan.End()
 	if err != nil {
 		return client.Record{}, resultOf(err), err
 	}
@@ -293,12 +313,12 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		traceparent = lifecycle.NewTraceparent()
 	}
 	now := time.Now().UTC()
-	rec := client.Record{
+	rec = client.Record{
 		DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round,
 		Subagent: req.Subagent, SubagentRevision: rev, Status: lifecycle.KindAccepted,
 		Traceparent: traceparent, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
 	}
-	result := resultAccepted
+	result = resultAccepted
 	if req.Round > req.MaxRounds {
 		rec.Status, rec.AcceptedAt, rec.EndedAt = lifecycle.KindFailed, nil, &now
 		rec.Result = &client.Result{Kind: lifecycle.KindFailed, Reason: lifecycle.ReasonMaxRounds,
@@ -399,7 +419,7 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 			// Sent ahead of the work on the same connection, so the server
 			// stores it first; its acknowledgement is awaited below, which
 			// saves a round trip before a worker can start.
-			_, msg, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(rec.Traceparent))
+			_, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, rec.Traceparent))
 			if err != nil {
 				return rec, fmt.Errorf("dispatcher: build event: %w", err)
 			}
@@ -464,7 +484,7 @@ func (s *Service) parentCancel(ctx context.Context, b *bindings, rec client.Reco
 // queue publishes the completed request on agora.dispatch.<subagent> with
 // Nats-Msg-Id = dispatch id, so a repeat is dropped as a duplicate.
 func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request, traceparent string) error {
-	e, err := lifecycle.New(s.source, req, lifecycle.WithTraceparent(traceparent))
+	e, err := lifecycle.New(s.source, req, telemetry.Event(ctx, traceparent))
 	if err != nil {
 		return fmt.Errorf("dispatcher: build request event: %w", err)
 	}
@@ -484,7 +504,7 @@ func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request
 
 // emit publishes a lifecycle event carrying the dispatch's trace.
 func (s *Service) emit(ctx context.Context, b *bindings, d lifecycle.Data, traceparent string) (lifecycle.Event, *jetstream.PubAck, error) {
-	e, msg, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(traceparent))
+	e, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, traceparent))
 	if err != nil {
 		return e, nil, fmt.Errorf("dispatcher: build event: %w", err)
 	}
@@ -552,7 +572,7 @@ func (s *Service) update(ctx context.Context, b *bindings, id string, mutate fun
 		if err != nil {
 			return rec, fmt.Errorf("dispatcher: encode record: %w", err)
 		}
-		if _, err := b.dispatches.Update(ctx, id, data, rev); err == nil {
+		if _, err := s.write(ctx, b, id, data, rev, rec.ExpiresAt); err == nil {
 			return rec, nil
 		} else if !conflict(err) {
 			return rec, fmt.Errorf("dispatcher: update record %s: %w", id, err)
@@ -566,6 +586,8 @@ func (s *Service) update(ctx context.Context, b *bindings, id string, mutate fun
 type threadIndex struct {
 	ThreadID   string        `json:"thread_id"`
 	Dispatches []threadEntry `json:"dispatches"`
+	// ExpiresAt is set when the thread ends (see client.Record.ExpiresAt).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 type threadEntry struct {
@@ -609,6 +631,7 @@ func (s *Service) indexThread(ctx context.Context, b *bindings, threadID string,
 			return nil
 		}
 		idx.Dispatches = append(idx.Dispatches, threadEntry{Round: round, DispatchID: dispatchID})
+		idx.ExpiresAt = nil // a new round: the thread goes on
 		slices.SortStableFunc(idx.Dispatches, func(a, b threadEntry) int {
 			if a.Round != b.Round {
 				return a.Round - b.Round

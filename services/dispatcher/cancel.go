@@ -43,7 +43,7 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 	}
 	rec, _, err := s.record(ctx, b, id)
 	if errors.Is(err, errNoRecord) {
-		return rec, notFound("dispatch", id)
+		return rec, s.gone("dispatch", id)
 	}
 	if err != nil {
 		return rec, err
@@ -249,7 +249,7 @@ func (s *Service) threadIndex(ctx context.Context, b *bindings, threadID string)
 	}
 	e, err := b.dispatches.Get(ctx, threadKey(threadID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return threadIndex{}, notFound("thread", threadID)
+		return threadIndex{}, s.gone("thread", threadID)
 	}
 	if err != nil {
 		return threadIndex{}, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
@@ -268,7 +268,7 @@ func (s *Service) status(ctx context.Context, b *bindings, id string) (client.Re
 	}
 	rec, _, err := s.record(ctx, b, id)
 	if errors.Is(err, errNoRecord) {
-		return rec, notFound("dispatch", id)
+		return rec, s.gone("dispatch", id)
 	}
 	return rec, err
 }

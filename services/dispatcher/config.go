@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -47,6 +48,11 @@ type Config struct {
 	ReconcileGrace time.Duration `envconfig:"DISPATCHER_RECONCILE_GRACE" default:"30s"`
 	// ReconcileLookback is how far back the first pass after start reads.
 	ReconcileLookback time.Duration `envconfig:"DISPATCHER_RECONCILE_LOOKBACK" default:"168h"`
+	// Retention is how long finished work stays readable: when a thread
+	// ends, its dispatch records, thread index, question records and
+	// partial-state objects expire after it (docs/design.md §2,
+	// "Retention"). Nothing that waits or runs expires.
+	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
 }
 
 func (c Config) withDefaults() Config {
@@ -68,6 +74,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconcileLookback == 0 {
 		c.ReconcileLookback = 7 * 24 * time.Hour
+	}
+	if c.Retention == 0 {
+		c.Retention = retention.Default
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -114,6 +123,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileLookback < 0 {
 		errs = append(errs, fmt.Errorf("%s=%s: must not be negative", v("ReconcileLookback"), c.ReconcileLookback))
+	}
+	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Second) {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 1s (finished work is kept this long)", v("Retention"), c.Retention))
 	}
 	if c.Concurrency < 0 || c.Concurrency > 4096 {
 		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 4096", v("Concurrency"), c.Concurrency))

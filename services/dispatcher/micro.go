@@ -140,7 +140,7 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 		return
 	}
 	tp := microTraceparent(r)
-	rec, result, err := s.accept(ctx, b, req, len(r.Data()), tp)
+	rec, result, err := s.accept(ctx, b, req, len(r.Data()), tp, doorMicro)
 	s.metrics.request(doorMicro, result, start)
 	if err != nil {
 		s.microError(r, refusal(s.requestLog(doorMicro, req, tp), err))

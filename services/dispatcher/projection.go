@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -107,6 +108,16 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted) {
 		err = s.indexThread(ctx, b, c.ThreadID, c.Round, c.DispatchID)
 	}
+	if err == nil && endsThread(l.LifecycleKind()) {
+		// Created records are indexed above first, so the thread's end
+		// finds this dispatch in its index.
+		if created {
+			err = s.indexThread(ctx, b, c.ThreadID, c.Round, c.DispatchID)
+		}
+		if err == nil {
+			err = s.expireThread(ctx, b, c.ThreadID, log)
+		}
+	}
 	if err != nil {
 		log.Warn("projection: temporary failure, redelivering", "id", e.ID(), "err", err)
 		return retryLate
@@ -136,14 +147,23 @@ func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l l
 		}
 		applyEvent(&rec, ref, l)
 		rec.UpdatedAt = time.Now().UTC()
+		if endsThread(l.LifecycleKind()) && rec.ExpiresAt == nil {
+			// The thread ends: this write already carries the record's TTL
+			// (retention.go does the rest of the thread).
+			exp := rec.UpdatedAt.Add(s.cfg.Retention).Truncate(time.Second)
+			rec.ExpiresAt = &exp
+		}
 		data, err := json.Marshal(rec)
 		if err != nil {
 			return rec, false, fmt.Errorf("dispatcher: encode record: %w", err)
 		}
-		if created {
+		switch {
+		case created && rec.ExpiresAt != nil:
+			_, err = b.dispatches.Create(ctx, c.DispatchID, data, jetstream.KeyTTL(retention.TTL(*rec.ExpiresAt)))
+		case created:
 			_, err = b.dispatches.Create(ctx, c.DispatchID, data)
-		} else {
-			_, err = b.dispatches.Update(ctx, c.DispatchID, data, rev)
+		default:
+			_, err = s.write(ctx, b, c.DispatchID, data, rev, rec.ExpiresAt)
 		}
 		if err == nil {
 			var reason lifecycle.Reason

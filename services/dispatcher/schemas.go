@@ -9,6 +9,21 @@ import (
 	"github.com/agora-dispatch/agora/schema"
 )
 
+// httpOpenAPI serves GET /v1/openapi.json: the HTTP API's OpenAPI 3.1
+// document, bundled with the event schemas it refers to.
+func (s *Service) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
+	b, err := schema.OpenAPI()
+	if err != nil {
+		s.log.Error("openapi document", "err", err)
+		writeProblem(w, r, &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusInternalServerError,
+			Detail: "the OpenAPI document could not be built"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	_, _ = w.Write(b)
+}
+
 // httpSchema serves GET /v1/schemas/{name}: the JSON Schema an event's
 // dataschema names (schema/cloudevents/<name>), and asyncapi.yaml, from the
 // copy built into the binary, so the contract is readable from a running

@@ -1,4 +1,4 @@
-// Package dispatcher is Agora's front door (DESIGN §1–3).
+// Package dispatcher is Agora's front door (docs/design.md §1–3).
 //
 // It takes dispatch requests through three doors that share one code path:
 // the AGORA_REQUESTS stream (durable consumer `dispatcher`), the NATS micro
@@ -86,6 +86,8 @@ type bindings struct {
 	events     jetstream.Stream
 	subagents  jetstream.KeyValue
 	dispatches jetstream.KeyValue
+	questions  jetstream.KeyValue    // closed questions of ended threads get their TTL here
+	state      jetstream.ObjectStore // partial-state objects, deleted when their thread ends
 }
 
 // New checks cfg and prepares a dispatcher. It connects to NATS when
@@ -106,6 +108,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
+	}
+	if err := reg.Register(newConsumerLag(s)); err != nil {
+		return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 	}
 	s.metrics = m
 	s.source = lifecycle.Source("dispatcher", cfg.ID)
@@ -151,6 +156,12 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	}
 	if b.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketDispatches, err)
+	}
+	if b.questions, err = js.KeyValue(ctx, lifecycle.BucketQuestions); err != nil {
+		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketQuestions, err)
+	}
+	if b.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
+		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
 	}
 	s.b = b
 	return b, nil

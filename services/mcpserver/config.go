@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/seal"
 )
 
 // Config is the MCP server's configuration, read from AGORA_* variables
@@ -79,7 +79,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.StateKey != "" {
-		if _, err := decodeKey(c.StateKey); err != nil {
+		if _, err := seal.DecodeKey(c.StateKey); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", v("StateKey"), err))
 		}
 	}
@@ -93,20 +93,6 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("ProgressEvery"), c.ProgressEvery))
 	}
 	return errors.Join(errs...)
-}
-
-// decodeKey reads a 32-byte base64 key.
-func decodeKey(s string) ([]byte, error) {
-	s = strings.TrimSpace(s)
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
-		if b, err := enc.DecodeString(s); err == nil {
-			if len(b) != 32 {
-				return nil, fmt.Errorf("the key is %d bytes; want 32 (e.g. `openssl rand -base64 32`)", len(b))
-			}
-			return b, nil
-		}
-	}
-	return nil, errors.New("not base64; want 32 random bytes in base64 (e.g. `openssl rand -base64 32`)")
 }
 
 // loopback reports whether a listen host is reachable only from this

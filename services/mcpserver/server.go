@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -68,7 +69,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	key := make([]byte, 32)
 	if cfg.StateKey != "" {
-		key, _ = decodeKey(cfg.StateKey)
+		key, _ = seal.DecodeKey(cfg.StateKey)
 	} else if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}

@@ -2,17 +2,13 @@ package mcpserver
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -47,54 +43,25 @@ var (
 )
 
 // sealer seals and opens request states with one key.
-type sealer struct{ aead cipher.AEAD }
+type sealer struct{ s *seal.Sealer }
 
 func newSealer(key []byte) (*sealer, error) {
-	if len(key) != 32 {
-		return nil, fmt.Errorf("mcpserver: the state key is %d bytes; want 32", len(key))
-	}
-	block, err := aes.NewCipher(key)
+	s, err := seal.New(key, stateVersion)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mcpserver: state key: %w", err)
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &sealer{aead: aead}, nil
+	return &sealer{s: s}, nil
 }
 
 // seal returns the sealed form of st: "v1." + base64url(nonce ‖ ciphertext).
 // The version is authenticated as additional data.
-func (s *sealer) seal(st state) (string, error) {
-	plain, err := json.Marshal(st)
-	if err != nil {
-		return "", err
-	}
-	nonce := make([]byte, s.aead.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		return "", err
-	}
-	out := s.aead.Seal(nonce, nonce, plain, []byte(stateVersion))
-	return stateVersion + base64.RawURLEncoding.EncodeToString(out), nil
-}
+func (s *sealer) seal(st state) (string, error) { return s.s.Seal(st) }
 
 // open verifies and decodes a sealed state for principal at now. It does
 // not consume it.
 func (s *sealer) open(sealed, principal string, now time.Time) (state, error) {
-	if len(sealed) <= len(stateVersion) || sealed[:len(stateVersion)] != stateVersion {
-		return state{}, errStateInvalid
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(sealed[len(stateVersion):])
-	if err != nil || len(raw) < s.aead.NonceSize() {
-		return state{}, errStateInvalid
-	}
-	plain, err := s.aead.Open(nil, raw[:s.aead.NonceSize()], raw[s.aead.NonceSize():], []byte(stateVersion))
-	if err != nil {
-		return state{}, errStateInvalid
-	}
 	var st state
-	if err := json.Unmarshal(plain, &st); err != nil || st.ID == "" || st.ThreadID == "" || st.QuestionID == "" {
+	if err := s.s.Open(sealed, &st); err != nil || st.ID == "" || st.ThreadID == "" || st.QuestionID == "" {
 		return state{}, errStateInvalid
 	}
 	if st.Principal != principal {
@@ -121,8 +88,4 @@ func consume(ctx context.Context, kv jetstream.KeyValue, st state) error {
 }
 
 // newStateID returns a random state id (a valid KV key).
-func newStateID() string {
-	b := make([]byte, 18)
-	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
+func newStateID() string { return seal.RandomID() }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -86,11 +88,20 @@ func (d door) refuse(r *record, sub *Submission) string {
 }
 
 // submit handles one answer or decline that came through d and returns
-// the reply for its sender. Every attempt lands in the question's history
-// with its door.
+// the reply for its sender, in the span agora.question.answer
+// (docs/tracing.md).
 func (s *Service) submit(ctx context.Context, sub Submission, d door) client.AnswerReply {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	ctx, span := s.answerSpan(ctx, sub, d)
+	rep := s.submitAnswer(ctx, sub, d)
+	endAnswer(span, rep)
+	return rep
+}
+
+// submitAnswer handles one answer or decline. Every attempt lands in the
+// question's history with its door.
+func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) client.AnswerReply {
 	via := d.via
 	qid := sub.QuestionID
 	if err := lifecycle.ValidToken(qid); err != nil {
@@ -111,7 +122,7 @@ func (s *Service) submit(ctx context.Context, sub Submission, d door) client.Ans
 		cancelled  bool
 		outcome    lifecycle.QuestionEvent
 	)
-	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
+	r, changed, err := s.store.update(ctx, qid, traced(telemetry.Or(ctx, ""), func(r *record) (bool, error) {
 		now := time.Now().UTC()
 		a := attempt{At: now, Via: via, Door: d.subject, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
 			Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32)}
@@ -182,7 +193,7 @@ func (s *Service) submit(ctx context.Context, sub Submission, d door) client.Ans
 			reply.Reason = "the thread ends " + r.Outcome + ": the answer is not re-dispatched"
 		}
 		return true, nil
-	})
+	}))
 	switch {
 	case errors.Is(err, errNoQuestion):
 		return s.reply(via, s.unknown(ctx, qid))
@@ -402,6 +413,7 @@ func (s *Service) unknown(ctx context.Context, qid string) client.AnswerReply {
 // microAnswer serves agora.api.answer, which answers any route, and
 // agora.api.answer.<route>, which answers only questions on that route.
 func (s *Service) microAnswer(ctx context.Context, req micro.Request) {
+	ctx = telemetry.Remote(ctx, req.Headers().Get(lifecycle.TraceparentExtension))
 	d := door{via: viaAPI, subject: req.Subject()}
 	if d.subject != lifecycle.APIAnswer {
 		d.via = viaRouteAPI
@@ -414,14 +426,30 @@ func (s *Service) microAnswer(ctx context.Context, req micro.Request) {
 		}
 		d.route = route
 	}
-	var sub Submission
 	var rep client.AnswerReply
-	if err := json.Unmarshal(req.Data(), &sub); err != nil {
-		rep = s.reply(d.via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "the body is not a JSON answer: " + err.Error()})
+	if sub, reason := decodeSubmission(req.Data()); reason != "" {
+		rep = s.reply(d.via, client.AnswerReply{Status: client.AnswerInvalid, Reason: reason})
 	} else {
 		rep = s.submit(ctx, sub, d)
 	}
 	s.respond(req, rep)
+}
+
+// decodeSubmission reads an answer strictly: a misspelt field ("anwser")
+// is refused, naming it, rather than read as an empty answer. The reason
+// is "" when the body is a valid submission.
+func decodeSubmission(data []byte) (Submission, string) {
+	var sub Submission
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&sub)
+	if err == nil {
+		return sub, ""
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return sub, fmt.Sprintf("unknown field %s: an answer has question_id, route, answer, decision, answered_by, comment, decline and reason", clip.String(name, 64))
+	}
+	return sub, "the body is not a JSON answer: " + err.Error()
 }
 
 func (s *Service) respond(req micro.Request, rep client.AnswerReply) {
@@ -442,13 +470,14 @@ func (s *Service) onAnswerMsg(ctx context.Context, m jetstream.Msg) verdict {
 		log.Error("undecodable answer terminated", "err", err)
 		return term("undecodable")
 	}
+	ctx = telemetry.Remote(ctx, lifecycle.Traceparent(e))
 	if e.Type() != lifecycle.TypeAnswerSubmitted {
 		log.Warn("not an answer: skipped", "type", e.Type(), "id", e.ID())
 		return ack
 	}
-	var sub Submission
-	if err := json.Unmarshal(e.Data(), &sub); err != nil {
-		log.Error("answer with bad data terminated", "id", e.ID(), "err", err)
+	sub, reason := decodeSubmission(e.Data())
+	if reason != "" {
+		log.Error("answer refused and terminated", "id", e.ID(), "reason", reason)
 		return term("bad data")
 	}
 	// The subject permissions scope agora.answers.<route>.> by route, so

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -47,7 +48,9 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return ack
 	}
 	qid := ni.QuestionID
-	log = log.With("question_id", qid, "dispatch_id", ni.DispatchID, "thread_id", ni.ThreadID).With(logging.Trace(lifecycle.Traceparent(e))...)
+	ctx, span := askSpan(ctx, e, ni, m.Subject())
+	defer span.End()
+	log = log.With("question_id", qid, "dispatch_id", ni.DispatchID, "thread_id", ni.ThreadID).With(logging.Trace(telemetry.Or(ctx, lifecycle.Traceparent(e)))...)
 
 	mu := s.lock(qid)
 	mu.Lock()
@@ -80,11 +83,13 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return retryIn(time.Second)
 	}
 
-	r, err := s.newRecord(ctx, ni, lifecycle.Traceparent(e), drec)
+	r, err := s.newRecord(ctx, ni, telemetry.Or(ctx, lifecycle.Traceparent(e)), drec)
 	if err != nil {
 		log.Error("cannot build the question: skipped", "err", err)
 		return ack
 	}
+	r.traceNew(telemetry.Or(ctx, ""))
+	span.SetAttributes(telemetry.KeyRoute.String(r.Route))
 	flush := func() error { return s.flush(ctx, qid) }
 	if _, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
 		log.Debug("question created by another router")

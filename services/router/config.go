@@ -18,7 +18,7 @@ type Config struct {
 	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
 	// NATSCreds is a NATS credentials file.
 	NATSCreds string `envconfig:"NATS_CREDS"`
-	// RoutesFile is the routing file (DESIGN §6). Empty: every question
+	// RoutesFile is the routing file (docs/design.md §6). Empty: every question
 	// goes to the route `human` (DefaultRoutes).
 	RoutesFile string `envconfig:"ROUTER_CONFIG"`
 	// HTTPAddr serves /metrics and /healthz when set.

@@ -1,8 +1,10 @@
 package router_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -165,4 +167,27 @@ func TestGenericDoorAnswersAnyRoute(t *testing.T) {
 	if got, _ := e.lastEntry(qid); got != (entry{"api", "agora.api.answer", "", "accepted", "accepted"}) {
 		t.Errorf("history = %+v", got)
 	}
+}
+
+// An answer with a misspelt field is refused, naming it, and the question
+// still waits: "anwser" is not read as an empty answer.
+func TestAnswerWithUnknownFieldIsRefused(t *testing.T) {
+	e := newEnv(t, "routes:\n  - name: human\n")
+	e.startRouter(e.config())
+	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "s"}, Question: "?"}, lifecycle.Request{}, "")
+	e.waitStatus(qid, "asked")
+	for _, subject := range []string{lifecycle.APIAnswer, "agora.api.answer.human"} {
+		m, err := e.nc.Request(subject, []byte(`{"question_id":"`+qid+`","anwser":"yes","answered_by":"op"}`), 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep client.AnswerReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Status != client.AnswerInvalid || !strings.Contains(rep.Reason, `unknown field "anwser"`) {
+			t.Errorf("%s: %+v, want invalid naming the field", subject, rep)
+		}
+	}
+	e.waitStatus(qid, "asked")
 }

@@ -381,7 +381,9 @@ func (s *Service) publish(ctx context.Context, r *record, p pending) error {
 	if d == nil {
 		return nil
 	}
-	e, err := lifecycle.New(s.source, d, lifecycle.WithTraceparent(r.Traceparent))
+	ctx, span, opt := s.publishSpan(ctx, r, p)
+	defer span.End()
+	e, err := lifecycle.New(s.source, d, opt)
 	if err != nil {
 		return fmt.Errorf("router: build %s: %w", p.ID, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -47,6 +48,10 @@ type record struct {
 	Asks int `json:"asks"`
 	// Declined lists the routes whose answerers declined the question.
 	Declined []string `json:"declined,omitempty"`
+	// ExpiresAt is set by the dispatcher when the question's thread has
+	// ended (docs/design.md §2, "Retention"); every later write keeps the
+	// record expiring then.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
 	// PartialState is the sub-agent's state when it travelled inline;
 	// otherwise PartialStateRef names the object in agora_state.
@@ -116,6 +121,9 @@ type pending struct {
 	// Resume is the re-dispatch, built from the record when published
 	// (so the input is not stored twice).
 	Resume bool `json:"resume,omitempty"`
+	// Trace is the traceparent of the span that queued the event, which
+	// the event carries as is (tracing on; docs/tracing.md).
+	Trace string `json:"trace,omitempty"`
 }
 
 // data is the event data of p; r is the record it belongs to.
@@ -197,7 +205,10 @@ var errConflict = errors.New("router: record changed concurrently")
 var errNoQuestion = errors.New("router: no such question")
 
 // store reads and writes question records with compare-and-set.
-type store struct{ kv jetstream.KeyValue }
+type store struct {
+	kv jetstream.KeyValue
+	js jetstream.JetStream
+}
 
 func (st store) get(ctx context.Context, qid string) (*record, uint64, error) {
 	e, err := st.kv.Get(ctx, qid)
@@ -238,8 +249,13 @@ func (st store) put(ctx context.Context, r *record, rev uint64) (uint64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("router: encode question %s: %w", r.QuestionID, err)
 	}
-	n, err := st.kv.Update(ctx, r.QuestionID, b, rev)
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	var n uint64
+	if r.ExpiresAt != nil && st.js != nil {
+		n, err = retention.Update(ctx, st.js, lifecycle.BucketQuestions, r.QuestionID, b, rev, *r.ExpiresAt)
+	} else {
+		n, err = st.kv.Update(ctx, r.QuestionID, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, retention.ErrConflict) {
 		return 0, errConflict
 	}
 	if err != nil {

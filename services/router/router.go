@@ -1,5 +1,5 @@
 // Package router turns a sub-agent's question into an answer and the
-// answer into the thread's next round (DESIGN §3.4, §6).
+// answer into the thread's next round (docs/design.md §3.4, §6).
 //
 // The router consumes `needs_input` events (durable consumer `router` on
 // AGORA_LIFECYCLE). For each it creates a question record in the
@@ -217,7 +217,7 @@ func (s *Service) bindOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketQuestions, err)
 	}
-	s.store = store{kv: kv}
+	s.store = store{kv: kv, js: js}
 	if s.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
 		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketDispatches, err)
 	}

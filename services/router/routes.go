@@ -15,7 +15,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
 
-// Routes is a parsed and validated routing file (DESIGN §6). A Routes value
+// Routes is a parsed and validated routing file (docs/design.md §6). A Routes value
 // is immutable and safe for concurrent use.
 type Routes struct {
 	source   string

@@ -96,7 +96,7 @@ func (s *Service) lastEvent(ctx context.Context, c lifecycle.Common) (lastEvent,
 // fencedMsg builds the message for d, to be stored only while the chain's
 // last event is still j.fence.
 func (s *Service) fencedMsg(j *job, d lifecycle.Data) (*nats.Msg, error) {
-	_, m, err := lifecycle.Message(s.source, d, lifecycle.WithTraceparent(j.trace))
+	_, m, err := lifecycle.Message(s.source, d, j.traceOption())
 	if err != nil {
 		return nil, err
 	}

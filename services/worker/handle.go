@@ -16,9 +16,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -30,6 +33,7 @@ type job struct {
 	req         *lifecycle.Request
 	common      lifecycle.Common
 	trace       string
+	traceExact  bool // trace is the run span's own (tracing on): events carry it as is
 	attempt     int
 	fence       uint64                 // sequence of the dispatch's last event as this run knows it (fence.go)
 	started     jetstream.PubAckFuture // the async `started` publish, when it went out
@@ -73,9 +77,12 @@ func (s *Service) Handle(ctx context.Context, msg jetstream.Msg) Outcome {
 	j.req = req
 	j.trace = lifecycle.Traceparent(ev)
 	j.common = lifecycle.Common{DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round, Subagent: req.Subagent}
+	ctx, span := s.runSpan(ctx, j, ev.Time(), msg.Subject())
 	j.log = s.log.With("dispatch_id", req.DispatchID, "thread_id", req.ThreadID, "round", req.Round, "attempt", j.attempt, "subagent", req.Subagent).
 		With(logging.Trace(j.trace)...)
-	return s.handle(ctx, j)
+	o := s.handle(ctx, j)
+	endRun(span, o)
+	return o
 }
 
 func (s *Service) handle(ctx context.Context, j *job) Outcome {
@@ -109,7 +116,9 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	// claim waits for its acknowledgement before the runtime starts.
 	j.started, j.startedSent = s.publishAsync(j, s.startedData(j)), true
 
-	inv, err := s.prepare(ctx, j, def)
+	pctx, pspan := telemetry.Tracer().Start(ctx, "agora.run.workspace")
+	inv, err := s.prepare(pctx, j, def)
+	telemetry.End(pspan, err)
 	ws := inv.Workspace
 	j.ws = ws
 	cleanup := func() {
@@ -140,6 +149,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	}
 	rt := s.runtimes[def.Runtime]
 
+	_, procSpan := telemetry.Tracer().Start(ctx, "agora.run.process", trace.WithAttributes(attribute.String("agora.runtime", string(def.Runtime))))
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	resCh := make(chan Result, 1)
@@ -198,6 +208,8 @@ wait:
 		}
 	}
 	prog.finish()
+	procSpan.SetAttributes(attribute.Int("process.exit.code", res.ExitCode))
+	procSpan.End()
 	cause := context.Cause(runCtx)
 	if errors.Is(cause, context.Canceled) && ctx.Err() == nil {
 		cause = nil // our own deferred stop has not run yet; nothing cancelled the run
@@ -213,7 +225,7 @@ wait:
 	return o
 }
 
-// resolve turns a finished run into its one terminal event (DESIGN §3.3).
+// resolve turns a finished run into its one terminal event (docs/design.md §3.3).
 func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, ws string, res Result, cause error, cancelBy, cancelReason string) Outcome {
 	dur := time.Since(j.start).Milliseconds()
 	exit := &res.ExitCode
@@ -246,7 +258,10 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		}
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: cancelBy, Reason: cancelReason}, res.ExitCode, "")
 	}
+	_, sspan := telemetry.Tracer().Start(ctx, "agora.run.sentinel")
 	rsl, err := sentinel.Resolve(ws)
+	sspan.SetAttributes(attribute.String("agora.sentinel", rsl.Status.String()))
+	telemetry.End(sspan, err)
 	if err != nil {
 		return failed(lifecycle.ReasonWorkerFailed, "sentinel: "+err.Error())
 	}
@@ -323,7 +338,10 @@ func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exi
 		}
 		*outs = o
 	}
-	stored, last, err := s.publishFenced(ctx, j, d)
+	pctx, pspan := telemetry.Tracer().Start(ctx, "agora.run.publish", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("agora.kind", string(d.LifecycleKind()))))
+	stored, last, err := s.publishFenced(pctx, j, d)
+	telemetry.End(pspan, err)
 	if err != nil {
 		return s.retryLater(j, err)
 	}

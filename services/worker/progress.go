@@ -159,7 +159,7 @@ func (p *progressTail) flush(force bool) {
 	p.seq++
 	d := *p.latest
 	d.Seq, d.Lines, d.Skipped = p.seq, p.lines, p.skipped
-	_, m, err := lifecycle.Message(p.s.source, &d, lifecycle.WithTraceparent(p.j.trace))
+	_, m, err := lifecycle.Message(p.s.source, &d, p.j.traceOption())
 	if err != nil {
 		p.j.log.Warn("progress report not built", "err", err)
 		return

@@ -116,7 +116,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.log = s.log.With("service", "worker", "worker_id", cfg.ID)
 	reg, gatherer := svc.Registry(deps.Registerer)
 	s.gatherer = gatherer
-	m, err := newMetrics(reg)
+	m, err := newMetrics(reg, cfg.Concurrency)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 )
@@ -41,6 +42,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "agent-answerer:", lerr)
 		return 1
 	}
+	stopTraces, terr := telemetry.Start(ctx, "agora-agent-answerer", log)
+	if terr != nil {
+		fmt.Fprintln(os.Stderr, "agent-answerer:", terr)
+		return 1
+	}
+	defer stopTraces()
 	var s settings
 	if err := config.Load(&s); err != nil {
 		fmt.Fprintln(os.Stderr, "agent-answerer:", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/agora-dispatch/agora/answerers/slack"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 )
 
 func main() { os.Exit(run()) }
@@ -34,6 +35,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "slack-answerer:", lerr)
 		return 1
 	}
+	stopTraces, terr := telemetry.Start(ctx, "agora-slack-answerer", log)
+	if terr != nil {
+		fmt.Fprintln(os.Stderr, "slack-answerer:", terr)
+		return 1
+	}
+	defer stopTraces()
 	var cfg slack.Config
 	if err := config.Load(&cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "slack-answerer:", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 )
 
@@ -43,6 +44,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "sqldb-answerer:", lerr)
 		return 1
 	}
+	stopTraces, terr := telemetry.Start(ctx, "agora-sqldb-answerer", log)
+	if terr != nil {
+		fmt.Fprintln(os.Stderr, "sqldb-answerer:", terr)
+		return 1
+	}
+	defer stopTraces()
 	var s settings
 	if err := config.Load(&s); err != nil {
 		fmt.Fprintln(os.Stderr, "sqldb-answerer:", err)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/provision"
 	agorasvc "github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 )
 
@@ -38,6 +40,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "dispatcher:", err)
 		return 1
 	}
+	stopTraces, terr := telemetry.Start(ctx, "agora-dispatcher", log)
+	if terr != nil {
+		fmt.Fprintln(os.Stderr, "dispatcher:", terr)
+		return 1
+	}
+	defer stopTraces()
 	svc, err := dispatcher.New(cfg, dispatcher.Deps{Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -74,5 +82,6 @@ func ensure(ctx context.Context, cfg dispatcher.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return provision.Ensure(ctx, js, provision.Config{Replicas: cfg.ProvisionReplicas})
+	return provision.Ensure(ctx, js, provision.Config{Replicas: cfg.ProvisionReplicas, Retention: cfg.Retention,
+		Changed: func(what string) { slog.Info("provisioned: " + what) }})
 }

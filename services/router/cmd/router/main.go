@@ -17,6 +17,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/services/router"
 )
 
@@ -30,6 +31,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "router:", lerr)
 		return 1
 	}
+	stopTraces, terr := telemetry.Start(ctx, "agora-router", log)
+	if terr != nil {
+		fmt.Fprintln(os.Stderr, "router:", terr)
+		return 1
+	}
+	defer stopTraces()
 
 	var cfg router.Config
 	if err := config.Load(&cfg); err != nil {

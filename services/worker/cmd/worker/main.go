@@ -18,6 +18,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/services/worker"
 )
 
@@ -33,6 +34,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "worker:", lerr)
 		return 1
 	}
+	stopTraces, terr := telemetry.Start(ctx, "agora-worker", log)
+	if terr != nil {
+		fmt.Fprintln(os.Stderr, "worker:", terr)
+		return 1
+	}
+	defer stopTraces()
 
 	var cfg worker.Config
 	if err := config.Load(&cfg); err != nil {
