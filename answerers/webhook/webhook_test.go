@@ -17,8 +17,8 @@ import (
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/answerers/webhook"
-	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
