@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,17 @@ type HistoryReport struct {
 	// after the retention passed (percent of one core).
 	IdleCPUPercent float64 `json:"idle_cpu_percent"`
 	PeakRSSMiB     float64 `json:"peak_rss_mib"`
+	// Storage is what every stream held at the peak, all threads finished
+	// and none expired yet: the capacity figures per thread.
+	Storage []StreamBytes `json:"storage"`
+}
+
+// StreamBytes is one stream's size at the peak.
+type StreamBytes struct {
+	Stream    string  `json:"stream"`
+	Messages  uint64  `json:"messages"`
+	Bytes     uint64  `json:"bytes"`
+	PerThread float64 `json:"bytes_per_thread"`
 }
 
 // historyRuntime asks on round 0 and finishes on round 1, in process.
@@ -286,6 +298,23 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		return rep, err
 	}
 	rep.Points = append(rep.Points, p)
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return rep, err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.Storage = append(rep.Storage, StreamBytes{Stream: name, Messages: info.State.Msgs, Bytes: info.State.Bytes,
+			PerThread: float64(info.State.Bytes) / float64(cfg.Threads)})
+	}
+	if err := names.Err(); err != nil {
+		return rep, err
+	}
+	sort.Slice(rep.Storage, func(i, j int) bool { return rep.Storage[i].Stream < rep.Storage[j].Stream })
 	wait := cfg.Retention + 5*time.Second
 	say("all %d threads finished in %.0fs; waiting %s for the retention to pass", cfg.Threads, rep.Seconds, wait)
 	select {
@@ -364,4 +393,16 @@ func PrintHistory(w io.Writer, rep HistoryReport) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\npeak RSS %.1f MiB; idle CPU after the retention %.2f%% of one core\n", rep.PeakRSSMiB, rep.IdleCPUPercent)
+	if len(rep.Storage) > 0 {
+		fmt.Fprintf(w, "\nstorage at the peak (%d finished threads of two rounds each, none expired yet):\n", rep.Threads)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "stream\tmessages\tMiB\tbytes per thread\t")
+		var total float64
+		for _, s := range rep.Storage {
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.0f\t\n", s.Stream, s.Messages, mib(s.Bytes), s.PerThread)
+			total += s.PerThread
+		}
+		fmt.Fprintf(tw, "total\t\t\t%.0f\t\n", total)
+		_ = tw.Flush()
+	}
 }

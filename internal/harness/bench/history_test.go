@@ -11,9 +11,9 @@ import (
 // record of the finished threads.
 func TestHistoryScenario(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a 30-second scenario")
+		t.Skip("a 40-second scenario")
 	}
-	rep, err := bench.History(t.Context(), bench.HistoryConfig{Threads: 40, Retention: 2 * time.Second, InFlight: 8, Slots: 4}, t.Output())
+	rep, err := bench.History(t.Context(), bench.HistoryConfig{Threads: 40, Retention: 15 * time.Second, InFlight: 8, Slots: 4}, t.Output())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +26,17 @@ func TestHistoryScenario(t *testing.T) {
 	}
 	if after.DispatchKeys != 0 || after.QuestionKeys != 0 {
 		t.Errorf("after the retention: %d dispatch keys, %d question keys; want none", after.DispatchKeys, after.QuestionKeys)
+	}
+	// The capacity figures: every thread left records, events and
+	// questions behind at the peak.
+	perThread := map[string]float64{}
+	for _, s := range rep.Storage {
+		perThread[s.Stream] = s.PerThread
+	}
+	for _, stream := range []string{"KV_agora_dispatches", "KV_agora_questions", "AGORA_LIFECYCLE", "AGORA_QUESTIONS"} {
+		if perThread[stream] <= 0 {
+			t.Errorf("storage of %s at the peak: %v bytes per thread (all: %+v)", stream, perThread[stream], rep.Storage)
+		}
 	}
 	if rep.ThreadsPerSecond <= 0 || after.RSSMiB <= 0 || after.HeapMiB <= 0 {
 		t.Errorf("report %+v", rep)
