@@ -41,6 +41,8 @@ type Config struct {
 	// WorkspaceRoot is where the workers make workspaces (default: a
 	// temporary directory), to compare file systems.
 	WorkspaceRoot string
+	// Breakdown prints the traced row's per-stage timings (its spans).
+	Breakdown bool
 }
 
 func (c Config) withDefaults() Config {
@@ -96,6 +98,11 @@ type Report struct {
 	// Artifacts are the upload throughput rows: a raw object-store put and
 	// the worker path with one artifact per dispatch, same size, same run.
 	Artifacts []ArtifactRow `json:"artifacts"`
+	// TracedSpans is how many spans the traced row exported, Stages the
+	// per-stage timings they give (printed with Breakdown).
+	TracedSpans int     `json:"traced_spans"`
+	Stages      []Stage `json:"stages"`
+	breakdown   bool
 }
 
 // ArtifactRow is one artifact upload figure.
@@ -112,7 +119,15 @@ type ArtifactRow struct {
 type scenario struct {
 	name string
 	do   func(ctx context.Context, id string) error
+	// phase, when set, is told as measure starts each phase.
+	phase func(name string)
 }
+
+// The phases of measure.
+const (
+	phaseSerial     = "serial"
+	phaseThroughput = "throughput"
+)
 
 // Run measures every scenario and returns the report.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
@@ -199,6 +214,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		row.baseline = rt.baseline
 		rep.Rows = append(rep.Rows, row)
 	}
+	say("measuring the end-to-end no-op path with tracing on")
+	trow, spans, stages, err := traced(ctx, srv.ClientURL(), js, wsRoot, cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	rep.Rows, rep.TracedSpans, rep.Stages, rep.breakdown = append(rep.Rows, trow), spans, stages, cfg.Breakdown
 	say("measuring artifact upload")
 	arts, err := artifactUpload(ctx, srv.ClientURL(), js, wsRoot, cfg)
 	if err != nil {
@@ -246,6 +267,9 @@ func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
 		}
 	}
 	lat := make([]time.Duration, 0, cfg.Serial)
+	if sc.phase != nil {
+		sc.phase(phaseSerial)
+	}
 	for range cfg.Serial {
 		t0 := time.Now()
 		if err := sc.do(ctx, lifecycle.NewID()); err != nil {
@@ -261,6 +285,9 @@ func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
 	ids := make(chan string)
 	errs := make(chan error, cfg.Concurrency)
 	var wg sync.WaitGroup
+	if sc.phase != nil {
+		sc.phase(phaseThroughput)
+	}
 	t0 := time.Now()
 	for range cfg.Concurrency {
 		wg.Go(func() {
@@ -575,6 +602,16 @@ func Print(w io.Writer, r Report) {
 			fmt.Fprintf(tw, "%s\t%.1f\t%s\n", a.Scenario, a.MiBPerSecond, ratio)
 		}
 		tw.Flush()
+	}
+	if r.breakdown && len(r.Stages) > 0 {
+		fmt.Fprintf(w, "\nstages of the traced row, its serial round trips (%d spans exported in all; docs/tracing.md names them)\n", r.TracedSpans)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "span\tcount\tp50 ms\tp99 ms")
+		for _, st := range r.Stages {
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\n", st.Span, st.Count, st.P50MS, st.P99MS)
+		}
+		_ = tw.Flush()
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "ratios: no-op rows against the first baseline, exec rows against the fork/exec baseline\n")
 	fmt.Fprintf(w, "concurrency %d; workspaces under %s; sandbox %s via %s; peak RSS %.1f MiB\n", r.Concurrency, r.WorkspaceRoot, r.SandboxMode, r.Launcher, r.PeakRSSMiB)

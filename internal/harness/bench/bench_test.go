@@ -1,0 +1,54 @@
+package bench_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/agora-dispatch/agora/internal/harness/bench"
+)
+
+// A small run measures every row, and the traced row's spans reach the
+// in-process receiver and give the per-stage breakdown of its serial round
+// trips. Nothing here asserts a timing.
+func TestRunMeasuresEveryRow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole path several times")
+	}
+	const serial = 30
+	rep, err := bench.Run(t.Context(), bench.Config{Serial: serial, Throughput: 60, Concurrency: 4, Breakdown: true}, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var traced *bench.Row
+	for i, r := range rep.Rows {
+		if r.P50MS <= 0 {
+			t.Errorf("row %q: p50 %v", r.Scenario, r.P50MS)
+		}
+		if strings.Contains(r.Scenario, "tracing on") {
+			traced = &rep.Rows[i]
+		}
+	}
+	if traced == nil || traced.PerSecond <= 0 || traced.Baseline == "" {
+		t.Fatalf("no traced row with a rate and a baseline: %+v", rep.Rows)
+	}
+	// Warm-up, serial and throughput dispatches each export a span per
+	// stage; the breakdown counts the serial ones only.
+	if rep.TracedSpans < 8*(20+serial+60) {
+		t.Errorf("%d spans exported, want at least 8 per dispatch", rep.TracedSpans)
+	}
+	stages := map[string]bench.Stage{}
+	for _, s := range rep.Stages {
+		stages[s.Span] = s
+	}
+	for _, name := range []string{"agora.dispatch", "agora.dispatch.validate", "agora.queue", "agora.run", "agora.run.workspace", "agora.run.process", "agora.run.publish"} {
+		if s, ok := stages[name]; !ok || s.Count != serial {
+			t.Errorf("stage %s: %+v, want %d serial spans (all: %+v)", name, s, serial, rep.Stages)
+		}
+	}
+	var out bytes.Buffer
+	bench.Print(&out, rep)
+	if !strings.Contains(out.String(), "stages of the traced row") || !strings.Contains(out.String(), "agora.run.workspace") {
+		t.Errorf("printed report lacks the breakdown:\n%s", out.String())
+	}
+}

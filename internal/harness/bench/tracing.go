@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agora-dispatch/agora/internal/telemetry"
+)
+
+// Stage is one kind of span of the traced row: how long that stage of the
+// path took (docs/tracing.md names the spans).
+type Stage struct {
+	Span  string  `json:"span"`
+	Count int     `json:"count"`
+	P50MS float64 `json:"p50_ms"`
+	P99MS float64 `json:"p99_ms"`
+}
+
+// otlpSink is an OTLP/HTTP trace receiver in this process: it decodes
+// every export, as a collector would, and keeps each span's duration by
+// name.
+type otlpSink struct {
+	mu    sync.Mutex
+	spans []span
+}
+
+type span struct {
+	name  string
+	start time.Time
+	dur   time.Duration
+}
+
+func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" {
+		http.Error(w, "want POST /v1/traces", http.StatusNotFound)
+		return
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req collectortrace.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
+				s.spans = append(s.spans, span{name: sp.GetName(), start: time.Unix(0, int64(start)), dur: time.Duration(end - min(start, end))})
+			}
+		}
+	}
+	s.mu.Unlock()
+	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// stages gives each span kind's timings over the spans that started
+// within [from, to): the serial round trips, one dispatch at a time, so
+// that a stage's time is its own and not time spent queueing behind
+// others.
+func (s *otlpSink) stages(from, to time.Time) []Stage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byName := map[string][]time.Duration{}
+	for _, sp := range s.spans {
+		if !sp.start.Before(from) && sp.start.Before(to) {
+			byName[sp.name] = append(byName[sp.name], sp.dur)
+		}
+	}
+	var out []Stage
+	for name, ds := range byName {
+		slices.Sort(ds)
+		pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
+		out = append(out, Stage{Span: name, Count: len(ds), P50MS: pct(0.5), P99MS: pct(0.99)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].P50MS > out[j].P50MS })
+	return out
+}
+
+// traced measures the end-to-end no-op path with tracing on as a
+// deployment turns it on (OTEL_EXPORTER_OTLP_ENDPOINT; the SDK's batch
+// processor and OTLP/HTTP exporter), every span exported to an
+// in-process receiver. It returns the row, the spans received and the
+// per-stage breakdown they give.
+func traced(ctx context.Context, url string, js jetstream.JetStream, dir string, cfg Config) (Row, int, []Stage, error) {
+	sink := &otlpSink{}
+	web := httptest.NewServer(sink)
+	defer web.Close()
+	restore := setenv(map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": web.URL, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "", "OTEL_TRACES_SAMPLER": "",
+	})
+	defer restore()
+	shutdown, err := telemetry.Setup(ctx, "agora-bench")
+	if err != nil {
+		return Row{}, 0, nil, err
+	}
+	defer otel.SetTracerProvider(noop.NewTracerProvider()) // the later rows run untraced
+	sc, stop, err := workerPath(ctx, url, js, dir, cfg.Concurrency, "noop", true)
+	if err != nil {
+		_ = shutdown(ctx)
+		return Row{}, 0, nil, err
+	}
+	sc.name = "agora end to end (request → dispatcher → worker), no-op runtime, tracing on (OTLP/HTTP to an in-process receiver)"
+	var serialFrom, serialTo time.Time
+	sc.phase = func(name string) {
+		switch name {
+		case phaseSerial:
+			serialFrom = time.Now()
+		case phaseThroughput:
+			serialTo = time.Now()
+		}
+	}
+	row, err := measure(ctx, sc, cfg)
+	stop()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if serr := shutdown(sctx); err == nil && serr != nil {
+		err = fmt.Errorf("tracing: flush: %w", serr)
+	}
+	if err != nil {
+		return Row{}, 0, nil, err
+	}
+	sink.mu.Lock()
+	n := len(sink.spans)
+	sink.mu.Unlock()
+	return row, n, sink.stages(serialFrom, serialTo), nil
+}
+
+// setenv sets the variables (an empty value unsets one) and returns the
+// function that puts the old values back.
+func setenv(vars map[string]string) (restore func()) {
+	old := map[string]*string{}
+	for k, v := range vars {
+		if was, ok := os.LookupEnv(k); ok {
+			old[k] = &was
+		} else {
+			old[k] = nil
+		}
+		if v == "" {
+			os.Unsetenv(k)
+		} else {
+			os.Setenv(k, v)
+		}
+	}
+	return func() {
+		for k, v := range old {
+			if v == nil {
+				os.Unsetenv(k)
+			} else {
+				os.Setenv(k, *v)
+			}
+		}
+	}
+}
