@@ -69,9 +69,11 @@ type HistoryReport struct {
 	// after the retention passed (percent of one core).
 	IdleCPUPercent float64 `json:"idle_cpu_percent"`
 	PeakRSSMiB     float64 `json:"peak_rss_mib"`
-	// Storage is what every stream held at the peak, all threads finished
-	// and none expired yet: the capacity figures per thread.
-	Storage []StreamBytes `json:"storage"`
+	// Storage is what every stream held after the first StorageThreads
+	// threads ended, none in flight and none expired yet: the capacity
+	// figures per thread.
+	Storage        []StreamBytes `json:"storage"`
+	StorageThreads int           `json:"storage_threads"`
 }
 
 // StreamBytes is one stream's size at the peak.
@@ -263,11 +265,60 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		return rep, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	say("pushing %d threads through ask → answer → finish (%d at once, retention %s)", cfg.Threads, cfg.InFlight, cfg.Retention)
+	// storage reads what every stream holds after n threads ended and
+	// none is in flight.
+	storage := func(n int) ([]StreamBytes, error) {
+		var out []StreamBytes
+		names := js.StreamNames(ctx)
+		for name := range names.Name() {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, StreamBytes{Stream: name, Messages: info.State.Msgs, Bytes: info.State.Bytes,
+				PerThread: float64(info.State.Bytes) / float64(n)})
+		}
+		if err := names.Err(); err != nil {
+			return nil, err
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Stream < out[j].Stream })
+		return out, nil
+	}
+	// The capacity sample: after the first sampleAt threads, with none in
+	// flight, before any has expired.
+	sampleAt := min(cfg.Threads, 1000)
 	t0 := time.Now()
+	sample := func(n int) error {
+		for done.Load() < int64(n) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		time.Sleep(500 * time.Millisecond) // the projection ends the last threads
+		if time.Since(t0) >= cfg.Retention {
+			say("  the first %d threads took longer than the retention: no capacity sample", n)
+			return nil
+		}
+		var err error
+		rep.Storage, err = storage(n)
+		rep.StorageThreads = n
+		return err
+	}
+	say("pushing %d threads through ask → answer → finish (%d at once, retention %s)", cfg.Threads, cfg.InFlight, cfg.Retention)
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for i := range cfg.Threads {
+		if i == sampleAt {
+			if err := sample(i); err != nil {
+				return rep, err
+			}
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -291,6 +342,11 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	if sampleAt == cfg.Threads {
+		if err := sample(sampleAt); err != nil {
+			return rep, err
+		}
+	}
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.ThreadsPerSecond = float64(cfg.Threads) / rep.Seconds
 	time.Sleep(time.Second) // the projection ends the last threads
@@ -298,23 +354,6 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		return rep, err
 	}
 	rep.Points = append(rep.Points, p)
-	names := js.StreamNames(ctx)
-	for name := range names.Name() {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return rep, err
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return rep, err
-		}
-		rep.Storage = append(rep.Storage, StreamBytes{Stream: name, Messages: info.State.Msgs, Bytes: info.State.Bytes,
-			PerThread: float64(info.State.Bytes) / float64(cfg.Threads)})
-	}
-	if err := names.Err(); err != nil {
-		return rep, err
-	}
-	sort.Slice(rep.Storage, func(i, j int) bool { return rep.Storage[i].Stream < rep.Storage[j].Stream })
 	wait := cfg.Retention + 5*time.Second
 	say("all %d threads finished in %.0fs; waiting %s for the retention to pass", cfg.Threads, rep.Seconds, wait)
 	select {
@@ -394,7 +433,7 @@ func PrintHistory(w io.Writer, rep HistoryReport) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\npeak RSS %.1f MiB; idle CPU after the retention %.2f%% of one core\n", rep.PeakRSSMiB, rep.IdleCPUPercent)
 	if len(rep.Storage) > 0 {
-		fmt.Fprintf(w, "\nstorage at the peak (%d finished threads of two rounds each, none expired yet):\n", rep.Threads)
+		fmt.Fprintf(w, "\nstorage after the first %d threads (two rounds each; none in flight, none expired):\n", rep.StorageThreads)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "stream\tmessages\tMiB\tbytes per thread\t")
 		var total float64

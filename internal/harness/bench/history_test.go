@@ -28,7 +28,10 @@ func TestHistoryScenario(t *testing.T) {
 		t.Errorf("after the retention: %d dispatch keys, %d question keys; want none", after.DispatchKeys, after.QuestionKeys)
 	}
 	// The capacity figures: every thread left records, events and
-	// questions behind at the peak.
+	// questions behind, read with all of them ended and none expired.
+	if rep.StorageThreads != 40 {
+		t.Errorf("storage sampled after %d threads, want all 40", rep.StorageThreads)
+	}
 	perThread := map[string]float64{}
 	for _, s := range rep.Storage {
 		perThread[s.Stream] = s.PerThread
