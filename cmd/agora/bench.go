@@ -15,6 +15,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
 	var hcfg bench.HistoryConfig
+	var pcfg bench.PendingConfig
 	var asJSON bool
 	var cpuProfile, scale string
 	cmd := &cobra.Command{
@@ -54,8 +55,18 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 				}
 				bench.PrintHistory(cmd.OutOrStdout(), rep)
 				return nil
+			case "pending":
+				rep, err := bench.Pending(cmd.Context(), pcfg, progress)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+				}
+				bench.PrintPending(cmd.OutOrStdout(), rep)
+				return nil
 			default:
-				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history", scale)}
+				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending", scale)}
 			}
 			rep, err := bench.Run(cmd.Context(), cfg, progress)
 			if err != nil {
@@ -77,7 +88,8 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after)")
+	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) or pending (questions left waiting: memory, idle CPU, list and answer latency at that size)")
+	f.IntVar(&pcfg.Questions, "questions", 10000, "--scale pending: questions left waiting")
 	f.IntVar(&hcfg.Threads, "threads", 20000, "--scale history: threads to push through")
 	f.DurationVar(&hcfg.Retention, "retention", 30*time.Second, "--scale history: the retention of finished work")
 	f.DurationVar(&hcfg.Settle, "settle", 0, "--scale history: wait this much longer after the retention and measure again (the streams' duplicate windows last 10m)")

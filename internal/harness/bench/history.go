@@ -3,35 +3,22 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/answerers/inbox"
-	"github.com/agora-dispatch/agora/internal/natsserver"
-	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
-	"github.com/agora-dispatch/agora/pkg/sentinel"
-	"github.com/agora-dispatch/agora/pkg/subagent"
-	"github.com/agora-dispatch/agora/services/dispatcher"
-	"github.com/agora-dispatch/agora/services/router"
-	"github.com/agora-dispatch/agora/services/worker"
 )
 
 // HistoryConfig sizes `agora bench --scale history`: Threads threads go
@@ -84,18 +71,6 @@ type StreamBytes struct {
 	PerThread float64 `json:"bytes_per_thread"`
 }
 
-// historyRuntime asks on round 0 and finishes on round 1, in process.
-type historyRuntime struct{}
-
-func (historyRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result {
-	if inv.Request.Round == 0 {
-		if err := sentinel.Write(inv.Workspace, sentinel.Request{Question: "A or B?", Options: []string{"A", "B"}, Kind: sentinel.KindDecision}); err != nil {
-			return worker.Result{ExitCode: -1, Err: err}
-		}
-	}
-	return worker.Result{}
-}
-
 // History runs the history scenario: the whole of Agora in this process
 // (dispatcher, worker, router, inbox and an answerer) on an embedded
 // file-store server.
@@ -117,134 +92,27 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 			fmt.Fprintf(progress, f+"\n", a...)
 		}
 	}
-	dir, err := os.MkdirTemp("", "agora-bench-history-")
+	st, err := startStack(ctx, stackConfig{Slots: cfg.Slots, Retention: cfg.Retention,
+		Extra: []func(context.Context, *client.Client, *slog.Logger) error{func(ctx context.Context, c *client.Client, log *slog.Logger) error {
+			return answerer.ServeClient(ctx, c, "human", answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
+				return answerer.Answer("A"), nil
+			}), answerer.WithConcurrency(cfg.Slots), answerer.WithLogger(log))
+		}}})
 	if err != nil {
 		return HistoryReport{}, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	var conns []*nats.Conn
-	conn := func() (*nats.Conn, error) {
-		nc, err := nats.Connect(srv.ClientURL())
-		if err == nil {
-			conns = append(conns, nc)
-		}
-		return nc, err
-	}
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
-	nc, err := conn()
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	if err := provision.Ensure(ctx, js, provision.Config{Retention: cfg.Retention}); err != nil {
-		return HistoryReport{}, err
-	}
-	defs, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	b, _ := json.Marshal(subagent.Definition{Name: "bench-history", Runtime: subagent.RuntimeExec, Command: []string{"in-process"}})
-	if _, err := defs.Put(ctx, "bench-history", b); err != nil {
-		return HistoryReport{}, err
-	}
-
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var services []func(context.Context) error
-	var readies []<-chan struct{}
-	wnc, err := conn()
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	w, err := worker.New(worker.Config{Concurrency: cfg.Slots, WorkspaceRoot: dir + "/ws", ID: "bench-history", PullExpiry: 500 * time.Millisecond},
-		worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: historyRuntime{}}})
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	services = append(services, w.Run)
-	dnc, err := conn()
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	d, err := dispatcher.New(dispatcher.Config{ID: "bench-history", Retention: cfg.Retention}, dispatcher.Deps{Conn: dnc, Logger: quiet})
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	services, readies = append(services, d.Run), append(readies, d.Ready())
-	rnc, err := conn()
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	r, err := router.New(router.Config{ID: "bench-history"}, router.Deps{Conn: rnc, Logger: quiet})
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	services, readies = append(services, r.Run), append(readies, r.Ready())
-	inc, err := conn()
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	ib, err := inbox.New(inbox.Config{DevToken: true}, inbox.Deps{Conn: inc, Logger: quiet})
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	services, readies = append(services, ib.Run), append(readies, ib.Ready())
-	cnc, err := conn()
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	c, err := client.New(cnc)
-	if err != nil {
-		return HistoryReport{}, err
-	}
-	services = append(services, func(ctx context.Context) error {
-		return answerer.ServeClient(ctx, c, "human", answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
-			return answerer.Answer("A"), nil
-		}), answerer.WithConcurrency(cfg.Slots), answerer.WithLogger(quiet))
-	})
-	sctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, run := range services {
-		wg.Go(func() { _ = run(sctx) })
-	}
-	defer func() { stop(); wg.Wait() }()
-	for _, ready := range readies {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return HistoryReport{}, ctx.Err()
-		}
-	}
+	defer st.close()
+	js, nc, c := st.js, st.nc, st.client
 
 	point := func(name string) (HistoryPoint, error) {
-		runtime.GC()
-		debug.FreeOSMemory()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		p := HistoryPoint{Point: name, HeapMiB: mib(ms.HeapInuse), RSSMiB: procKiB("VmRSS") / 1024, Goroutines: runtime.NumGoroutine()}
-		for bucket, n := range map[string]*uint64{lifecycle.BucketDispatches: &p.DispatchKeys, lifecycle.BucketQuestions: &p.QuestionKeys} {
-			s, err := js.Stream(ctx, "KV_"+bucket)
-			if err != nil {
-				return p, err
-			}
-			info, err := s.Info(ctx)
-			if err != nil {
-				return p, err
-			}
-			*n = info.State.NumSubjects
+		p := HistoryPoint{Point: name}
+		p.HeapMiB, p.RSSMiB, p.Goroutines = memory()
+		var err error
+		if p.DispatchKeys, err = st.bucketKeys(ctx, lifecycle.BucketDispatches); err != nil {
+			return p, err
 		}
-		return p, nil
+		p.QuestionKeys, err = st.bucketKeys(ctx, lifecycle.BucketQuestions)
+		return p, err
 	}
 	rep := HistoryReport{Threads: cfg.Threads, Retention: cfg.Retention.String()}
 	p, err := point("start")
@@ -324,7 +192,7 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		case <-ctx.Done():
 			return rep, ctx.Err()
 		}
-		if _, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "bench-history"}); err != nil {
+		if _, err := c.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
 			return rep, fmt.Errorf("dispatch %d: %w", i, err)
 		}
 		select {
@@ -378,9 +246,7 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		rep.Points = append(rep.Points, p)
 	}
 	say("measuring idle CPU for 10s")
-	cpu0, wall0 := procCPU(), time.Now()
-	time.Sleep(10 * time.Second)
-	rep.IdleCPUPercent = 100 * (procCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
+	rep.IdleCPUPercent = idleCPU(10 * time.Second)
 	rep.PeakRSSMiB = procKiB("VmHWM") / 1024
 	return rep, nil
 }

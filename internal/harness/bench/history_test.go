@@ -45,3 +45,24 @@ func TestHistoryScenario(t *testing.T) {
 		t.Errorf("report %+v", rep)
 	}
 }
+
+// The pending scenario leaves every question waiting, lists them through
+// the SDK and the inbox, and times answers at that size.
+func TestPendingScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 20-second scenario")
+	}
+	rep, err := bench.Pending(t.Context(), bench.PendingConfig{Questions: 40, InFlight: 8, Slots: 4, Samples: 5}, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.InboxPending != 40 || rep.ClientListCount != 40 {
+		t.Errorf("the inbox counts %d and the SDK lists %d waiting questions, want 40", rep.InboxPending, rep.ClientListCount)
+	}
+	if rep.AnswerSamples != 5 || rep.AnswerP50MS <= 0 || rep.AnswerP99MS < rep.AnswerP50MS {
+		t.Errorf("answers: %d samples, p50 %v, p99 %v", rep.AnswerSamples, rep.AnswerP50MS, rep.AnswerP99MS)
+	}
+	if rep.ClientListMS <= 0 || rep.InboxPageMS <= 0 || rep.InboxAllMS <= 0 || rep.RSSMiB <= 0 || rep.HeapMiB <= 0 {
+		t.Errorf("report %+v", rep)
+	}
+}

@@ -1,0 +1,261 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agora-dispatch/agora/answerers/inbox"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// PendingConfig sizes `agora bench --scale pending`: Questions threads
+// ask and wait, unanswered; then the scenario measures what that many
+// waiting questions cost (docs/design.md §2, "Retention": memory follows
+// pending work).
+type PendingConfig struct {
+	Questions int // default 10000
+	InFlight  int // threads asking at once; default 64
+	Slots     int // worker slots; default 16
+	Samples   int // answers timed at that size; default 20
+}
+
+// PendingReport is the scenario's result.
+type PendingReport struct {
+	Questions int     `json:"questions"`
+	Seconds   float64 `json:"seconds"` // to ask them all
+	// Memory of the whole process (dispatcher, worker, router, inbox and
+	// the embedded server, as `agora dev`) before and with every question
+	// waiting.
+	StartHeapMiB   float64 `json:"start_heap_inuse_mib"`
+	StartRSSMiB    float64 `json:"start_rss_mib"`
+	HeapMiB        float64 `json:"heap_inuse_mib"`
+	RSSMiB         float64 `json:"rss_mib"`
+	Goroutines     int     `json:"goroutines"`
+	IdleCPUPercent float64 `json:"idle_cpu_percent"` // over 10 s with every question waiting
+	// List latencies (p50 ms): every waiting question through the SDK
+	// (client.Questions, as `agora questions`), the inbox API's first page
+	// (limit 50) and all of it (limit 10000).
+	ClientListMS    float64 `json:"client_list_p50_ms"`
+	InboxPageMS     float64 `json:"inbox_page_p50_ms"`
+	InboxAllMS      float64 `json:"inbox_all_p50_ms"`
+	AnswerP50MS     float64 `json:"answer_p50_ms"` // answer submitted → its thread finished
+	AnswerP99MS     float64 `json:"answer_p99_ms"`
+	AnswerSamples   int     `json:"answer_samples"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	InboxPending    int     `json:"inbox_pending"`     // what the inbox counted
+	ClientListCount int     `json:"client_list_count"` // what the SDK listed
+}
+
+// Pending runs the pending-questions scenario on the whole of Agora in
+// this process.
+func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (PendingReport, error) {
+	if cfg.Questions <= 0 {
+		cfg.Questions = 10000
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = 64
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 16
+	}
+	if cfg.Samples <= 0 {
+		cfg.Samples = 20
+	}
+	cfg.Samples = min(cfg.Samples, cfg.Questions)
+	say := func(f string, a ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, f+"\n", a...)
+		}
+	}
+	st, err := startStack(ctx, stackConfig{Slots: cfg.Slots})
+	if err != nil {
+		return PendingReport{}, err
+	}
+	defer st.close()
+	web := httptest.NewServer(st.inbox.Handler())
+	defer web.Close()
+	rep := PendingReport{Questions: cfg.Questions}
+	rep.StartHeapMiB, rep.StartRSSMiB, _ = memory()
+
+	// A thread's first round ends with needs_input (frees an asking slot)
+	// and its second with finished (ends an answer's timing).
+	slots := make(chan struct{}, cfg.InFlight)
+	var mu sync.Mutex
+	asked := 0
+	finished := map[string]chan struct{}{}
+	sub, err := st.nc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
+		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch a.Kind {
+		case lifecycle.KindNeedsInput:
+			asked++
+			select {
+			case <-slots:
+			default: // an event published twice frees nothing more
+			}
+		case lifecycle.KindFinished:
+			if ch, ok := finished[a.ThreadID]; ok {
+				close(ch)
+				delete(finished, a.ThreadID)
+			}
+		}
+	})
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return asked }
+
+	say("asking %d questions (%d threads at once); none is answered", cfg.Questions, cfg.InFlight)
+	t0 := time.Now()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for i := range cfg.Questions {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		}
+		if _, err := st.client.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
+			return rep, fmt.Errorf("dispatch %d: %w", i, err)
+		}
+		select {
+		case <-tick.C:
+			say("  %d / %d asked", count(), cfg.Questions)
+		default:
+		}
+	}
+	// Every question asked, recorded by the router and shown by the inbox.
+	for {
+		n, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 1)
+		if err != nil {
+			return rep, err
+		}
+		if count() >= cfg.Questions && n >= cfg.Questions {
+			rep.InboxPending = n
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-tick.C:
+			say("  %d asked, %d in the inbox", count(), n)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	rep.Seconds = time.Since(t0).Seconds()
+	time.Sleep(time.Second) // the router's records and its index settle
+	rep.HeapMiB, rep.RSSMiB, rep.Goroutines = memory()
+	say("all %d waiting; measuring idle CPU for 10s", cfg.Questions)
+	rep.IdleCPUPercent = idleCPU(10 * time.Second)
+
+	say("timing the lists")
+	timed := func(n int, f func() error) (float64, error) {
+		var ds []time.Duration
+		for range n {
+			t := time.Now()
+			if err := f(); err != nil {
+				return 0, err
+			}
+			ds = append(ds, time.Since(t))
+		}
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds()) / 1000, nil
+	}
+	var qs []lifecycle.Question
+	if rep.ClientListMS, err = timed(5, func() (err error) {
+		qs, err = st.client.Questions(ctx, client.QuestionFilter{Status: "asked"})
+		return err
+	}); err != nil {
+		return rep, err
+	}
+	rep.ClientListCount = len(qs)
+	if rep.InboxPageMS, err = timed(20, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 50); return err }); err != nil {
+		return rep, err
+	}
+	if rep.InboxAllMS, err = timed(5, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 10000); return err }); err != nil {
+		return rep, err
+	}
+
+	say("timing %d answers at that size (answer submitted → thread finished)", cfg.Samples)
+	var lat []time.Duration
+	for _, q := range qs[:cfg.Samples] {
+		ch := make(chan struct{})
+		mu.Lock()
+		finished[q.ThreadID] = ch
+		mu.Unlock()
+		t := time.Now()
+		if _, err := st.client.Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "bench"}); err != nil {
+			return rep, fmt.Errorf("answer %s: %w", q.QuestionID, err)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-time.After(30 * time.Second):
+			return rep, fmt.Errorf("thread %s did not finish within 30s of its answer", q.ThreadID)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	rep.AnswerP50MS, rep.AnswerP99MS, rep.AnswerSamples = pct(0.5), pct(0.99), len(lat)
+	rep.PeakRSSMiB = procKiB("VmHWM") / 1024
+	return rep, nil
+}
+
+// inboxList asks the inbox API for up to limit pending questions and
+// returns how many are pending in all and how many came back.
+func inboxList(ctx context.Context, base, token string, limit int) (count, got int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s%s/api/questions?limit=%d", base, inbox.Prefix, limit), nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, 0, fmt.Errorf("inbox: GET questions: %s: %s", resp.Status, b)
+	}
+	var l inbox.List
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return 0, 0, fmt.Errorf("inbox: GET questions: %w", err)
+	}
+	return l.Count, len(l.Questions), nil
+}
+
+// PrintPending writes the report as a table.
+func PrintPending(w io.Writer, r PendingReport) {
+	fmt.Fprintf(w, "%d questions waiting (asked in %.0f s); the inbox counts %d, the SDK lists %d\n\n", r.Questions, r.Seconds, r.InboxPending, r.ClientListCount)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tvalue\t")
+	fmt.Fprintf(tw, "Go heap in use, start → all waiting\t%.1f → %.1f MiB\t\n", r.StartHeapMiB, r.HeapMiB)
+	fmt.Fprintf(tw, "RSS, start → all waiting\t%.1f → %.1f MiB\t\n", r.StartRSSMiB, r.RSSMiB)
+	fmt.Fprintf(tw, "goroutines, all waiting\t%d\t\n", r.Goroutines)
+	fmt.Fprintf(tw, "idle CPU, all waiting\t%.2f%% of one core\t\n", r.IdleCPUPercent)
+	fmt.Fprintf(tw, "SDK list of every waiting question (agora questions), p50\t%.1f ms\t\n", r.ClientListMS)
+	fmt.Fprintf(tw, "inbox API, first page (limit 50), p50\t%.1f ms\t\n", r.InboxPageMS)
+	fmt.Fprintf(tw, "inbox API, all (limit 10000), p50\t%.1f ms\t\n", r.InboxAllMS)
+	fmt.Fprintf(tw, "answer → thread finished, p50 / p99 (%d answers)\t%.1f / %.1f ms\t\n", r.AnswerSamples, r.AnswerP50MS, r.AnswerP99MS)
+	fmt.Fprintf(tw, "peak RSS\t%.1f MiB\t\n", r.PeakRSSMiB)
+	_ = tw.Flush()
+}
