@@ -17,7 +17,7 @@ func newBenchCmd() *cobra.Command {
 	var hcfg bench.HistoryConfig
 	var pcfg bench.PendingConfig
 	var asJSON bool
-	var cpuProfile, scale string
+	var cpuProfile, idleProfile, scale string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure Agora against a raw JetStream baseline in the same run",
@@ -56,6 +56,14 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 				bench.PrintHistory(cmd.OutOrStdout(), rep)
 				return nil
 			case "pending":
+				if idleProfile != "" {
+					f, err := os.Create(idleProfile)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					pcfg.IdleProfile = f
+				}
 				rep, err := bench.Pending(cmd.Context(), pcfg, progress)
 				if err != nil {
 					return err
@@ -90,6 +98,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) or pending (questions left waiting: memory, idle CPU, list and answer latency at that size)")
 	f.IntVar(&pcfg.Questions, "questions", 10000, "--scale pending: questions left waiting")
+	f.StringVar(&idleProfile, "idle-cpuprofile", "", "--scale pending: write a CPU profile of the idle window (every question waiting) to this file")
 	f.IntVar(&hcfg.Threads, "threads", 20000, "--scale history: threads to push through")
 	f.DurationVar(&hcfg.Retention, "retention", 30*time.Second, "--scale history: the retention of finished work")
 	f.DurationVar(&hcfg.Settle, "settle", 0, "--scale history: wait this much longer after the retention and measure again (the streams' duplicate windows last 10m)")

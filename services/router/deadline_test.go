@@ -399,6 +399,37 @@ func TestCancelMarkFoundAtStart(t *testing.T) {
 	}
 }
 
+// TestCancelMarkFoundAfterReconnect: a thread cancelled while the router
+// was cut off from NATS (it missed the cancel-thread message; only the
+// mark on the paused dispatch's record tells) is withdrawn as soon as the
+// router reconnects, not at the next periodic sweep (ten minutes).
+func TestCancelMarkFoundAfterReconnect(t *testing.T) {
+	e := newEnv(t, "routes:\n  - name: default\n    deadline: 1h\n")
+	e.startRouter(e.config())
+	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
+	e.waitQuestionEvents(qid, 1)
+	rec, _ := e.record(qid)
+	e.putDispatch(client.Record{
+		DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, Subagent: "c", Status: lifecycle.KindNeedsInput,
+		CancelRequested: &client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "ops", Reason: "partitioned"}, At: time.Now().UTC()},
+	})
+	e.srv.Restart(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, ok := e.record(qid)
+		if ok && r.Status == "withdrawn" && len(r.Pending) == 0 {
+			if !strings.Contains(r.Detail, "cancelled by ops: partitioned") {
+				t.Errorf("detail = %q", r.Detail)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("question %+v not withdrawn within 20s of the reconnect", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestCancelWithTwoReplicas: both replicas hear the cancel-thread message;
 // the thread ends cancelled once, on one dispatch id.
 func TestCancelWithTwoReplicas(t *testing.T) {

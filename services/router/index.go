@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -163,15 +164,22 @@ func (s *Service) watch(ctx context.Context) (done <-chan struct{}, err error) {
 }
 
 // cancelSweepEvery is how often the router looks for cancel marks on the
-// records of paused dispatches (besides at start).
-const cancelSweepEvery = time.Minute
+// records of paused dispatches besides at start and after each reconnect
+// to NATS — the times it may have missed a cancel-thread message. The
+// sweep reads one record per waiting question, so with many questions
+// waiting it is kept rare; this period only bounds a miss while
+// connected (a slow-consumer drop).
+const cancelSweepEvery = 10 * time.Minute
 
 // scanLoop acts on due questions every Tick until loop ends, and sweeps
-// for cancelled threads at start and every cancelSweepEvery; the actions
-// it starts run with work, so a stop lets them finish.
+// for cancelled threads at start, after each reconnect and every
+// cancelSweepEvery; the actions it starts run with work, so a stop lets
+// them finish.
 func (s *Service) scanLoop(loop, work context.Context, p *pool) {
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
+	reconnected := s.nc.StatusChanged(nats.CONNECTED)
+	defer s.nc.RemoveStatusListener(reconnected)
 	var swept time.Time
 	for {
 		if time.Since(swept) >= cancelSweepEvery {
@@ -183,6 +191,10 @@ func (s *Service) scanLoop(loop, work context.Context, p *pool) {
 		case <-loop.Done():
 			return
 		case <-t.C:
+		case <-reconnected:
+			// Cancels published while this router was away reached only
+			// the records' marks.
+			swept = time.Time{}
 		}
 		s.cancelled.prune(time.Now())
 	}

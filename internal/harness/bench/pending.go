@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -28,6 +29,9 @@ type PendingConfig struct {
 	InFlight  int // threads asking at once; default 64
 	Slots     int // worker slots; default 16
 	Samples   int // answers timed at that size; default 20
+	// IdleProfile, when set, receives a CPU profile of the idle window
+	// (where the idle CPU goes).
+	IdleProfile io.Writer
 }
 
 // PendingReport is the scenario's result.
@@ -162,7 +166,15 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	time.Sleep(time.Second) // the router's records and its index settle
 	rep.HeapMiB, rep.RSSMiB, rep.Goroutines = memory()
 	say("all %d waiting; measuring idle CPU for 10s", cfg.Questions)
+	if cfg.IdleProfile != nil {
+		if err := pprof.StartCPUProfile(cfg.IdleProfile); err != nil {
+			return rep, err
+		}
+	}
 	rep.IdleCPUPercent = idleCPU(10 * time.Second)
+	if cfg.IdleProfile != nil {
+		pprof.StopCPUProfile()
+	}
 
 	say("timing the lists")
 	timed := func(n int, f func() error) (float64, error) {
