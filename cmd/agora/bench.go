@@ -16,6 +16,7 @@ func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
 	var hcfg bench.HistoryConfig
 	var pcfg bench.PendingConfig
+	var dcfg bench.DepthConfig
 	var asJSON bool
 	var cpuProfile, idleProfile, scale string
 	cmd := &cobra.Command{
@@ -73,8 +74,18 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 				}
 				bench.PrintPending(cmd.OutOrStdout(), rep)
 				return nil
+			case "depth":
+				rep, err := bench.Depth(cmd.Context(), dcfg, progress)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+				}
+				bench.PrintDepth(cmd.OutOrStdout(), rep)
+				return nil
 			default:
-				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending", scale)}
+				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth", scale)}
 			}
 			rep, err := bench.Run(cmd.Context(), cfg, progress)
 			if err != nil {
@@ -96,8 +107,9 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) or pending (questions left waiting: memory, idle CPU, list and answer latency at that size)")
+	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) or depth (one thread of many rounds: status and thread-view latency as it grows)")
 	f.IntVar(&pcfg.Questions, "questions", 10000, "--scale pending: questions left waiting")
+	f.IntVar(&dcfg.Rounds, "rounds", 50, "--scale depth: rounds of the thread")
 	f.StringVar(&idleProfile, "idle-cpuprofile", "", "--scale pending: write a CPU profile of the idle window (every question waiting) to this file")
 	f.IntVar(&hcfg.Threads, "threads", 20000, "--scale history: threads to push through")
 	f.DurationVar(&hcfg.Retention, "retention", 30*time.Second, "--scale history: the retention of finished work")

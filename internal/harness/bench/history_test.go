@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -64,5 +65,27 @@ func TestPendingScenario(t *testing.T) {
 	}
 	if rep.ClientListMS <= 0 || rep.InboxPageMS <= 0 || rep.InboxAllMS <= 0 || rep.RSSMiB <= 0 || rep.HeapMiB <= 0 {
 		t.Errorf("report %+v", rep)
+	}
+}
+
+// The depth scenario takes one thread through its rounds and reads its
+// status and thread view as it grows; the view lists every round so far.
+func TestDepthScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a thread of 12 rounds")
+	}
+	rep, err := bench.Depth(t.Context(), bench.DepthConfig{Rounds: 12}, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rounds []int
+	for _, p := range rep.Points {
+		rounds = append(rounds, p.Round)
+		if p.Rounds != p.Round+1 || p.StatusMS <= 0 || p.ThreadMS <= 0 {
+			t.Errorf("at round %d: %+v, want the view to list %d rounds", p.Round, p, p.Round+1)
+		}
+	}
+	if want := []int{0, 9, 10}; !slices.Equal(rounds, want) {
+		t.Errorf("points at rounds %v, want %v", rounds, want)
 	}
 }

@@ -55,8 +55,9 @@ type stack struct {
 }
 
 type stackConfig struct {
-	Slots     int           // worker slots
-	Retention time.Duration // 0: the default
+	Slots     int            // worker slots
+	Retention time.Duration  // 0: the default
+	Runtime   worker.Runtime // the sub-agent's runtime; default askingRuntime
 	// Extra are more services to run beside Agora's, given the stack's
 	// client and a quiet logger (an answerer).
 	Extra []func(ctx context.Context, c *client.Client, log *slog.Logger) error
@@ -111,6 +112,9 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		return nil, err
 	}
 
+	if cfg.Runtime == nil {
+		cfg.Runtime = askingRuntime{}
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var services []func(context.Context) error
 	var readies []<-chan struct{}
@@ -119,7 +123,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		return nil, err
 	}
 	w, err := worker.New(worker.Config{Concurrency: cfg.Slots, WorkspaceRoot: dir + "/ws", ID: "bench-scale", PullExpiry: 500 * time.Millisecond},
-		worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: askingRuntime{}}})
+		worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: cfg.Runtime}})
 	if err != nil {
 		return nil, err
 	}
