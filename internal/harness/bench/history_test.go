@@ -89,3 +89,22 @@ func TestDepthScenario(t *testing.T) {
 		t.Errorf("points at rounds %v, want %v", rounds, want)
 	}
 }
+
+// The long-runs scenario holds every dispatch running past a heartbeat
+// period and sees the workers' in-progress acks and the server's traffic.
+func TestLongScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds runs for 12 seconds")
+	}
+	rep, err := bench.Long(t.Context(), bench.LongConfig{Running: 40, Workers: 2, Window: 12 * time.Second}, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 40 runs, one in-progress ack every 10 s each (AckWait 30 s / 3).
+	if rep.HeartbeatPeriod != "10s" || rep.HeartbeatsPerSec < 2 || rep.HeartbeatsPerSec > 8 {
+		t.Errorf("heartbeats: %.1f/s every %s, want about 4/s", rep.HeartbeatsPerSec, rep.HeartbeatPeriod)
+	}
+	if rep.GoroutinesPerRun <= 0 || rep.ServerMsgsInPerS <= 0 || rep.RSSMiB <= 0 {
+		t.Errorf("report %+v", rep)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -47,6 +49,7 @@ func (askingRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result
 // dispatcher, worker, router and inbox — on an embedded file-store server
 // of its own, for the scale scenarios.
 type stack struct {
+	srv    *server.Server
 	js     jetstream.JetStream
 	nc     *nats.Conn // the scenario's own connection
 	client *client.Client
@@ -58,6 +61,7 @@ type stackConfig struct {
 	Slots     int            // worker slots
 	Retention time.Duration  // 0: the default
 	Runtime   worker.Runtime // the sub-agent's runtime; default askingRuntime
+	Workers   int            // worker services, each with Slots; default 1
 	// Extra are more services to run beside Agora's, given the stack's
 	// client and a quiet logger (an answerer).
 	Extra []func(ctx context.Context, c *client.Client, log *slog.Logger) error
@@ -86,6 +90,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	st.srv = srv
 	cleanups = append(cleanups, func() { srv.Shutdown(); srv.WaitForShutdown() })
 	conn := func() (*nats.Conn, error) {
 		nc, err := nats.Connect(srv.ClientURL())
@@ -118,16 +123,18 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var services []func(context.Context) error
 	var readies []<-chan struct{}
-	wnc, err := conn()
-	if err != nil {
-		return nil, err
+	for i := range max(cfg.Workers, 1) {
+		wnc, err := conn()
+		if err != nil {
+			return nil, err
+		}
+		w, err := worker.New(worker.Config{Concurrency: cfg.Slots, WorkspaceRoot: fmt.Sprintf("%s/ws-%d", dir, i), ID: fmt.Sprintf("bench-scale-%d", i), PullExpiry: 500 * time.Millisecond},
+			worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: cfg.Runtime}})
+		if err != nil {
+			return nil, err
+		}
+		services = append(services, w.Run)
 	}
-	w, err := worker.New(worker.Config{Concurrency: cfg.Slots, WorkspaceRoot: dir + "/ws", ID: "bench-scale", PullExpiry: 500 * time.Millisecond},
-		worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: cfg.Runtime}})
-	if err != nil {
-		return nil, err
-	}
-	services = append(services, w.Run)
 	dnc, err := conn()
 	if err != nil {
 		return nil, err
