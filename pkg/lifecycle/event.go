@@ -148,6 +148,9 @@ func New(source string, d Data, opts ...Option) (Event, error) {
 // TerminalID is the event id of a dispatch's one terminal event.
 func TerminalID(dispatchID string) string { return dispatchID + ".terminal" }
 
+// AcceptedID is the event id of a dispatch's accepted event.
+func AcceptedID(dispatchID string) string { return dispatchID + ".accepted" }
+
 func eventID(d Data) string {
 	switch v := d.(type) {
 	case *Request:
@@ -155,7 +158,7 @@ func eventID(d Data) string {
 			return v.DispatchID
 		}
 	case *Accepted:
-		return v.DispatchID + ".accepted"
+		return AcceptedID(v.DispatchID)
 	case *Started:
 		return v.DispatchID + ".started." + strconv.Itoa(v.Attempt)
 	case *Finished:

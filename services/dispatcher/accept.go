@@ -196,35 +196,49 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 	var def subagent.Definition
 	var rev uint64
 	if subagent.ValidName(req.Subagent) {
-		e, err := b.subagents.Get(ctx, req.Subagent)
+		d, err := s.lookup(ctx, b, req.Subagent, false)
+		if err == nil && d.rev > 0 && len(envRefused(d.def, req.Env)) > 0 {
+			// A refusal names the stored revision, not a copy that may
+			// lag an apply made a moment ago.
+			d, err = s.lookup(ctx, b, req.Subagent, true)
+		}
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			add("subagent", "no sub-agent named %q is registered (agora subagent apply -f FILE)", req.Subagent)
 		case err != nil:
-			return def, 0, fmt.Errorf("dispatcher: read sub-agent %q: %w", req.Subagent, err)
+			return def, 0, err
+		case d.err != nil:
+			add("subagent", "the registered definition of %q cannot be read: %v", req.Subagent, d.err)
 		default:
-			if err := json.Unmarshal(e.Value(), &def); err != nil {
-				add("subagent", "the registered definition of %q cannot be read: %v", req.Subagent, err)
-			}
-			rev = e.Revision()
+			def, rev = d.def, d.rev
 		}
 	}
 	// The request may set only the variables the definition allows.
 	if rev > 0 {
-		for _, k := range slices.Sorted(maps.Keys(req.Env)) {
-			if subagent.ValidEnvName(k) && !subagent.Reserved(k) && !slices.Contains(def.EnvAllow, k) {
-				what := "is not in"
-				if subagent.Hook(k) {
-					what = "is a loader or interpreter hook, and not in"
-				}
-				add("env", "%q %s the sub-agent's env_allow %v: a request may set only the variables its definition allows", k, what, def.EnvAllow)
+		for _, k := range envRefused(def, req.Env) {
+			what := "is not in"
+			if subagent.Hook(k) {
+				what = "is a loader or interpreter hook, and not in"
 			}
+			add("env", "%q %s the sub-agent's env_allow %v: a request may set only the variables its definition allows", k, what, def.EnvAllow)
 		}
 	}
 	if len(errs) > 0 {
 		return def, 0, client.Invalid(errs...)
 	}
 	return def, rev, nil
+}
+
+// envRefused lists, sorted, the request's valid variables that def's
+// env_allow does not allow.
+func envRefused(def subagent.Definition, env map[string]string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if subagent.ValidEnvName(k) && !subagent.Reserved(k) && !slices.Contains(def.EnvAllow, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func jsonValueKind(b []byte) string {
@@ -289,23 +303,23 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	}()
 	// With tracing on, the dispatch's trace continues from this span.
 	traceparent = telemetry.Or(ctx, traceparent)
-	if req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
-		rec, _, err := s.record(ctx, b, req.DispatchID)
-		switch {
-		case err == nil:
-			if err := requestConflict(rec.Request, req); err != nil {
-				return client.Record{}, resultConflict, err
-			}
-			rec, err = s.finish(ctx, b, rec, false)
-			return rec, resultDuplicate, withID(err, req.DispatchID)
-		case !errors.Is(err, errNoRecord):
-			return client.Record{}, resultError, err
-		}
-	}
+	// A fresh request is validated and created at once; a repeat of an
+	// accepted one is found by the create (the id is taken) or, when it
+	// no longer validates, by a read: either way the first record answers.
 	vctx, vspan := telemetry.Tracer().Start(ctx, "agora.dispatch.validate")
 	def, rev, err := s.validate(vctx, b, &req, size)
 	vspan.End()
 	if err != nil {
+		var p *client.Problem
+		if errors.As(err, &p) && req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
+			first, _, rerr := s.record(ctx, b, req.DispatchID)
+			switch {
+			case rerr == nil:
+				return s.repeat(ctx, b, first, req)
+			case !errors.Is(rerr, errNoRecord):
+				return client.Record{}, resultError, rerr
+			}
+		}
 		return client.Record{}, resultOf(err), err
 	}
 	complete(&req, def, rev)
@@ -324,28 +338,54 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		rec.Result = &client.Result{Kind: lifecycle.KindFailed, Reason: lifecycle.ReasonMaxRounds,
 			Detail: fmt.Sprintf("round %d exceeds the thread's limit of %d rounds", req.Round, req.MaxRounds)}
 		result = resultMaxRounds
+	} else {
+		// The record lists the accepted event it is about to publish
+		// (finish sends it with this time), so the projection has
+		// nothing to write for it.
+		rec.Events = []client.EventRef{{ID: lifecycle.AcceptedID(rec.DispatchID), Kind: lifecycle.KindAccepted, Time: now}}
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return client.Record{}, resultError, fmt.Errorf("dispatcher: encode record: %w", err)
 	}
-	if _, err := b.dispatches.Create(ctx, rec.DispatchID, data); err != nil {
+	// The thread index is written beside the record, not after it: a
+	// crash between the two leaves an entry without a record, which every
+	// reader skips and a retry completes (docs/dispatcher.md).
+	indexed := make(chan error, 1)
+	go func() { indexed <- s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID) }()
+	created, err := b.dispatches.Create(ctx, rec.DispatchID, data)
+	ierr := <-indexed
+	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return client.Record{}, resultError, fmt.Errorf("dispatcher: create record %s: %w", rec.DispatchID, err)
 		}
-		// Another door won the race for this id: answer its record.
+		// The id is taken (a retry, or another door won the race for
+		// it): answer its record.
 		first, _, err := s.record(ctx, b, rec.DispatchID)
 		if err != nil {
 			return client.Record{}, resultError, err
 		}
-		if err := requestConflict(first.Request, req); err != nil {
-			return client.Record{}, resultConflict, err
-		}
-		first, err = s.finish(ctx, b, first, false)
-		return first, resultDuplicate, withID(err, rec.DispatchID)
+		return s.repeat(ctx, b, first, req)
 	}
-	rec, err = s.finish(ctx, b, rec, true)
+	if len(rec.Events) > 0 {
+		s.metrics.applied(lifecycle.KindAccepted, "") // listed by the record itself
+	}
+	if ierr != nil {
+		return rec, result, withID(ierr, rec.DispatchID) // a retry finds the record and indexes it
+	}
+	rec, err = s.finish(ctx, b, rec, created)
 	return rec, result, withID(err, rec.DispatchID)
+}
+
+// repeat answers a request whose dispatch id has a record: the record,
+// once its acceptance is complete, or a conflict when the request differs
+// from the recorded one.
+func (s *Service) repeat(ctx context.Context, b *bindings, first client.Record, req lifecycle.Request) (client.Record, string, error) {
+	if err := requestConflict(first.Request, req); err != nil {
+		return client.Record{}, resultConflict, err
+	}
+	first, err := s.finish(ctx, b, first, 0)
+	return first, resultDuplicate, withID(err, first.DispatchID)
 }
 
 // idError is a temporary failure after the dispatch got its id: the answer
@@ -377,14 +417,18 @@ func resultOf(err error) string {
 // finish completes an acceptance whose record exists: index the thread,
 // then either publish failed max-rounds, or emit accepted, queue the
 // request and mark the record queued. Every step is idempotent, so finish
-// runs again safely when a retry finds a record that is not queued. fresh
-// says the record was created just now (nothing was published before).
-func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fresh bool) (client.Record, error) {
+// runs again safely when a retry finds a record that is not queued.
+// created is the revision of a record created just now, already indexed
+// (nothing was published for it before); 0 for a record found.
+func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, created uint64) (client.Record, error) {
 	if rec.Request == nil {
 		return rec, nil // made by the projection from a refused request: nothing to queue
 	}
-	if err := s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
-		return rec, err
+	fresh := created > 0
+	if !fresh {
+		if err := s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
+			return rec, err
+		}
 	}
 	if rec.Result != nil && rec.Result.Reason == lifecycle.ReasonMaxRounds && rec.AcceptedAt == nil {
 		if !fresh {
@@ -419,7 +463,7 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 			// Sent ahead of the work on the same connection, so the server
 			// stores it first; its acknowledgement is awaited below, which
 			// saves a round trip before a worker can start.
-			_, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, rec.Traceparent))
+			_, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, rec.Traceparent), acceptedTime(rec))
 			if err != nil {
 				return rec, fmt.Errorf("dispatcher: build event: %w", err)
 			}
@@ -452,13 +496,26 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, fr
 			return rec, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, ctx.Err())
 		}
 	}
-	return s.update(ctx, b, rec.DispatchID, func(r *client.Record) bool {
+	queued := func(r *client.Record) bool {
 		if r.Queued {
 			return false
 		}
 		r.Queued = true
 		return true
-	})
+	}
+	if fresh {
+		return s.updateFrom(ctx, b, rec, created, queued)
+	}
+	return s.update(ctx, b, rec.DispatchID, queued)
+}
+
+// acceptedTime gives the accepted event the time its record lists for
+// it, so the projection finds the event already applied.
+func acceptedTime(rec client.Record) lifecycle.Option {
+	if rec.AcceptedAt == nil {
+		return lifecycle.WithTime(time.Time{}) // now
+	}
+	return lifecycle.WithTime(*rec.AcceptedAt)
 }
 
 // parentCancel returns the cancel mark on the record of the dispatch a
@@ -559,10 +616,20 @@ const maxCAS = 64
 // conflict. mutate reports whether it changed anything; when it did not,
 // nothing is written.
 func (s *Service) update(ctx context.Context, b *bindings, id string, mutate func(*client.Record) bool) (client.Record, error) {
+	return s.updateFrom(ctx, b, client.Record{DispatchID: id}, 0, mutate)
+}
+
+// updateFrom is update starting from rec as read at revision rev, which
+// saves the read when nobody wrote the record since; rev 0 reads first.
+func (s *Service) updateFrom(ctx context.Context, b *bindings, known client.Record, rev uint64, mutate func(*client.Record) bool) (client.Record, error) {
+	id := known.DispatchID
 	for range maxCAS {
-		rec, rev, err := s.record(ctx, b, id)
-		if err != nil {
-			return rec, err
+		rec := known
+		if rev == 0 {
+			var err error
+			if rec, rev, err = s.record(ctx, b, id); err != nil {
+				return rec, err
+			}
 		}
 		if !mutate(&rec) {
 			return rec, nil
@@ -577,6 +644,7 @@ func (s *Service) update(ctx context.Context, b *bindings, id string, mutate fun
 		} else if !conflict(err) {
 			return rec, fmt.Errorf("dispatcher: update record %s: %w", id, err)
 		}
+		rev = 0 // somebody wrote it: read again
 	}
 	return client.Record{}, fmt.Errorf("dispatcher: update record %s: %d conflicting writers", id, maxCAS)
 }

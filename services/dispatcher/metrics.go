@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"kind", "reason"}),
 		projected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "agora", Subsystem: "dispatcher", Name: "events_projected_total",
-			Help: "Lifecycle events applied to dispatch records, by kind (redeliveries are not counted).",
+			Help: "Lifecycle events applied to dispatch records, by kind (redeliveries are not counted; accepted is counted when the record is created with it).",
 		}, []string{"kind"}),
 	}
 	m.reconciled = prometheus.NewCounter(prometheus.CounterOpts{

@@ -103,7 +103,7 @@ func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, g
 			continue
 		}
 		log := s.log.With("dispatch_id", id, "thread_id", rec.ThreadID).With(logging.Trace(rec.Traceparent)...)
-		if _, err := s.finish(ctx, b, rec, false); err != nil {
+		if _, err := s.finish(ctx, b, rec, 0); err != nil {
 			log.Warn("reconcile: cannot complete an interrupted acceptance yet", "err", err)
 			continue
 		}

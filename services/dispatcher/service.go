@@ -71,6 +71,7 @@ type Service struct {
 
 	bindMu sync.Mutex
 	b      *bindings
+	defs   defs // the watched copy of agora_subagents (defs.go)
 
 	running  atomic.Bool
 	ready    chan struct{}
@@ -216,6 +217,12 @@ func (s *Service) Run(ctx context.Context) error {
 	// work outlives ctx by ShutdownTimeout so in-flight requests finish.
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
+
+	// Without the watch every request reads its definition from the
+	// bucket: slower, never wrong, so a failed watch does not stop intake.
+	if err := s.watchDefinitions(work, b); err != nil {
+		s.log.Warn("sub-agent definitions are read per request", "err", err)
+	}
 
 	proj, err := s.startProjection(work, b)
 	if err != nil {

@@ -1,0 +1,156 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// Sub-agent definitions (docs/dispatcher.md, "Definitions"). The
+// dispatcher keeps a copy of agora_subagents, kept current by a KV watch,
+// so accepting a request reads no definition over the network. A name the
+// copy lacks is read from the bucket (a sub-agent registered a moment ago
+// is never refused), and so is a definition about to refuse a request's
+// env, so a refusal always reflects the stored revision. While no watch
+// runs (before Run, or after it stopped) every lookup reads the bucket.
+
+// definition is one entry of the copy.
+type definition struct {
+	def subagent.Definition
+	rev uint64
+	err error // the stored value cannot be decoded
+	// gone marks a deletion at rev, so a read of an older revision that
+	// finishes after it does not bring the definition back.
+	gone bool
+}
+
+// defs is the watched copy of agora_subagents.
+type defs struct {
+	mu   sync.RWMutex
+	live bool // a watch keeps m current
+	m    map[string]definition
+}
+
+func (d *defs) get(name string) (definition, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if !d.live {
+		return definition{}, false
+	}
+	e, ok := d.m[name]
+	return e, ok && !e.gone
+}
+
+// set stores an entry unless the copy already holds a later revision.
+func (d *defs) set(name string, e definition) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.live {
+		return
+	}
+	if old, ok := d.m[name]; ok && old.rev > e.rev {
+		return
+	}
+	d.m[name] = e
+}
+
+func (d *defs) remove(name string, rev uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.live {
+		return
+	}
+	if old, ok := d.m[name]; !ok || old.rev < rev {
+		d.m[name] = definition{rev: rev, gone: true}
+	}
+}
+
+func (d *defs) setLive(live bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.live, d.m = live, map[string]definition{}
+}
+
+func decodeDefinition(e jetstream.KeyValueEntry) definition {
+	var def subagent.Definition
+	if err := json.Unmarshal(e.Value(), &def); err != nil {
+		return definition{rev: e.Revision(), err: err}
+	}
+	return definition{def: def, rev: e.Revision()}
+}
+
+// watchDefinitions keeps s.defs current until ctx ends. It returns once
+// the stored definitions are in the copy; the copy is dropped (every
+// lookup reads the bucket) when the watch stops.
+func (s *Service) watchDefinitions(ctx context.Context, b *bindings) error {
+	w, err := b.subagents.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("dispatcher: watch %s: %w", b.subagents.Bucket(), err)
+	}
+	s.defs.setLive(true)
+	initial := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		defer s.defs.setLive(false)
+		defer func() { _ = w.Stop() }()
+		first := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					s.log.Warn("watch of the sub-agent definitions ended: definitions are read from the bucket per request")
+					return
+				}
+				switch {
+				case e == nil:
+					if first {
+						first = false
+						close(initial)
+					}
+				case e.Operation() == jetstream.KeyValuePut:
+					s.defs.set(e.Key(), decodeDefinition(e))
+				default:
+					s.defs.remove(e.Key(), e.Revision())
+				}
+			}
+		}
+	}()
+	select {
+	case <-initial:
+		return nil
+	case <-stopped:
+		return fmt.Errorf("dispatcher: watch %s ended before the definitions were read", b.subagents.Bucket())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lookup returns a sub-agent's definition and its revision:
+// jetstream.ErrKeyNotFound when none is registered. fresh reads the bucket
+// whatever the copy holds.
+func (s *Service) lookup(ctx context.Context, b *bindings, name string, fresh bool) (definition, error) {
+	if !fresh {
+		if e, ok := s.defs.get(name); ok {
+			return e, nil
+		}
+	}
+	e, err := b.subagents.Get(ctx, name)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return definition{}, err
+		}
+		return definition{}, fmt.Errorf("dispatcher: read sub-agent %q: %w", name, err)
+	}
+	d := decodeDefinition(e)
+	s.defs.set(name, d)
+	return d, nil
+}
