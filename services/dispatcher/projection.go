@@ -104,25 +104,28 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 		log.Warn("lifecycle event with ids that cannot be recorded: skipped", "id", e.ID(), "dispatch_id", c.DispatchID)
 		return ack
 	}
-	_, created, err := s.apply(ctx, b, e, l)
-	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted) {
+	rec, created, err := s.apply(ctx, b, e, l)
+	// A record the projection creates (a refused request) is indexed
+	// here, before its thread's end below looks for it in the index; so is
+	// one whose accepted event it applies. An acceptance that listed its
+	// accepted event in the record indexed it before publishing the event.
+	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted && !listedAtAcceptance(rec, e.ID())) {
 		err = s.indexThread(ctx, b, c.ThreadID, c.Round, c.DispatchID)
 	}
 	if err == nil && endsThread(l.LifecycleKind()) {
-		// Created records are indexed above first, so the thread's end
-		// finds this dispatch in its index.
-		if created {
-			err = s.indexThread(ctx, b, c.ThreadID, c.Round, c.DispatchID)
-		}
-		if err == nil {
-			err = s.expireThread(ctx, b, c.ThreadID, log)
-		}
+		err = s.expireThread(ctx, b, c.ThreadID, c.DispatchID, log)
 	}
 	if err != nil {
 		log.Warn("projection: temporary failure, redelivering", "id", e.ID(), "err", err)
 		return retryLate
 	}
 	return ack
+}
+
+// listedAtAcceptance reports whether rec was created listing the accepted
+// event id (accept.go), which it then lists first.
+func listedAtAcceptance(rec client.Record, id string) bool {
+	return len(rec.Events) > 0 && rec.Events[0].ID == id && rec.Request != nil
 }
 
 // apply applies a lifecycle event to its dispatch record with

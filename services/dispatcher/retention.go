@@ -44,8 +44,11 @@ func (s *Service) write(ctx context.Context, b *bindings, key string, data []byt
 }
 
 // expireThread sets the TTL of everything the ended thread left. Every
-// step is idempotent: a redelivery of the ending event repeats none.
-func (s *Service) expireThread(ctx context.Context, b *bindings, threadID string, log *slog.Logger) error {
+// step is idempotent: a redelivery of the ending event repeats none. ended
+// is the dispatch whose event ended the thread: its record got its TTL
+// with that event, and it asked nothing (it ended finished, failed or
+// cancelled), so it has no question and no partial state to see to.
+func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended string, log *slog.Logger) error {
 	expires := time.Now().Add(s.cfg.Retention).UTC().Truncate(time.Second)
 	idx, err := s.expireIndex(ctx, b, threadID, expires)
 	if errors.Is(err, errNoRecord) {
@@ -55,6 +58,9 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID string
 		return err
 	}
 	for _, t := range idx.Dispatches {
+		if t.DispatchID == ended {
+			continue
+		}
 		_, err := s.update(ctx, b, t.DispatchID, func(r *client.Record) bool {
 			if r.ExpiresAt != nil {
 				return false
