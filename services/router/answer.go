@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -122,7 +123,12 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 		cancelled  bool
 		outcome    lifecycle.QuestionEvent
 	)
-	r, changed, err := s.store.update(ctx, qid, traced(telemetry.Or(ctx, ""), func(r *record) (bool, error) {
+	// The paused dispatch's record, which may carry a cancel mark, is read
+	// beside the question's: its id is in the question id. A mark written
+	// after this read is caught by the dispatcher, which cancels a
+	// re-dispatch of a cancelled thread on acceptance (docs/design.md §3.4).
+	marked := s.prefetchDispatch(ctx, qid)
+	r, rev, changed, err := s.store.updateFrom(ctx, qid, nil, 0, traced(telemetry.Or(ctx, ""), func(r *record) (bool, error) {
 		now := time.Now().UTC()
 		a := attempt{At: now, Via: via, Door: d.subject, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
 			Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32)}
@@ -143,7 +149,7 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 			sub.Route = d.route
 		}
 		if r.Status == statusAsked && !cancelSeen {
-			cancelReq, cancelled = s.cancelRequested(ctx, r, nil)
+			cancelReq, cancelled = s.cancelRequested(ctx, r, marked(r.DispatchID))
 			cancelSeen = true
 		}
 		if r.Status == statusAsked && cancelled {
@@ -203,7 +209,7 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 	}
 	if changed {
 		s.afterChange(ctx, r, outcome)
-		if err := s.flush(ctx, qid); err != nil {
+		if err := s.flushAt(ctx, r, rev); err != nil {
 			log.Warn("publish question events: left for the scanner", "err", err)
 		}
 	}
@@ -216,6 +222,36 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 		log.Info("answer refused", "route", r.Route, "status", reply.Status, "reason", reply.Reason)
 	}
 	return s.reply(via, reply)
+}
+
+// prefetchDispatch starts reading the record of the dispatch that asked
+// question qid. The function it returns waits for that record when asked
+// for the dispatch it read, and gives nil (read it again) otherwise or
+// when the read failed.
+func (s *Service) prefetchDispatch(ctx context.Context, qid string) func(dispatchID string) *dispatchRecord {
+	id, ok := strings.CutPrefix(qid, lifecycle.QuestionID(""))
+	if !ok || lifecycle.ValidToken(id) != nil {
+		return func(string) *dispatchRecord { return nil }
+	}
+	ch := make(chan *dispatchRecord, 1)
+	go func() {
+		d, err := s.dispatchRecord(ctx, id)
+		if err != nil {
+			d = nil
+		}
+		ch <- d
+	}()
+	var (
+		once sync.Once
+		got  *dispatchRecord
+	)
+	return func(dispatchID string) *dispatchRecord {
+		if dispatchID != id {
+			return nil
+		}
+		once.Do(func() { got = <-ch })
+		return got
+	}
 }
 
 func (s *Service) reply(via string, r client.AnswerReply) client.AnswerReply {

@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -350,20 +353,59 @@ func (s *Service) flush(ctx context.Context, qid string) error {
 // has just written, rather than reading it back: on a cluster a read may
 // be served by a replica that has not applied the write yet.
 func (s *Service) flushRecord(ctx context.Context, r *record) error {
+	return s.flushAt(ctx, r, 0)
+}
+
+// flushAt publishes r's pending events — all sent, then all awaited: one
+// round trip — and removes the published ones from the record. rev, when
+// not 0, is the revision r was written at, so the removal needs no read
+// unless somebody wrote the record since.
+func (s *Service) flushAt(ctx context.Context, r *record, rev uint64) error {
 	qid := r.QuestionID
 	if len(r.Pending) == 0 {
 		return nil
 	}
-	var done []string
-	var perr error
+	type sent struct {
+		id   string
+		ack  jetstream.PubAckFuture
+		span trace.Span
+	}
+	var (
+		done     []string
+		inflight []sent
+		perr     error
+	)
 	for _, p := range r.Pending {
-		if perr = s.publish(ctx, r, p); perr != nil {
+		ack, span, err := s.publishAsync(ctx, r, p)
+		if err != nil {
+			perr = err
 			break
 		}
-		done = append(done, p.ID)
+		if ack == nil {
+			done = append(done, p.ID) // nothing to publish
+			continue
+		}
+		inflight = append(inflight, sent{p.ID, ack, span})
+	}
+	for _, x := range inflight {
+		var err error
+		select {
+		case <-x.ack.Ok():
+			done = append(done, x.id)
+		case err = <-x.ack.Err():
+			err = fmt.Errorf("router: publish %s: %w", x.id, err)
+		case <-ctx.Done():
+			err = fmt.Errorf("router: publish %s: %w", x.id, ctx.Err())
+		}
+		telemetry.End(x.span, err)
+		perr = errors.Join(perr, err)
 	}
 	if len(done) > 0 {
-		_, _, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
+		known := r
+		if rev == 0 {
+			known = nil
+		}
+		_, _, _, err := s.store.updateFrom(ctx, qid, known, rev, func(r *record) (bool, error) {
 			n := len(r.Pending)
 			r.Pending = slices.DeleteFunc(r.Pending, func(p pending) bool { return slices.Contains(done, p.ID) })
 			return len(r.Pending) != n, nil
@@ -373,27 +415,31 @@ func (s *Service) flushRecord(ctx context.Context, r *record) error {
 	return perr
 }
 
-func (s *Service) publish(ctx context.Context, r *record, p pending) error {
+// publishAsync sends one pending event without waiting for its
+// acknowledgement; a nil future means there is nothing to publish. The
+// span ends when the caller has the acknowledgement.
+func (s *Service) publishAsync(ctx context.Context, r *record, p pending) (jetstream.PubAckFuture, trace.Span, error) {
 	d, err := p.data(r)
-	if err != nil {
-		return err
+	if err != nil || d == nil {
+		return nil, nil, err
 	}
-	if d == nil {
-		return nil
-	}
-	ctx, span, opt := s.publishSpan(ctx, r, p)
-	defer span.End()
+	_, span, opt := s.publishSpan(ctx, r, p)
 	e, err := lifecycle.New(s.source, d, opt)
 	if err != nil {
-		return fmt.Errorf("router: build %s: %w", p.ID, err)
+		telemetry.End(span, err)
+		return nil, nil, fmt.Errorf("router: build %s: %w", p.ID, err)
 	}
 	e.SetID(p.ID)
 	msg, err := lifecycle.Encode(p.Subject, e)
 	if err != nil {
-		return err
+		telemetry.End(span, err)
+		return nil, nil, err
 	}
-	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("router: publish %s on %s: %w", p.ID, p.Subject, err)
+	ack, err := s.js.PublishMsgAsync(msg)
+	if err != nil {
+		telemetry.End(span, err)
+		return nil, nil, fmt.Errorf("router: publish %s on %s: %w", p.ID, p.Subject, err)
 	}
-	return nil
+	return ack, span, nil
 }
+

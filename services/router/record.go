@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -271,23 +272,40 @@ const maxCAS = 200
 // after every conflict. change returns false to write nothing. update
 // returns the record as written (or as read, when nothing was written).
 func (st store) update(ctx context.Context, qid string, change func(r *record) (bool, error)) (*record, bool, error) {
+	r, _, changed, err := st.updateFrom(ctx, qid, nil, 0, change)
+	return r, changed, err
+}
+
+// updateFrom is update starting from known as read at revision rev (a
+// record this router has just written), which saves the read when nobody
+// wrote it since; known nil reads first. It also returns the revision of
+// the record it returns.
+func (st store) updateFrom(ctx context.Context, qid string, known *record, rev uint64, change func(r *record) (bool, error)) (*record, uint64, bool, error) {
 	for range maxCAS {
-		r, rev, err := st.get(ctx, qid)
-		if err != nil {
-			return nil, false, err
+		var r *record
+		if known != nil {
+			cp := *known
+			cp.Pending, cp.History = slices.Clone(known.Pending), slices.Clone(known.History)
+			r, known = &cp, nil
+		} else {
+			var err error
+			if r, rev, err = st.get(ctx, qid); err != nil {
+				return nil, 0, false, err
+			}
 		}
 		ok, err := change(r)
 		if err != nil || !ok {
-			return r, false, err
+			return r, rev, false, err
 		}
-		if _, err := st.put(ctx, r, rev); err == nil {
-			return r, true, nil
+		n, err := st.put(ctx, r, rev)
+		if err == nil {
+			return r, n, true, nil
 		} else if !errors.Is(err, errConflict) {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 	}
-	return nil, false, fmt.Errorf("router: question %s: %d conflicting writers", qid, maxCAS)
+	return nil, 0, false, fmt.Errorf("router: question %s: %d conflicting writers", qid, maxCAS)
 }
