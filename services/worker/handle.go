@@ -121,14 +121,25 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	telemetry.End(pspan, err)
 	ws := inv.Workspace
 	j.ws = ws
+	// reusable is cleared when the run may have left a process behind (its
+	// runtime reported an error, such as a launcher that gave no report):
+	// such a workspace is removed, never parked for another run.
+	reusable := true
 	cleanup := func() {
-		if ws != "" && !s.cfg.KeepWorkspaces {
+		switch {
+		case ws == "" || s.cfg.KeepWorkspaces:
+			if inv.hold != nil {
+				inv.hold.Close()
+			}
+		case reusable && inv.hold != nil:
+			s.spares.park(s.cfg.WorkspaceRoot, ws, inv.hold) // or removes it
+		default:
 			if err := os.RemoveAll(ws); err != nil {
 				j.log.Warn("remove workspace", "err", err)
 			}
-		}
-		if inv.hold != nil {
-			inv.hold.Close()
+			if inv.hold != nil {
+				inv.hold.Close()
+			}
 		}
 		j.sandbox.close()
 	}
@@ -208,6 +219,7 @@ wait:
 		}
 	}
 	prog.finish()
+	reusable = res.Err == nil
 	procSpan.SetAttributes(attribute.Int("process.exit.code", res.ExitCode))
 	procSpan.End()
 	cause := context.Cause(runCtx)
@@ -430,7 +442,7 @@ func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subag
 // names the workspace and holds its lock whenever one was created, also
 // with an error.
 func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) (Invocation, error) {
-	ws, hold, err := prepareWorkspace(s.cfg.WorkspaceRoot, j.req.DispatchID, j.attempt)
+	ws, hold, err := prepareWorkspace(s.cfg.WorkspaceRoot, j.req.DispatchID, j.attempt, s.spares)
 	if err != nil {
 		return Invocation{}, err
 	}

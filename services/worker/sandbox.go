@@ -122,7 +122,8 @@ func (rs *runSandbox) prepare(ws string) error {
 	tmp := filepath.Join(ws, ".agora", "tmp")
 	home := filepath.Join(ws, ".agora", "home")
 	for _, d := range []string{tmp, home} {
-		if err := os.Mkdir(d, 0o700); err != nil {
+		// A parked workspace (workspace.go) has them already, empty.
+		if err := os.Mkdir(d, 0o700); err != nil && !(errors.Is(err, fs.ErrExist) && pristineDir(d)) {
 			return fmt.Errorf("sandbox: %w", err)
 		}
 	}

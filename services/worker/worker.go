@@ -77,6 +77,7 @@ type Service struct {
 	launcher *sandbox.Launcher
 	cgroups  bool        // per-run cgroups can be made (sandbox.go)
 	cgpool   *cgroupPool // cgroup sets reused across runs
+	spares   *spares     // parked workspaces (workspace.go); nil with KeepWorkspaces
 }
 
 // Outcome is how one dispatch ended on this worker.
@@ -136,6 +137,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	s.cgroups = cgroupsUsable()
+	if !cfg.KeepWorkspaces {
+		s.spares = &spares{max: max(cfg.Concurrency, 1)}
+	}
 	// Named by this process and instance: a live worker's cgroups are never
 	// another's to remove.
 	s.cgpool = &cgroupPool{name: fmt.Sprintf("%d-%x", os.Getpid(), rand.Uint32())}
@@ -240,6 +244,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// What a killed worker left in the root goes now, and again from time
 	// to time (a run killed with its worker frees its lock a moment later).
 	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+	defer s.spares.drain()
 	if s.cgroups {
 		removeStale() // what killed workers left
 		defer s.cgpool.removeAll()
@@ -353,6 +358,7 @@ func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
 	}
 	defer csub.Unsubscribe()
 	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+	defer s.spares.drain()
 	for {
 		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
 		if ctx.Err() != nil {

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // prepareWorkspace creates this attempt's own workspace,
@@ -20,12 +24,20 @@ import (
 // held by the returned file and by the launcher that inherits it). No other
 // attempt ever uses or removes it, and a sweep removes it only once the
 // lock is free: the run and every process of it are gone.
-func prepareWorkspace(root, dispatchID string, attempt int) (string, *os.File, error) {
+//
+// A parked workspace (below), when sp has one, is taken instead of making
+// a new one: the same folders, renamed, already locked.
+func prepareWorkspace(root, dispatchID string, attempt int, sp *spares) (string, *os.File, error) {
 	// A work message published past the dispatcher may carry any subject
 	// token: "/" would name the root itself, "a/b" a directory inside
 	// another dispatch's workspace.
 	if dispatchID == "" || dispatchID == "." || dispatchID == ".." || strings.ContainsAny(dispatchID, `/\`) {
 		return "", nil, fmt.Errorf("dispatch id %q cannot name a workspace directory", dispatchID)
+	}
+	if sp != nil {
+		if ws, hold, ok := sp.take(root, dispatchID, attempt); ok {
+			return ws, hold, nil
+		}
 	}
 	pattern := dispatchID + "." + strconv.Itoa(attempt) + ".*"
 	ws, err := os.MkdirTemp(root, pattern)
@@ -203,4 +215,160 @@ func readOutput(ws string) (json.RawMessage, string) {
 		return nil, "output.json is not valid JSON"
 	}
 	return json.RawMessage(b), ""
+}
+
+// Recycling (docs/worker.md, "Workspaces"). Making a workspace and removing
+// it are a handful of directory creations and removals per run, which on a
+// disk (and more so one mounted with online discard) cost milliseconds. So
+// a workspace whose run is over is cleared and parked, still locked, under
+// a spare name (spare.0.<n>: attempt 0 names no run, and the sweep removes
+// it after a crash), and the next run renames it to its own name. A
+// workspace is parked only when what remains is exactly a fresh one: the
+// folder, .agora and .agora/artifacts (and the sandbox's .agora/tmp and
+// .agora/home), each a real directory of mode 0700 owned by the worker with
+// no extended attributes, and all of them empty. Anything else — a link,
+// another mode or owner, an attribute, an entry that cannot be removed —
+// and the workspace is removed instead: nothing a run leaves reaches
+// another run.
+
+// spares are a worker's parked workspaces, at most max (one per slot).
+type spares struct {
+	mu   sync.Mutex
+	list []spare
+	max  int
+}
+
+type spare struct {
+	dir  string
+	hold *os.File // the workspace's lock, kept while it is parked
+}
+
+// keptDirs are the directories under .agora a parked workspace may keep.
+var keptDirs = map[string]bool{"artifacts": true, "tmp": true, "home": true}
+
+// take returns a parked workspace, renamed for dispatchID's attempt, and
+// its lock; ok false when there is none.
+func (sp *spares) take(root, dispatchID string, attempt int) (string, *os.File, bool) {
+	for {
+		sp.mu.Lock()
+		if len(sp.list) == 0 {
+			sp.mu.Unlock()
+			return "", nil, false
+		}
+		p := sp.list[len(sp.list)-1]
+		sp.list = sp.list[:len(sp.list)-1]
+		sp.mu.Unlock()
+		ws := filepath.Join(root, dispatchID+"."+strconv.Itoa(attempt)+"."+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		if err := renameNoReplace(p.dir, ws); err != nil {
+			_ = os.RemoveAll(p.dir)
+			p.hold.Close()
+			continue
+		}
+		return ws, p.hold, true
+	}
+}
+
+// park clears ws, whose run is over and whose lock hold is, and keeps it
+// for the next run; when it cannot (see above) or enough are parked, it
+// removes ws and releases the lock.
+func (sp *spares) park(root, ws string, hold *os.File) {
+	sp.mu.Lock()
+	full := len(sp.list) >= sp.max
+	sp.mu.Unlock()
+	if !full && noXattrs(ws) && clearWorkspace(ws) {
+		dir := filepath.Join(root, "spare.0."+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		if renameNoReplace(ws, dir) == nil {
+			sp.mu.Lock()
+			if len(sp.list) < sp.max {
+				sp.list = append(sp.list, spare{dir: dir, hold: hold})
+				sp.mu.Unlock()
+				return
+			}
+			sp.mu.Unlock()
+			ws = dir
+		}
+	}
+	_ = os.RemoveAll(ws)
+	if hold != nil {
+		hold.Close()
+	}
+}
+
+// drain removes every parked workspace.
+func (sp *spares) drain() {
+	if sp == nil {
+		return
+	}
+	sp.mu.Lock()
+	list := sp.list
+	sp.list = nil
+	sp.mu.Unlock()
+	for _, p := range list {
+		_ = os.RemoveAll(p.dir)
+		p.hold.Close()
+	}
+}
+
+// clearWorkspace empties ws down to a fresh workspace's directories and
+// reports whether what is left is exactly that.
+func clearWorkspace(ws string) bool {
+	agora := filepath.Join(ws, ".agora")
+	if !pristineDir(ws) || !clearDir(ws, func(name string) bool { return name == ".agora" }) {
+		return false
+	}
+	if !pristineDir(agora) || !clearDir(agora, func(name string) bool { return keptDirs[name] }) {
+		return false
+	}
+	ents, err := os.ReadDir(agora)
+	if err != nil {
+		return false
+	}
+	artifacts := false
+	for _, e := range ents {
+		dir := filepath.Join(agora, e.Name())
+		if !pristineDir(dir) || !clearDir(dir, func(string) bool { return false }) {
+			return false
+		}
+		artifacts = artifacts || e.Name() == "artifacts"
+	}
+	return artifacts
+}
+
+// clearDir removes every entry of dir but those keep names, without
+// following links, and checks that only those are left.
+func clearDir(dir string, keep func(string) bool) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if !keep(e.Name()) {
+			if os.RemoveAll(filepath.Join(dir, e.Name())) != nil {
+				return false
+			}
+		}
+	}
+	if ents, err = os.ReadDir(dir); err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if !keep(e.Name()) {
+			return false
+		}
+	}
+	return true
+}
+
+// pristineDir reports whether path is a real directory of mode 0700 (no
+// special bits), owned by this process's user and group, with no extended
+// attributes (an ACL is one).
+func pristineDir(path string) bool {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return false
+	}
+	if st.Mode != unix.S_IFDIR|0o700 || int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid() {
+		return false
+	}
+	return noXattrs(path)
 }
