@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -18,7 +20,8 @@ import (
 // copy lacks is read from the bucket (a sub-agent registered a moment ago
 // is never refused), and so is a definition about to refuse a request's
 // env, so a refusal always reflects the stored revision. While no watch
-// runs (before Run, or after it stopped) every lookup reads the bucket.
+// runs (before Run, while it is being started again, or after Run) every
+// lookup reads the bucket.
 
 // definition is one entry of the copy.
 type definition struct {
@@ -85,19 +88,80 @@ func decodeDefinition(e jetstream.KeyValueEntry) definition {
 	return definition{def: def, rev: e.Revision()}
 }
 
-// watchDefinitions keeps s.defs current until ctx ends. It returns once
-// the stored definitions are in the copy; the copy is dropped (every
-// lookup reads the bucket) when the watch stops.
-func (s *Service) watchDefinitions(ctx context.Context, b *bindings) error {
+// keepDefinitions keeps s.defs current until ctx ends. The watch starts
+// again when it cannot start or ends (after defsRetry), and at once after a
+// reconnect to NATS; from a disconnect until the new watch has read the
+// stored definitions the copy is dropped, so nothing changed meanwhile is
+// missed. The first attempt's error, or nil once the stored definitions
+// are in the copy, is sent on started.
+func (s *Service) keepDefinitions(ctx context.Context, b *bindings, started chan<- error) {
+	status := s.nc.StatusChanged(nats.DISCONNECTED, nats.CONNECTED)
+	defer s.nc.RemoveStatusListener(status)
+	first := true
+	for {
+		wctx, stop := context.WithCancel(ctx)
+		stopped, err := s.watchDefinitions(wctx, b)
+		switch {
+		case first:
+			started <- err
+			first = false
+		case err != nil:
+			s.log.Debug("watch of the sub-agent definitions: not started yet", "err", err)
+		}
+		var retry <-chan time.Time
+		if err != nil {
+			retry = time.After(defsRetry)
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return
+		case <-stopped:
+			retry = time.After(defsRetry)
+		case <-retry:
+			retry = nil // waited already
+		case st := <-status:
+			stop()
+			if stopped != nil {
+				<-stopped // the copy is dropped
+			}
+			for st != nats.CONNECTED {
+				select {
+				case <-ctx.Done():
+					return
+				case st = <-status:
+				}
+			}
+		}
+		stop()
+		if retry != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-retry:
+			}
+		}
+	}
+}
+
+// defsRetry is how long the dispatcher waits before starting a failed or
+// ended watch of the definitions again.
+const defsRetry = time.Second
+
+// watchDefinitions watches agora_subagents into s.defs until ctx ends or
+// the watch does (stopped is closed then, and the copy dropped: every
+// lookup reads the bucket). It returns once the stored definitions are in
+// the copy.
+func (s *Service) watchDefinitions(ctx context.Context, b *bindings) (stopped <-chan struct{}, err error) {
 	w, err := b.subagents.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("dispatcher: watch %s: %w", b.subagents.Bucket(), err)
+		return nil, fmt.Errorf("dispatcher: watch %s: %w", b.subagents.Bucket(), err)
 	}
 	s.defs.setLive(true)
 	initial := make(chan struct{})
-	stopped := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer close(stopped)
+		defer close(done)
 		defer s.defs.setLive(false)
 		defer func() { _ = w.Stop() }()
 		first := true
@@ -107,7 +171,7 @@ func (s *Service) watchDefinitions(ctx context.Context, b *bindings) error {
 				return
 			case e, ok := <-w.Updates():
 				if !ok {
-					s.log.Warn("watch of the sub-agent definitions ended: definitions are read from the bucket per request")
+					s.log.Warn("watch of the sub-agent definitions ended: definitions are read from the bucket per request until it starts again")
 					return
 				}
 				switch {
@@ -126,11 +190,11 @@ func (s *Service) watchDefinitions(ctx context.Context, b *bindings) error {
 	}()
 	select {
 	case <-initial:
-		return nil
-	case <-stopped:
-		return fmt.Errorf("dispatcher: watch %s ended before the definitions were read", b.subagents.Bucket())
+		return done, nil
+	case <-done:
+		return nil, fmt.Errorf("dispatcher: watch %s ended before the definitions were read", b.subagents.Bucket())
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 

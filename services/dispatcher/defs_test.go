@@ -1,6 +1,7 @@
 package dispatcher_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -102,6 +103,44 @@ func TestDefinitionChangesReachAcceptance(t *testing.T) {
 			t.Errorf("revision %d, want %d", d.Record.SubagentRevision, rev)
 		}
 	})
+}
+
+// The copy follows the bucket across a restart of the server: the watch is
+// started again on the reconnect, so a revision applied after the restart
+// reaches acceptance at once (the watch's own recovery took about 20 s).
+func TestDefinitionsAfterServerRestart(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	def := subagent.Definition{Name: "survivor", Runtime: subagent.RuntimeExec, Command: []string{"true"}, Timeout: "1m"}
+	h.putSubagent(def)
+	if _, err := h.cl.Dispatch(t.Context(), lifecycle.Request{Subagent: "survivor"}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	h.srv.Restart(t)
+	def.Timeout = "9m"
+	var rev uint64
+	h.eventually("the bucket to take a write after the restart", func() bool {
+		kv, err := h.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+		if err != nil {
+			return false
+		}
+		data, _ := json.Marshal(def)
+		rev, err = kv.Put(t.Context(), def.Name, data)
+		return err == nil
+	})
+	t.Logf("restarted and written in %v", time.Since(t0).Round(time.Millisecond))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, err := h.cl.Dispatch(t.Context(), lifecycle.Request{Subagent: "survivor"})
+		if err == nil && d.Record.SubagentRevision == rev {
+			t.Logf("the new revision is used %v after it was applied", time.Since(deadline.Add(-5*time.Second)).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the restart a dispatch still runs another revision than %d (last: %+v, %v)", rev, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // A record is created listing its accepted event, and the projection

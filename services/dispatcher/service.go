@@ -220,8 +220,10 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Without the watch every request reads its definition from the
 	// bucket: slower, never wrong, so a failed watch does not stop intake.
-	if err := s.watchDefinitions(work, b); err != nil {
-		s.log.Warn("sub-agent definitions are read per request", "err", err)
+	defsStarted := make(chan error, 1)
+	go s.keepDefinitions(work, b, defsStarted)
+	if err := <-defsStarted; err != nil {
+		s.log.Warn("sub-agent definitions are read per request until their watch starts", "err", err, "retry", defsRetry)
 	}
 
 	proj, err := s.startProjection(work, b)
