@@ -442,4 +442,3 @@ func (s *Service) publishAsync(ctx context.Context, r *record, p pending) (jetst
 	}
 	return ack, span, nil
 }
-
