@@ -348,13 +348,24 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	if err != nil {
 		return client.Record{}, resultError, fmt.Errorf("dispatcher: encode record: %w", err)
 	}
-	// The thread index is written beside the record, not after it: a
+	// A root's thread index is written beside the record, not after it: a
 	// crash between the two leaves an entry without a record, which every
-	// reader skips and a retry completes (docs/dispatcher.md).
+	// reader skips and a retry completes (docs/dispatcher.md). A root's
+	// thread is its own id, so even a request that turns out to conflict
+	// with the record under that id indexes nothing of another thread. A
+	// later round is indexed after its record exists and is its own.
 	indexed := make(chan error, 1)
-	go func() { indexed <- s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID) }()
+	if req.Round == 0 {
+		go func() { indexed <- s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID) }()
+	}
 	created, err := b.dispatches.Create(ctx, rec.DispatchID, data)
-	ierr := <-indexed
+	var ierr error
+	switch {
+	case req.Round == 0:
+		ierr = <-indexed
+	case err == nil:
+		ierr = s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID)
+	}
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return client.Record{}, resultError, fmt.Errorf("dispatcher: create record %s: %w", rec.DispatchID, err)

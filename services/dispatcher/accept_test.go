@@ -602,6 +602,32 @@ func TestReusedIDWithADifferentRequest(t *testing.T) {
 	}
 }
 
+// A later round that reuses the dispatch id of another thread's dispatch
+// is a conflict, and its thread's index never lists that dispatch (the
+// thread view would show it and a thread cancel would cancel it).
+func TestReusedIDOfAnotherThread(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	h.dispatchVia("http", "owned-1", `{"dispatch_id":"owned-1","subagent":"planner"}`)
+	body := `{"dispatch_id":"owned-1","subagent":"planner","thread_id":"other-thread","parent_id":"p-1","round":1}`
+	for _, door := range []string{"http", "micro"} {
+		var status string
+		if door == "http" {
+			resp, data := h.do(http.MethodPost, "/v1/dispatches", body, "")
+			status = fmt.Sprint(resp.StatusCode, " ", string(data))
+		} else {
+			m := h.microCall(lifecycle.APIDispatch, []byte(body), nil)
+			status = m.Header.Get(micro.ErrorCodeHeader) + " " + string(m.Data)
+		}
+		if !strings.HasPrefix(status, "409 ") {
+			t.Errorf("%s: %s, want 409", door, status)
+		}
+	}
+	resp, data := h.do(http.MethodGet, "/v1/threads/other-thread", "", "")
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("thread other-thread: %d %s, want 404 (no index)", resp.StatusCode, data)
+	}
+}
+
 // Which differences make a reused dispatch_id a conflict: every field a
 // client or the router sets, compared by value; what the dispatcher fills
 // in (timeout, max_rounds, a root's thread_id, subagent_revision) counts
