@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/kvwatch"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -97,49 +98,44 @@ func decodeDefinition(e jetstream.KeyValueEntry) definition {
 func (s *Service) keepDefinitions(ctx context.Context, b *bindings, started chan<- error) {
 	status := s.nc.StatusChanged(nats.DISCONNECTED, nats.CONNECTED)
 	defer s.nc.RemoveStatusListener(status)
-	first := true
-	for {
+	for first := true; ; first = false {
 		wctx, stop := context.WithCancel(ctx)
 		stopped, err := s.watchDefinitions(wctx, b)
 		switch {
 		case first:
 			started <- err
-			first = false
 		case err != nil:
 			s.log.Debug("watch of the sub-agent definitions: not started yet", "err", err)
 		}
-		var retry <-chan time.Time
-		if err != nil {
-			retry = time.After(defsRetry)
-		}
-		select {
-		case <-ctx.Done():
-			stop()
-			return
-		case <-stopped:
-			retry = time.After(defsRetry)
-		case <-retry:
-			retry = nil // waited already
-		case st := <-status:
-			stop()
-			if stopped != nil {
+		reconnected := false
+		if err == nil {
+			select {
+			case <-ctx.Done():
+			case <-stopped: // ended by itself
+				s.log.Warn("watch of the sub-agent definitions ended: definitions are read from the bucket per request until it starts again")
+			case st := <-status:
+				stop()
 				<-stopped // the copy is dropped
-			}
-			for st != nats.CONNECTED {
-				select {
-				case <-ctx.Done():
-					return
-				case st = <-status:
+				for st != nats.CONNECTED && ctx.Err() == nil {
+					select {
+					case <-ctx.Done():
+					case st = <-status:
+					}
 				}
+				reconnected = true
 			}
 		}
 		stop()
-		if retry != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-retry:
-			}
+		if ctx.Err() != nil {
+			return
+		}
+		if reconnected {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(defsRetry):
 		}
 	}
 }
@@ -153,49 +149,25 @@ const defsRetry = time.Second
 // lookup reads the bucket). It returns once the stored definitions are in
 // the copy.
 func (s *Service) watchDefinitions(ctx context.Context, b *bindings) (stopped <-chan struct{}, err error) {
-	w, err := b.subagents.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: watch %s: %w", b.subagents.Bucket(), err)
-	}
 	s.defs.setLive(true)
-	initial := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer s.defs.setLive(false)
-		defer func() { _ = w.Stop() }()
-		first := true
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					s.log.Warn("watch of the sub-agent definitions ended: definitions are read from the bucket per request until it starts again")
-					return
-				}
-				switch {
-				case e == nil:
-					if first {
-						first = false
-						close(initial)
-					}
-				case e.Operation() == jetstream.KeyValuePut:
-					s.defs.set(e.Key(), decodeDefinition(e))
-				default:
-					s.defs.remove(e.Key(), e.Revision())
-				}
-			}
+	done, err := kvwatch.Start(ctx, b.subagents, func(e jetstream.KeyValueEntry) {
+		if e.Operation() == jetstream.KeyValuePut {
+			s.defs.set(e.Key(), decodeDefinition(e))
+		} else {
+			s.defs.remove(e.Key(), e.Revision())
 		}
-	}()
-	select {
-	case <-initial:
-		return done, nil
-	case <-done:
-		return nil, fmt.Errorf("dispatcher: watch %s ended before the definitions were read", b.subagents.Bucket())
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	})
+	if err != nil {
+		s.defs.setLive(false)
+		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	dropped := make(chan struct{})
+	go func() {
+		<-done
+		s.defs.setLive(false)
+		close(dropped)
+	}()
+	return dropped, nil
 }
 
 // lookup returns a sub-agent's definition and its revision:

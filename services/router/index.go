@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/kvwatch"
 	"github.com/agora-dispatch/agora/pkg/client"
 )
 
@@ -116,51 +117,21 @@ func (x *index) asked() int {
 // watch keeps the index current until ctx ends. It returns once the
 // stored records are all indexed; done is closed when the watch stops.
 func (s *Service) watch(ctx context.Context) (done <-chan struct{}, err error) {
-	w, err := s.store.kv.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("router: watch %s: %w", s.store.kv.Bucket(), err)
-	}
-	initial := make(chan struct{})
-	ch := make(chan struct{})
-	go func() {
-		defer close(ch)
-		defer func() { _ = w.Stop() }()
-		first := true
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					if first {
-						first = false
-						close(initial)
-					}
-					continue
-				}
-				if e.Operation() != jetstream.KeyValuePut {
-					s.idx.set(e.Key(), nil)
-					continue
-				}
-				var r record
-				if err := json.Unmarshal(e.Value(), &r); err != nil || r.QuestionID == "" {
-					continue
-				}
-				s.idx.set(e.Key(), &r)
-			}
+	done, err = kvwatch.Start(ctx, s.store.kv, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			s.idx.set(e.Key(), nil)
+			return
 		}
-	}()
-	select {
-	case <-initial:
-		return ch, nil
-	case <-ch:
-		return nil, fmt.Errorf("router: watch %s ended before the records were read", s.store.kv.Bucket())
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		var r record
+		if err := json.Unmarshal(e.Value(), &r); err != nil || r.QuestionID == "" {
+			return
+		}
+		s.idx.set(e.Key(), &r)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
 	}
+	return done, nil
 }
 
 // cancelSweepEvery is how often the router looks for cancel marks on the
