@@ -275,7 +275,7 @@ func (sp *spares) park(root, ws string, hold *os.File) {
 	sp.mu.Lock()
 	full := len(sp.list) >= sp.max
 	sp.mu.Unlock()
-	if !full && noXattrs(ws) && clearWorkspace(ws) {
+	if !full && clearWorkspace(ws) {
 		dir := filepath.Join(root, "spare.0."+strconv.FormatUint(uint64(rand.Uint32()), 10))
 		if renameNoReplace(ws, dir) == nil {
 			sp.mu.Lock()
