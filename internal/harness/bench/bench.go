@@ -154,11 +154,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if err := provision.Ensure(ctx, js, provision.Config{}); err != nil {
 		return Report{}, err
 	}
-	say := func(f string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, f+"\n", a...)
-		}
-	}
+	say := sayer(progress)
 
 	rep := Report{Concurrency: cfg.Concurrency}
 	wsRoot := dir
@@ -278,10 +274,7 @@ func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
 		lat = append(lat, time.Since(t0))
 	}
 	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		i := int(p * float64(len(lat)-1))
-		return float64(lat[i].Microseconds()) / 1000
-	}
+	pct := func(p float64) float64 { return percentileMS(lat, p) }
 	ids := make(chan string)
 	errs := make(chan error, cfg.Concurrency)
 	var wg sync.WaitGroup

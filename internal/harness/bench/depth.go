@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -58,11 +57,7 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 	if cfg.Rounds <= 1 {
 		cfg.Rounds = 50
 	}
-	say := func(f string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, f+"\n", a...)
-		}
-	}
+	say := sayer(progress)
 	st, err := startStack(ctx, stackConfig{Slots: 2, Runtime: deepRuntime{last: cfg.Rounds - 1}})
 	if err != nil {
 		return DepthReport{}, err
@@ -91,18 +86,6 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 		return DepthReport{}, err
 	}
 	rep := DepthReport{Rounds: cfg.Rounds}
-	timed := func(f func() error) (float64, error) {
-		var ds []time.Duration
-		for range 9 {
-			t := time.Now()
-			if err := f(); err != nil {
-				return 0, err
-			}
-			ds = append(ds, time.Since(t))
-		}
-		slices.Sort(ds)
-		return float64(ds[len(ds)/2].Microseconds()) / 1000, nil
-	}
 	for round := range cfg.Rounds - 1 {
 		var id string
 		select {
@@ -116,10 +99,10 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 		}
 		if round == 0 || (round+1)%10 == 0 || round == cfg.Rounds-2 {
 			p := DepthPoint{Round: round}
-			if p.StatusMS, err = timed(func() error { _, err := st.client.Status(ctx, id); return err }); err != nil {
+			if p.StatusMS, err = medianMS(9, func() error { _, err := st.client.Status(ctx, id); return err }); err != nil {
 				return rep, err
 			}
-			if p.ThreadMS, err = timed(func() error {
+			if p.ThreadMS, err = medianMS(9, func() error {
 				th, err := st.client.Thread(ctx, d.ThreadID)
 				if err == nil {
 					p.Rounds = len(th.Rounds)

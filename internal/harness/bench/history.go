@@ -87,11 +87,7 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 	if cfg.Slots <= 0 {
 		cfg.Slots = 16
 	}
-	say := func(f string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, f+"\n", a...)
-		}
-	}
+	say := sayer(progress)
 	st, err := startStack(ctx, stackConfig{Slots: cfg.Slots, Retention: cfg.Retention,
 		Extra: []func(context.Context, *client.Client, *slog.Logger) error{func(ctx context.Context, c *client.Client, log *slog.Logger) error {
 			return answerer.ServeClient(ctx, c, "human", answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {

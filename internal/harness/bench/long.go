@@ -73,11 +73,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	if cfg.Window <= 0 {
 		cfg.Window = 30 * time.Second
 	}
-	say := func(f string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, f+"\n", a...)
-		}
-	}
+	say := sayer(progress)
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	defer releaseOnce.Do(func() { close(release) })

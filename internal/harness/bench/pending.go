@@ -77,11 +77,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		cfg.Samples = 20
 	}
 	cfg.Samples = min(cfg.Samples, cfg.Questions)
-	say := func(f string, a ...any) {
-		if progress != nil {
-			fmt.Fprintf(progress, f+"\n", a...)
-		}
-	}
+	say := sayer(progress)
 	st, err := startStack(ctx, stackConfig{Slots: cfg.Slots})
 	if err != nil {
 		return PendingReport{}, err
@@ -177,30 +173,18 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	}
 
 	say("timing the lists")
-	timed := func(n int, f func() error) (float64, error) {
-		var ds []time.Duration
-		for range n {
-			t := time.Now()
-			if err := f(); err != nil {
-				return 0, err
-			}
-			ds = append(ds, time.Since(t))
-		}
-		slices.Sort(ds)
-		return float64(ds[len(ds)/2].Microseconds()) / 1000, nil
-	}
 	var qs []lifecycle.Question
-	if rep.ClientListMS, err = timed(5, func() (err error) {
+	if rep.ClientListMS, err = medianMS(5, func() (err error) {
 		qs, err = st.client.Questions(ctx, client.QuestionFilter{Status: "asked"})
 		return err
 	}); err != nil {
 		return rep, err
 	}
 	rep.ClientListCount = len(qs)
-	if rep.InboxPageMS, err = timed(20, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 50); return err }); err != nil {
+	if rep.InboxPageMS, err = medianMS(20, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 50); return err }); err != nil {
 		return rep, err
 	}
-	if rep.InboxAllMS, err = timed(5, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 10000); return err }); err != nil {
+	if rep.InboxAllMS, err = medianMS(5, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 10000); return err }); err != nil {
 		return rep, err
 	}
 
@@ -225,7 +209,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		lat = append(lat, time.Since(t))
 	}
 	slices.Sort(lat)
-	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	pct := func(p float64) float64 { return percentileMS(lat, p) }
 	rep.AnswerP50MS, rep.AnswerP99MS, rep.AnswerSamples = pct(0.5), pct(0.99), len(lat)
 	rep.PeakRSSMiB = procKiB("VmHWM") / 1024
 	return rep, nil

@@ -185,6 +185,6 @@ func resume(ctx context.Context, url string, js jetstream.JetStream, dir string,
 		lat = append(lat, l)
 	}
 	slices.Sort(lat)
-	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	pct := func(p float64) float64 { return percentileMS(lat, p) }
 	return Row{Scenario: "agora resume: answer submitted → resumed runtime started", P50MS: pct(0.5), P99MS: pct(0.99), Serial: samples}, nil
 }

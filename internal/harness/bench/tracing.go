@@ -90,8 +90,7 @@ func (s *otlpSink) stages(from, to time.Time) []Stage {
 	var out []Stage
 	for name, ds := range byName {
 		slices.Sort(ds)
-		pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
-		out = append(out, Stage{Span: name, Count: len(ds), P50MS: pct(0.5), P99MS: pct(0.99)})
+		out = append(out, Stage{Span: name, Count: len(ds), P50MS: percentileMS(ds, 0.5), P99MS: percentileMS(ds, 0.99)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].P50MS > out[j].P50MS })
 	return out
