@@ -222,8 +222,15 @@ func (s *Service) Run(ctx context.Context) error {
 	// bucket: slower, never wrong, so a failed watch does not stop intake.
 	defsStarted := make(chan error, 1)
 	go s.keepDefinitions(work, b, defsStarted)
-	if err := <-defsStarted; err != nil {
-		s.log.Warn("sub-agent definitions are read per request until their watch starts", "err", err, "retry", defsRetry)
+	select {
+	case err := <-defsStarted:
+		if err != nil {
+			s.log.Warn("sub-agent definitions are read per request until their watch starts", "err", err, "retry", defsRetry)
+		}
+	case <-time.After(opTimeout):
+		// Start-up does not wait on the copy: without it requests read
+		// their definitions from the bucket.
+		s.log.Warn("sub-agent definitions watch not ready: reading them per request meanwhile", "waited", opTimeout)
 	}
 
 	proj, err := s.startProjection(work, b)
