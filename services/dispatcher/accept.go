@@ -356,23 +356,19 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	// later round is indexed after its record exists and is its own.
 	// (Its index is read beside the record's write, which saves that
 	// read's round trip.)
+	var pre indexRead
 	indexed := make(chan error, 1)
-	preread := make(chan indexRead, 1)
-	if req.Round == 0 {
-		go func() { indexed <- s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID) }()
-	} else {
-		go func() {
-			e, err := b.dispatches.Get(ctx, threadKey(rec.ThreadID))
-			preread <- indexRead{e, err}
-		}()
-	}
+	go func() {
+		if req.Round == 0 {
+			indexed <- s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID)
+			return
+		}
+		pre.e, pre.err = b.dispatches.Get(ctx, threadKey(rec.ThreadID))
+		indexed <- nil
+	}()
 	created, err := b.dispatches.Create(ctx, rec.DispatchID, data)
-	var ierr error
-	switch {
-	case req.Round == 0:
-		ierr = <-indexed
-	case err == nil:
-		pre := <-preread
+	ierr := <-indexed
+	if req.Round > 0 && err == nil {
 		ierr = s.indexThreadFrom(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID, &pre)
 	}
 	if err != nil {
