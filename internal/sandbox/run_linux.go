@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,6 +27,34 @@ type Launcher struct {
 	mode Mode
 	attr func() *syscall.SysProcAttr
 	host Host
+
+	// spares are launchers started ahead of their run (docs/sandbox.md,
+	// "Started ahead"): a run takes one and pays only for sending it the
+	// Start message, not for a process start, its namespaces and the Go
+	// runtime's initialisation. Taking one starts its replacement in the
+	// background.
+	spares   chan *spare
+	mu       sync.Mutex
+	starting int // spares being started
+	closed   bool
+}
+
+// spareLaunchers is how many launchers a Launcher keeps started ahead.
+const spareLaunchers = 2
+
+// spare is a started launcher waiting for its Start message.
+type spare struct {
+	cmd  *exec.Cmd
+	ctrl int      // our end of the control socket
+	res  *os.File // the result pipe's read end
+	done chan error
+}
+
+func (sp *spare) discard() {
+	syscall.Close(sp.ctrl)
+	_ = sp.cmd.Process.Kill()
+	<-sp.done
+	sp.res.Close()
 }
 
 // New finds the launcher binary (see Executable) and probes the strongest
@@ -76,8 +107,7 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 		_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t", &h.LandlockABI, &h.PrivateProc)
 		return h, err
 	}
-	exe := bin
-	l := &Launcher{exe: exe}
+	l := &Launcher{exe: bin, spares: make(chan *spare, spareLaunchers)}
 	uid, gid := os.Getuid(), os.Getgid()
 	candidates := []struct {
 		mode Mode
@@ -133,66 +163,255 @@ func (l *Launcher) Host() Host { return l.host }
 // Mode reports how the launcher contains process trees on this host.
 func (l *Launcher) Mode() Mode { return l.mode }
 
+// Close stops the spare launchers. Runs may still be started afterwards;
+// they start their launcher when they need it.
+func (l *Launcher) Close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	for {
+		select {
+		case sp := <-l.spares:
+			sp.discard()
+		default:
+			return
+		}
+	}
+}
+
+// start starts a launcher process that waits for its Start message.
+func (l *Launcher) start() (*spare, error) {
+	resR, resW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		resR.Close()
+		resW.Close()
+		return nil, err
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "control")
+	cmd := &exec.Cmd{
+		Path: l.exe, Args: []string{launcher.Name, launcher.Protocol},
+		// Nothing of the worker's environment: the run's comes with
+		// its Start message.
+		Env: []string{}, Dir: "/",
+		ExtraFiles:  []*os.File{resW, theirs},
+		SysProcAttr: l.attr(),
+	}
+	err = cmd.Start()
+	resW.Close()
+	theirs.Close()
+	if err != nil {
+		resR.Close()
+		syscall.Close(fds[0])
+		return nil, err
+	}
+	sp := &spare{cmd: cmd, ctrl: fds[0], res: resR, done: make(chan error, 1)}
+	go func() { sp.done <- cmd.Wait() }()
+	return sp, nil
+}
+
+// take returns a started launcher: a spare when one is ready (unless
+// fresh), else one started now. Either way the spares are refilled in the
+// background.
+func (l *Launcher) take(fresh bool) (*spare, error) {
+	go l.refill()
+	for !fresh {
+		select {
+		case sp := <-l.spares:
+			select {
+			case <-sp.done: // died while it waited (killed from outside)
+				sp.res.Close()
+				syscall.Close(sp.ctrl)
+				continue
+			default:
+				return sp, nil
+			}
+		default:
+			return l.start()
+		}
+	}
+	return l.start()
+}
+
+// refill starts spares until there are spareLaunchers of them, counting
+// those being started.
+func (l *Launcher) refill() {
+	for {
+		l.mu.Lock()
+		if l.closed || len(l.spares)+l.starting >= cap(l.spares) {
+			l.mu.Unlock()
+			return
+		}
+		l.starting++
+		l.mu.Unlock()
+		sp, err := l.start()
+		l.mu.Lock()
+		l.starting--
+		if err != nil {
+			l.mu.Unlock()
+			return // the run that needs one starts its own and reports why
+		}
+		if l.closed {
+			l.mu.Unlock()
+			sp.discard()
+			return
+		}
+		select {
+		case l.spares <- sp:
+			l.mu.Unlock()
+		default:
+			l.mu.Unlock()
+			sp.discard()
+			return
+		}
+	}
+}
+
+// send writes the Start message with the descriptors it carries, closes
+// our side for writing and waits for the launcher's one-byte receipt; a
+// launcher that died while it waited gives none.
+func (sp *spare) send(msg []byte, files ...*os.File) error {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	n, err := syscall.SendmsgN(sp.ctrl, msg, syscall.UnixRights(fds...), nil, 0)
+	for err == nil && n < len(msg) {
+		var m int
+		m, err = syscall.Write(sp.ctrl, msg[n:])
+		n += m
+	}
+	for _, f := range files {
+		runtime.KeepAlive(f)
+	}
+	if err == nil {
+		err = syscall.Shutdown(sp.ctrl, syscall.SHUT_WR)
+	}
+	if err == nil {
+		// Bounded: a launcher reads its message before anything else.
+		_ = syscall.SetsockoptTimeval(sp.ctrl, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{Sec: 10})
+		var b [1]byte
+		for {
+			n, err = syscall.Read(sp.ctrl, b[:])
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if err == nil && n != 1 {
+			err = errors.New("the launcher ended before it read its run")
+		}
+	}
+	syscall.Close(sp.ctrl)
+	return err
+}
+
 // Run starts s through the launcher and blocks until the runtime and every
 // process it started are gone. When ctx ends, the runtime's process group
 // gets SIGTERM, and everything is killed after s.KillGrace.
 func (l *Launcher) Run(ctx context.Context, s Spec) Result {
-	resR, resW, err := os.Pipe()
+	fail := func(format string, err error) Result {
+		return Result{ExitCode: -1, Err: fmt.Errorf("%w: "+format, ErrLauncher, err)}
+	}
+	outR, outW, err := os.Pipe()
 	if err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLauncher, err)}
+		return fail("%v", err)
 	}
-	defer resR.Close()
-	// The policy pipe is always passed (empty for none): fd 5 of the
-	// launcher must never be some other descriptor.
-	polR, polW, err := os.Pipe()
+	errR, errW, err := os.Pipe()
 	if err != nil {
-		resW.Close()
-		return Result{ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLauncher, err)}
+		outR.Close()
+		outW.Close()
+		return fail("%v", err)
 	}
-	defer polR.Close()
-	// Written whole before the launcher reads it: a policy is far below a
-	// pipe's buffer.
-	_, err = io.WriteString(polW, s.Policy.Format())
-	polW.Close()
+	files := []*os.File{outW, errW}
+	if s.Hold != nil {
+		files = append(files, s.Hold)
+	}
+	msg := launcher.Start{Grace: int64(s.KillGrace), Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Policy: s.Policy}.Format()
+	// A spare can have been killed while it waited: the next one is
+	// tried, and in the end one started for this run alone.
+	var sp *spare
+	for try := 0; ; try++ {
+		sp, err = l.take(try > cap(l.spares))
+		if err == nil {
+			if err = sp.send(msg, files...); err != nil {
+				sp.res.Close()
+				_ = sp.cmd.Process.Kill()
+				<-sp.done
+			}
+		}
+		if err == nil || try > cap(l.spares) {
+			break
+		}
+	}
+	outW.Close()
+	errW.Close()
 	if err != nil {
-		resW.Close()
-		return Result{ExitCode: -1, Err: fmt.Errorf("%w: policy: %v", ErrLauncher, err)}
+		outR.Close()
+		errR.Close()
+		return fail("start: %v", err)
 	}
-	args := append([]string{launcher.Name, launcher.Protocol, strconv.FormatInt(int64(s.KillGrace), 10), s.Path}, s.Args...)
-	cmd := &exec.Cmd{
-		Path: l.exe, Args: args, Env: s.Env, Dir: s.Dir,
-		Stdout: s.Stdout, Stderr: s.Stderr,
-		ExtraFiles:  []*os.File{resW, s.Hold, polR},
-		SysProcAttr: l.attr(),
-		// Output pipes close when the tree is gone; this only bounds a
-		// launcher that was killed while something else held them.
-		WaitDelay: time.Second,
+	defer sp.res.Close()
+	copied := make(chan struct{}, 2)
+	copyOut := func(w io.Writer, r *os.File) {
+		if w == nil {
+			w = io.Discard
+		}
+		_, _ = io.Copy(w, r)
+		copied <- struct{}{}
 	}
-	err = cmd.Start()
-	resW.Close()
-	if err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("%w: start: %v", ErrLauncher, err)}
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var werr error
+	go copyOut(s.Stdout, outR)
+	go copyOut(s.Stderr, errR)
+
+	// The launcher writes its report once the tree is gone and the
+	// workspace lock released; its own exit (a Go process ending: most of
+	// a millisecond) is waited for in the background. Without a report —
+	// the launcher was killed — the pipe ends with the process.
+	report := make(chan []byte, 1)
+	go func() {
+		b, _ := bufio.NewReader(io.LimitReader(sp.res, 64<<10)).ReadBytes('\n')
+		report <- b
+	}()
+	var line []byte
 	select {
-	case werr = <-done:
+	case line = <-report:
 	case <-ctx.Done():
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = sp.cmd.Process.Signal(syscall.SIGTERM)
 		t := time.NewTimer(s.KillGrace + 2*time.Second)
 		select {
-		case werr = <-done:
+		case line = <-report:
 			t.Stop()
 		case <-t.C:
 			// The launcher did not end its tree in time. In a PID
 			// namespace its death takes the tree with it.
-			_ = cmd.Process.Kill()
-			werr = <-done
+			_ = sp.cmd.Process.Kill()
+			line = <-report
 		}
 	}
-	b, _ := io.ReadAll(io.LimitReader(resR, 64<<10))
-	r, err := launcher.Parse(string(b))
+	var werr error
+	if bytes.HasSuffix(line, []byte("\n")) {
+		go func() { <-sp.done }()
+	} else {
+		werr = <-sp.done
+	}
+	// The output pipes close when the tree is gone; the bound only
+	// matters for a launcher killed while something else held them.
+	bound := time.NewTimer(time.Second)
+	for range 2 {
+		select {
+		case <-copied:
+		case <-bound.C:
+			outR.Close()
+			errR.Close()
+			<-copied
+		}
+	}
+	bound.Stop()
+	outR.Close()
+	errR.Close()
+	r, err := launcher.Parse(string(line))
 	if err != nil {
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: no report (%v)", ErrLauncher, werr)}
 	}

@@ -67,3 +67,6 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	}
 	return res
 }
+
+// Close releases nothing: a direct launcher keeps no process started.
+func (l *Launcher) Close() {}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/sandbox"
+	"github.com/agora-dispatch/agora/internal/sandbox/launcher"
 )
 
 // A test binary started with this variable acts as a worker: it runs the
@@ -71,6 +72,7 @@ func eachMode(t *testing.T, f func(t *testing.T, l *sandbox.Launcher)) {
 					}
 					t.Skip(err)
 				}
+				defer l.Close()
 				f(t, l)
 			})
 		}
@@ -269,11 +271,92 @@ func TestWorkerKilledTakesTreeWithIt(t *testing.T) {
 			t.Fatalf("worker said %q, %v", line, err)
 		}
 		daemon, runtime := hostPID(t, marker+"-daemon"), hostPID(t, marker+"-runtime")
+		// The run made the worker start spare launchers: they go too.
+		spares := waitSpares(t, cmd.Process.Pid, 1)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		_ = cmd.Wait()
 		waitGone(t, runtime)
 		waitGone(t, daemon)
+		for _, p := range spares {
+			waitGone(t, p)
+		}
+	})
+}
+
+// spareLaunchers lists the children of pid that are launchers waiting for
+// their run (argv exactly Name, Protocol).
+func spareLaunchers(pid int) []int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var out []int
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			c, _ := strconv.Atoi(f)
+			argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
+			if string(argv) == launcher.Name+"\x00"+launcher.Protocol+"\x00" && alive(c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// waitSpares waits until pid has at least n spare launchers and returns
+// them.
+func waitSpares(t *testing.T, pid, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := spareLaunchers(pid)
+		if len(s) >= n {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d has spare launchers %v, want at least %d", pid, s, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A run starts spare launchers; a later run works when its spare was
+// killed while it waited; Close ends the spares, and runs still work
+// after it.
+func TestSpareLaunchers(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		if s := spareLaunchers(os.Getpid()); len(s) != 0 {
+			// Other tests' launchers are closed by now (eachMode).
+			t.Fatalf("spare launchers %v before the first run", s)
+		}
+		run := func() {
+			t.Helper()
+			var out bytes.Buffer
+			res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "echo \"$X\"; pwd"}, Env: []string{"X=one\ntwo"}, Dir: "/tmp", Stdout: &out, KillGrace: time.Second})
+			if res.Err != nil || res.ExitCode != 0 || out.String() != "one\ntwo\n/tmp\n" {
+				t.Fatalf("result %+v, output %q", res, out.String())
+			}
+		}
+		run()
+		spares := waitSpares(t, os.Getpid(), 2)
+		for _, p := range spares {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+			waitGone(t, p)
+		}
+		run()
+		run()
+		waitSpares(t, os.Getpid(), 1)
+		l.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for len(spareLaunchers(os.Getpid())) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("spare launchers %v left after Close", spareLaunchers(os.Getpid()))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		run()
+		if s := spareLaunchers(os.Getpid()); len(s) != 0 {
+			t.Fatalf("a closed launcher started spares %v", s)
+		}
 	})
 }

@@ -245,6 +245,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// to time (a run killed with its worker frees its lock a moment later).
 	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
 	defer s.spares.drain()
+	defer s.launcher.Close()
 	if s.cgroups {
 		removeStale() // what killed workers left
 		defer s.cgpool.removeAll()
@@ -359,6 +360,7 @@ func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
 	defer csub.Unsubscribe()
 	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
 	defer s.spares.drain()
+	defer s.launcher.Close()
 	for {
 		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
 		if ctx.Err() != nil {

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
@@ -56,26 +55,12 @@ func apply(p Policy, pid1 bool) ([]string, error) {
 		if err != nil || abi < 1 {
 			return applied, nil // no Landlock on this host: reported by the worker's probe
 		}
-		rules := []landlock.Rule{
-			landlock.RODirs(p.ReadDirs...).IgnoreIfMissing(),
-			landlock.RWDirs(p.WriteDirs...).IgnoreIfMissing(),
-			landlock.ROFiles(p.ReadFiles...).IgnoreIfMissing(),
-			landlock.RWFiles(p.WriteFiles...).WithIoctlDev().IgnoreIfMissing(),
-		}
+		var extra []string
 		if !pid1 {
 			// The launcher itself must still list its children.
-			rules = append(rules, landlock.RODirs("/proc/self/task"))
+			extra = append(extra, "/proc/self/task")
 		}
-		for _, port := range p.TCPConnect {
-			rules = append(rules, landlock.ConnectTCP(uint16(port)))
-		}
-		// Handled: every filesystem right, TCP connect (not bind: a
-		// sub-agent may run a local server), and the signal and abstract
-		// socket scopes (nothing outside the run can be signalled or
-		// reached through an abstract socket).
-		cfg := landlock.MustConfig(landlock.V11.HandledAccessFS, landlock.AccessNetSet(llsys.AccessNetConnectTCP),
-			landlock.ScopedSet(llsys.ScopeAbstractUnixSocket|llsys.ScopeSignal)).BestEffort()
-		if err := cfg.Restrict(rules...); err != nil {
+		if err := restrictThread(abi, p, extra...); err != nil {
 			return nil, fmt.Errorf("launcher: landlock: %w", err)
 		}
 		applied = append(applied, "landlock-v"+strconv.Itoa(min(abi, 11)))

@@ -9,14 +9,20 @@
 // program's start.
 //
 // Protocol (internal/sandbox writes and reads it):
-//   - argv: Name, Protocol, the kill grace in nanoseconds, the runtime's
-//     path, then the runtime's argv;
-//   - the environment and working directory are the runtime's;
-//   - fd 3: the result pipe; fd 4: a descriptor kept open until the tree
-//     is gone (the workspace lock), or closed; fd 5: the Policy, or closed;
-//   - on exit the launcher writes one result line to fd 3: exit code,
-//     signal number, processes killed, layers applied, start error,
-//     separated by NUL.
+//   - argv: Name, Protocol; an empty environment; stdin, stdout and stderr
+//     on /dev/null. The worker may start a launcher before it has a run
+//     for it (a started spare), so nothing of a run is in its arguments;
+//   - fd 4: one end of a Unix stream socket on which the worker sends one
+//     Start message, then shuts its side for writing and waits for one
+//     byte back (the launcher's receipt). The message carries, as
+//     SCM_RIGHTS, the runtime's stdout and stderr and, when there is one,
+//     a descriptor kept open until the tree is gone (the workspace lock).
+//     A launcher whose socket closes with no message exits quietly;
+//   - fd 3: the result pipe: once the runtime's whole tree is gone, the
+//     launcher closes the descriptors it was sent (releasing the lock) and
+//     writes one result line: exit code, signal number, processes killed,
+//     layers applied, start error, separated by NUL. The worker takes the
+//     line as the end of the run; the launcher's own exit follows.
 package launcher
 
 import (
@@ -33,8 +39,65 @@ import (
 const (
 	Name      = "agora-sandbox"
 	ProbeName = "agora-sandbox-probe"
-	Protocol  = "agora-sandbox/1"
+	Protocol  = "agora-sandbox/2"
 )
+
+// Start is the run a started launcher is given: the runtime, its
+// environment and working directory, how long it has between SIGTERM and
+// SIGKILL, and the Policy.
+type Start struct {
+	Grace  int64 // nanoseconds
+	Path   string
+	Args   []string
+	Env    []string
+	Dir    string
+	Policy Policy
+}
+
+// Format encodes s: NUL-separated fields (no argument, environment entry
+// or path can hold a NUL), the policy last.
+func (s Start) Format() []byte {
+	f := []string{strconv.FormatInt(s.Grace, 10), s.Path, s.Dir, strconv.Itoa(len(s.Args))}
+	f = append(f, s.Args...)
+	f = append(f, strconv.Itoa(len(s.Env)))
+	f = append(f, s.Env...)
+	f = append(f, s.Policy.Format())
+	return []byte(strings.Join(f, "\x00"))
+}
+
+// ParseStart decodes what Format wrote.
+func ParseStart(b []byte) (Start, error) {
+	f := strings.Split(string(b), "\x00")
+	bad := errors.New("launcher: malformed start message")
+	if len(f) < 6 {
+		return Start{}, bad
+	}
+	var s Start
+	var err error
+	if s.Grace, err = strconv.ParseInt(f[0], 10, 64); err != nil {
+		return Start{}, bad
+	}
+	s.Path, s.Dir = f[1], f[2]
+	f = f[3:]
+	list := func() ([]string, bool) {
+		n, err := strconv.Atoi(f[0])
+		if err != nil || n < 0 || n > len(f)-2 {
+			return nil, false
+		}
+		l := f[1 : 1+n]
+		f = f[1+n:]
+		return l, true
+	}
+	var ok bool
+	if s.Args, ok = list(); !ok {
+		return Start{}, bad
+	}
+	if s.Env, ok = list(); !ok || len(f) != 1 {
+		return Start{}, bad
+	}
+	s.Policy, err = ParsePolicy(strings.NewReader(f[0]))
+	return s, err
+}
 
 // Result is the launcher's report, as internal/sandbox parses it.
 type Result struct {

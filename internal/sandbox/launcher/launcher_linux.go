@@ -4,8 +4,10 @@ package launcher
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,9 +16,8 @@ import (
 
 // Inherited descriptors.
 const (
-	fdResult = 3
-	fdHold   = 4
-	fdPolicy = 5
+	fdResult  = 3
+	fdControl = 4
 )
 
 const (
@@ -24,6 +25,7 @@ const (
 	prSetNoNewPrivs     = 38
 	sysCloseRange       = 436 // the same number on every Linux architecture
 	closeRangeCloexec   = 1 << 2
+	maxStart            = 4 << 20 // bytes of a Start message
 )
 
 func init() {
@@ -43,30 +45,53 @@ func init() {
 }
 
 func main() int {
+	// Everything below runs on this one thread: no_new_privs and the
+	// Landlock domain are set on it (restrictThread), and the runtime is
+	// forked from it. (init already runs locked to the main thread; this
+	// says so.)
+	runtime.LockOSThread()
 	out := os.NewFile(fdResult, "result")
+	var fds []int // received: stdout, stderr, the hold descriptor
 	report := func(r Result) int {
+		// The worker goes on as soon as it reads the report: what we
+		// hold of the run (the workspace lock first) is let go before.
+		for _, fd := range fds {
+			if fd >= 0 {
+				syscall.Close(fd)
+			}
+		}
 		_, _ = out.WriteString(r.Format())
 		return 0
 	}
 	fail := func(err error) int { return report(Result{ExitCode: -1, StartErr: err.Error()}) }
-	if len(os.Args) < 5 || os.Args[1] != Protocol {
+	if len(os.Args) != 2 || os.Args[1] != Protocol {
 		return fail(errors.New("launcher: this launcher does not speak " + Protocol + ": use the agora-sandbox of the worker's own build"))
 	}
-	grace, err := strconv.ParseInt(os.Args[2], 10, 64)
-	if err != nil {
-		return fail(err)
-	}
-	path, argv := os.Args[3], os.Args[4:]
+	// Signals are caught from the first moment: a SIGTERM that arrives
+	// while the runtime starts still gives it its grace period.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 
-	f := os.NewFile(fdPolicy, "policy")
-	pol, err := ParsePolicy(f)
-	f.Close()
+	msg, fds, err := receive(fdControl)
 	if err != nil {
 		return fail(err)
 	}
+	if msg == nil {
+		return 0 // a spare the worker no longer needs
+	}
+	st, err := ParseStart(msg)
+	if err != nil {
+		return fail(err)
+	}
+	if len(fds) < 2 {
+		return fail(errors.New("launcher: the start message carries no stdout and stderr"))
+	}
+	// fds[2], when sent, is the hold descriptor: it stays open (and
+	// close-on-exec) until the report, written once the tree is gone.
+
 	// Nothing but stdin, stdout and stderr reaches the runtime: not our
-	// result pipe or the hold descriptor, and not descriptors the worker
-	// itself inherited without close-on-exec.
+	// result pipe, the received descriptors or the hold descriptor, and
+	// not descriptors the worker itself inherited without close-on-exec.
 	closeInherited()
 	pid1 := os.Getpid() == 1
 	if !pid1 {
@@ -79,69 +104,123 @@ func main() int {
 	if err := prctl(prSetNoNewPrivs, 1); err != nil {
 		return fail(err)
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
-
-	devnull, err := os.Open(os.DevNull)
+	devnull, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return fail(err)
 	}
-	applied, err := apply(pol, pid1)
+	applied, err := apply(st.Policy, pid1)
 	if err != nil {
-		devnull.Close()
 		return fail(err)
 	}
-	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
-		Env:   os.Environ(),
-		Files: []*os.File{devnull, os.Stdout, os.Stderr},
+	// syscall.ForkExec rather than os.StartProcess: the latter probes for
+	// pidfd support with a fork of its own the first time, and every
+	// launcher is a first time.
+	pid, err := syscall.ForkExec(st.Path, st.Args, &syscall.ProcAttr{
+		Dir: st.Dir, Env: st.Env,
+		Files: []uintptr{uintptr(devnull), uintptr(fds[0]), uintptr(fds[1])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
-	devnull.Close()
+	syscall.Close(devnull)
+	syscall.Close(fds[0])
+	syscall.Close(fds[1])
+	fds[0], fds[1] = -1, -1
 	if err != nil {
 		return fail(err)
 	}
-	if err := limitChild(pol, proc.Pid); err != nil {
-		_ = proc.Kill()
-		_, _ = proc.Wait()
+	if err := limitChild(st.Policy, pid); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		_, _ = syscall.Wait4(pid, nil, 0, nil)
 		return fail(err)
 	}
-	done := make(chan *os.ProcessState, 1)
+	done := make(chan syscall.WaitStatus, 1)
 	go func() {
-		st, _ := proc.Wait()
-		done <- st
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+				break
+			}
+		}
+		done <- ws
 	}()
 
 	var timer <-chan time.Time
 	stopping := false
-	var st *os.ProcessState
+	var ws syscall.WaitStatus
 wait:
 	for {
 		select {
-		case st = <-done:
+		case ws = <-done:
 			break wait
 		case s := <-sigs:
 			if s == syscall.SIGTERM && !stopping {
 				// The worker asks for a stop: the runtime's group gets
 				// SIGTERM and the grace period to end.
 				stopping = true
-				_ = syscall.Kill(-proc.Pid, syscall.SIGTERM)
-				timer = time.After(time.Duration(grace))
+				_ = syscall.Kill(-pid, syscall.SIGTERM)
+				timer = time.After(time.Duration(st.Grace))
 				continue
 			}
 			// SIGHUP is the parent-death signal: the worker is gone, so
 			// is everything it started. (Reaping waits until the runtime
 			// itself has been waited for.)
-			signalTree(pid1, proc.Pid)
+			signalTree(pid1, pid)
 		case <-timer:
-			signalTree(pid1, proc.Pid)
+			signalTree(pid1, pid)
 		}
 	}
-	r := Result{ExitCode: st.ExitCode(), Applied: strings.Join(applied, ",")}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	r := Result{ExitCode: -1, Applied: strings.Join(applied, ",")}
+	if ws.Exited() {
+		r.ExitCode = ws.ExitStatus()
+	}
+	if ws.Signaled() {
 		r.Signal = int(ws.Signal())
 	}
-	r.Killed = killTree(pid1, proc.Pid)
+	r.Killed = killTree(pid1, pid)
 	return report(r)
+}
+
+// receive reads the Start message and the descriptors sent with it from
+// the control socket until the worker closes its side, and answers with
+// one byte: the worker's receipt. A socket closed with nothing sent gives
+// a nil message.
+func receive(fd int) ([]byte, []int, error) {
+	defer syscall.Close(fd)
+	var msg []byte
+	var fds []int
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, syscall.CmsgSpace(8*4))
+	for {
+		n, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("launcher: read start message: %w", err)
+		}
+		if oobn > 0 {
+			cms, err := syscall.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return nil, nil, fmt.Errorf("launcher: start message: %w", err)
+			}
+			for i := range cms {
+				if r, err := syscall.ParseUnixRights(&cms[i]); err == nil {
+					fds = append(fds, r...)
+				}
+			}
+		}
+		if n == 0 {
+			if msg != nil {
+				if _, err := syscall.Write(fd, []byte{1}); err != nil {
+					return nil, nil, fmt.Errorf("launcher: receipt: %w", err)
+				}
+			}
+			return msg, fds, nil
+		}
+		msg = append(msg, buf[:n]...)
+		if len(msg) > maxStart {
+			return nil, nil, errors.New("launcher: start message too large")
+		}
+	}
 }
 
 func prctl(option, arg uintptr) error {
