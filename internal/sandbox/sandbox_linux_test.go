@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -355,8 +356,97 @@ func TestSpareLaunchers(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		run()
-		if s := spareLaunchers(os.Getpid()); len(s) != 0 {
-			t.Fatalf("a closed launcher started spares %v", s)
+		// The run's own launcher exits just after its report; a spare
+		// would stay.
+		deadline = time.Now().Add(5 * time.Second)
+		for len(spareLaunchers(os.Getpid())) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("a closed launcher started spares %v", spareLaunchers(os.Getpid()))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// The Landlock rules hold for the runtime and what it starts, and the same
+// script breaches them without the policy: writes and reads outside the
+// allowed paths, and TCP connects to a port not listed.
+func TestRunLandlock(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		if l.Host().LandlockABI < 1 {
+			if os.Getenv("CI") == "true" {
+				t.Fatal("no Landlock on this host")
+			}
+			t.Skip("no Landlock on this host")
+		}
+		ws, outside, readable := t.TempDir(), t.TempDir(), t.TempDir()
+		if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(readable, "note"), []byte("n0te"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		script := `
+echo in > ok || echo "DENIED write ws"
+sh -c 'echo x > "$OUT/dropped"' 2>/dev/null && echo "WROTE outside"
+cat "$OUT/secret" 2>/dev/null && echo " READ outside"
+cat "$NOTE" 2>/dev/null || echo "DENIED note"
+bash -c 'exec 3<>/dev/tcp/127.0.0.1/'"$PORT" 2>/dev/null && echo "CONNECTED"
+exit 0`
+		run := func(pol sandbox.Policy) string {
+			t.Helper()
+			var out bytes.Buffer
+			res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: ws, Stdout: &out, KillGrace: time.Second,
+				Env: []string{"PATH=/usr/bin:/bin", "OUT=" + outside, "NOTE=" + filepath.Join(readable, "note"), "PORT=" + strconv.Itoa(port)}, Policy: pol})
+			if res.Err != nil || res.ExitCode != 0 {
+				t.Fatalf("result %+v, output %q", res, out.String())
+			}
+			return out.String()
+		}
+		open := run(sandbox.Policy{})
+		for _, want := range []string{"WROTE outside", "s3cret READ outside", "n0te", "CONNECTED"} {
+			if !strings.Contains(open, want) {
+				t.Fatalf("without the policy the script should breach (%q missing): %q", want, open)
+			}
+		}
+		if err := os.Remove(filepath.Join(outside, "dropped")); err != nil {
+			t.Fatal(err)
+		}
+		pol := sandbox.Policy{Landlock: true, ReadDirs: []string{"/usr", "/bin", "/lib", "/lib64", "/etc"},
+			WriteDirs: []string{ws}, ReadFiles: []string{filepath.Join(readable, "note")}, WriteFiles: []string{"/dev/null"}}
+		got := run(pol)
+		if strings.Contains(got, "WROTE") || strings.Contains(got, "s3cret") || strings.Contains(got, "DENIED") {
+			t.Errorf("with the policy: %q, want no write or read outside and the workspace and the listed file usable", got)
+		}
+		if _, err := os.Stat(filepath.Join(outside, "dropped")); err == nil {
+			t.Error("a file was written outside the allowed paths")
+		}
+		if !strings.Contains(got, "n0te") {
+			t.Errorf("the listed file was not readable: %q", got)
+		}
+		if l.Host().LandlockABI >= 4 {
+			if strings.Contains(got, "CONNECTED") {
+				t.Errorf("connected to an unlisted port: %q", got)
+			}
+			pol.TCPConnect = []int{port}
+			if got := run(pol); !strings.Contains(got, "CONNECTED") {
+				t.Errorf("the listed port was refused: %q", got)
+			}
 		}
 	})
 }
