@@ -31,8 +31,8 @@ type Launcher struct {
 	// spares are launchers started ahead of their run (docs/sandbox.md,
 	// "Started ahead"): a run takes one and pays only for sending it the
 	// Start message, not for a process start, its namespaces and the Go
-	// runtime's initialisation. Taking one starts its replacement in the
-	// background.
+	// runtime's initialisation. The run that took one starts its
+	// replacement when it ends.
 	spares   chan *spare
 	mu       sync.Mutex
 	starting int // spares being started
@@ -214,10 +214,9 @@ func (l *Launcher) start() (*spare, error) {
 }
 
 // take returns a started launcher: a spare when one is ready (unless
-// fresh), else one started now. Either way the spares are refilled in the
-// background.
+// fresh), else one started now. The spares are refilled when the run ends
+// (Run), not now, so that starting them does not compete with the run.
 func (l *Launcher) take(fresh bool) (*spare, error) {
-	go l.refill()
 	for !fresh {
 		select {
 		case sp := <-l.spares:
@@ -351,6 +350,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		go l.refill()
 		return fail("start: %v", err)
 	}
 	defer sp.res.Close()
@@ -390,6 +390,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 			line = <-report
 		}
 	}
+	go l.refill()
 	var werr error
 	if bytes.HasSuffix(line, []byte("\n")) {
 		go func() { <-sp.done }()
