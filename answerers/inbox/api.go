@@ -30,8 +30,9 @@ type List struct {
 	// Count is how many matched before the limit: of pending questions,
 	// all of them; of closed ones, those on this page.
 	Count int `json:"count"`
-	// NextCursor continues a list of closed questions: pass it as cursor
-	// for the next page; absent on the last page.
+	// NextCursor continues the list: pass it as cursor for the next page
+	// (of pending questions, the rows asked before this page's last; of
+	// closed ones, the next page of history); absent on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
@@ -119,19 +120,27 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 	match := func(q *Question) bool { return keep(q) && f.match(q) && s.visible(id.user, q) }
 	out := List{Questions: []*Question{}}
 	cursor := query.Get("cursor")
-	if status == "" || status == "pending" || status == StatusAsked || (status == "all" && cursor == "") {
-		// Pending questions are in memory: all of them, newest first.
-		for _, q := range s.store.all() {
-			if q.Pending() && match(q) {
-				out.Questions = append(out.Questions, q)
+	pendingOnly := status == "" || status == "pending" || status == StatusAsked
+	if pendingOnly || (status == "all" && cursor == "") {
+		// Pending questions are in memory, newest first; a page of them
+		// continues from the last row's position (pendingCursor).
+		var after *pendingKey
+		if pendingOnly && cursor != "" {
+			k, ok := parsePendingCursor(cursor)
+			if !ok {
+				writeProblem(w, r, client.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor this inbox gave"}))
+				return
 			}
+			after = &k
 		}
-		sortNewest(out.Questions)
-		out.Count = len(out.Questions)
-		if limit := parseLimit(query.Get("limit"), 1000, 10000); len(out.Questions) > limit {
-			out.Questions = out.Questions[:limit]
-		}
-		if status != "all" {
+		limit := parseLimit(query.Get("limit"), 1000, 10000)
+		rows, total, more := s.store.pendingPage(after, limit, match)
+		out.Questions = append(out.Questions, rows...)
+		out.Count = total
+		if pendingOnly {
+			if more {
+				out.NextCursor = pendingCursor(rows[len(rows)-1])
+			}
 			writeJSON(w, http.StatusOK, out)
 			return
 		}
@@ -152,6 +161,26 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 	out.Count += len(page.Rows)
 	out.NextCursor = page.Next
 	writeJSON(w, http.StatusOK, out)
+}
+
+// pendingCursor is the position after q in the pending list: "p" then
+// asked_at in Unix nanoseconds, a dot and the question id. (History
+// cursors are stream sequences, digits only.)
+func pendingCursor(q *Question) string {
+	return "p" + strconv.FormatInt(q.AskedAt.UnixNano(), 10) + "." + q.QuestionID
+}
+
+func parsePendingCursor(c string) (pendingKey, bool) {
+	rest, ok := strings.CutPrefix(c, "p")
+	if !ok {
+		return pendingKey{}, false
+	}
+	ns, id, ok := strings.Cut(rest, ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return pendingKey{}, false
+	}
+	return pendingKey{AskedAt: time.Unix(0, n), ID: id}, true
 }
 
 func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {

@@ -920,3 +920,77 @@ func TestMemoryFollowsPendingWork(t *testing.T) {
 	p := b.get("/inbox/history?limit=3")
 	mustContain(t, "history page", p.body, "3 closed on this page, latest first.", `id="history-next"`)
 }
+
+// Pending questions come a page at a time, newest first, with a cursor: no
+// row twice, none left out, a question asked meanwhile does not shift the
+// later pages, and a cursor the inbox did not give is refused.
+func TestPendingPages(t *testing.T) {
+	s := start(t, options{})
+	var asked []string
+	for i := range 7 {
+		_, qid := s.ask("asker", sentinel{Question: fmt.Sprintf("Pending %d?", i)}, 1)
+		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAsked })
+		asked = append(asked, qid)
+	}
+	auth := map[string]string{"Authorization": "Bearer " + s.bearer}
+	list := func(cursor string) inbox.List {
+		t.Helper()
+		status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?limit=3&cursor="+url.QueryEscape(cursor), nil, auth)
+		if status != http.StatusOK {
+			t.Fatalf("pending page: %d %s", status, body)
+		}
+		var l inbox.List
+		if err := json.Unmarshal([]byte(body), &l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	var got []*inbox.Question
+	first := list("")
+	if first.Count != 7 || len(first.Questions) != 3 || first.NextCursor == "" {
+		t.Fatalf("first page: count %d, %d rows, next %q; want 7, 3 and a cursor", first.Count, len(first.Questions), first.NextCursor)
+	}
+	got = append(got, first.Questions...)
+	// Asked after the first page was read: newer than all of it.
+	_, late := s.ask("asker", sentinel{Question: "Asked late?"}, 1)
+	s.waitQuestion(late, func(q *inbox.Question) bool { return q.Status == inbox.StatusAsked })
+	cursor := first.NextCursor
+	for pages := 1; cursor != ""; pages++ {
+		if pages > 5 {
+			t.Fatal("more pages than questions")
+		}
+		l := list(cursor)
+		if l.Count != 8 {
+			t.Errorf("count %d after the late question, want 8", l.Count)
+		}
+		got = append(got, l.Questions...)
+		cursor = l.NextCursor
+	}
+	seen := map[string]bool{}
+	for i, q := range got {
+		if seen[q.QuestionID] {
+			t.Errorf("%s on two pages", q.QuestionID)
+		}
+		seen[q.QuestionID] = true
+		if q.QuestionID == late {
+			t.Errorf("the late question shifted into a later page")
+		}
+		if i > 0 && q.AskedAt.After(got[i-1].AskedAt) {
+			t.Errorf("row %d asked at %v after row %d (%v): not newest first", i, q.AskedAt, i-1, got[i-1].AskedAt)
+		}
+	}
+	for _, qid := range asked {
+		if !seen[qid] {
+			t.Errorf("%s on no page", qid)
+		}
+	}
+	if len(got) != 7 {
+		t.Errorf("%d rows over the pages, want 7", len(got))
+	}
+	for _, bad := range []string{"p123", "pnope.Q", "12x", "p.Q"} {
+		status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?cursor="+url.QueryEscape(bad), nil, auth)
+		if status != http.StatusUnprocessableEntity || !strings.Contains(body, "cursor") {
+			t.Errorf("cursor %q: %d %s, want 422 naming the cursor", bad, status, body)
+		}
+	}
+}

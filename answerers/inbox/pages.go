@@ -143,7 +143,6 @@ func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request, id *identit
 			}
 		}
 	}
-	sortNewest(shown)
 	d := pendingData{Filter: f, Total: len(all), Shown: len(shown), EventsURL: Prefix + "/events"}
 	if q := f.values().Encode(); q != "" {
 		d.EventsURL += "?" + q

@@ -110,7 +110,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 			items = append(items, q)
 		}
 	}
-	sortNewest(items)
 	first := liveSync{Items: []liveItem{}, Pending: len(waiting)}
 	for _, q := range items {
 		it, err := s.liveItem(q, now)

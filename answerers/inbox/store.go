@@ -1,10 +1,12 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,8 +91,12 @@ const subscriberBuffer = 256
 // questions are read from the bucket when asked for (Server.lookup,
 // history.go). It is safe for concurrent use.
 type store struct {
-	mu     sync.Mutex
-	qs     map[string]*Question
+	mu sync.Mutex
+	qs map[string]*Question
+	// order holds the same records, oldest first by (asked_at,
+	// question_id): a page newest first walks it from the end, so a page
+	// costs its own size, not a sort of everything waiting.
+	order  []*Question
 	subs   map[*subscriber]struct{}
 	ready  chan struct{} // closed once the first snapshot is loaded
 	loaded bool
@@ -110,8 +116,12 @@ func (s *store) put(q *Question) {
 	if had && old.Revision == q.Revision {
 		return
 	}
+	if had {
+		s.unorderLocked(old)
+	}
 	if q.Pending() {
 		s.qs[q.QuestionID] = q
+		s.orderLocked(q)
 	} else {
 		delete(s.qs, q.QuestionID)
 	}
@@ -122,11 +132,71 @@ func (s *store) put(q *Question) {
 func (s *store) remove(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.qs[id]; !ok {
+	old, ok := s.qs[id]
+	if !ok {
 		return
 	}
 	delete(s.qs, id)
+	s.unorderLocked(old)
 	s.broadcast(change{id: id})
+}
+
+// askedOrder orders records oldest first, by asked_at then question_id.
+func askedOrder(a, b *Question) int {
+	if c := a.AskedAt.Compare(b.AskedAt); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.QuestionID, b.QuestionID)
+}
+
+// orderLocked inserts q into s.order. Questions mostly arrive in the
+// order they were asked, so this is mostly an append.
+func (s *store) orderLocked(q *Question) {
+	i, _ := slices.BinarySearchFunc(s.order, q, askedOrder)
+	s.order = slices.Insert(s.order, i, q)
+}
+
+// unorderLocked removes q (the record as it was inserted) from s.order.
+func (s *store) unorderLocked(q *Question) {
+	if i, ok := slices.BinarySearchFunc(s.order, q, askedOrder); ok {
+		s.order = slices.Delete(s.order, i, i+1)
+	}
+}
+
+// pendingKey is a position in the pending order: a page continues with
+// the records asked before it.
+type pendingKey struct {
+	AskedAt time.Time
+	ID      string
+}
+
+// pendingPage returns up to limit pending records that keep accepts,
+// newest first, starting after the position after (nil: the newest); how
+// many match in all; and whether more follow the page. Counting visits
+// every pending record, but nothing is copied or sorted.
+func (s *store) pendingPage(after *pendingKey, limit int, keep func(*Question) bool) (rows []*Question, total int, more bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := len(s.order)
+	if after != nil {
+		end, _ = slices.BinarySearchFunc(s.order, &Question{Question: lifecycle.Question{AskedAt: after.AskedAt, QuestionID: after.ID}}, askedOrder)
+	}
+	for i := len(s.order) - 1; i >= 0; i-- {
+		q := s.order[i]
+		if !keep(q) {
+			continue
+		}
+		total++
+		if i >= end {
+			continue
+		}
+		if len(rows) < limit {
+			rows = append(rows, q)
+		} else {
+			more = true
+		}
+	}
+	return rows, total, more
 }
 
 // loadedSnapshot marks the first snapshot complete and forgets records that
@@ -134,9 +204,10 @@ func (s *store) remove(id string) {
 func (s *store) loadedSnapshot(seen map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id := range s.qs {
+	for id, q := range s.qs {
 		if !seen[id] {
 			delete(s.qs, id)
+			s.unorderLocked(q)
 			s.broadcast(change{id: id})
 		}
 	}
@@ -185,16 +256,17 @@ func (s *store) subscribers() int {
 	return len(s.subs)
 }
 
+// snapshotLocked returns every record, newest first.
 func (s *store) snapshotLocked() []*Question {
-	out := make([]*Question, 0, len(s.qs))
-	for _, q := range s.qs {
-		out = append(out, q)
+	out := make([]*Question, len(s.order))
+	for i, q := range s.order {
+		out[len(out)-1-i] = q
 	}
 	return out
 }
 
-// all returns every record. The records are shared: callers must not
-// change them.
+// all returns every record, newest first. The records are shared: callers
+// must not change them.
 func (s *store) all() []*Question {
 	s.mu.Lock()
 	defer s.mu.Unlock()

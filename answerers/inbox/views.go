@@ -384,16 +384,6 @@ func answerText(answer, decision string) string {
 	return decision + " (" + answer + ")"
 }
 
-// sortNewest orders pending questions newest first.
-func sortNewest(qs []*Question) {
-	slices.SortFunc(qs, func(a, b *Question) int {
-		if c := b.AskedAt.Compare(a.AskedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.QuestionID, a.QuestionID)
-	})
-}
-
 // sortClosed orders closed questions by when they closed, latest first.
 func sortClosed(qs []*Question) {
 	slices.SortFunc(qs, func(a, b *Question) int {
