@@ -134,7 +134,15 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 			after = &k
 		}
 		limit := parseLimit(query.Get("limit"), 1000, 10000)
-		rows, total, more := s.store.pendingPage(after, limit, match)
+		// Filtered by route alone (what the user may see, and the route
+		// filter), the count comes from per-route counts.
+		var byRoute func(string) bool
+		if f.Kind == "" && f.Subagent == "" && f.Thread == "" {
+			byRoute = func(route string) bool {
+				return s.shows(route) && id.user.may(route) && (f.Route == "" || route == f.Route)
+			}
+		}
+		rows, total, more := s.store.pendingPage(after, limit, match, byRoute)
 		out.Questions = append(out.Questions, rows...)
 		out.Count = total
 		if pendingOnly {

@@ -987,6 +987,45 @@ func TestPendingPages(t *testing.T) {
 	if len(got) != 7 {
 		t.Errorf("%d rows over the pages, want 7", len(got))
 	}
+	// Counts by route and by who may see what: two approvals join the
+	// eight waiting questions; carol may answer on approvals only.
+	for range 2 {
+		_, qid := s.ask("asker", sentinel{Question: "Approve?", Kind: "approval"}, 1)
+		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAsked })
+	}
+	carol := s.browser()
+	carol.login("carol", password)
+	for _, c := range []struct {
+		who         string
+		query       string
+		count, rows int
+	}{
+		{"alice", "limit=3", 10, 3},
+		{"alice", "route=approvals&limit=1", 2, 1},
+		{"alice", "kind=approval&limit=5", 2, 2},
+		{"carol", "limit=50", 2, 2},
+		{"carol", "route=human", 0, 0},
+	} {
+		var body string
+		if c.who == "carol" {
+			p := carol.api(http.MethodGet, "/inbox/api/questions?"+c.query, nil, false)
+			body = p.body
+		} else {
+			_, body = s.apiCall(http.MethodGet, "/inbox/api/questions?"+c.query, nil, auth)
+		}
+		var l inbox.List
+		if err := json.Unmarshal([]byte(body), &l); err != nil {
+			t.Fatalf("%s %s: %v: %s", c.who, c.query, err, body)
+		}
+		if l.Count != c.count || len(l.Questions) != c.rows {
+			t.Errorf("%s ?%s: count %d with %d rows, want %d with %d", c.who, c.query, l.Count, len(l.Questions), c.count, c.rows)
+		}
+		for _, q := range l.Questions {
+			if c.who == "carol" && q.Route != "approvals" {
+				t.Errorf("carol sees %s on route %s", q.QuestionID, q.Route)
+			}
+		}
+	}
 	for _, bad := range []string{"p123", "pnope.Q", "12x", "p.Q"} {
 		status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?cursor="+url.QueryEscape(bad), nil, auth)
 		if status != http.StatusUnprocessableEntity || !strings.Contains(body, "cursor") {

@@ -97,6 +97,7 @@ type store struct {
 	// question_id): a page newest first walks it from the end, so a page
 	// costs its own size, not a sort of everything waiting.
 	order  []*Question
+	routes map[string]int // pending records per route
 	subs   map[*subscriber]struct{}
 	ready  chan struct{} // closed once the first snapshot is loaded
 	loaded bool
@@ -104,7 +105,7 @@ type store struct {
 }
 
 func newStore() *store {
-	return &store{qs: map[string]*Question{}, subs: map[*subscriber]struct{}{}, ready: make(chan struct{}), notify: make(chan struct{})}
+	return &store{qs: map[string]*Question{}, routes: map[string]int{}, subs: map[*subscriber]struct{}{}, ready: make(chan struct{}), notify: make(chan struct{})}
 }
 
 // put keeps q while it is pending and tells the subscribers of it; a
@@ -154,12 +155,16 @@ func askedOrder(a, b *Question) int {
 func (s *store) orderLocked(q *Question) {
 	i, _ := slices.BinarySearchFunc(s.order, q, askedOrder)
 	s.order = slices.Insert(s.order, i, q)
+	s.routes[q.Route]++
 }
 
 // unorderLocked removes q (the record as it was inserted) from s.order.
 func (s *store) unorderLocked(q *Question) {
 	if i, ok := slices.BinarySearchFunc(s.order, q, askedOrder); ok {
 		s.order = slices.Delete(s.order, i, i+1)
+		if s.routes[q.Route]--; s.routes[q.Route] <= 0 {
+			delete(s.routes, q.Route)
+		}
 	}
 }
 
@@ -172,21 +177,36 @@ type pendingKey struct {
 
 // pendingPage returns up to limit pending records that keep accepts,
 // newest first, starting after the position after (nil: the newest); how
-// many match in all; and whether more follow the page. Counting visits
-// every pending record, but nothing is copied or sorted.
-func (s *store) pendingPage(after *pendingKey, limit int, keep func(*Question) bool) (rows []*Question, total int, more bool) {
+// many match in all; and whether more follow the page. When keep tests
+// the route alone (byRoute, the same test on a route name), the total
+// comes from the per-route counts and the walk stops at the page's end, so
+// a page costs its own size; otherwise the total needs a visit of every
+// pending record (nothing is copied or sorted either way).
+func (s *store) pendingPage(after *pendingKey, limit int, keep func(*Question) bool, byRoute func(string) bool) (rows []*Question, total int, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	end := len(s.order)
 	if after != nil {
 		end, _ = slices.BinarySearchFunc(s.order, &Question{Question: lifecycle.Question{AskedAt: after.AskedAt, QuestionID: after.ID}}, askedOrder)
 	}
+	if byRoute != nil {
+		for r, n := range s.routes {
+			if byRoute(r) {
+				total += n
+			}
+		}
+	}
 	for i := len(s.order) - 1; i >= 0; i-- {
+		if byRoute != nil && i < end && more {
+			break
+		}
 		q := s.order[i]
 		if !keep(q) {
 			continue
 		}
-		total++
+		if byRoute == nil {
+			total++
+		}
 		if i >= end {
 			continue
 		}
