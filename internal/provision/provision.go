@@ -209,7 +209,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: lifecycle.BucketDispatches, Description: "Agora dispatch records and thread index", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		// The server raises every per-key TTL to at least LimitMarkerTTL, so
 		// keep it at its minimum (1s) for short question deadlines to hold.
-		{Bucket: lifecycle.BucketQuestions, Description: "Agora question records", History: 5, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
+		// History 1: a record lists its own history, and nothing reads
+		// older revisions. With more, a question's closing write (a subject
+		// rollup, internal/retention) purged several revisions at once, and
+		// nats-server then recounts every consumer's pending messages over
+		// every key of the bucket, in the stream's write path: at 100,000
+		// waiting questions each thread's end held the bucket for tens of
+		// milliseconds (docs/design.md §2).
+		{Bucket: lifecycle.BucketQuestions, Description: "Agora question records", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		// Used MCP request states; every state expires long before its
 		// record does (docs/mcp.md).
 		{Bucket: lifecycle.BucketMCPStates, Description: "Agora MCP request states already used", History: 1, TTL: MCPStateRetention, Storage: st, Replicas: cfg.Replicas},

@@ -538,7 +538,8 @@ func TestEnsureHonoursContext(t *testing.T) {
 }
 
 // A questions bucket made by an older Ensure (one-minute markers, which
-// raise every per-key TTL to a minute) is brought to the current setting.
+// raise every per-key TTL to a minute; five revisions per key) is brought
+// to the current setting, keeping each key's latest value.
 func TestEnsureUpdatesQuestionsBucket(t *testing.T) {
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
@@ -547,9 +548,25 @@ func TestEnsureUpdatesQuestionsBucket(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	kv, err := js.KeyValue(t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"asked", "claimed", "answered"} {
+		if _, err := kv.PutString(t.Context(), "q-1", v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ensure(t, js, provision.Config{})
-	if got := kvStatus(t, js, lifecycle.BucketQuestions).LimitMarkerTTL(); got != time.Second {
+	st := kvStatus(t, js, lifecycle.BucketQuestions)
+	if got := st.LimitMarkerTTL(); got != time.Second {
 		t.Errorf("LimitMarkerTTL = %v after Ensure, want 1s", got)
+	}
+	if got := st.History(); got != 1 {
+		t.Errorf("History = %d after Ensure, want 1", got)
+	}
+	if e, err := kv.Get(t.Context(), "q-1"); err != nil || string(e.Value()) != "answered" {
+		t.Errorf("q-1 after Ensure: %v, %v; want its latest value kept", e, err)
 	}
 }
 
