@@ -117,6 +117,9 @@ func resume(ctx context.Context, url string, js jetstream.JetStream, dir string,
 	defer func() { stop(); wg.Wait() }()
 	<-d.Ready()
 	<-r.Ready()
+	if err := projectionCaughtUp(ctx, js, 60*time.Second); err != nil {
+		return Row{}, err
+	}
 
 	cnc, err := conn()
 	if err != nil {
