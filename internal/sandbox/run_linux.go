@@ -195,8 +195,10 @@ func (l *Launcher) start() (*spare, error) {
 	cmd := &exec.Cmd{
 		Path: l.exe, Args: []string{launcher.Name, launcher.Protocol},
 		// Nothing of the worker's environment: the run's comes with
-		// its Start message.
-		Env: []string{}, Dir: "/",
+		// its Start message. One P is all a launcher uses; its Go
+		// runtime then starts fewer threads (about 0.2 ms and a fifth of
+		// the system time of each start, measured here).
+		Env: []string{"GOMAXPROCS=1"}, Dir: "/",
 		ExtraFiles:  []*os.File{resW, theirs},
 		SysProcAttr: l.attr(),
 	}

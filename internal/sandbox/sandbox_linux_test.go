@@ -340,6 +340,12 @@ func TestSpareLaunchers(t *testing.T) {
 		}
 		run()
 		spares := waitSpares(t, os.Getpid(), 2)
+		// Nothing of the worker's environment reaches a launcher.
+		for _, p := range spares {
+			if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p)); err != nil || string(env) != "GOMAXPROCS=1\x00" {
+				t.Errorf("spare %d has the environment %q (%v), want GOMAXPROCS=1 alone", p, env, err)
+			}
+		}
 		for _, p := range spares {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 			waitGone(t, p)

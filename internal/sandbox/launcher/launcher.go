@@ -9,9 +9,10 @@
 // program's start.
 //
 // Protocol (internal/sandbox writes and reads it):
-//   - argv: Name, Protocol; an empty environment; stdin, stdout and stderr
-//     on /dev/null. The worker may start a launcher before it has a run
-//     for it (a started spare), so nothing of a run is in its arguments;
+//   - argv: Name, Protocol; GOMAXPROCS=1 as the whole environment; stdin,
+//     stdout and stderr on /dev/null. The worker may start a launcher
+//     before it has a run for it (a started spare), so nothing of a run is
+//     in its arguments or environment;
 //   - fd 4: one end of a Unix stream socket on which the worker sends one
 //     Start message, then shuts its side for writing and waits for one
 //     byte back (the launcher's receipt). The message carries, as
