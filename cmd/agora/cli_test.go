@@ -135,13 +135,17 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 
 	t.Run("questions", func(t *testing.T) {
 		var found map[string]any
-		for _, q := range jsonLines(t, mustAgora(t, "questions", "--json").stdout) {
-			if q["question_id"] == qid {
-				found = q
+		// Waiting questions come from the router's index, which learns
+		// of a question through its watch a moment after the record.
+		for deadline := time.Now().Add(10 * time.Second); found == nil; time.Sleep(50 * time.Millisecond) {
+			for _, q := range jsonLines(t, mustAgora(t, "questions", "--json").stdout) {
+				if q["question_id"] == qid {
+					found = q
+				}
 			}
-		}
-		if found == nil {
-			t.Fatalf("questions --json does not list %s", qid)
+			if found == nil && time.Now().After(deadline) {
+				t.Fatalf("questions --json does not list %s", qid)
+			}
 		}
 		for _, k := range []string{"question_id", "question", "options", "kind", "route", "status", "dispatch_id", "thread_id"} {
 			if _, ok := found[k]; !ok {
@@ -153,6 +157,33 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 		}
 		if table := mustAgora(t, "questions"); !strings.Contains(table.stdout, qid) || !strings.Contains(table.stdout, "QUESTION_ID") {
 			t.Errorf("questions table:\n%s", table)
+		}
+	})
+
+	t.Run("questions paging", func(t *testing.T) {
+		// One page of one: the waiting question, and no next page
+		// unless more wait.
+		r := mustAgora(t, "questions", "--limit", "1", "--json")
+		if lines := jsonLines(t, r.stdout); len(lines) != 1 {
+			t.Errorf("--limit 1 gave %d lines:\n%s", len(lines), r.stdout)
+		}
+		if all := jsonLines(t, mustAgora(t, "questions", "--all", "--limit", "1", "--json").stdout); len(all) < 1 {
+			t.Error("--all listed nothing")
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"questions", "--limit", "0"}, "--limit 0"},
+			{[]string{"questions", "--limit", "5000"}, "--limit 5000"},
+			{[]string{"questions", "--status", "answered", "--cursor", "1.q-x"}, "--cursor and --all page waiting questions"},
+			{[]string{"questions", "--cursor", "1.q-x", "--all"}, "give one"},
+			{[]string{"questions", "--cursor", "bogus"}, "cursor"},
+		} {
+			r := agora(t, c.args...)
+			if r.code != 1 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("agora %s: exit %d, stderr %q; want 1 and %q", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+			}
 		}
 	})
 

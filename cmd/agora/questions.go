@@ -20,6 +20,9 @@ type questionsOptions struct {
 	status string
 	thread string
 	json   bool
+	limit  int
+	cursor string
+	all    bool
 }
 
 // questionLine is one question in `agora questions --json`.
@@ -46,11 +49,17 @@ type questionLine struct {
 func newQuestionsCmd(g *globals) *cobra.Command {
 	var o questionsOptions
 	cmd := &cobra.Command{
-		Use:   "questions [--route R] [--status S] [--json]",
+		Use:   "questions [--route R] [--status S] [--limit N] [--cursor C | --all] [--json]",
 		Short: "List the questions sub-agents asked",
-		Long: `questions lists question records (the agora_questions bucket), oldest first:
-by default those still waiting for an answer (--status asked). --status takes
-asked, answered, expired, withdrawn or all.
+		Long: `questions lists question records, oldest first: by default those still
+waiting for an answer (--status asked). --status takes asked, answered,
+expired, withdrawn or all.
+
+Waiting questions come a page at a time from the router (--limit, default
+100, at most 1000); when more wait, stderr says how many and gives the
+--cursor of the next page. --all reads every page. The other statuses read
+the agora_questions bucket whole (as do waiting questions when no router
+answers).
 
 With --json stdout carries one JSON object per question and nothing else:
 question_id, question, options, kind, route, status, dispatch_id, thread_id,
@@ -63,6 +72,9 @@ subagent, round, asked_at, and once answered answer, answered_by, answered_at.`,
 	f.StringVar(&o.status, "status", "asked", "only questions in this status: asked, answered, expired, withdrawn, or all")
 	f.StringVar(&o.thread, "thread", "", "only this thread's questions")
 	f.BoolVar(&o.json, "json", false, "print JSON only: one object per question")
+	f.IntVar(&o.limit, "limit", client.DefaultWaitingLimit, fmt.Sprintf("waiting questions per page (1-%d)", client.MaxWaitingLimit))
+	f.StringVar(&o.cursor, "cursor", "", "the page after this cursor (printed with the previous page)")
+	f.BoolVar(&o.all, "all", false, "every page of waiting questions")
 	return cmd
 }
 
@@ -77,6 +89,15 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	default:
 		return fmt.Errorf("--status %q: want asked, answered, expired, withdrawn or all", o.status)
 	}
+	if o.limit < 1 || o.limit > client.MaxWaitingLimit {
+		return fmt.Errorf("--limit %d: want 1 to %d", o.limit, client.MaxWaitingLimit)
+	}
+	if filter.Status != "asked" && (o.cursor != "" || o.all) {
+		return fmt.Errorf("--cursor and --all page waiting questions (--status asked), not --status %s", o.status)
+	}
+	if o.cursor != "" && o.all {
+		return errors.New("--cursor and --all: give one (--all starts at the first page)")
+	}
 	c, err := g.connect(cmd.ErrOrStderr())
 	if err != nil {
 		return err
@@ -84,10 +105,30 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
-	qs, err := c.Questions(ctx, filter)
+	var (
+		qs    []lifecycle.Question
+		next  string
+		count int
+	)
+	if filter.Status == "asked" {
+		qs, next, count, err = waitingPages(ctx, c, filter, o)
+		if errors.Is(err, client.ErrUnavailable) {
+			fmt.Fprintln(cmd.ErrOrStderr(), "no router answers agora.api.questions: reading the questions bucket whole")
+			next, err = "", nil
+			qs, err = c.Questions(ctx, filter)
+			count = len(qs)
+		}
+	} else {
+		qs, err = c.Questions(ctx, filter)
+	}
 	if err != nil {
 		return g.explain(err, "")
 	}
+	defer func() {
+		if next != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d waiting in all, %d shown; the next page: %s questions --cursor %s\n", count, len(qs), g.cli(cmd), next)
+		}
+	}()
 	out := cmd.OutOrStdout()
 	if o.json {
 		jl := newJSONLines(out)
@@ -123,6 +164,23 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 		fmt.Fprintln(cmd.ErrOrStderr())
 	}
 	return nil
+}
+
+// waitingPages reads the page o asks for (after o.cursor), or every page
+// with o.all, from the router; next is the cursor of the page after.
+func waitingPages(ctx context.Context, c *client.Client, f client.QuestionFilter, o questionsOptions) (qs []lifecycle.Question, next string, count int, err error) {
+	cursor := o.cursor
+	for {
+		p, err := c.Waiting(ctx, f, o.limit, cursor)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		qs, count = append(qs, p.Questions...), p.Count
+		if !o.all || p.NextCursor == "" {
+			return qs, p.NextCursor, count, nil
+		}
+		cursor = p.NextCursor
+	}
 }
 
 func lineOf(q lifecycle.Question) questionLine {

@@ -372,6 +372,22 @@ func TestRoundTrip(t *testing.T) {
 			case <-time.After(25 * time.Millisecond):
 			}
 		}
+		// The same question, a page at a time from the router
+		// (agora.api.questions: the client may ask, the router serve).
+		for {
+			p, err := c.Waiting(tctx, client.QuestionFilter{ThreadID: dsp.ThreadID}, 10, "")
+			if err != nil {
+				t.Fatalf("waiting questions as client: %v; violations %q", err, e.all())
+			}
+			if p.Count == 1 && len(p.Questions) == 1 && p.Questions[0].QuestionID == q.QuestionID {
+				break
+			}
+			select {
+			case <-tctx.Done():
+				t.Fatalf("the router's page never listed %s: %+v", q.QuestionID, p)
+			case <-time.After(25 * time.Millisecond):
+			}
+		}
 		if q.Route != "human" {
 			t.Fatalf("question route %q, want human", q.Route)
 		}

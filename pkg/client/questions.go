@@ -67,6 +67,58 @@ func (c *Client) Questions(ctx context.Context, f QuestionFilter) ([]lifecycle.Q
 	}
 }
 
+// WaitingRequest is the body of agora.api.questions: which waiting
+// questions, and which page of them.
+type WaitingRequest struct {
+	Route      string `json:"route,omitempty"`
+	ThreadID   string `json:"thread_id,omitempty"`
+	DispatchID string `json:"dispatch_id,omitempty"`
+	Subagent   string `json:"subagent,omitempty"`
+	// Limit is the page size: 0 means DefaultWaitingLimit, at most
+	// MaxWaitingLimit.
+	Limit int `json:"limit,omitempty"`
+	// Cursor is a page's NextCursor: the page after it. Empty: the first.
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// Page sizes of Waiting.
+const (
+	DefaultWaitingLimit = 100
+	MaxWaitingLimit     = 1000
+)
+
+// WaitingPage is one page of waiting questions, the router's reply on
+// agora.api.questions.
+type WaitingPage struct {
+	// Questions are the records of the page, oldest first.
+	Questions []lifecycle.Question `json:"questions"`
+	// Count is how many waiting questions match, on every page.
+	Count int `json:"count"`
+	// NextCursor continues with the questions asked after this page's
+	// last; absent on the last page. A question asked meanwhile comes on
+	// a later page, never shifts one.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Waiting returns one page of the questions waiting for an answer (status
+// asked) that match f, oldest first, from the router's index of them: it
+// reads only the page's records, so a page costs the same with ten
+// questions waiting or a hundred thousand. f.Status must be empty or
+// asked. limit 0 means DefaultWaitingLimit; cursor "" the first page. With
+// no router running the error matches ErrUnavailable (Questions reads the
+// bucket instead).
+func (c *Client) Waiting(ctx context.Context, f QuestionFilter, limit int, cursor string) (*WaitingPage, error) {
+	if f.Status != "" && f.Status != "asked" {
+		return nil, fmt.Errorf("client: waiting questions have status asked, not %q", f.Status)
+	}
+	var page WaitingPage
+	req := WaitingRequest{Route: f.Route, ThreadID: f.ThreadID, DispatchID: f.DispatchID, Subagent: f.Subagent, Limit: limit, Cursor: cursor}
+	if err := c.call(ctx, lifecycle.APIQuestions, nil, req, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}
+
 // Question returns one question record from the agora_questions bucket,
 // or ErrNotFound when there is none (not asked yet, or removed).
 func (c *Client) Question(ctx context.Context, questionID string) (lifecycle.Question, error) {

@@ -46,6 +46,9 @@ const (
 	APICancel   = "agora.api.cancel"
 	APIStatus   = "agora.api.status"
 	APIAnswer   = "agora.api.answer"
+	// APIQuestions pages the questions waiting for an answer (the
+	// router's index), oldest first.
+	APIQuestions = "agora.api.questions"
 )
 
 // ErrBadToken reports a name or id that cannot be a subject token.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,15 +27,35 @@ const pendingGrace = 3 * time.Second
 type index struct {
 	mu sync.Mutex
 	m  map[string]entry
+	// order holds the asked questions, oldest first by (asked_at,
+	// question_id): a page of waiting questions (agora.api.questions)
+	// walks it from a cursor instead of sorting every one.
+	order []askedKey
 }
 
 type entry struct {
-	due     time.Time // next deadline or escalation step; zero when none
-	pending bool      // events to publish
-	seen    time.Time // when this replica saw the record's revision
-	thread  string
-	asked   bool
-	askedAt time.Time // when the question was asked, while it waits
+	due      time.Time // next deadline or escalation step; zero when none
+	pending  bool      // events to publish
+	seen     time.Time // when this replica saw the record's revision
+	thread   string
+	dispatch string
+	route    string
+	subagent string
+	asked    bool
+	askedAt  time.Time // when the question was asked, while it waits
+}
+
+// askedKey is a position in the order of asked questions.
+type askedKey struct {
+	at  time.Time
+	qid string
+}
+
+func askedOrder(a, b askedKey) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
+	}
+	return strings.Compare(a.qid, b.qid)
 }
 
 func newIndex() *index { return &index{m: map[string]entry{}} }
@@ -41,11 +63,54 @@ func newIndex() *index { return &index{m: map[string]entry{}} }
 func (x *index) set(qid string, r *record) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if old, ok := x.m[qid]; ok && old.asked {
+		if i, found := slices.BinarySearchFunc(x.order, askedKey{old.askedAt, qid}, askedOrder); found {
+			x.order = slices.Delete(x.order, i, i+1)
+		}
+	}
 	if r == nil || (r.Status != statusAsked && len(r.Pending) == 0) {
 		delete(x.m, qid)
 		return
 	}
-	x.m[qid] = entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked, askedAt: r.AskedAt}
+	e := entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, dispatch: r.DispatchID,
+		route: r.Route, subagent: r.Subagent, asked: r.Status == statusAsked, askedAt: r.AskedAt}
+	x.m[qid] = e
+	if e.asked {
+		k := askedKey{e.askedAt, qid}
+		i, _ := slices.BinarySearchFunc(x.order, k, askedOrder)
+		x.order = slices.Insert(x.order, i, k)
+	}
+}
+
+// waiting returns up to limit asked questions that keep accepts, oldest
+// first, after the position after (nil: from the oldest); how many match
+// in all; and whether more follow the page.
+func (x *index) waiting(after *askedKey, limit int, keep func(entry) bool) (page []askedKey, total int, more bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	start := 0
+	if after != nil {
+		i, found := slices.BinarySearchFunc(x.order, *after, askedOrder)
+		if found {
+			i++
+		}
+		start = i
+	}
+	for i, k := range x.order {
+		if !keep(x.m[k.qid]) {
+			continue
+		}
+		total++
+		if i < start {
+			continue
+		}
+		if len(page) < limit {
+			page = append(page, k)
+		} else {
+			more = true
+		}
+	}
+	return page, total, more
 }
 
 // dueAt returns the questions due at now.

@@ -317,6 +317,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := api.AddEndpoint("answer-route", answer, micro.WithEndpointSubject("answer.*")); err != nil {
 		return fail(fmt.Errorf("router: micro endpoint answer-route: %w", err))
 	}
+	questions := micro.HandlerFunc(func(r micro.Request) {
+		p.Go(func() { s.microQuestions(work, r) })
+	})
+	if err := api.AddEndpoint("questions", questions); err != nil {
+		return fail(fmt.Errorf("router: micro endpoint questions: %w", err))
+	}
 
 	var srv *http.Server
 	httpErr := make(chan error, 1)

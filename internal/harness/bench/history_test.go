@@ -57,13 +57,13 @@ func TestPendingScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.InboxPending != 40 || rep.ClientListCount != 40 {
-		t.Errorf("the inbox counts %d and the SDK lists %d waiting questions, want 40", rep.InboxPending, rep.ClientListCount)
+	if rep.InboxPending != 40 || rep.ClientListCount != 40 || rep.ClientPageCount != 40 {
+		t.Errorf("the inbox counts %d, the SDK lists %d and the router counts %d waiting questions, want 40", rep.InboxPending, rep.ClientListCount, rep.ClientPageCount)
 	}
 	if rep.AnswerSamples != 5 || rep.AnswerP50MS <= 0 || rep.AnswerP99MS < rep.AnswerP50MS {
 		t.Errorf("answers: %d samples, p50 %v, p99 %v", rep.AnswerSamples, rep.AnswerP50MS, rep.AnswerP99MS)
 	}
-	if rep.ClientListMS <= 0 || rep.InboxPageMS <= 0 || rep.InboxAllMS <= 0 || rep.RSSMiB <= 0 || rep.HeapMiB <= 0 {
+	if rep.ClientListMS <= 0 || rep.ClientPageMS <= 0 || rep.InboxPageMS <= 0 || rep.InboxAllMS <= 0 || rep.RSSMiB <= 0 || rep.HeapMiB <= 0 {
 		t.Errorf("report %+v", rep)
 	}
 }

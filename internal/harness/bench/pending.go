@@ -47,10 +47,13 @@ type PendingReport struct {
 	RSSMiB         float64 `json:"rss_mib"`
 	Goroutines     int     `json:"goroutines"`
 	IdleCPUPercent float64 `json:"idle_cpu_percent"` // over 10 s with every question waiting
-	// List latencies (p50 ms): every waiting question through the SDK
-	// (client.Questions, as `agora questions`), the inbox API's first page
+	// List latencies (p50 ms): every waiting question through the SDK's
+	// bucket read (client.Questions), the router's first page (limit 50,
+	// client.Waiting, as `agora questions`), the inbox API's first page
 	// (limit 50) and all of it (limit 10000).
 	ClientListMS    float64 `json:"client_list_p50_ms"`
+	ClientPageMS    float64 `json:"client_page_p50_ms"`
+	ClientPageCount int     `json:"client_page_count"` // the router's count of waiting questions
 	InboxPageMS     float64 `json:"inbox_page_p50_ms"`
 	InboxAllMS      float64 `json:"inbox_all_p50_ms"`
 	AnswerP50MS     float64 `json:"answer_p50_ms"` // answer submitted → its thread finished
@@ -181,6 +184,15 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		return rep, err
 	}
 	rep.ClientListCount = len(qs)
+	if rep.ClientPageMS, err = medianMS(20, func() error {
+		p, err := st.client.Waiting(ctx, client.QuestionFilter{}, 50, "")
+		if err == nil {
+			rep.ClientPageCount = p.Count
+		}
+		return err
+	}); err != nil {
+		return rep, err
+	}
 	if rep.InboxPageMS, err = medianMS(20, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 50); return err }); err != nil {
 		return rep, err
 	}
@@ -241,14 +253,15 @@ func inboxList(ctx context.Context, base, token string, limit int) (count, got i
 
 // PrintPending writes the report as a table.
 func PrintPending(w io.Writer, r PendingReport) {
-	fmt.Fprintf(w, "%d questions waiting (asked in %.0f s); the inbox counts %d, the SDK lists %d\n\n", r.Questions, r.Seconds, r.InboxPending, r.ClientListCount)
+	fmt.Fprintf(w, "%d questions waiting (asked in %.0f s); the inbox counts %d, the SDK lists %d, the router counts %d\n\n", r.Questions, r.Seconds, r.InboxPending, r.ClientListCount, r.ClientPageCount)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tvalue\t")
 	fmt.Fprintf(tw, "Go heap in use, start → all waiting\t%.1f → %.1f MiB\t\n", r.StartHeapMiB, r.HeapMiB)
 	fmt.Fprintf(tw, "RSS, start → all waiting\t%.1f → %.1f MiB\t\n", r.StartRSSMiB, r.RSSMiB)
 	fmt.Fprintf(tw, "goroutines, all waiting\t%d\t\n", r.Goroutines)
 	fmt.Fprintf(tw, "idle CPU, all waiting\t%.2f%% of one core\t\n", r.IdleCPUPercent)
-	fmt.Fprintf(tw, "SDK list of every waiting question (agora questions), p50\t%.1f ms\t\n", r.ClientListMS)
+	fmt.Fprintf(tw, "SDK read of every waiting question from the bucket (client.Questions), p50\t%.1f ms\t\n", r.ClientListMS)
+	fmt.Fprintf(tw, "router, first page of waiting questions (agora questions, limit 50), p50\t%.1f ms\t\n", r.ClientPageMS)
 	fmt.Fprintf(tw, "inbox API, first page (limit 50), p50\t%.1f ms\t\n", r.InboxPageMS)
 	fmt.Fprintf(tw, "inbox API, all (limit 10000), p50\t%.1f ms\t\n", r.InboxAllMS)
 	fmt.Fprintf(tw, "answer → thread finished, p50 / p99 (%d answers)\t%.1f / %.1f ms\t\n", r.AnswerSamples, r.AnswerP50MS, r.AnswerP99MS)

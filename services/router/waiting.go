@@ -1,0 +1,150 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// microQuestions serves agora.api.questions: a page of the waiting
+// questions from the index, oldest first (docs/design.md, the subjects
+// table). Only the page's records are read.
+func (s *Service) microQuestions(ctx context.Context, req micro.Request) {
+	in, p := decodeWaiting(req.Data())
+	if p != nil {
+		s.respondProblem(req, p)
+		return
+	}
+	var after *askedKey
+	if in.Cursor != "" {
+		k, ok := parseWaitingCursor(in.Cursor)
+		if !ok {
+			s.respondProblem(req, client.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor the router gave"}))
+			return
+		}
+		after = &k
+	}
+	keep := func(e entry) bool {
+		return e.asked && (in.Route == "" || e.route == in.Route) && (in.ThreadID == "" || e.thread == in.ThreadID) &&
+			(in.DispatchID == "" || e.dispatch == in.DispatchID) && (in.Subagent == "" || e.subagent == in.Subagent)
+	}
+	keys, total, more := s.idx.waiting(after, in.Limit, keep)
+	qs, err := s.readWaiting(ctx, keys)
+	if err != nil {
+		s.log.Warn("waiting questions: read records", "err", err)
+		s.respondProblem(req, &client.Problem{Type: client.ProblemUnavailable, Title: "Unavailable", Status: 503,
+			Detail: "the question records could not be read; try again"})
+		return
+	}
+	page := client.WaitingPage{Questions: qs, Count: total}
+	if more {
+		page.NextCursor = waitingCursor(keys[len(keys)-1])
+	}
+	data, err := json.Marshal(page)
+	if err != nil {
+		s.respondProblem(req, &client.Problem{Title: "Internal error", Status: 500, Detail: err.Error()})
+		return
+	}
+	if err := req.Respond(data, micro.WithHeaders(micro.Headers{"Content-Type": []string{"application/json"}})); err != nil {
+		s.log.Warn("micro: respond", "err", err)
+	}
+}
+
+// readWaiting reads the records of keys, a few at a time, in their order;
+// a record that is no longer asked (answered meanwhile) is left out.
+func (s *Service) readWaiting(ctx context.Context, keys []askedKey) ([]lifecycle.Question, error) {
+	recs := make([]*record, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			recs[i], _, errs[i] = s.store.get(ctx, k.qid)
+		})
+	}
+	wg.Wait()
+	qs := make([]lifecycle.Question, 0, len(keys))
+	for i, r := range recs {
+		switch {
+		case errors.Is(errs[i], errNoQuestion):
+			continue // removed meanwhile
+		case errs[i] != nil:
+			return nil, errs[i]
+		case r.Status == statusAsked:
+			qs = append(qs, r.Question)
+		}
+	}
+	return qs, nil
+}
+
+// decodeWaiting reads a page request strictly; an empty body asks for
+// the first page of every waiting question.
+func decodeWaiting(data []byte) (client.WaitingRequest, *client.Problem) {
+	var in client.WaitingRequest
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				return in, client.Invalid(client.FieldError{Field: strings.Trim(name, `"`),
+					Message: "unknown field: a page request has route, thread_id, dispatch_id, subagent, limit and cursor"})
+			}
+			return in, client.Invalid(client.FieldError{Field: "body", Message: "not a JSON page request: " + clip.String(err.Error(), 200)})
+		}
+	}
+	switch {
+	case in.Limit < 0 || in.Limit > client.MaxWaitingLimit:
+		return in, client.Invalid(client.FieldError{Field: "limit", Message: fmt.Sprintf("%d: want 1 to %d (0 for %d)", in.Limit, client.MaxWaitingLimit, client.DefaultWaitingLimit)})
+	case in.Limit == 0:
+		in.Limit = client.DefaultWaitingLimit
+	}
+	return in, nil
+}
+
+// waitingCursor is the position after k: asked_at in Unix nanoseconds, a
+// dot, the question id (ids hold no dot: they are subject tokens).
+func waitingCursor(k askedKey) string {
+	return strconv.FormatInt(k.at.UnixNano(), 10) + "." + k.qid
+}
+
+func parseWaitingCursor(c string) (askedKey, bool) {
+	ns, qid, ok := strings.Cut(c, ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || lifecycle.ValidToken(qid) != nil {
+		return askedKey{}, false
+	}
+	return askedKey{at: time.Unix(0, n), qid: qid}, true
+}
+
+// respondProblem answers a micro request with the micro error headers and
+// the Problem as body (as the dispatcher does).
+func (s *Service) respondProblem(req micro.Request, p *client.Problem) {
+	data, _ := json.Marshal(p)
+	desc := p.Title
+	if p.Detail != "" {
+		desc += ": " + p.Detail
+	}
+	hdr := nats.Header{
+		micro.ErrorHeader:     []string{clip.String(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)},
+		micro.ErrorCodeHeader: []string{strconv.Itoa(p.Status)},
+		"Content-Type":        []string{"application/problem+json"},
+	}
+	if err := s.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: hdr, Data: data}); err != nil {
+		s.log.Warn("micro: respond", "err", err)
+	}
+}
