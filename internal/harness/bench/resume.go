@@ -97,7 +97,7 @@ func resume(ctx context.Context, url string, js jetstream.JetStream, dir string,
 	if err != nil {
 		return Row{}, err
 	}
-	d, err := dispatcher.New(dispatcher.Config{ID: "bench-resume"}, dispatcher.Deps{Conn: dnc, Logger: quiet})
+	d, err := dispatcher.New(dispatcher.Config{ID: "bench-resume", ReconcileLookback: reconcileLookback}, dispatcher.Deps{Conn: dnc, Logger: quiet})
 	if err != nil {
 		return Row{}, err
 	}
