@@ -30,7 +30,14 @@ type index struct {
 	// order holds the asked questions, oldest first by (asked_at,
 	// question_id): a page of waiting questions (agora.api.questions)
 	// walks it from a cursor instead of sorting every one.
-	order []askedKey
+	order []askedRef
+}
+
+// askedRef is one asked question in index.order, with what a page
+// filters on, so a filtered count scans one slice.
+type askedRef struct {
+	askedKey
+	route, thread, dispatch, subagent string
 }
 
 type entry struct {
@@ -51,6 +58,8 @@ type askedKey struct {
 	qid string
 }
 
+func refOrder(a askedRef, b askedKey) int { return askedOrder(a.askedKey, b) }
+
 func askedOrder(a, b askedKey) int {
 	if c := a.at.Compare(b.at); c != 0 {
 		return c
@@ -64,7 +73,7 @@ func (x *index) set(qid string, r *record) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if old, ok := x.m[qid]; ok && old.asked {
-		if i, found := slices.BinarySearchFunc(x.order, askedKey{old.askedAt, qid}, askedOrder); found {
+		if i, found := slices.BinarySearchFunc(x.order, askedKey{old.askedAt, qid}, refOrder); found {
 			x.order = slices.Delete(x.order, i, i+1)
 		}
 	}
@@ -77,27 +86,36 @@ func (x *index) set(qid string, r *record) {
 	x.m[qid] = e
 	if e.asked {
 		k := askedKey{e.askedAt, qid}
-		i, _ := slices.BinarySearchFunc(x.order, k, askedOrder)
-		x.order = slices.Insert(x.order, i, k)
+		i, _ := slices.BinarySearchFunc(x.order, k, refOrder)
+		x.order = slices.Insert(x.order, i, askedRef{askedKey: k, route: e.route, thread: e.thread, dispatch: e.dispatch, subagent: e.subagent})
 	}
 }
 
-// waiting returns up to limit asked questions that keep accepts, oldest
-// first, after the position after (nil: from the oldest); how many match
-// in all; and whether more follow the page.
-func (x *index) waiting(after *askedKey, limit int, keep func(entry) bool) (page []askedKey, total int, more bool) {
+// waiting returns up to limit asked questions that keep accepts (nil:
+// every one), oldest first, after the position after (nil: from the
+// oldest); how many match in all; and whether more follow the page. With
+// no filter it costs the page; a filter's count scans the order once.
+func (x *index) waiting(after *askedKey, limit int, keep func(askedRef) bool) (page []askedKey, total int, more bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	start := 0
 	if after != nil {
-		i, found := slices.BinarySearchFunc(x.order, *after, askedOrder)
+		i, found := slices.BinarySearchFunc(x.order, *after, refOrder)
 		if found {
 			i++
 		}
 		start = i
 	}
-	for i, k := range x.order {
-		if !keep(x.m[k.qid]) {
+	if keep == nil {
+		end := min(start+limit, len(x.order))
+		for _, r := range x.order[start:end] {
+			page = append(page, r.askedKey)
+		}
+		return page, len(x.order), end < len(x.order)
+	}
+	for i := range x.order {
+		r := &x.order[i]
+		if !keep(*r) {
 			continue
 		}
 		total++
@@ -105,7 +123,7 @@ func (x *index) waiting(after *askedKey, limit int, keep func(entry) bool) (page
 			continue
 		}
 		if len(page) < limit {
-			page = append(page, k)
+			page = append(page, r.askedKey)
 		} else {
 			more = true
 		}

@@ -37,9 +37,12 @@ func (s *Service) microQuestions(ctx context.Context, req micro.Request) {
 		}
 		after = &k
 	}
-	keep := func(e entry) bool {
-		return e.asked && (in.Route == "" || e.route == in.Route) && (in.ThreadID == "" || e.thread == in.ThreadID) &&
-			(in.DispatchID == "" || e.dispatch == in.DispatchID) && (in.Subagent == "" || e.subagent == in.Subagent)
+	var keep func(askedRef) bool
+	if in.Route != "" || in.ThreadID != "" || in.DispatchID != "" || in.Subagent != "" {
+		keep = func(r askedRef) bool {
+			return (in.Route == "" || r.route == in.Route) && (in.ThreadID == "" || r.thread == in.ThreadID) &&
+				(in.DispatchID == "" || r.dispatch == in.DispatchID) && (in.Subagent == "" || r.subagent == in.Subagent)
+		}
 	}
 	keys, total, more := s.idx.waiting(after, in.Limit, keep)
 	qs, err := s.readWaiting(ctx, keys)
