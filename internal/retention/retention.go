@@ -9,6 +9,7 @@ package retention
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,13 +33,18 @@ func TTL(at time.Time) time.Duration {
 // Update writes value at key of bucket over revision rev, to expire at
 // expires. It is KeyValue.Update with a TTL, which the KV API offers only
 // on Create: the same publish on $KV.<bucket>.<key>, with the expected
-// last subject sequence and a Nats-TTL header. It also rolls the key's
-// history up into this one value, so that when it expires no older
-// revision is left to reappear (a bucket keeping history would otherwise
-// return the previous value).
+// last subject sequence and a Nats-TTL header. In a bucket that keeps
+// history it also rolls the key's history up into this one value, so that
+// when it expires no older revision is left to reappear. A bucket of one
+// revision per key needs no roll-up (the write replaces the old one), and
+// gets none: nats-server answers any purge, a roll-up's included, by
+// recounting the pending messages of every consumer on the bucket over
+// all its keys, in the bucket's write path.
 func Update(ctx context.Context, js jetstream.JetStream, bucket, key string, value []byte, rev uint64, expires time.Time) (uint64, error) {
 	m := &nats.Msg{Subject: "$KV." + bucket + "." + key, Header: nats.Header{}, Data: value}
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if keepsHistory(ctx, js, bucket) {
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	}
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(TTL(expires)))
 	if err != nil {
 		var apiErr *jetstream.APIError
@@ -48,4 +54,27 @@ func Update(ctx context.Context, js jetstream.JetStream, bucket, key string, val
 		return 0, err
 	}
 	return ack.Sequence, nil
+}
+
+// histories caches each bucket's history setting (revisions per key), read
+// once per process: provisioning only ever lowers it (docs/design.md §2).
+var histories sync.Map
+
+// keepsHistory reports whether bucket keeps more than one revision per
+// key; when its status cannot be read, it assumes so (a roll-up is always
+// correct, only slower).
+func keepsHistory(ctx context.Context, js jetstream.JetStream, bucket string) bool {
+	if h, ok := histories.Load(bucket); ok {
+		return h.(int64) > 1
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return true
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return true
+	}
+	histories.Store(bucket, st.History())
+	return st.History() > 1
 }
