@@ -51,10 +51,13 @@ func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {
 func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, grace time.Duration) error {
 	stream := "KV_" + lifecycle.BucketDispatches
 	prefix := "$KV." + lifecycle.BucketDispatches + "."
+	// No subject filter: the bucket's stream holds only its keys, and
+	// nats-server counts a filtered consumer's pending messages over every
+	// key when it creates it (127 ms at 200,000 keys, against under 1 ms
+	// unfiltered).
 	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{prefix + ">"},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime:  &since,
 	})
 	if err != nil {
 		return err
