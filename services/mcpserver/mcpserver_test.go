@@ -238,6 +238,25 @@ func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
 	if !strings.Contains(out["next"].(string), "agora_answer") {
 		t.Errorf("next = %q", out["next"])
 	}
+	// The waiting question, a page at a time (the router's index learns
+	// of it through its watch, a moment after the record).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		l := structured(t, call(t, cs, "agora_questions", map[string]any{"thread_id": thread, "limit": 1}))
+		if qs, _ := l["questions"].([]any); len(qs) == 1 && qs[0].(map[string]any)["question_id"] == qid && l["count"] == float64(1) {
+			if _, more := l["next_cursor"]; more {
+				t.Errorf("one waiting question, yet a next page: %v", l)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agora_questions never listed %s: %v", qid, l)
+		}
+	}
+	for _, args := range []map[string]any{{"cursor": "bogus"}, {"status": "answered", "cursor": "1.q-x"}, {"limit": 5000}} {
+		if r := call(t, cs, "agora_questions", args); !r.IsError || !strings.Contains(text(r), "cursor") && !strings.Contains(text(r), "limit") {
+			t.Errorf("agora_questions %v: error %v, %s", args, r.IsError, text(r))
+		}
+	}
 	bad := call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "C"})
 	if !bad.IsError || !strings.Contains(text(bad), "not one of the options: A, B") {
 		t.Errorf("an invalid answer: %v %s", bad.IsError, text(bad))

@@ -480,11 +480,19 @@ type QuestionsArgs struct {
 	Route    string `json:"route,omitempty" jsonschema:"only questions on this route"`
 	Status   string `json:"status,omitempty" jsonschema:"asked (default), answered, expired, withdrawn or all"`
 	ThreadID string `json:"thread_id,omitempty" jsonschema:"only this thread's questions"`
+	Limit    int    `json:"limit,omitempty" jsonschema:"waiting questions per page: 1-1000, default 100"`
+	Cursor   string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page of waiting questions"`
 }
 
 // QuestionList is agora_questions' result.
 type QuestionList struct {
 	Questions []QuestionItem `json:"questions"`
+	// Count is how many waiting questions match, on every page (status
+	// asked only).
+	Count int `json:"count,omitempty"`
+	// NextCursor continues a list of waiting questions; absent on the
+	// last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // QuestionItem is one question in a QuestionList.
@@ -515,11 +523,31 @@ func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in Questi
 	default:
 		return nil, nil, fmt.Errorf("status %q: want asked, answered, expired, withdrawn or all", in.Status)
 	}
-	qs, err := t.s.c.Questions(ctx, f)
+	if in.Limit < 0 || in.Limit > client.MaxWaitingLimit {
+		return nil, nil, fmt.Errorf("limit %d: want 1 to %d (default %d)", in.Limit, client.MaxWaitingLimit, client.DefaultWaitingLimit)
+	}
+	if f.Status != "asked" && (in.Cursor != "" || in.Limit != 0) {
+		return nil, nil, fmt.Errorf("limit and cursor page waiting questions (status asked), not status %q", in.Status)
+	}
+	out := &QuestionList{Questions: []QuestionItem{}}
+	var qs []lifecycle.Question
+	var err error
+	if f.Status == "asked" {
+		// A page at a time from the router's index of waiting questions
+		// (docs/mcp.md); the bucket whole only when no router answers.
+		var p *client.WaitingPage
+		if p, err = t.s.c.Waiting(ctx, f, in.Limit, in.Cursor); err == nil {
+			qs, out.Count, out.NextCursor = p.Questions, p.Count, p.NextCursor
+		} else if errors.Is(err, client.ErrUnavailable) && in.Cursor == "" {
+			qs, err = t.s.c.Questions(ctx, f)
+			out.Count = len(qs)
+		}
+	} else {
+		qs, err = t.s.c.Questions(ctx, f)
+	}
 	if err != nil {
 		return nil, nil, t.explain(err)
 	}
-	out := &QuestionList{Questions: []QuestionItem{}}
 	for _, q := range qs {
 		out.Questions = append(out.Questions, QuestionItem{QuestionID: q.QuestionID, Status: q.Status, Route: q.Route, Kind: q.Kind,
 			Question: q.Question, Options: q.Options, Context: clip.String(q.Context, 2000), Subagent: q.Subagent, ThreadID: q.ThreadID,
