@@ -58,6 +58,10 @@ type Config struct {
 	// last entry of X-Forwarded-For, for an inbox behind a proxy (which
 	// must set it); otherwise every request seems to come from the proxy.
 	TrustProxy bool `envconfig:"INBOX_TRUST_PROXY"`
+	// PendingRows is how many waiting questions the pending page and its
+	// live stream show, newest first; the filters narrow them and the API
+	// pages through every one.
+	PendingRows int `envconfig:"INBOX_PENDING_ROWS" default:"500"`
 	// LinkKey is the key of signed answer links (/inbox/a/<token>): 32
 	// random bytes in base64, shared with whoever mints links (the webhook
 	// notifier, pkg/answerlink). Empty: the inbox neither serves nor mints
@@ -95,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LoginWindow == 0 {
 		c.LoginWindow = 15 * time.Minute
+	}
+	if c.PendingRows == 0 {
+		c.PendingRows = 500
 	}
 	var routes []string
 	for _, r := range c.Routes {
@@ -140,6 +147,9 @@ func (c Config) Validate() error {
 	}
 	if c.SessionTTL < 0 || (c.SessionTTL > 0 && c.SessionTTL < time.Minute) {
 		errs = append(errs, fmt.Errorf("%s=%s: want at least 1m", v("SessionTTL"), c.SessionTTL))
+	}
+	if c.PendingRows < 0 {
+		errs = append(errs, fmt.Errorf("%s=%d: want a positive number", v("PendingRows"), c.PendingRows))
 	}
 	if c.LoginAttempts < 0 {
 		errs = append(errs, fmt.Errorf("%s=%d: want a positive number", v("LoginAttempts"), c.LoginAttempts))

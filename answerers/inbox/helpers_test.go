@@ -88,6 +88,7 @@ type options struct {
 	noWorker    bool
 	publicURL   string // Config.PublicURL
 	linkKey     string // Config.LinkKey
+	pendingRows int    // Config.PendingRows
 }
 
 // system is a real JetStream with the dispatcher, worker and router, and
@@ -110,7 +111,7 @@ func start(t *testing.T, o options) *system {
 	if err := os.WriteFile(routes, []byte(testRoutes), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := inbox.Config{DevToken: o.dev, Routes: o.inboxRoutes, PublicURL: o.publicURL, LinkKey: o.linkKey}
+	cfg := inbox.Config{DevToken: o.dev, Routes: o.inboxRoutes, PublicURL: o.publicURL, LinkKey: o.linkKey, PendingRows: o.pendingRows}
 	if !o.dev {
 		var users []inbox.User
 		for _, u := range testUsers {

@@ -1033,3 +1033,35 @@ func TestPendingPages(t *testing.T) {
 		}
 	}
 }
+
+// The pending page and its live stream list the newest PendingRows waiting
+// questions and say so; the API still pages through every one.
+func TestPendingPageIsCapped(t *testing.T) {
+	s := start(t, options{pendingRows: 2})
+	var asked []string
+	for i := range 3 {
+		_, qid := s.ask("asker", sentinel{Question: fmt.Sprintf("Capped %d?", i)}, 1)
+		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAsked })
+		asked = append(asked, qid)
+	}
+	b := s.browser()
+	b.login("alice", password)
+	p := b.get("/inbox/")
+	if n := strings.Count(p.body, `<li class="row`); n != 2 {
+		t.Errorf("the page lists %d rows, want 2", n)
+	}
+	mustContain(t, "capped page", p.body, "3 waiting, newest first.", "Showing the newest 2", asked[1], asked[2])
+	mustNotContain(t, "capped page", p.body, asked[0])
+	live := openStream(t, b, "/inbox/events")
+	sync := live.next("sync")
+	items, _ := sync["items"].([]any)
+	if len(items) != 2 || sync["pending"] != float64(3) {
+		t.Errorf("live sync: %d items, pending %v; want 2 and 3", len(items), sync["pending"])
+	}
+	_, body := s.apiCall(http.MethodGet, "/inbox/api/questions", nil, map[string]string{"Authorization": "Bearer " + s.bearer})
+	for _, qid := range asked {
+		if !strings.Contains(body, qid) {
+			t.Errorf("the API lists no %s", qid)
+		}
+	}
+}

@@ -124,6 +124,10 @@ type pendingData struct {
 	Routes, Kinds, Subagents []choice
 	EventsURL                string
 	Total, Shown             int
+	// Capped is set when Shown is more than the page lists
+	// (Config.PendingRows); Listed is how many it lists then.
+	Capped bool
+	Listed int
 }
 
 func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request, id *identity) {
@@ -146,6 +150,10 @@ func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request, id *identit
 	d := pendingData{Filter: f, Total: len(all), Shown: len(shown), EventsURL: Prefix + "/events"}
 	if q := f.values().Encode(); q != "" {
 		d.EventsURL += "?" + q
+	}
+	if len(shown) > s.cfg.PendingRows {
+		shown = shown[:s.cfg.PendingRows] // newest first
+		d.Capped, d.Listed = true, s.cfg.PendingRows
 	}
 	for _, q := range shown {
 		d.Rows = append(d.Rows, newQView(q, now))

@@ -105,8 +105,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 	now := time.Now()
 	shown := map[string]string{} // id → the row last sent
 	var items []*Question
-	for _, q := range snap {
-		if match(q) {
+	for _, q := range snap { // newest first
+		if match(q) && len(items) < s.cfg.PendingRows {
 			items = append(items, q)
 		}
 	}
