@@ -41,15 +41,12 @@ type askedRef struct {
 }
 
 type entry struct {
-	due      time.Time // next deadline or escalation step; zero when none
-	pending  bool      // events to publish
-	seen     time.Time // when this replica saw the record's revision
-	thread   string
-	dispatch string
-	route    string
-	subagent string
-	asked    bool
-	askedAt  time.Time // when the question was asked, while it waits
+	due     time.Time // next deadline or escalation step; zero when none
+	pending bool      // events to publish
+	seen    time.Time // when this replica saw the record's revision
+	thread  string
+	asked   bool
+	askedAt time.Time // when the question was asked, while it waits
 }
 
 // askedKey is a position in the order of asked questions.
@@ -81,13 +78,12 @@ func (x *index) set(qid string, r *record) {
 		delete(x.m, qid)
 		return
 	}
-	e := entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, dispatch: r.DispatchID,
-		route: r.Route, subagent: r.Subagent, asked: r.Status == statusAsked, askedAt: r.AskedAt}
+	e := entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked, askedAt: r.AskedAt}
 	x.m[qid] = e
 	if e.asked {
 		k := askedKey{e.askedAt, qid}
 		i, _ := slices.BinarySearchFunc(x.order, k, refOrder)
-		x.order = slices.Insert(x.order, i, askedRef{askedKey: k, route: e.route, thread: e.thread, dispatch: e.dispatch, subagent: e.subagent})
+		x.order = slices.Insert(x.order, i, askedRef{askedKey: k, route: r.Route, thread: r.ThreadID, dispatch: r.DispatchID, subagent: r.Subagent})
 	}
 }
 
@@ -157,44 +153,35 @@ func (x *index) thread(threadID string) []string {
 	return out
 }
 
-// askedIDs returns the questions waiting for an answer.
+// askedIDs returns the questions waiting for an answer, oldest first.
 func (x *index) askedIDs() []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var out []string
-	for qid, e := range x.m {
-		if e.asked {
-			out = append(out, qid)
-		}
+	out := make([]string, len(x.order))
+	for i, r := range x.order {
+		out[i] = r.qid
 	}
 	return out
 }
 
 // oldest returns how long the longest-waiting question has waited; 0
-// when none waits.
+// when none waits. (A record without asked_at sorts first and is skipped.)
 func (x *index) oldest(now time.Time) time.Duration {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var d time.Duration
-	for _, e := range x.m {
-		if e.asked && !e.askedAt.IsZero() {
-			d = max(d, now.Sub(e.askedAt))
+	for _, r := range x.order {
+		if !r.at.IsZero() {
+			return max(0, now.Sub(r.at))
 		}
 	}
-	return d
+	return 0
 }
 
 // asked counts the questions waiting for an answer.
 func (x *index) asked() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	n := 0
-	for _, e := range x.m {
-		if e.asked {
-			n++
-		}
-	}
-	return n
+	return len(x.order)
 }
 
 // watch keeps the index current until ctx ends. It returns once the
