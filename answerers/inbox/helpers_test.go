@@ -305,6 +305,21 @@ func (s *system) finished(threadID string) map[string]json.RawMessage {
 	return out
 }
 
+// listAPI GETs /inbox/api/questions?query as the signed-in bearer and
+// decodes the list; anything but 200 fails the test.
+func (s *system) listAPI(query string) inbox.List {
+	s.t.Helper()
+	status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?"+query, nil, map[string]string{"Authorization": "Bearer " + s.bearer})
+	if status != http.StatusOK {
+		s.t.Fatalf("list ?%s: %d %s", query, status, body)
+	}
+	var l inbox.List
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		s.t.Fatalf("list ?%s: %v: %s", query, err, body)
+	}
+	return l
+}
+
 func (s *system) apiCall(method, path string, body any, header map[string]string) (int, string) {
 	s.t.Helper()
 	var rd io.Reader

@@ -868,14 +868,7 @@ func TestMemoryFollowsPendingWork(t *testing.T) {
 	seen := map[string]bool{}
 	cursor, pages := "", 0
 	for {
-		status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?status=answered&limit=3&cursor="+url.QueryEscape(cursor), nil, auth)
-		if status != http.StatusOK {
-			t.Fatalf("history page: %d %s", status, body)
-		}
-		var l inbox.List
-		if err := json.Unmarshal([]byte(body), &l); err != nil {
-			t.Fatal(err)
-		}
+		l := s.listAPI("status=answered&limit=3&cursor=" + url.QueryEscape(cursor))
 		pages++
 		if len(l.Questions) > 3 {
 			t.Errorf("page of %d, limit 3", len(l.Questions))
@@ -935,15 +928,7 @@ func TestPendingPages(t *testing.T) {
 	auth := map[string]string{"Authorization": "Bearer " + s.bearer}
 	list := func(cursor string) inbox.List {
 		t.Helper()
-		status, body := s.apiCall(http.MethodGet, "/inbox/api/questions?limit=3&cursor="+url.QueryEscape(cursor), nil, auth)
-		if status != http.StatusOK {
-			t.Fatalf("pending page: %d %s", status, body)
-		}
-		var l inbox.List
-		if err := json.Unmarshal([]byte(body), &l); err != nil {
-			t.Fatal(err)
-		}
-		return l
+		return s.listAPI("limit=3&cursor=" + url.QueryEscape(cursor))
 	}
 	var got []*inbox.Question
 	first := list("")
@@ -1006,16 +991,14 @@ func TestPendingPages(t *testing.T) {
 		{"carol", "limit=50", 2, 2},
 		{"carol", "route=human", 0, 0},
 	} {
-		var body string
+		var l inbox.List
 		if c.who == "carol" {
 			p := carol.api(http.MethodGet, "/inbox/api/questions?"+c.query, nil, false)
-			body = p.body
+			if err := json.Unmarshal([]byte(p.body), &l); err != nil {
+				t.Fatalf("carol %s: %v: %s", c.query, err, p.body)
+			}
 		} else {
-			_, body = s.apiCall(http.MethodGet, "/inbox/api/questions?"+c.query, nil, auth)
-		}
-		var l inbox.List
-		if err := json.Unmarshal([]byte(body), &l); err != nil {
-			t.Fatalf("%s %s: %v: %s", c.who, c.query, err, body)
+			l = s.listAPI(c.query)
 		}
 		if l.Count != c.count || len(l.Questions) != c.rows {
 			t.Errorf("%s ?%s: count %d with %d rows, want %d with %d", c.who, c.query, l.Count, len(l.Questions), c.count, c.rows)

@@ -189,15 +189,19 @@ func (s *store) pendingPage(after *pendingKey, limit int, keep func(*Question) b
 	if after != nil {
 		end, _ = slices.BinarySearchFunc(s.order, &Question{Question: lifecycle.Question{AskedAt: after.AskedAt, QuestionID: after.ID}}, askedOrder)
 	}
+	// Counting visits every record, so the walk starts at the newest;
+	// with per-route counts it starts at the page and stops after it.
+	from := len(s.order) - 1
 	if byRoute != nil {
 		for r, n := range s.routes {
 			if byRoute(r) {
 				total += n
 			}
 		}
+		from = end - 1
 	}
-	for i := len(s.order) - 1; i >= 0; i-- {
-		if byRoute != nil && i < end && more {
+	for i := from; i >= 0; i-- {
+		if byRoute != nil && more {
 			break
 		}
 		q := s.order[i]
@@ -400,14 +404,9 @@ func (s *store) watchOnce(ctx context.Context, kv jetstream.KeyValue, loaded fun
 	}
 }
 
+// pendingCount is how many questions wait (the store holds only those).
 func (s *store) pendingCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, q := range s.qs {
-		if q.Pending() {
-			n++
-		}
-	}
-	return n
+	return len(s.order)
 }
