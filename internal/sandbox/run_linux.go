@@ -45,13 +45,24 @@ const spareLaunchers = 2
 // spare is a started launcher waiting for its Start message.
 type spare struct {
 	cmd  *exec.Cmd
-	ctrl int      // our end of the control socket
+	ctrl int      // our end of the control socket; -1 once closed
 	res  *os.File // the result pipe's read end
-	done chan error
+	done chan struct{}
+	err  error // cmd.Wait's, once done is closed
 }
 
+// closeCtrl closes our end of the control socket, once.
+func (sp *spare) closeCtrl() {
+	if sp.ctrl >= 0 {
+		syscall.Close(sp.ctrl)
+		sp.ctrl = -1
+	}
+}
+
+// discard kills the launcher (if it still lives), waits for it and
+// releases what the worker holds of it.
 func (sp *spare) discard() {
-	syscall.Close(sp.ctrl)
+	sp.closeCtrl()
 	_ = sp.cmd.Process.Kill()
 	<-sp.done
 	sp.res.Close()
@@ -210,8 +221,8 @@ func (l *Launcher) start() (*spare, error) {
 		syscall.Close(fds[0])
 		return nil, err
 	}
-	sp := &spare{cmd: cmd, ctrl: fds[0], res: resR, done: make(chan error, 1)}
-	go func() { sp.done <- cmd.Wait() }()
+	sp := &spare{cmd: cmd, ctrl: fds[0], res: resR, done: make(chan struct{})}
+	go func() { sp.err = cmd.Wait(); close(sp.done) }()
 	return sp, nil
 }
 
@@ -224,8 +235,7 @@ func (l *Launcher) take(fresh bool) (*spare, error) {
 		case sp := <-l.spares:
 			select {
 			case <-sp.done: // died while it waited (killed from outside)
-				sp.res.Close()
-				syscall.Close(sp.ctrl)
+				sp.discard()
 				continue
 			default:
 				return sp, nil
@@ -305,7 +315,7 @@ func (sp *spare) send(msg []byte, files ...*os.File) error {
 			err = errors.New("the launcher ended before it read its run")
 		}
 	}
-	syscall.Close(sp.ctrl)
+	sp.closeCtrl()
 	return err
 }
 
@@ -338,9 +348,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		sp, err = l.take(try > cap(l.spares))
 		if err == nil {
 			if err = sp.send(msg, files...); err != nil {
-				sp.res.Close()
-				_ = sp.cmd.Process.Kill()
-				<-sp.done
+				sp.discard()
 			}
 		}
 		if err == nil || try > cap(l.spares) {
@@ -393,11 +401,12 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		}
 	}
 	go l.refill()
+	// (The launcher is reaped by its cmd.Wait either way; without a
+	// report its exit is the only news of it.)
 	var werr error
-	if bytes.HasSuffix(line, []byte("\n")) {
-		go func() { <-sp.done }()
-	} else {
-		werr = <-sp.done
+	if !bytes.HasSuffix(line, []byte("\n")) {
+		<-sp.done
+		werr = sp.err
 	}
 	// The output pipes close when the tree is gone; the bound only
 	// matters for a launcher killed while something else held them.

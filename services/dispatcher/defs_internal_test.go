@@ -21,10 +21,7 @@ import (
 // paths from a watch that happened to be quick.
 func TestDefinitionsCopyRules(t *testing.T) {
 	srv := natstest.StartProvisioned(t, provision.Config{})
-	js, err := jetstream.New(srv.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := srv.JetStream(t)
 	kv, err := js.KeyValue(t.Context(), lifecycle.BucketSubagents)
 	if err != nil {
 		t.Fatal(err)
