@@ -114,7 +114,7 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 		qs, next, count, err = waitingPages(ctx, c, filter, o)
 		if errors.Is(err, client.ErrUnavailable) {
 			fmt.Fprintln(cmd.ErrOrStderr(), "no router answers agora.api.questions: reading the questions bucket whole")
-			next, err = "", nil
+			next = ""
 			qs, err = c.Questions(ctx, filter)
 			count = len(qs)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/agora-dispatch/agora/internal/clip"
 )
 
 // ErrNotFound reports that the dispatch, thread or question does not exist.
@@ -110,6 +112,24 @@ func (p *Problem) Field(field string) string {
 		}
 	}
 	return ""
+}
+
+// MicroReply encodes p as the micro error reply problemFromReply reads:
+// the micro error headers (code = the HTTP status, description = title and
+// detail on one line, at most 1 KiB) and the Problem as the body. The
+// services' NATS endpoints answer errors with it.
+func (p *Problem) MicroReply() (nats.Header, []byte) {
+	data, _ := json.Marshal(p)
+	desc := p.Title
+	if p.Detail != "" {
+		desc += ": " + p.Detail
+	}
+	desc = clip.String(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)
+	return nats.Header{
+		micro.ErrorHeader:     []string{desc},
+		micro.ErrorCodeHeader: []string{strconv.Itoa(p.Status)},
+		"Content-Type":        []string{"application/problem+json"},
+	}, data
 }
 
 // problemFromReply turns a micro error reply into a *Problem; nil when msg

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,18 +77,8 @@ func refusal(log *slog.Logger, err error) *client.Problem {
 // microError answers a micro request with the micro error headers (code =
 // the HTTP status, description = title and detail) and the Problem as body.
 func (s *Service) microError(r micro.Request, err error) {
-	p := s.problem(err)
-	data, _ := json.Marshal(p)
-	desc := p.Title
-	if p.Detail != "" {
-		desc += ": " + p.Detail
-	}
-	desc = truncate(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)
-	s.reply(r, nats.Header{
-		micro.ErrorHeader:     []string{desc},
-		micro.ErrorCodeHeader: []string{strconv.Itoa(p.Status)},
-		"Content-Type":        []string{"application/problem+json"},
-	}, data)
+	hdr, data := s.problem(err).MicroReply()
+	s.reply(r, hdr, data)
 }
 
 func (s *Service) microRespond(r micro.Request, v any) {

@@ -134,19 +134,10 @@ func parseWaitingCursor(c string) (askedKey, bool) {
 	return askedKey{at: time.Unix(0, n), qid: qid}, true
 }
 
-// respondProblem answers a micro request with the micro error headers and
-// the Problem as body (as the dispatcher does).
+// respondProblem answers a micro request with p as a micro error reply
+// (client.Problem.MicroReply, as the dispatcher answers).
 func (s *Service) respondProblem(req micro.Request, p *client.Problem) {
-	data, _ := json.Marshal(p)
-	desc := p.Title
-	if p.Detail != "" {
-		desc += ": " + p.Detail
-	}
-	hdr := nats.Header{
-		micro.ErrorHeader:     []string{clip.String(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)},
-		micro.ErrorCodeHeader: []string{strconv.Itoa(p.Status)},
-		"Content-Type":        []string{"application/problem+json"},
-	}
+	hdr, data := p.MicroReply()
 	if err := s.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: hdr, Data: data}); err != nil {
 		s.log.Warn("micro: respond", "err", err)
 	}
