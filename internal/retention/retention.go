@@ -57,14 +57,21 @@ func Update(ctx context.Context, js jetstream.JetStream, bucket, key string, val
 }
 
 // histories caches each bucket's history setting (revisions per key), read
-// once per process: provisioning only ever lowers it (docs/design.md §2).
-var histories sync.Map
+// once per JetStream context and bucket: provisioning only ever lowers it
+// (docs/design.md §2).
+var histories sync.Map // historyKey → int64
+
+type historyKey struct {
+	js     jetstream.JetStream
+	bucket string
+}
 
 // keepsHistory reports whether bucket keeps more than one revision per
 // key; when its status cannot be read, it assumes so (a roll-up is always
 // correct, only slower).
 func keepsHistory(ctx context.Context, js jetstream.JetStream, bucket string) bool {
-	if h, ok := histories.Load(bucket); ok {
+	k := historyKey{js, bucket}
+	if h, ok := histories.Load(k); ok {
 		return h.(int64) > 1
 	}
 	kv, err := js.KeyValue(ctx, bucket)
@@ -75,6 +82,6 @@ func keepsHistory(ctx context.Context, js jetstream.JetStream, bucket string) bo
 	if err != nil {
 		return true
 	}
-	histories.Store(bucket, st.History())
+	histories.Store(k, st.History())
 	return st.History() > 1
 }
