@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,14 +219,68 @@ func TestTwoRoundThreadIsOneTrace(t *testing.T) {
 	if dispatch0.parent != "" {
 		t.Errorf("the first dispatch has a parent %q; the caller had no trace", dispatch0.parent)
 	}
-	for _, name := range []string{"agora.dispatch.validate", "agora.run.workspace", "agora.run.process", "agora.run.sentinel", "agora.run.publish"} {
-		if n := len(byName[name]); n != 2 {
-			t.Errorf("%d %s spans, want one per round", n, name)
+	// The stages (agora bench --breakdown): each under its round's span.
+	stages := []struct {
+		name, parent string
+		rounds       []int
+	}{
+		{"agora.dispatch.validate", "agora.dispatch", []int{0, 1}},
+		{"agora.dispatch.record", "agora.dispatch", []int{0, 1}},
+		{"agora.dispatch.parent", "agora.dispatch", []int{1}}, // a re-dispatch reads its parent's cancel mark
+		{"agora.dispatch.publish", "agora.dispatch", []int{0, 1}},
+		{"agora.dispatch.mark", "agora.dispatch", []int{0, 1}},
+		{"agora.run.lookup", "agora.run", []int{0, 1}},
+		{"agora.run.workspace", "agora.run", []int{0, 1}},
+		{"agora.run.claim", "agora.run", []int{0, 1}},
+		{"agora.run.process", "agora.run", []int{0, 1}},
+		{"agora.run.sentinel", "agora.run", []int{0, 1}},
+		{"agora.run.publish", "agora.run", []int{0, 1}},
+		{"agora.run.ack", "agora.run", []int{0, 1}},
+		{"agora.run.cleanup", "agora.run", []int{0, 1}},
+	}
+	for _, st := range stages {
+		if n := len(byName[st.name]); n != len(st.rounds) {
+			t.Errorf("%d %s spans, want %d (rounds %v)", n, st.name, len(st.rounds), st.rounds)
+			continue
+		}
+		for _, r := range st.rounds {
+			want := round(st.parent, r)
+			var found bool
+			for _, s := range byName[st.name] {
+				found = found || s.parent == want.id
+			}
+			if !found {
+				t.Errorf("no %s span under round %d's %s", st.name, r, st.parent)
+			}
 		}
 	}
-	for _, s := range byName["agora.run.process"] {
-		if byID[s.parent].name != "agora.run" {
-			t.Errorf("agora.run.process under %q", byID[s.parent].name)
+	if ps := byName["agora.dispatch.publish"]; len(ps) > 0 && ps[0].kind != tracepb.Span_SPAN_KIND_PRODUCER {
+		t.Errorf("agora.dispatch.publish is %v, want a producer span", ps[0].kind)
+	}
+	// The projection applies each lifecycle event under the span that
+	// published it: accepted under the dispatch, the run's events under
+	// the run.
+	projected := map[string]span{}
+	for _, s := range byName["agora.dispatch.project"] {
+		projected[s.attrs["agora.kind"]+"/"+s.attrs["agora.round"]] = s
+	}
+	for _, w := range []struct {
+		kind, parent string
+		round        int
+	}{
+		{"accepted", "agora.dispatch", 0}, {"started", "agora.run", 0}, {"needs_input", "agora.run", 0},
+		{"accepted", "agora.dispatch", 1}, {"started", "agora.run", 1}, {"finished", "agora.run", 1},
+	} {
+		s, ok := projected[w.kind+"/"+strconv.Itoa(w.round)]
+		if !ok {
+			t.Errorf("no agora.dispatch.project span of %s in round %d; got %v", w.kind, w.round, slices.Collect(maps.Keys(projected)))
+			continue
+		}
+		if want := round(w.parent, w.round); s.parent != want.id {
+			t.Errorf("agora.dispatch.project of %s (round %d) under %q, want round %d's %s", w.kind, w.round, byID[s.parent].name, w.round, w.parent)
+		}
+		if s.kind != tracepb.Span_SPAN_KIND_CONSUMER {
+			t.Errorf("agora.dispatch.project is %v, want a consumer span", s.kind)
 		}
 	}
 	want := map[string]map[string]string{

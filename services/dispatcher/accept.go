@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/logging"
@@ -358,18 +359,24 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	// read's round trip.)
 	var pre indexRead
 	indexed := make(chan error, 1)
+	rctx, rspan := telemetry.Tracer().Start(ctx, "agora.dispatch.record")
 	go func() {
 		if req.Round == 0 {
-			indexed <- s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID)
+			indexed <- s.indexThread(rctx, b, rec.ThreadID, rec.Round, rec.DispatchID)
 			return
 		}
-		pre.e, pre.err = b.dispatches.Get(ctx, threadKey(rec.ThreadID))
+		pre.e, pre.err = b.dispatches.Get(rctx, threadKey(rec.ThreadID))
 		indexed <- nil
 	}()
-	created, err := b.dispatches.Create(ctx, rec.DispatchID, data)
+	created, err := b.dispatches.Create(rctx, rec.DispatchID, data)
 	ierr := <-indexed
 	if req.Round > 0 && err == nil {
-		ierr = s.indexThreadFrom(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID, &pre)
+		ierr = s.indexThreadFrom(rctx, b, rec.ThreadID, rec.Round, rec.DispatchID, &pre)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		telemetry.End(rspan, ierr) // a repeat: answered below
+	} else {
+		telemetry.End(rspan, errors.Join(err, ierr))
 	}
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -463,54 +470,11 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, cr
 	if err != nil {
 		return rec, err
 	}
-	req := *rec.Request
-	publishAccepted := true
-	if !fresh {
-		ok, err := s.eventExists(ctx, b, lifecycle.KindAccepted, rec)
-		if err != nil {
-			return rec, err
-		}
-		publishAccepted = !ok
-	}
-	var accepted jetstream.PubAckFuture
-	if publishAccepted {
-		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
-		if mark == nil {
-			// Sent ahead of the work on the same connection, so the server
-			// stores it first; its acknowledgement is awaited below, which
-			// saves a round trip before a worker can start.
-			_, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, rec.Traceparent), acceptedTime(rec))
-			if err != nil {
-				return rec, fmt.Errorf("dispatcher: build event: %w", err)
-			}
-			if accepted, err = b.js.PublishMsgAsync(msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle)); err != nil {
-				return rec, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
-			}
-		} else if _, _, err := s.emit(ctx, b, d, rec.Traceparent); err != nil {
-			return rec, err
-		}
-	}
 	if mark != nil {
-		// The thread was cancelled while paused on the question this
-		// round answers: it ends here, never queued.
-		s.log.With(logging.Trace(rec.Traceparent)...).Info("re-dispatch of a cancelled thread: cancelled on acceptance",
-			"dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "parent_id", rec.ParentID)
-		return s.cancelDispatch(ctx, b, rec.DispatchID, mark.By, mark.Reason)
+		return s.cancelOnAcceptance(ctx, b, rec, fresh, mark)
 	}
-	// A record a worker already started was queued: only the flag is missing.
-	if fresh || rec.Status == lifecycle.KindAccepted {
-		if err := s.queue(ctx, b, &req, rec.Traceparent); err != nil {
-			return rec, err
-		}
-	}
-	if accepted != nil {
-		select {
-		case <-accepted.Ok():
-		case err := <-accepted.Err():
-			return rec, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
-		case <-ctx.Done():
-			return rec, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, ctx.Err())
-		}
+	if err := s.publish(ctx, b, rec, fresh); err != nil {
+		return rec, err
 	}
 	queued := func(r *client.Record) bool {
 		if r.Queued {
@@ -519,10 +483,88 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, cr
 		r.Queued = true
 		return true
 	}
+	mctx, mspan := telemetry.Tracer().Start(ctx, "agora.dispatch.mark")
 	if fresh {
-		return s.updateFrom(ctx, b, rec, created, queued)
+		rec, err = s.updateFrom(mctx, b, rec, created, queued)
+	} else {
+		rec, err = s.update(mctx, b, rec.DispatchID, queued)
 	}
-	return s.update(ctx, b, rec.DispatchID, queued)
+	telemetry.End(mspan, err)
+	return rec, err
+}
+
+// acceptedPending reports whether the accepted event of rec is still to
+// be published: always for a record created just now, otherwise when the
+// stream has none.
+func (s *Service) acceptedPending(ctx context.Context, b *bindings, rec client.Record, fresh bool) (bool, error) {
+	if fresh {
+		return true, nil
+	}
+	ok, err := s.eventExists(ctx, b, lifecycle.KindAccepted, rec)
+	return !ok, err
+}
+
+// publish sends the accepted event and the queued work of rec, the
+// accepted event first on the same connection so the server stores it
+// first; both acknowledgements are awaited together, which saves a round
+// trip before a worker can start (docs/dispatcher.md). Its span,
+// agora.dispatch.publish, times the two; the events name the dispatch's
+// span (ctx's) as their cause.
+func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, fresh bool) (err error) {
+	_, span := telemetry.Tracer().Start(ctx, "agora.dispatch.publish", trace.WithSpanKind(trace.SpanKindProducer))
+	defer func() { telemetry.End(span, err) }()
+	req := *rec.Request
+	pending, err := s.acceptedPending(ctx, b, rec, fresh)
+	if err != nil {
+		return err
+	}
+	var accepted jetstream.PubAckFuture
+	if pending {
+		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
+		_, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, rec.Traceparent), acceptedTime(rec))
+		if err != nil {
+			return fmt.Errorf("dispatcher: build event: %w", err)
+		}
+		if accepted, err = b.js.PublishMsgAsync(msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle)); err != nil {
+			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
+		}
+	}
+	// A record a worker already started was queued: only the flag is missing.
+	if fresh || rec.Status == lifecycle.KindAccepted {
+		if err := s.queue(ctx, b, &req, rec.Traceparent); err != nil {
+			return err
+		}
+	}
+	if accepted != nil {
+		select {
+		case <-accepted.Ok():
+		case err := <-accepted.Err():
+			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
+		case <-ctx.Done():
+			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// cancelOnAcceptance ends a re-dispatch whose thread was cancelled while
+// paused on the question this round answers: accepted (once), then
+// cancelled, never queued.
+func (s *Service) cancelOnAcceptance(ctx context.Context, b *bindings, rec client.Record, fresh bool, mark *client.CancelMark) (client.Record, error) {
+	pending, err := s.acceptedPending(ctx, b, rec, fresh)
+	if err != nil {
+		return rec, err
+	}
+	if pending {
+		req := rec.Request
+		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
+		if _, _, err := s.emit(ctx, b, d, rec.Traceparent); err != nil {
+			return rec, err
+		}
+	}
+	s.log.With(logging.Trace(rec.Traceparent)...).Info("re-dispatch of a cancelled thread: cancelled on acceptance",
+		"dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "parent_id", rec.ParentID)
+	return s.cancelDispatch(ctx, b, rec.DispatchID, mark.By, mark.Reason)
 }
 
 // acceptedTime gives the accepted event the time its record lists for
@@ -542,7 +584,9 @@ func (s *Service) parentCancel(ctx context.Context, b *bindings, rec client.Reco
 	if rec.Round == 0 || rec.ParentID == "" || rec.Status != lifecycle.KindAccepted {
 		return nil, nil
 	}
+	ctx, span := telemetry.Tracer().Start(ctx, "agora.dispatch.parent")
 	parent, _, err := s.record(ctx, b, rec.ParentID)
+	telemetry.End(span, ignoreNoRecord(err))
 	switch {
 	case errors.Is(err, errNoRecord):
 		return nil, nil
@@ -552,6 +596,13 @@ func (s *Service) parentCancel(ctx context.Context, b *bindings, rec client.Reco
 		return nil, nil
 	}
 	return parent.CancelRequested, nil
+}
+
+func ignoreNoRecord(err error) error {
+	if errors.Is(err, errNoRecord) {
+		return nil
+	}
+	return err
 }
 
 // queue publishes the completed request on agora.dispatch.<subagent> with

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/retention"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -100,6 +103,11 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 		return ack
 	}
 	c := l.Base()
+	ctx, span := telemetry.Tracer().Start(telemetry.Remote(ctx, lifecycle.Traceparent(e)), "agora.dispatch.project",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attribute.String("agora.kind", string(l.LifecycleKind()))),
+		trace.WithAttributes(telemetry.Dispatch(c)...))
+	var failure error // a temporary failure: the span records it
+	defer func() { telemetry.End(span, failure) }()
 	if lifecycle.Validate(l) != nil || !idRE.MatchString(c.DispatchID) || !idRE.MatchString(c.ThreadID) {
 		log.Warn("lifecycle event with ids that cannot be recorded: skipped", "id", e.ID(), "dispatch_id", c.DispatchID)
 		return ack
@@ -116,6 +124,7 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 		err = s.expireThread(ctx, b, c.ThreadID, c.DispatchID, log)
 	}
 	if err != nil {
+		failure = err
 		log.Warn("projection: temporary failure, redelivering", "id", e.ID(), "err", err)
 		return retryLate
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -220,6 +221,8 @@ func (s *Service) claim(ctx context.Context, j *job) (Outcome, bool) {
 	if j.owned {
 		return Outcome{}, true
 	}
+	_, span := telemetry.Tracer().Start(ctx, "agora.run.claim")
+	defer span.End()
 	if j.started != nil {
 		select {
 		case ack := <-j.started.Ok():

@@ -42,6 +42,7 @@ type job struct {
 	sandbox     *runSandbox            // the run's sandbox (sandbox.go)
 	ws          string                 // the attempt's workspace, once made
 	start       time.Time
+	span        trace.Span // the run's span (trace.go), parent of the ack's
 	log         *slog.Logger
 }
 
@@ -91,7 +92,9 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	cancelCh := s.cancels.register(j.req.DispatchID)
 	defer s.cancels.unregister(j.req.DispatchID)
 
-	last, err := s.lastEvent(context.WithoutCancel(ctx), j.common)
+	lctx, lspan := telemetry.Tracer().Start(ctx, "agora.run.lookup")
+	last, err := s.lastEvent(context.WithoutCancel(lctx), j.common)
+	telemetry.End(lspan, err)
 	if err != nil {
 		return s.retryLater(j, err)
 	}
@@ -126,6 +129,8 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	// such a workspace is removed, never parked for another run.
 	reusable := true
 	cleanup := func() {
+		_, cspan := telemetry.Tracer().Start(ctx, "agora.run.cleanup")
+		defer cspan.End()
 		switch {
 		case ws == "" || s.cfg.KeepWorkspaces:
 			if inv.hold != nil {
@@ -390,9 +395,15 @@ func (s *Service) publishAsync(j *job, d lifecycle.Data) jetstream.PubAckFuture 
 }
 
 func (s *Service) ack(j *job) {
+	span := trace.SpanFromContext(context.Background()) // none: a job with no run span
+	if j.span != nil {
+		_, span = telemetry.Tracer().Start(trace.ContextWithSpan(context.Background(), j.span), "agora.run.ack")
+	}
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := j.msg.DoubleAck(actx); err != nil {
+	err := j.msg.DoubleAck(actx)
+	telemetry.End(span, err)
+	if err != nil {
 		j.log.Warn("ack failed; the dispatch will be redelivered and skipped as terminal", "err", err)
 	}
 }

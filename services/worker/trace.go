@@ -25,6 +25,7 @@ func (s *Service) runSpan(ctx context.Context, j *job, queued time.Time, subject
 		q.End(trace.WithTimestamp(j.start))
 	}
 	ctx, span := telemetry.Tracer().Start(ctx, "agora.run", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(j.start))
+	j.span = span
 	if span.IsRecording() {
 		span.SetAttributes(attrs...)
 		span.SetAttributes(attribute.Int("agora.attempt", j.attempt), attribute.String("agora.worker_id", s.cfg.ID))

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,10 +42,24 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 	for _, s := range rep.Stages {
 		stages[s.Span] = s
 	}
-	for _, name := range []string{"agora.dispatch", "agora.dispatch.validate", "agora.queue", "agora.run", "agora.run.workspace", "agora.run.process", "agora.run.publish"} {
+	for _, name := range []string{"agora.dispatch", "agora.dispatch.validate", "agora.dispatch.record", "agora.dispatch.publish", "agora.dispatch.mark",
+		"agora.queue", "agora.run", "agora.run.lookup", "agora.run.workspace", "agora.run.claim", "agora.run.process", "agora.run.publish", "agora.run.ack", "agora.run.cleanup"} {
 		if s, ok := stages[name]; !ok || s.Count != serial {
 			t.Errorf("stage %s: %+v, want %d serial spans (all: %+v)", name, s, serial, rep.Stages)
 		}
+	}
+	// The projection applies accepted, started and finished of each
+	// serial dispatch; the last one's may start after the window.
+	if s := stages["agora.dispatch.project"]; s.Count < 3*(serial-1) {
+		t.Errorf("stage agora.dispatch.project: %+v, want about 3 per serial dispatch (%d)", s, 3*serial)
+	}
+	// Printed in the order a dispatch meets them.
+	var got []string
+	for _, s := range rep.Stages {
+		got = append(got, s.Span)
+	}
+	if i, j := slices.Index(got, "agora.dispatch.record"), slices.Index(got, "agora.run.ack"); i < 0 || j < 0 || i > j {
+		t.Errorf("stages out of path order: %v", got)
 	}
 	var out bytes.Buffer
 	bench.Print(&out, rep)

@@ -92,8 +92,31 @@ func (s *otlpSink) stages(from, to time.Time) []Stage {
 		slices.Sort(ds)
 		out = append(out, Stage{Span: name, Count: len(ds), P50MS: percentileMS(ds, 0.5), P99MS: percentileMS(ds, 0.99)})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].P50MS > out[j].P50MS })
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := stagePos(out[i].Span), stagePos(out[j].Span)
+		if a != b {
+			return a < b
+		}
+		return out[i].Span < out[j].Span
+	})
 	return out
+}
+
+// pathOrder lists the spans in the order a dispatch meets them
+// (docs/tracing.md), each stage after the span it belongs to.
+var pathOrder = []string{
+	"agora.dispatch", "agora.dispatch.validate", "agora.dispatch.record", "agora.dispatch.parent",
+	"agora.dispatch.publish", "agora.dispatch.mark", "agora.queue",
+	"agora.run", "agora.run.lookup", "agora.run.workspace", "agora.run.claim", "agora.run.process",
+	"agora.run.sentinel", "agora.run.publish", "agora.run.ack", "agora.run.cleanup", "agora.dispatch.project",
+}
+
+// stagePos is a span's place in pathOrder; any other span comes after.
+func stagePos(name string) int {
+	if i := slices.Index(pathOrder, name); i >= 0 {
+		return i
+	}
+	return len(pathOrder)
 }
 
 // traced measures the end-to-end no-op path with tracing on as a
