@@ -28,7 +28,8 @@ a raw JetStream baseline (request → consumer → started+finished → observer
 Agora's worker path with an in-process no-op runtime and with exec /bin/true,
 the end-to-end path with tracing on (every span exported over OTLP/HTTP to a
 receiver in this process; --breakdown prints each stage's timings from them),
-artifact upload and resume latency.
+artifact upload and resume latency (with --breakdown, resume once more with
+tracing on, for the stages of each answer's trace).
 It prints p50/p99 latency of serial round trips, throughput with --concurrency
 in flight, each figure's ratio to the baseline, and the peak memory.`,
 		Args: cobra.NoArgs,
@@ -115,7 +116,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 16, "concurrent handlers / worker slots")
 	f.BoolVar(&cfg.Quick, "quick", false, "a short run (under 30 s)")
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "make the workers' workspaces under this directory (default: a temporary directory), e.g. to compare a tmpfs")
-	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row (each span kind's p50 and p99)")
+	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row and of a traced resume (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many dispatches running at once: memory per run, heartbeats, server traffic)")

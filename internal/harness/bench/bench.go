@@ -102,6 +102,10 @@ type Report struct {
 	// per-stage timings they give (printed with Breakdown).
 	TracedSpans int     `json:"traced_spans"`
 	Stages      []Stage `json:"stages"`
+	// ResumeStages are the stages of the resume row's path measured again
+	// with tracing on: every span each answer caused (only with
+	// Breakdown).
+	ResumeStages []Stage `json:"resume_stages,omitempty"`
 	breakdown   bool
 }
 
@@ -227,11 +231,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if samples < 20 {
 		samples = 20
 	}
-	row, err := resume(ctx, srv.ClientURL(), js, wsRoot, samples)
+	row, err := resume(ctx, srv.ClientURL(), js, wsRoot, samples, nil)
 	if err != nil {
 		return Report{}, err
 	}
 	rep.Rows = append(rep.Rows, row)
+	if cfg.Breakdown {
+		say("measuring resume latency with tracing on, for its stages")
+		if rep.ResumeStages, err = tracedResume(ctx, srv.ClientURL(), js, wsRoot, samples); err != nil {
+			return Report{}, err
+		}
+	}
 	for i := range rep.Rows {
 		r := &rep.Rows[i]
 		if i == r.baseline {
@@ -634,15 +644,25 @@ func Print(w io.Writer, r Report) {
 		tw.Flush()
 	}
 	if r.breakdown && len(r.Stages) > 0 {
-		fmt.Fprintf(w, "\nstages of the traced row, its serial round trips (%d spans exported in all; docs/tracing.md names them)\n", r.TracedSpans)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "span\tcount\tp50 ms\tp99 ms")
-		for _, st := range r.Stages {
-			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\n", st.Span, st.Count, st.P50MS, st.P99MS)
-		}
-		_ = tw.Flush()
+		printStages(w, fmt.Sprintf("stages of the traced row, its serial round trips (%d spans exported in all; docs/tracing.md names them)", r.TracedSpans), r.Stages)
+	}
+	if r.breakdown && len(r.ResumeStages) > 0 {
+		printStages(w, "stages of a resume, traced: each answer and everything it caused (the router's answer and re-dispatch, the next round's acceptance and run)", r.ResumeStages)
+	}
+	if r.breakdown && len(r.Stages)+len(r.ResumeStages) > 0 {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "ratios: no-op rows against the first baseline, exec rows against the fork/exec baseline\n")
 	fmt.Fprintf(w, "concurrency %d; workspaces under %s; sandbox %s via %s; peak RSS %.1f MiB\n", r.Concurrency, r.WorkspaceRoot, r.SandboxMode, r.Launcher, r.PeakRSSMiB)
+}
+
+// printStages prints a breakdown table under its title.
+func printStages(w io.Writer, title string, stages []Stage) {
+	fmt.Fprintf(w, "\n%s\n", title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "span\tcount\tp50 ms\tp99 ms")
+	for _, st := range stages {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\n", st.Span, st.Count, st.P50MS, st.P99MS)
+	}
+	_ = tw.Flush()
 }

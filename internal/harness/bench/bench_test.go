@@ -61,9 +61,26 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 	if i, j := slices.Index(got, "agora.dispatch.record"), slices.Index(got, "agora.run.ack"); i < 0 || j < 0 || i > j {
 		t.Errorf("stages out of path order: %v", got)
 	}
+	// The traced resume: each answer's tree, and nothing of the round
+	// that asked (its dispatch has no parent to read).
+	const answers = 20 // the resume row's samples at this size
+	resumed := map[string]bench.Stage{}
+	for _, s := range rep.ResumeStages {
+		resumed[s.Span] = s
+	}
+	for _, name := range []string{"agora.question.answer", "agora.question.redispatch", "agora.dispatch", "agora.dispatch.parent", "agora.dispatch.publish",
+		"agora.queue", "agora.run", "agora.run.lookup", "agora.run.claim", "agora.run.process"} {
+		if s, ok := resumed[name]; !ok || s.Count != answers {
+			t.Errorf("resume stage %s: %+v, want %d (all: %+v)", name, s, answers, rep.ResumeStages)
+		}
+	}
+	if _, ok := resumed["agora.question.ask"]; ok {
+		t.Errorf("the resume's stages hold the question's asking: %+v", rep.ResumeStages)
+	}
 	var out bytes.Buffer
 	bench.Print(&out, rep)
-	if !strings.Contains(out.String(), "stages of the traced row") || !strings.Contains(out.String(), "agora.run.workspace") {
+	if !strings.Contains(out.String(), "stages of the traced row") || !strings.Contains(out.String(), "agora.run.workspace") ||
+		!strings.Contains(out.String(), "stages of a resume") {
 		t.Errorf("printed report lacks the breakdown:\n%s", out.String())
 	}
 }

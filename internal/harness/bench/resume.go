@@ -59,7 +59,7 @@ func (a *askRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result
 
 // resume measures answer submitted (agora.api.answer) → the resumed
 // dispatch's runtime started, through router, dispatcher and worker.
-func resume(ctx context.Context, url string, js jetstream.JetStream, dir string, samples int) (Row, error) {
+func resume(ctx context.Context, url string, js jetstream.JetStream, dir string, samples int, phase func(string)) (Row, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
 	if err != nil {
@@ -180,12 +180,18 @@ func resume(ctx context.Context, url string, js jetstream.JetStream, dir string,
 		}
 	}
 	lat := make([]time.Duration, 0, samples)
+	if phase != nil {
+		phase(phaseSerial)
+	}
 	for range samples {
 		l, err := one()
 		if err != nil {
 			return Row{}, fmt.Errorf("resume: %w", err)
 		}
 		lat = append(lat, l)
+	}
+	if phase != nil {
+		phase(phaseThroughput) // the measured answers are done
 	}
 	slices.Sort(lat)
 	pct := func(p float64) float64 { return percentileMS(lat, p) }

@@ -39,9 +39,10 @@ type otlpSink struct {
 }
 
 type span struct {
-	name  string
-	start time.Time
-	dur   time.Duration
+	name       string
+	id, parent string
+	start      time.Time
+	dur        time.Duration
 }
 
 func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +65,8 @@ func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
 				start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
-				s.spans = append(s.spans, span{name: sp.GetName(), start: time.Unix(0, int64(start)), dur: time.Duration(end - min(start, end))})
+				s.spans = append(s.spans, span{name: sp.GetName(), id: string(sp.GetSpanId()), parent: string(sp.GetParentSpanId()),
+					start: time.Unix(0, int64(start)), dur: time.Duration(end - min(start, end))})
 			}
 		}
 	}
@@ -87,6 +89,35 @@ func (s *otlpSink) stages(from, to time.Time) []Stage {
 			byName[sp.name] = append(byName[sp.name], sp.dur)
 		}
 	}
+	return summarize(byName)
+}
+
+// under gives each span kind's timings over the spans of the trees rooted
+// at the spans named root that started within [from, to): each root and
+// everything it caused, and nothing that ran beside it.
+func (s *otlpSink) under(root string, from, to time.Time) []Stage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	children := map[string][]span{}
+	var queue []span
+	for _, sp := range s.spans {
+		children[sp.parent] = append(children[sp.parent], sp)
+		if sp.name == root && !sp.start.Before(from) && sp.start.Before(to) {
+			queue = append(queue, sp)
+		}
+	}
+	byName := map[string][]time.Duration{}
+	for len(queue) > 0 {
+		sp := queue[0]
+		queue = queue[1:]
+		byName[sp.name] = append(byName[sp.name], sp.dur)
+		queue = append(queue, children[sp.id]...)
+	}
+	return summarize(byName)
+}
+
+// summarize gives each span kind's count, p50 and p99, in path order.
+func summarize(byName map[string][]time.Duration) []Stage {
 	var out []Stage
 	for name, ds := range byName {
 		slices.Sort(ds)
@@ -105,7 +136,7 @@ func (s *otlpSink) stages(from, to time.Time) []Stage {
 // pathOrder lists the spans in the order a dispatch meets them
 // (docs/tracing.md), each stage after the span it belongs to.
 var pathOrder = []string{
-	"agora.dispatch", "agora.dispatch.validate", "agora.dispatch.record", "agora.dispatch.parent",
+	"agora.question.answer", "agora.question.redispatch", "agora.dispatch", "agora.dispatch.validate", "agora.dispatch.record", "agora.dispatch.parent",
 	"agora.dispatch.publish", "agora.dispatch.mark", "agora.queue",
 	"agora.run", "agora.run.lookup", "agora.run.workspace", "agora.run.claim", "agora.run.process",
 	"agora.run.sentinel", "agora.run.publish", "agora.run.ack", "agora.run.cleanup", "agora.dispatch.project",
@@ -125,6 +156,63 @@ func stagePos(name string) int {
 // in-process receiver. It returns the row, the spans received and the
 // per-stage breakdown they give.
 func traced(ctx context.Context, url string, js jetstream.JetStream, dir string, cfg Config) (Row, int, []Stage, error) {
+	var (
+		row                  Row
+		serialFrom, serialTo time.Time
+	)
+	sink, err := withTracing(ctx, func() error {
+		sc, stop, err := workerPath(ctx, url, js, dir, cfg.Concurrency, "noop", true)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		sc.name = "agora end to end (request → dispatcher → worker), no-op runtime, tracing on (OTLP/HTTP to an in-process receiver)"
+		sc.phase = window(&serialFrom, &serialTo)
+		row, err = measure(ctx, sc, cfg)
+		return err
+	})
+	if err != nil {
+		return Row{}, 0, nil, err
+	}
+	sink.mu.Lock()
+	n := len(sink.spans)
+	sink.mu.Unlock()
+	return row, n, sink.stages(serialFrom, serialTo), nil
+}
+
+// tracedResume measures resume latency as resume does, with tracing on,
+// and returns the stages of each answer's trace: the router's answer and
+// re-dispatch, the next round's acceptance and its run.
+func tracedResume(ctx context.Context, url string, js jetstream.JetStream, dir string, samples int) ([]Stage, error) {
+	var from, to time.Time
+	sink, err := withTracing(ctx, func() error {
+		_, err := resume(ctx, url, js, dir, samples, window(&from, &to))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sink.under("agora.question.answer", from, to), nil
+}
+
+// window returns the phase function that notes when the serial phase
+// starts and ends.
+func window(from, to *time.Time) func(string) {
+	return func(name string) {
+		switch name {
+		case phaseSerial:
+			*from = time.Now()
+		case phaseThroughput:
+			*to = time.Now()
+		}
+	}
+}
+
+// withTracing runs fn with tracing on as a deployment turns it on
+// (OTEL_EXPORTER_OTLP_ENDPOINT; the SDK's batch processor and OTLP/HTTP
+// exporter), every span exported to an in-process receiver, and returns
+// the receiver once every span is flushed. Tracing is off again after.
+func withTracing(ctx context.Context, fn func() error) (*otlpSink, error) {
 	sink := &otlpSink{}
 	web := httptest.NewServer(sink)
 	defer web.Close()
@@ -135,38 +223,16 @@ func traced(ctx context.Context, url string, js jetstream.JetStream, dir string,
 	defer restore()
 	shutdown, err := telemetry.Setup(ctx, "agora-bench")
 	if err != nil {
-		return Row{}, 0, nil, err
+		return nil, err
 	}
 	defer otel.SetTracerProvider(noop.NewTracerProvider()) // the later rows run untraced
-	sc, stop, err := workerPath(ctx, url, js, dir, cfg.Concurrency, "noop", true)
-	if err != nil {
-		_ = shutdown(ctx)
-		return Row{}, 0, nil, err
-	}
-	sc.name = "agora end to end (request → dispatcher → worker), no-op runtime, tracing on (OTLP/HTTP to an in-process receiver)"
-	var serialFrom, serialTo time.Time
-	sc.phase = func(name string) {
-		switch name {
-		case phaseSerial:
-			serialFrom = time.Now()
-		case phaseThroughput:
-			serialTo = time.Now()
-		}
-	}
-	row, err := measure(ctx, sc, cfg)
-	stop()
+	err = fn()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if serr := shutdown(sctx); err == nil && serr != nil {
 		err = fmt.Errorf("tracing: flush: %w", serr)
 	}
-	if err != nil {
-		return Row{}, 0, nil, err
-	}
-	sink.mu.Lock()
-	n := len(sink.spans)
-	sink.mu.Unlock()
-	return row, n, sink.stages(serialFrom, serialTo), nil
+	return sink, err
 }
 
 // setenv sets the variables (an empty value unsets one) and returns the
