@@ -106,7 +106,7 @@ type Report struct {
 	// with tracing on: every span each answer caused (only with
 	// Breakdown).
 	ResumeStages []Stage `json:"resume_stages,omitempty"`
-	breakdown   bool
+	breakdown    bool
 }
 
 // ArtifactRow is one artifact upload figure.
