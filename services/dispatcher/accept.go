@@ -390,6 +390,7 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		}
 		return s.repeat(ctx, b, first, req)
 	}
+	b.records.wrote(&rec, data, created)
 	if len(rec.Events) > 0 {
 		s.metrics.applied(lifecycle.KindAccepted, "") // listed by the record itself
 	}
@@ -706,7 +707,8 @@ func (s *Service) updateFrom(ctx context.Context, b *bindings, known client.Reco
 		if err != nil {
 			return rec, fmt.Errorf("dispatcher: encode record: %w", err)
 		}
-		if _, err := s.write(ctx, b, id, data, rev, rec.ExpiresAt); err == nil {
+		if n, err := s.write(ctx, b, id, data, rev, rec.ExpiresAt); err == nil {
+			b.records.wrote(&rec, data, n)
 			return rec, nil
 		} else if !conflict(err) {
 			return rec, fmt.Errorf("dispatcher: update record %s: %w", id, err)

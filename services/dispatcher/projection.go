@@ -144,9 +144,13 @@ func listedAtAcceptance(rec client.Record, id string) bool {
 func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l lifecycle.Lifecycle) (rec client.Record, created bool, err error) {
 	c := l.Base()
 	ref := client.EventRef{ID: e.ID(), Kind: l.LifecycleKind(), Time: e.Time().UTC()}
-	for range maxCAS {
+	for i := range maxCAS {
 		var rev uint64
-		rec, rev, err = s.record(ctx, b, c.DispatchID)
+		if i == 0 {
+			rec, rev, err = s.cachedRecord(ctx, b, c.DispatchID) // as last written here: no read
+		} else {
+			rec, rev, err = s.record(ctx, b, c.DispatchID)
+		}
 		created = errors.Is(err, errNoRecord)
 		switch {
 		case created:
@@ -169,15 +173,17 @@ func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l l
 		if err != nil {
 			return rec, false, fmt.Errorf("dispatcher: encode record: %w", err)
 		}
+		var n uint64
 		switch {
 		case created && rec.ExpiresAt != nil:
-			_, err = b.dispatches.Create(ctx, c.DispatchID, data, jetstream.KeyTTL(retention.TTL(*rec.ExpiresAt)))
+			n, err = b.dispatches.Create(ctx, c.DispatchID, data, jetstream.KeyTTL(retention.TTL(*rec.ExpiresAt)))
 		case created:
-			_, err = b.dispatches.Create(ctx, c.DispatchID, data)
+			n, err = b.dispatches.Create(ctx, c.DispatchID, data)
 		default:
-			_, err = s.write(ctx, b, c.DispatchID, data, rev, rec.ExpiresAt)
+			n, err = s.write(ctx, b, c.DispatchID, data, rev, rec.ExpiresAt)
 		}
 		if err == nil {
+			b.records.wrote(&rec, data, n)
 			var reason lifecycle.Reason
 			if f, ok := l.(*lifecycle.Failed); ok {
 				reason = f.Reason

@@ -89,6 +89,7 @@ type bindings struct {
 	dispatches jetstream.KeyValue
 	questions  jetstream.KeyValue    // closed questions of ended threads get their TTL here
 	state      jetstream.ObjectStore // partial-state objects, deleted when their thread ends
+	records    *recordCache          // the records as this dispatcher last wrote them (records.go)
 }
 
 // New checks cfg and prepares a dispatcher. It connects to NATS when
@@ -142,7 +143,7 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
-	b := &bindings{js: js}
+	b := &bindings{js: js, records: newRecordCache(recordCacheSize, recordCacheBytes)}
 	if b.requests, err = js.Consumer(ctx, lifecycle.StreamRequests, lifecycle.ConsumerDispatcher); err != nil {
 		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamRequests, lifecycle.ConsumerDispatcher, err)
 	}

@@ -1,0 +1,124 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+)
+
+// The records a dispatcher keeps: at most this many, of at most this many
+// bytes in all; a record larger than maxCachedRecord is read when needed.
+const (
+	recordCacheSize  = 8192
+	recordCacheBytes = 32 << 20
+	maxCachedRecord  = 64 << 10
+)
+
+// recordCache keeps, for the dispatches this dispatcher wrote last, the
+// record as written and its revision, so that the status projection
+// applies an event to it and writes with compare-and-set at that revision
+// without reading it first (docs/design.md §2, "The dispatch record and the reconciler"). It is only
+// ever a guess: a record someone else wrote since (another dispatcher, a
+// cancel) fails the compare-and-set, and the writer reads it again. A
+// dispatch's entry goes when its terminal event is applied; beyond that,
+// the older of two generations is dropped when the newer fills.
+type recordCache struct {
+	mu            sync.Mutex
+	cur, old      map[string]cachedRecord
+	curBytes      int
+	max, maxBytes int
+}
+
+type cachedRecord struct {
+	data []byte
+	rev  uint64
+}
+
+func newRecordCache(max, maxBytes int) *recordCache {
+	return &recordCache{cur: map[string]cachedRecord{}, old: map[string]cachedRecord{}, max: max, maxBytes: maxBytes}
+}
+
+// wrote notes that rec was written as data at rev: kept while the
+// dispatch goes on, forgotten once it ended (nothing applies to it
+// again but the retention's writes, which read it).
+func (c *recordCache) wrote(rec *client.Record, data []byte, rev uint64) {
+	if rec.Terminal() || len(data) > maxCachedRecord {
+		c.drop(rec.DispatchID)
+		return
+	}
+	c.put(rec.DispatchID, data, rev)
+}
+
+// put notes that id was written as data at rev; an older revision than
+// the one kept (two writers finishing out of order) changes nothing.
+func (c *recordCache) put(id string, data []byte, rev uint64) {
+	if c == nil || rev == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.get(id); ok && e.rev >= rev {
+		return
+	}
+	if e, ok := c.cur[id]; ok {
+		c.curBytes -= len(e.data)
+	}
+	delete(c.old, id)
+	if len(c.cur) >= c.max/2 || c.curBytes+len(data) > c.maxBytes/2 {
+		c.old, c.cur, c.curBytes = c.cur, map[string]cachedRecord{}, 0
+	}
+	c.cur[id] = cachedRecord{data: data, rev: rev}
+	c.curBytes += len(data)
+}
+
+func (c *recordCache) get(id string) (cachedRecord, bool) {
+	if e, ok := c.cur[id]; ok {
+		return e, true
+	}
+	e, ok := c.old[id]
+	return e, ok
+}
+
+// drop forgets id.
+func (c *recordCache) drop(id string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	if e, ok := c.cur[id]; ok {
+		c.curBytes -= len(e.data)
+		delete(c.cur, id)
+	}
+	delete(c.old, id)
+	c.mu.Unlock()
+}
+
+// len is how many records are kept.
+func (c *recordCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.cur) + len(c.old)
+}
+
+// cachedRecord returns the record of id as this dispatcher last wrote it,
+// or reads it when it has no copy. The revision is the one to write at;
+// when the copy is stale that write fails as a conflict and the caller
+// reads again with record.
+func (s *Service) cachedRecord(ctx context.Context, b *bindings, id string) (client.Record, uint64, error) {
+	if b.records != nil {
+		b.records.mu.Lock()
+		e, ok := b.records.get(id)
+		b.records.mu.Unlock()
+		if ok {
+			var rec client.Record
+			if err := json.Unmarshal(e.data, &rec); err != nil {
+				return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
+			}
+			return rec, e.rev, nil
+		}
+	}
+	return s.record(ctx, b, id)
+}
