@@ -134,15 +134,7 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 			after = &k
 		}
 		limit := parseLimit(query.Get("limit"), 1000, 10000)
-		// Filtered by route alone (what the user may see, and the route
-		// filter), the count comes from per-route counts.
-		var byRoute func(string) bool
-		if f.Kind == "" && f.Subagent == "" && f.Thread == "" {
-			byRoute = func(route string) bool {
-				return s.shows(route) && id.user.may(route) && (f.Route == "" || route == f.Route)
-			}
-		}
-		rows, total, more := s.store.pendingPage(after, limit, match, byRoute)
+		rows, total, more := s.store.pendingPage(after, limit, match, s.routeOnly(f, func(route string) bool { return s.shows(route) && id.user.may(route) }))
 		out.Questions = append(out.Questions, rows...)
 		out.Count = total
 		if pendingOnly {
@@ -169,6 +161,16 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 	out.Count += len(page.Rows)
 	out.NextCursor = page.Next
 	writeJSON(w, http.StatusOK, out)
+}
+
+// routeOnly returns, when f filters by route alone, the test of a route
+// that store.pendingPage counts by (the routes the user sees, narrowed to
+// f's); nil when f filters by more, and every record must be visited.
+func (s *Server) routeOnly(f filter, sees func(string) bool) func(string) bool {
+	if f.Kind != "" || f.Subagent != "" || f.Thread != "" {
+		return nil
+	}
+	return func(route string) bool { return sees(route) && (f.Route == "" || route == f.Route) }
 }
 
 // pendingCursor is the position after q in the pending list: "p" then

@@ -78,19 +78,41 @@ func (s *Server) history(ctx context.Context, cursor string, limit int, keep fun
 	if s.questionsStream == nil {
 		return historyPage{}, errors.New("inbox: the questions bucket is not open yet")
 	}
-	info, err := s.questionsStream.Info(ctx)
-	if err != nil {
-		return historyPage{}, fmt.Errorf("inbox: questions bucket: %w", err)
-	}
-	first, last := info.State.FirstSeq, info.State.LastSeq
-	from := last
+	var after uint64
 	if cursor != "" {
 		n, err := strconv.ParseUint(cursor, 10, 64)
 		if err != nil || n == 0 {
 			return historyPage{}, client.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor this inbox gave"})
 		}
-		from = min(n, last)
+		after = n
 	}
+	// A record written while the first page is walked moves to a newer
+	// sequence than the walk's start, and its older one is gone (the
+	// bucket keeps one revision): the first page is walked again from the
+	// new end when the bucket changed meanwhile (a router clears what it
+	// published just after an answer), up to three times.
+	for attempt := 1; ; attempt++ {
+		info, err := s.questionsStream.Info(ctx)
+		if err != nil {
+			return historyPage{}, fmt.Errorf("inbox: questions bucket: %w", err)
+		}
+		first, last := info.State.FirstSeq, info.State.LastSeq
+		from := last
+		if after > 0 {
+			from = min(after, last)
+		}
+		page, err := s.historyFrom(ctx, first, from, limit, keep)
+		if err != nil || after > 0 || attempt == 3 {
+			return page, err
+		}
+		if info, err = s.questionsStream.Info(ctx); err != nil || info.State.LastSeq == last {
+			return page, nil
+		}
+	}
+}
+
+// historyFrom is history's walk, from sequence from down to first.
+func (s *Server) historyFrom(ctx context.Context, first, from uint64, limit int, keep func(*Question) bool) (historyPage, error) {
 	var page historyPage
 	walked := 0
 	prefix := "$KV." + lifecycle.BucketQuestions + "."

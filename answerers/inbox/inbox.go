@@ -340,7 +340,7 @@ func (s *Server) Run(ctx context.Context) error {
 		<-watchDone
 		return nil
 	}
-	s.log.Info("inbox started", "pending", len(s.store.all()), "routes", s.cfg.Routes, "dev_token", s.devToken != "")
+	s.log.Info("inbox started", "pending", s.store.pendingCount(), "routes", s.cfg.Routes, "dev_token", s.devToken != "")
 
 	var srv *http.Server
 	httpErr := make(chan error, 1)

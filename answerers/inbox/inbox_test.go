@@ -244,6 +244,30 @@ func TestPendingPage(t *testing.T) {
 		mustContain(t, tc.query, p.body, `data-events="/inbox/events?`, "Clear filters")
 	}
 	mustContain(t, "route filter", b.get("/inbox/?route=ops").body, `<option value="ops" selected>ops</option>`, "1 of 3 waiting match the filter.")
+	mustContain(t, "kind filter", b.get("/inbox/?kind=approval").body, "1 of 3 waiting match the filter.")
+	// The filters offer what waits: every route, kind and sub-agent, and
+	// the selected value even when nothing has it.
+	mustContain(t, "choices", b.get("/inbox/?route=nowhere").body,
+		`<option value="nowhere" selected>nowhere</option>`, `<option value="approvals">approvals</option>`, `<option value="ops">ops</option>`,
+		`<option value="approval">Approval</option>`, `<option value="decision">Decision</option>`, `<option value="information">Information</option>`,
+		`<option value="asker">asker</option>`, `<option value="ops-asker">ops-asker</option>`, "0 of 3 waiting match the filter.")
+	// Once the one information question is answered, that kind is no
+	// longer offered; the route and sub-agent that still have a question
+	// (q4) are.
+	_, q4 := s.ask("ops-asker", sentinel{Question: "Roll back or forward?", Options: []string{"back", "forward"}, Kind: "decision"}, 1)
+	if p := b.api(http.MethodPost, "/inbox/api/questions/"+q2+"/answer", map[string]string{"answer": "eu-west"}, true); p.status != http.StatusOK {
+		t.Fatalf("answer %s: %d %s", q2, p.status, p.body)
+	}
+	s.waitQuestion(q2, func(q *inbox.Question) bool { return q.Status == "answered" })
+	var after page
+	deadline := time.Now().Add(10 * time.Second)
+	for after = b.get("/inbox/"); strings.Contains(after.body, `data-id="`+q2+`"`) && time.Now().Before(deadline); after = b.get("/inbox/") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	mustContain(t, "after the answer", after.body, `<span class="count" id="pending-count">3</span>`, `data-id="`+q4+`"`,
+		`<option value="approval">Approval</option>`, `<option value="decision">Decision</option>`,
+		`<option value="asker">asker</option>`, `<option value="ops-asker">ops-asker</option>`, `<option value="ops">ops</option>`)
+	mustNotContain(t, "after the answer", after.body, `data-id="`+q2+`"`, `value="information"`)
 }
 
 // TestQuestionPage: the question, its context as text, options as
@@ -738,6 +762,14 @@ func TestLive(t *testing.T) {
 	}
 	if rm := one.next("remove"); rm["id"] != q0 || rm["answered_by"] != "bob" {
 		t.Errorf("question remove = %v", rm)
+	}
+	// Opened after the question closed, its stream says so at once.
+	late := openStream(t, b, "/inbox/events?question="+q0)
+	if items := late.next("sync")["items"].([]any); len(items) != 0 {
+		t.Errorf("closed question sync = %v", items)
+	}
+	if rm := late.next("remove"); rm["id"] != q0 || rm["status"] != "answered" || rm["answered_by"] != "bob" {
+		t.Errorf("closed question remove = %v", rm)
 	}
 }
 

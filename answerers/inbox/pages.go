@@ -114,7 +114,7 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	if s.nc.Status() != nats.CONNECTED {
 		status, code = "nats "+strings.ToLower(s.nc.Status().String()), http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, map[string]any{"status": status, "questions": len(s.store.all())})
+	writeJSON(w, code, map[string]any{"status": status, "questions": s.store.pendingCount()})
 }
 
 // pendingData is the pending page's data.
@@ -138,29 +138,26 @@ func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request, id *identit
 	f := filterFrom(r.URL.Query())
 	f.Thread = ""
 	now := time.Now()
-	var all, shown []*Question
-	for _, q := range s.store.all() {
-		if q.Pending() && s.visible(id.user, q) {
-			all = append(all, q)
-			if f.match(q) {
-				shown = append(shown, q)
-			}
-		}
-	}
-	d := pendingData{Filter: f, Total: len(all), Shown: len(shown), EventsURL: Prefix + "/events"}
+	// The count and the filter's choices come from the store's per-route
+	// counts, and the rows from a walk of the newest: the page costs its
+	// rows, not every question waiting (docs/inbox.md).
+	sees := func(route string) bool { return s.shows(route) && id.user.may(route) }
+	total, routes, kinds, subagents := s.store.pendingFacets(sees)
+	rows, shown, more := s.store.pendingPage(nil, s.cfg.PendingRows,
+		func(q *Question) bool { return s.visible(id.user, q) && f.match(q) }, s.routeOnly(f, sees))
+	d := pendingData{Filter: f, Total: total, Shown: shown, EventsURL: Prefix + "/events"}
 	if q := f.values().Encode(); q != "" {
 		d.EventsURL += "?" + q
 	}
-	if len(shown) > s.cfg.PendingRows {
-		shown = shown[:s.cfg.PendingRows] // newest first
-		d.Capped, d.Listed = true, s.cfg.PendingRows
+	if more {
+		d.Capped, d.Listed = true, len(rows)
 	}
-	for _, q := range shown {
+	for _, q := range rows {
 		d.Rows = append(d.Rows, newQView(q, now))
 	}
-	d.Routes = choices(distinct(all, func(q *Question) string { return q.Route }, f.Route), f.Route, nil)
-	d.Kinds = choices(distinct(all, kindOf, f.Kind), f.Kind, kindLabel)
-	d.Subagents = choices(distinct(all, func(q *Question) string { return q.Subagent }, f.Subagent), f.Subagent, nil)
+	d.Routes = choices(with(routes, f.Route), f.Route, nil)
+	d.Kinds = choices(with(kinds, f.Kind), f.Kind, kindLabel)
+	d.Subagents = choices(with(subagents, f.Subagent), f.Subagent, nil)
 	v := s.baseView(id, "Pending questions")
 	v.Data = d
 	s.render(w, http.StatusOK, "pending", v)

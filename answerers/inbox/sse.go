@@ -70,8 +70,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 		}
 		return f.match(q)
 	}
-	sub, snap := s.store.subscribe()
+	sees := func(route string) bool { return s.shows(route) && id.user.may(route) }
+	// Subscribed first, then read: a change in between comes again on
+	// the subscription, and an upsert or removal is idempotent.
+	sub := s.store.subscribe()
 	defer s.store.unsubscribe(sub)
+	var items []*Question
+	if only != "" {
+		if q, ok := s.store.get(only); ok && match(q) {
+			items = append(items, q)
+		}
+	} else {
+		items, _, _ = s.store.pendingPage(nil, s.cfg.PendingRows, match, s.routeOnly(f, sees)) // newest first
+	}
 
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -95,22 +106,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 		return err == nil && rc.Flush() == nil
 	}
 
-	// pending counts what the user waits on; kept from the snapshot on.
-	waiting := map[string]bool{}
-	for _, q := range snap {
-		if q.Pending() && s.visible(id.user, q) {
-			waiting[q.QuestionID] = true
-		}
-	}
+	// waiting counts what the user waits on, from the store's per-route
+	// counts: a count event goes out when it changes.
+	waiting := s.store.pendingOf(sees)
 	now := time.Now()
 	shown := map[string]string{} // id → the row last sent
-	var items []*Question
-	for _, q := range snap { // newest first
-		if match(q) && len(items) < s.cfg.PendingRows {
-			items = append(items, q)
-		}
-	}
-	first := liveSync{Items: []liveItem{}, Pending: len(waiting)}
+	first := liveSync{Items: []liveItem{}, Pending: waiting}
 	for _, q := range items {
 		it, err := s.liveItem(q, now)
 		if err != nil {
@@ -124,12 +125,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 		return
 	}
 	// One question that closed before the stream opened: say so at once.
-	if only != "" {
-		for _, q := range snap {
-			if q.QuestionID == only && !q.Pending() && s.visible(id.user, q) {
-				if !write("remove", s.removal(q.QuestionID, q, len(waiting))) {
-					return
-				}
+	if only != "" && len(items) == 0 {
+		if q, ok := s.lookup(r.Context(), only); ok && !q.Pending() && s.visible(id.user, q) {
+			if !write("remove", s.removal(q.QuestionID, q, waiting)) {
+				return
 			}
 		}
 	}
@@ -155,12 +154,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 			if !id.valid() {
 				return // expired
 			}
-			before := len(waiting)
-			if c.q != nil && c.q.Pending() && s.visible(id.user, c.q) {
-				waiting[c.id] = true
-			} else {
-				delete(waiting, c.id)
-			}
+			before := waiting
+			waiting = s.store.pendingOf(sees)
 			switch {
 			case match(c.q):
 				it, err := s.liveItem(c.q, time.Now())
@@ -168,10 +163,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 					s.log.Error("live: render row", "question_id", c.id, "err", err)
 					continue
 				}
-				if shown[c.id] == it.HTML && len(waiting) == before {
+				if shown[c.id] == it.HTML && waiting == before {
 					continue // a new revision that changes nothing shown
 				}
-				it.Pending = len(waiting)
+				it.Pending = waiting
 				shown[c.id] = it.HTML
 				if !write("upsert", it) {
 					return
@@ -180,17 +175,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 				delete(shown, c.id)
 				if c.q != nil && !s.visible(id.user, c.q) && only == "" {
 					// Moved to a route the user does not see.
-					if !write("remove", liveRemoval{ID: c.id, Status: c.q.Status, Message: "Moved to route " + c.q.Route, Pending: len(waiting)}) {
+					if !write("remove", liveRemoval{ID: c.id, Status: c.q.Status, Message: "Moved to route " + c.q.Route, Pending: waiting}) {
 						return
 					}
 					continue
 				}
-				if !write("remove", s.removal(c.id, c.q, len(waiting))) {
+				if !write("remove", s.removal(c.id, c.q, waiting)) {
 					return
 				}
-			case len(waiting) != before:
+			case waiting != before:
 				// Not shown here, but the count in the header changed.
-				if !write("count", map[string]int{"pending": len(waiting)}) {
+				if !write("count", map[string]int{"pending": waiting}) {
 					return
 				}
 			}

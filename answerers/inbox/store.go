@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -97,7 +98,7 @@ type store struct {
 	// question_id): a page newest first walks it from the end, so a page
 	// costs its own size, not a sort of everything waiting.
 	order  []*Question
-	routes map[string]int // pending records per route
+	routes map[string]*facets // per route: its pending records, by kind and by sub-agent
 	subs   map[*subscriber]struct{}
 	ready  chan struct{} // closed once the first snapshot is loaded
 	loaded bool
@@ -105,7 +106,7 @@ type store struct {
 }
 
 func newStore() *store {
-	return &store{qs: map[string]*Question{}, routes: map[string]int{}, subs: map[*subscriber]struct{}{}, ready: make(chan struct{}), notify: make(chan struct{})}
+	return &store{qs: map[string]*Question{}, routes: map[string]*facets{}, subs: map[*subscriber]struct{}{}, ready: make(chan struct{}), notify: make(chan struct{})}
 }
 
 // put keeps q while it is pending and tells the subscribers of it; a
@@ -155,17 +156,71 @@ func askedOrder(a, b *Question) int {
 func (s *store) orderLocked(q *Question) {
 	i, _ := slices.BinarySearchFunc(s.order, q, askedOrder)
 	s.order = slices.Insert(s.order, i, q)
-	s.routes[q.Route]++
+	f := s.routes[q.Route]
+	if f == nil {
+		f = &facets{kinds: map[string]int{}, subagents: map[string]int{}}
+		s.routes[q.Route] = f
+	}
+	f.add(q, 1)
 }
 
 // unorderLocked removes q (the record as it was inserted) from s.order.
 func (s *store) unorderLocked(q *Question) {
 	if i, ok := slices.BinarySearchFunc(s.order, q, askedOrder); ok {
 		s.order = slices.Delete(s.order, i, i+1)
-		if s.routes[q.Route]--; s.routes[q.Route] <= 0 {
-			delete(s.routes, q.Route)
+		if f := s.routes[q.Route]; f != nil {
+			if f.add(q, -1); f.n <= 0 {
+				delete(s.routes, q.Route)
+			}
 		}
 	}
+}
+
+// facets counts a route's pending records, in all, by kind and by
+// sub-agent: what the pending page's count and filter choices need,
+// without a visit of every record.
+type facets struct {
+	n                int
+	kinds, subagents map[string]int
+}
+
+func (f *facets) add(q *Question, d int) {
+	f.n += d
+	count(f.kinds, kindOf(q), d)
+	count(f.subagents, q.Subagent, d)
+}
+
+func count(m map[string]int, k string, d int) {
+	if m[k] += d; m[k] <= 0 {
+		delete(m, k)
+	}
+}
+
+// pendingFacets returns, over the routes route accepts, how many records
+// are pending and the routes, kinds and sub-agents among them (sorted).
+func (s *store) pendingFacets(route func(string) bool) (n int, routes, kinds, subagents []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks, ss := map[string]bool{}, map[string]bool{}
+	for r, f := range s.routes {
+		if !route(r) {
+			continue
+		}
+		n += f.n
+		if r != "" {
+			routes = append(routes, r)
+		}
+		for k := range f.kinds {
+			ks[k] = true
+		}
+		for a := range f.subagents {
+			if a != "" {
+				ss[a] = true
+			}
+		}
+	}
+	slices.Sort(routes)
+	return n, routes, slices.Sorted(maps.Keys(ks)), slices.Sorted(maps.Keys(ss))
 }
 
 // pendingKey is a position in the pending order: a page continues with
@@ -193,9 +248,9 @@ func (s *store) pendingPage(after *pendingKey, limit int, keep func(*Question) b
 	// with per-route counts it starts at the page and stops after it.
 	from := len(s.order) - 1
 	if byRoute != nil {
-		for r, n := range s.routes {
+		for r, f := range s.routes {
 			if byRoute(r) {
-				total += n
+				total += f.n
 			}
 		}
 		from = end - 1
@@ -257,12 +312,27 @@ func (s *store) broadcast(c change) {
 
 // subscribe registers a subscriber and returns it with a snapshot taken
 // at the same instant, so no change falls between the two.
-func (s *store) subscribe() (*subscriber, []*Question) {
+// subscribe returns a subscriber that receives every change from now on.
+func (s *store) subscribe() *subscriber {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := &subscriber{ch: make(chan change, subscriberBuffer)}
 	s.subs[sub] = struct{}{}
-	return sub, s.snapshotLocked()
+	return sub
+}
+
+// pendingOf is how many records of the routes route accepts are
+// pending.
+func (s *store) pendingOf(route func(string) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for r, f := range s.routes {
+		if route(r) {
+			n += f.n
+		}
+	}
+	return n
 }
 
 func (s *store) unsubscribe(sub *subscriber) {
@@ -278,23 +348,6 @@ func (s *store) subscribers() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.subs)
-}
-
-// snapshotLocked returns every record, newest first.
-func (s *store) snapshotLocked() []*Question {
-	out := make([]*Question, len(s.order))
-	for i, q := range s.order {
-		out[len(out)-1-i] = q
-	}
-	return out
-}
-
-// all returns every record, newest first. The records are shared: callers
-// must not change them.
-func (s *store) all() []*Question {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.snapshotLocked()
 }
 
 func (s *store) get(id string) (*Question, bool) {

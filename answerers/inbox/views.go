@@ -396,13 +396,7 @@ func sortClosed(qs []*Question) {
 
 // pendingFor counts the questions waiting for u.
 func (s *Server) pendingFor(u *user) int {
-	n := 0
-	for _, q := range s.store.all() {
-		if q.Pending() && s.visible(u, q) {
-			n++
-		}
-	}
-	return n
+	return s.store.pendingOf(func(route string) bool { return s.shows(route) && u.may(route) })
 }
 
 // threadView is a thread's rounds as the dispatcher reports them.
@@ -511,6 +505,16 @@ func distinct(qs []*Question, f func(*Question) string, keep string) []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// with returns the sorted values with keep added (the selected value
+// stays a choice when nothing has it any more).
+func with(values []string, keep string) []string {
+	if keep != "" && !slices.Contains(values, keep) {
+		values = append(slices.Clone(values), keep)
+		slices.Sort(values)
+	}
+	return values
 }
 
 // selectView is a filter's select.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -56,6 +58,10 @@ type PendingReport struct {
 	ClientPageCount int     `json:"client_page_count"` // the router's count of waiting questions
 	InboxPageMS     float64 `json:"inbox_page_p50_ms"`
 	InboxAllMS      float64 `json:"inbox_all_p50_ms"`
+	// What a person's browser asks: the pending page (HTML, its first
+	// AGORA_INBOX_PENDING_ROWS rows) and the live stream's opening sync.
+	InboxHTMLMS     float64 `json:"inbox_html_p50_ms"`
+	InboxLiveMS     float64 `json:"inbox_live_p50_ms"`
 	AnswerP50MS     float64 `json:"answer_p50_ms"` // answer submitted → its thread finished
 	AnswerP99MS     float64 `json:"answer_p99_ms"`
 	AnswerSamples   int     `json:"answer_samples"`
@@ -199,6 +205,14 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	if rep.InboxAllMS, err = medianMS(5, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 10000); return err }); err != nil {
 		return rep, err
 	}
+	if rep.InboxHTMLMS, err = medianMS(20, func() error { return inboxPage(ctx, web.URL+inbox.Prefix+"/", st.inbox.DevToken(), "") }); err != nil {
+		return rep, err
+	}
+	if rep.InboxLiveMS, err = medianMS(20, func() error {
+		return inboxPage(ctx, web.URL+inbox.Prefix+"/events", st.inbox.DevToken(), "sync")
+	}); err != nil {
+		return rep, err
+	}
 
 	say("timing %d answers at that size (answer submitted → thread finished)", cfg.Samples)
 	var lat []time.Duration
@@ -251,6 +265,45 @@ func inboxList(ctx context.Context, base, token string, limit int) (count, got i
 	return l.Count, len(l.Questions), nil
 }
 
+// inboxPage GETs an inbox page as a browser does (the dev token standing
+// in for the session) and reads it whole or, when event is set, a live
+// stream until that event's data line has arrived.
+func inboxPage(ctx context.Context, url, token, event string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("inbox: GET %s: %s", url, resp.Status)
+	}
+	if event == "" {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	br := bufio.NewReaderSize(resp.Body, 1<<20)
+	var inEvent bool
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("inbox: %s ended before its %q event: %w", url, event, err)
+		}
+		switch {
+		case line == "event: "+event+"\n":
+			inEvent = true
+		case inEvent && strings.HasPrefix(line, "data: "):
+			return nil
+		}
+	}
+}
+
 // PrintPending writes the report as a table.
 func PrintPending(w io.Writer, r PendingReport) {
 	fmt.Fprintf(w, "%d questions waiting (asked in %.0f s); the inbox counts %d, the SDK lists %d, the router counts %d\n\n", r.Questions, r.Seconds, r.InboxPending, r.ClientListCount, r.ClientPageCount)
@@ -264,6 +317,8 @@ func PrintPending(w io.Writer, r PendingReport) {
 	fmt.Fprintf(tw, "router, first page of waiting questions (agora questions, limit 50), p50\t%.1f ms\t\n", r.ClientPageMS)
 	fmt.Fprintf(tw, "inbox API, first page (limit 50), p50\t%.1f ms\t\n", r.InboxPageMS)
 	fmt.Fprintf(tw, "inbox API, all (limit 10000), p50\t%.1f ms\t\n", r.InboxAllMS)
+	fmt.Fprintf(tw, "inbox pending page (HTML, first rows), p50\t%.1f ms\t\n", r.InboxHTMLMS)
+	fmt.Fprintf(tw, "inbox live stream, open → first sync, p50\t%.1f ms\t\n", r.InboxLiveMS)
 	fmt.Fprintf(tw, "answer → thread finished, p50 / p99 (%d answers)\t%.1f / %.1f ms\t\n", r.AnswerSamples, r.AnswerP50MS, r.AnswerP99MS)
 	fmt.Fprintf(tw, "peak RSS\t%.1f MiB\t\n", r.PeakRSSMiB)
 	_ = tw.Flush()
