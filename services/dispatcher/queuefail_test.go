@@ -97,3 +97,38 @@ func TestReconcilerQueuesInterruptedAcceptance(t *testing.T) {
 		t.Fatal("no accepted event")
 	}
 }
+
+// A pass reads every record written since the last one, batch after
+// batch: interrupted acceptances before and after 600 other writes are
+// both completed.
+func TestReconcilerReadsEveryBatch(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{ReconcileGrace: 200 * time.Millisecond})
+	kv, err := h.js.KeyValue(t.Context(), lifecycle.BucketDispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now().Add(-time.Minute).UTC()
+	write := func(queued bool, status lifecycle.Kind) string {
+		t.Helper()
+		id := lifecycle.NewID()
+		req := lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner", Input: json.RawMessage(`{}`), SubagentRevision: 1, Timeout: "5m", MaxRounds: 3}
+		rec := client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: 1, Status: status, Queued: queued,
+			Request: &req, CreatedAt: created, AcceptedAt: &created, UpdatedAt: created}
+		if _, err := kv.Create(t.Context(), id, []byte(mustJSON(t, rec))); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := write(false, lifecycle.KindAccepted)
+	for range 600 {
+		write(true, lifecycle.KindFinished)
+	}
+	last := write(false, lifecycle.KindAccepted)
+	h.start(dispatcher.Config{ReconcileGrace: 200 * time.Millisecond, ID: "batches"})
+	for _, id := range []string{first, last} {
+		h.eventually("the record "+id+" is queued", func() bool { r, _ := h.record(id); return r.Queued })
+		if n := len(h.queued(id)); n != 1 {
+			t.Errorf("%d work messages for %s, want 1", n, id)
+		}
+	}
+}
