@@ -255,9 +255,10 @@ func takeSnapshot(t *testing.T, js jetstream.JetStream) snapshot {
 }
 
 // countChanges counts JetStream API requests that create, update or delete
-// a stream or consumer, by listening on the API subjects. The count is
-// exact once Flush returns: a channel subscription is fed by the reading
-// goroutine before it handles the PONG.
+// a stream or consumer, by listening on the API subjects. A count waits
+// for 200 ms without a request: the server may answer a request (and
+// Ensure return) before it has copied the request to this connection, so
+// a Flush here does not order the two.
 func countChanges(t *testing.T, srv *natstest.Server) (count func() int) {
 	t.Helper()
 	nc := srv.Conn(t)
@@ -284,7 +285,7 @@ func countChanges(t *testing.T, srv *natstest.Server) (count func() int) {
 			case m := <-ch:
 				n++
 				t.Logf("change request %d: %s", n, m.Subject)
-			default:
+			case <-time.After(200 * time.Millisecond):
 				return n
 			}
 		}

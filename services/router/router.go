@@ -348,6 +348,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 
 	s.serving.Store(true)
+	// The endpoints' subscriptions reach the server before Ready: a
+	// request sent on Ready then finds them (not "no responders").
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		s.log.Warn("flush", "err", err)
+	}
 	close(s.ready)
 	rt := s.routes.Load()
 	s.log.Info("router started", "routes", rt.Source(), "route_count", len(rt.list), "tick", s.cfg.Tick, "concurrency", s.cfg.Concurrency)

@@ -76,25 +76,12 @@ func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// stages gives each span kind's timings over the spans that started
-// within [from, to): the serial round trips, one dispatch at a time, so
-// that a stage's time is its own and not time spent queueing behind
-// others.
-func (s *otlpSink) stages(from, to time.Time) []Stage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	byName := map[string][]time.Duration{}
-	for _, sp := range s.spans {
-		if !sp.start.Before(from) && sp.start.Before(to) {
-			byName[sp.name] = append(byName[sp.name], sp.dur)
-		}
-	}
-	return summarize(byName)
-}
-
 // under gives each span kind's timings over the spans of the trees rooted
 // at the spans named root that started within [from, to): each root and
-// everything it caused, and nothing that ran beside it.
+// everything it caused, and nothing that ran beside it (a warm-up
+// dispatch's ack or projection that ends inside the window). With the
+// serial round trips' window, one dispatch at a time, a stage's time is
+// its own and not time spent queueing behind others.
 func (s *otlpSink) under(root string, from, to time.Time) []Stage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,7 +164,7 @@ func traced(ctx context.Context, url string, js jetstream.JetStream, dir string,
 	sink.mu.Lock()
 	n := len(sink.spans)
 	sink.mu.Unlock()
-	return row, n, sink.stages(serialFrom, serialTo), nil
+	return row, n, sink.under("agora.dispatch", serialFrom, serialTo), nil
 }
 
 // tracedResume measures resume latency as resume does, with tracing on,
