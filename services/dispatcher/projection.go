@@ -194,6 +194,7 @@ func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l l
 		if !conflict(err) {
 			return rec, false, fmt.Errorf("dispatcher: write record %s: %w", c.DispatchID, err)
 		}
+		b.records.drop(c.DispatchID) // someone else wrote it: the copy is stale
 	}
 	return rec, false, fmt.Errorf("dispatcher: write record %s: %d conflicting writers", c.DispatchID, maxCAS)
 }
