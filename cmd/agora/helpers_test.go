@@ -269,7 +269,9 @@ func start(t testing.TB, args ...string) *background {
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			b.stdout.Write([]byte(sc.Text() + "\n"))
@@ -279,10 +281,14 @@ func start(t testing.TB, args ...string) *background {
 			}
 		}
 		close(b.lines)
+		_, _ = io.Copy(io.Discard, pr) // a line too long for the scanner: the command must not block on it
 	}()
 	go func() {
 		b.err = b.cmd.Wait()
 		pw.Close()
+		// The last lines can still be in the scanner's buffer when the
+		// copy into the pipe ends: done means all of stdout is in b.stdout.
+		<-scanned
 		close(b.done)
 	}()
 	t.Cleanup(func() {
