@@ -281,7 +281,6 @@ func start(t testing.TB, args ...string) *background {
 			}
 		}
 		close(b.lines)
-		_, _ = io.Copy(io.Discard, pr) // a line too long for the scanner: the command must not block on it
 	}()
 	go func() {
 		b.err = b.cmd.Wait()
