@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -81,6 +80,9 @@ type Row struct {
 	baseline   int    // index of that row
 	Serial     int    `json:"serial_samples"`
 	Throughput int    `json:"throughput_messages"`
+	// PeakRSSMiB is the process's peak resident memory while the row was
+	// set up and measured (the embedded server included).
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
 // Report is a whole run.
@@ -116,6 +118,7 @@ type ArtifactRow struct {
 	Ratio        float64 `json:"ratio,omitempty"` // to the raw put
 	SizeMiB      int     `json:"size_mib"`
 	Samples      int     `json:"samples"`
+	PeakRSSMiB   float64 `json:"peak_rss_mib"` // as Row's
 }
 
 // Scenario is one path measured end to end: Setup prepares it, Do runs one
@@ -175,7 +178,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	// Two raw baselines: the no-op rows compare with the first, the exec
 	// rows with the second, which forks and execs /bin/true in the handler
 	// (the physical floor of running a process per message).
+	var mem peaks
 	for i, withExec := range []bool{false, true} {
+		peak := mem.window()
 		base, stopBase, err := baseline(ctx, nc, js, cfg.Concurrency, withExec)
 		if err != nil {
 			return Report{}, err
@@ -186,7 +191,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		row.baseline = i
+		row.baseline, row.PeakRSSMiB = i, peak()
 		rep.Rows = append(rep.Rows, row)
 	}
 
@@ -200,6 +205,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		{"agora worker path (dispatch message → worker), exec /bin/true through the sandbox launcher", "exec", false, 1},
 		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", true, 1},
 	} {
+		peak := mem.window()
 		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, wsRoot, cfg.Concurrency, rt.runtime, rt.viaDispatcher)
 		if err != nil {
 			return Report{}, err
@@ -211,17 +217,19 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		row.baseline = rt.baseline
+		row.baseline, row.PeakRSSMiB = rt.baseline, peak()
 		rep.Rows = append(rep.Rows, row)
 	}
 	say("measuring the end-to-end no-op path with tracing on")
+	peak := mem.window()
 	trow, spans, stages, err := traced(ctx, srv.ClientURL(), js, wsRoot, cfg)
 	if err != nil {
 		return Report{}, err
 	}
+	trow.PeakRSSMiB = peak()
 	rep.Rows, rep.TracedSpans, rep.Stages, rep.breakdown = append(rep.Rows, trow), spans, stages, cfg.Breakdown
 	say("measuring artifact upload")
-	arts, err := artifactUpload(ctx, srv.ClientURL(), js, wsRoot, cfg)
+	arts, err := artifactUpload(ctx, srv.ClientURL(), js, wsRoot, cfg, &mem)
 	if err != nil {
 		return Report{}, err
 	}
@@ -231,16 +239,20 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if samples < 20 {
 		samples = 20
 	}
+	peak = mem.window()
 	row, err := resume(ctx, srv.ClientURL(), js, wsRoot, samples, nil)
 	if err != nil {
 		return Report{}, err
 	}
+	row.PeakRSSMiB = peak()
 	rep.Rows = append(rep.Rows, row)
 	if cfg.Breakdown {
 		say("measuring resume latency with tracing on, for its stages")
+		peak = mem.window()
 		if rep.ResumeStages, err = tracedResume(ctx, srv.ClientURL(), js, wsRoot, samples); err != nil {
 			return Report{}, err
 		}
+		peak()
 	}
 	for i := range rep.Rows {
 		r := &rep.Rows[i]
@@ -256,10 +268,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 			r.RateRatio = r.PerSecond / b.PerSecond
 		}
 	}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		rep.PeakRSSMiB = float64(ru.Maxrss) / 1024
-	}
+	rep.PeakRSSMiB = mem.all()
 	return rep, nil
 }
 
@@ -430,8 +439,9 @@ func (a artifactRuntime) Run(_ context.Context, inv worker.Invocation) worker.Re
 // a scratch object store, then serial dispatches through the worker whose
 // run leaves one artifact of the same size (the whole worker path, the
 // upload dominating).
-func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir string, cfg Config) ([]ArtifactRow, error) {
+func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir string, cfg Config, mem *peaks) ([]ArtifactRow, error) {
 	const size = 8 << 20
+	peak := mem.window()
 	n := max(cfg.Serial/50, 5)
 	data := make([]byte, size)
 	if _, err := rand.Read(data); err != nil {
@@ -450,7 +460,9 @@ func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir
 	}
 	raw := ArtifactRow{Scenario: "raw object-store put", SizeMiB: size >> 20, Samples: n,
 		MiBPerSecond: float64(n*size>>20) / time.Since(t0).Seconds()}
+	raw.PeakRSSMiB = peak()
 
+	peak = mem.window()
 	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", worker.Deps{Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: artifactRuntime{data}}}, false)
 	if err != nil {
 		return nil, err
@@ -466,7 +478,7 @@ func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir
 		}
 	}
 	agora := ArtifactRow{Scenario: "agora worker path with one artifact per dispatch", SizeMiB: size >> 20, Samples: n,
-		MiBPerSecond: float64(n*size>>20) / time.Since(t0).Seconds()}
+		MiBPerSecond: float64(n*size>>20) / time.Since(t0).Seconds(), PeakRSSMiB: peak()}
 	if raw.MiBPerSecond > 0 {
 		agora.Ratio = agora.MiBPerSecond / raw.MiBPerSecond
 	}
@@ -617,7 +629,7 @@ func projectionCaughtUp(ctx context.Context, js jetstream.JetStream, within time
 // Print writes the report as a table.
 func Print(w io.Writer, r Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tper second\tp50 × baseline\trate × baseline")
+	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tper second\tp50 × baseline\trate × baseline\tpeak RSS MiB")
 	for _, row := range r.Rows {
 		p, q := "1.00", "1.00"
 		if row.Baseline != "" {
@@ -627,19 +639,19 @@ func Print(w io.Writer, r Report) {
 		if row.PerSecond == 0 {
 			rate, q = "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\t%.1f\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q, row.PeakRSSMiB)
 	}
 	tw.Flush()
 	if len(r.Artifacts) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "artifact upload\tMiB/s\t× raw put")
+		fmt.Fprintln(tw, "artifact upload\tMiB/s\t× raw put\tpeak RSS MiB")
 		for _, a := range r.Artifacts {
 			ratio := "1.00"
 			if a.Ratio > 0 {
 				ratio = fmt.Sprintf("%.2f", a.Ratio)
 			}
-			fmt.Fprintf(tw, "%s\t%.1f\t%s\n", a.Scenario, a.MiBPerSecond, ratio)
+			fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.1f\n", a.Scenario, a.MiBPerSecond, ratio, a.PeakRSSMiB)
 		}
 		tw.Flush()
 	}

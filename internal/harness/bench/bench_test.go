@@ -22,16 +22,34 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var traced *bench.Row
+	largest := 0.0
+	for _, a := range rep.Artifacts {
+		if a.PeakRSSMiB <= 0 {
+			t.Errorf("artifact row %q: peak RSS %v", a.Scenario, a.PeakRSSMiB)
+		}
+		largest = max(largest, a.PeakRSSMiB)
+	}
 	for i, r := range rep.Rows {
 		if r.P50MS <= 0 {
 			t.Errorf("row %q: p50 %v", r.Scenario, r.P50MS)
 		}
+		// Each row's own peak: the embedded server and every
+		// service it started are in this process, so never zero.
+		if r.PeakRSSMiB <= 0 {
+			t.Errorf("row %q: peak RSS %v", r.Scenario, r.PeakRSSMiB)
+		}
+		largest = max(largest, r.PeakRSSMiB)
 		if strings.Contains(r.Scenario, "tracing on") {
 			traced = &rep.Rows[i]
 		}
 	}
 	if traced == nil || traced.PerSecond <= 0 || traced.Baseline == "" {
 		t.Fatalf("no traced row with a rate and a baseline: %+v", rep.Rows)
+	}
+	// The run's peak is at least every row's (the traced resume, measured
+	// last with --breakdown, may hold the largest).
+	if rep.PeakRSSMiB < largest {
+		t.Errorf("run peak RSS %.1f MiB below a row's %.1f MiB", rep.PeakRSSMiB, largest)
 	}
 	// Warm-up, serial and throughput dispatches each export a span per
 	// stage; the breakdown counts the serial ones only (their span trees).
@@ -80,7 +98,7 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 	var out bytes.Buffer
 	bench.Print(&out, rep)
 	if !strings.Contains(out.String(), "stages of the traced row") || !strings.Contains(out.String(), "agora.run.workspace") ||
-		!strings.Contains(out.String(), "stages of a resume") {
+		!strings.Contains(out.String(), "stages of a resume") || !strings.Contains(out.String(), "peak RSS MiB") {
 		t.Errorf("printed report lacks the breakdown:\n%s", out.String())
 	}
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"slices"
 	"time"
 )
@@ -36,3 +38,25 @@ func medianMS(n int, f func() error) (float64, error) {
 	slices.Sort(ds)
 	return percentileMS(ds, 0.5), nil
 }
+
+// peaks measures the peak resident memory of each part of a run. The
+// process holds the embedded server too.
+type peaks struct{ max float64 }
+
+// window hands freed memory back to the OS and resets the kernel's
+// high-water mark (5 written to /proc/self/clear_refs), and returns a
+// reader of the peak since then, in MiB (VmHWM). Where the mark cannot be
+// reset, the reading is the process's peak so far. Resetting the mark
+// resets getrusage's too, so the run's peak is the largest reading (all).
+func (p *peaks) window() func() float64 {
+	debug.FreeOSMemory()
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	return func() float64 {
+		v := procKiB("VmHWM") / 1024
+		p.max = max(p.max, v)
+		return v
+	}
+}
+
+// all is the largest peak read so far.
+func (p *peaks) all() float64 { return p.max }
