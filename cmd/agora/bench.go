@@ -87,6 +87,11 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 				bench.PrintDepth(cmd.OutOrStdout(), rep)
 				return nil
 			case "long":
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--scale long starts worker processes of this binary: %w", err)
+				}
+				lcfg.Exe = exe
 				rep, err := bench.Long(cmd.Context(), lcfg, progress)
 				if err != nil {
 					return err
@@ -119,11 +124,11 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row and of a traced resume (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many dispatches running at once: memory per run, heartbeats, server traffic)")
+	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many sleeping sub-agents running at once on separate worker processes: memory per run in the workers and in its own processes, heartbeats, server traffic, nothing left after the workers are killed)")
 	f.IntVar(&pcfg.Questions, "questions", 10000, "--scale pending: questions left waiting")
 	f.IntVar(&dcfg.Rounds, "rounds", 50, "--scale depth: rounds of the thread")
 	f.IntVar(&lcfg.Running, "running", 1000, "--scale long: dispatches running at once")
-	f.IntVar(&lcfg.Workers, "workers", 4, "--scale long: worker services they are spread over")
+	f.IntVar(&lcfg.Workers, "workers", 4, "--scale long: worker processes they are spread over")
 	f.DurationVar(&lcfg.Window, "window", 30*time.Second, "--scale long: how long heartbeats and traffic are counted")
 	f.StringVar(&idleProfile, "idle-cpuprofile", "", "--scale pending: write a CPU profile of the idle window (every question waiting) to this file")
 	f.IntVar(&hcfg.Threads, "threads", 20000, "--scale history: threads to push through")

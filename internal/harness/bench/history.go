@@ -251,8 +251,12 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // procKiB reads a kB field of /proc/self/status (VmRSS, VmHWM); 0 when it
 // cannot.
-func procKiB(field string) float64 {
-	f, err := os.Open("/proc/self/status")
+func procKiB(field string) float64 { return statusKiB("/proc/self/status", field) }
+
+// statusKiB reads a kB field of a /proc file of "Name: N kB" lines
+// (status, smaps_rollup); 0 when it cannot.
+func statusKiB(path, field string) float64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}
@@ -269,19 +273,8 @@ func procKiB(field string) float64 {
 
 // procCPU is the process's user + system CPU time so far.
 func procCPU() time.Duration {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command (which may hold spaces) start after ")".
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	return time.Duration((ut + st) / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
+	_, cpu, _ := procStat(os.Getpid())
+	return cpu
 }
 
 // PrintHistory writes the history report as a table.

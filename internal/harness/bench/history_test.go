@@ -1,6 +1,8 @@
 package bench_test
 
 import (
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -91,12 +93,20 @@ func TestDepthScenario(t *testing.T) {
 }
 
 // The long-runs scenario holds every dispatch running past a heartbeat
-// period and sees the workers' in-progress acks and the server's traffic.
+// period on separate worker processes, sees the workers' in-progress acks,
+// the server's traffic and each run's own processes, and finds none of
+// them left once the workers are killed.
 func TestLongScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds runs for 12 seconds")
 	}
-	rep, err := bench.Long(t.Context(), bench.LongConfig{Running: 40, Workers: 2, Window: 12 * time.Second}, t.Output())
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/agora-dispatch/agora/cmd/agora", "github.com/agora-dispatch/agora/cmd/agora-sandbox").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build agora: %v\n%s", err, out)
+	}
+	const running = 40
+	rep, err := bench.Long(t.Context(), bench.LongConfig{Running: running, Workers: 2, Window: 12 * time.Second, Exe: filepath.Join(dir, "agora")}, t.Output())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +114,14 @@ func TestLongScenario(t *testing.T) {
 	if rep.HeartbeatPeriod != "10s" || rep.HeartbeatsPerSec < 2 || rep.HeartbeatsPerSec > 8 {
 		t.Errorf("heartbeats: %.1f/s every %s, want about 4/s", rep.HeartbeatsPerSec, rep.HeartbeatPeriod)
 	}
-	if rep.GoroutinesPerRun <= 0 || rep.ServerMsgsInPerS <= 0 || rep.RSSMiB <= 0 {
+	// Each run is at least its sub-agent's process (and its launcher's).
+	if rep.RunProcesses < running || rep.RunRSSKiBPerRun <= 0 || rep.RunPSSKiBPerRun <= 0 {
+		t.Errorf("the runs' own processes: %d, %.1f KiB RSS, %.1f KiB PSS per run", rep.RunProcesses, rep.RunRSSKiBPerRun, rep.RunPSSKiBPerRun)
+	}
+	if rep.WorkerRSSMiB <= 0 || rep.ServerMsgsInPerS <= 0 || rep.RSSMiB <= 0 {
 		t.Errorf("report %+v", rep)
+	}
+	if rep.LeftBehind != 0 {
+		t.Errorf("%d sub-agent processes outlived their killed workers", rep.LeftBehind)
 	}
 }

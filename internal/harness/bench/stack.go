@@ -62,6 +62,8 @@ type stackConfig struct {
 	Retention time.Duration  // 0: the default
 	Runtime   worker.Runtime // the sub-agent's runtime; default askingRuntime
 	Workers   int            // worker services, each with Slots; default 1
+	// NoWorkers leaves the workers out: the scenario runs its own.
+	NoWorkers bool
 	// Extra are more services to run beside Agora's, given the stack's
 	// client and a quiet logger (an answerer).
 	Extra []func(ctx context.Context, c *client.Client, log *slog.Logger) error
@@ -123,7 +125,11 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var services []func(context.Context) error
 	var readies []<-chan struct{}
-	for i := range max(cfg.Workers, 1) {
+	workers := max(cfg.Workers, 1)
+	if cfg.NoWorkers {
+		workers = 0
+	}
+	for i := range workers {
 		wnc, err := conn()
 		if err != nil {
 			return nil, err
