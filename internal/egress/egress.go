@@ -151,8 +151,8 @@ type Proxy struct {
 	resolve        func(ctx context.Context, host string) ([]netip.Addr, error)
 	log            *slog.Logger
 
-	slots   chan struct{} // one per connection being handled
-	refusal chan struct{} // one per connection being answered 503
+	slots    chan struct{} // one per connection being handled
+	refusing chan struct{} // one per connection being answered 503
 
 	allowed, denied, failed, rejected, busy atomic.Uint64
 	bytesOut, bytesIn                       atomic.Uint64
@@ -177,7 +177,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	maxConns := orDefault(cfg.MaxConns, DefaultMaxConns)
 	p.slots = make(chan struct{}, maxConns)
-	p.refusal = make(chan struct{}, maxConns)
+	p.refusing = make(chan struct{}, maxConns)
 	if p.dial == nil {
 		p.dial = (&net.Dialer{}).DialContext
 	}
@@ -244,7 +244,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 				return fmt.Errorf("egress: accept: %w", err)
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.log.Warn("egress: accept failed, retrying", "error", err, "retry_in", backoff)
+			p.log.Warn("accept failed, retrying", "err", err, "retry_in", backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -265,11 +265,11 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			})
 		default:
 			p.busy.Add(1)
-			p.log.Warn("egress: connection limit reached", "client", c.RemoteAddr().String(), "max_conns", cap(p.slots))
+			p.log.Warn("connection limit reached", "client", c.RemoteAddr().String(), "max_conns", cap(p.slots))
 			select {
-			case p.refusal <- struct{}{}:
+			case p.refusing <- struct{}{}:
 				wg.Go(func() {
-					defer func() { <-p.refusal }()
+					defer func() { <-p.refusing }()
 					p.answer(ctx, c, http.StatusServiceUnavailable,
 						fmt.Sprintf("egress: too many connections (at most %d at once); retry later", cap(p.slots)))
 				})
@@ -306,23 +306,24 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 		var ne net.Error
 		switch {
 		case lr.N == 0:
-			p.log.Info("egress: request header too large", "client", client, "max_header_bytes", p.maxHeaderBytes)
+			p.log.Info("request header too large", "client", client, "max_header_bytes", p.maxHeaderBytes)
 			p.answer(ctx, c, http.StatusRequestHeaderFieldsTooLarge,
 				fmt.Sprintf("egress: request header larger than %d bytes", p.maxHeaderBytes))
 		case errors.As(err, &ne) && ne.Timeout():
-			p.log.Info("egress: request header timed out", "client", client, "header_timeout", p.headerTimeout)
+			p.log.Info("request header timed out", "client", client, "header_timeout", p.headerTimeout)
 			p.answer(ctx, c, http.StatusRequestTimeout, "egress: request header not received in time")
 		case errors.Is(err, io.EOF):
 			_ = c.Close() // connected and left without a word
 		default:
-			p.log.Info("egress: malformed request", "client", client, "error", err)
+			p.log.Info("malformed request", "client", client, "err", err)
 			p.answer(ctx, c, http.StatusBadRequest, "egress: malformed request: "+err.Error())
 		}
 		return
 	}
 	if req.Method != http.MethodConnect {
 		p.rejected.Add(1)
-		p.log.Info("egress: refused a request that is not CONNECT", "client", client, "method", req.Method, "target", req.RequestURI)
+		// Not the request target: a URL may carry a credential.
+		p.log.Info("refused a request that is not CONNECT", "client", client, "method", clipped(req.Method))
 		p.answer(ctx, c, http.StatusMethodNotAllowed,
 			"egress: only CONNECT is supported: reach the destination over https:// (plain-HTTP proxying is refused)")
 		return
@@ -331,14 +332,14 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	host, port, literal, err := parseTarget(target)
 	if err != nil {
 		p.rejected.Add(1)
-		p.log.Info("egress: malformed CONNECT target", "client", client, "target", target, "error", err)
+		p.log.Info("malformed CONNECT target", "client", client, "target", clipped(target), "err", err)
 		p.answer(ctx, c, http.StatusBadRequest, fmt.Sprintf("egress: CONNECT %q: %v (want host:port)", target, err))
 		return
 	}
 	target = netJoin(host, port)
 	if !p.allows(host, port, literal) {
 		p.denied.Add(1)
-		p.log.Info("egress: destination not allowed", "client", client, "target", target)
+		p.log.Info("destination not allowed", "client", client, "target", target)
 		p.answer(ctx, c, http.StatusForbidden, fmt.Sprintf(
 			"egress: %s is not allowed; add it to %s in the sub-agent definition", target, AllowSetting))
 		return
@@ -351,7 +352,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 		} else {
 			p.failed.Add(1)
 		}
-		p.log.Info("egress: destination refused", "client", client, "target", target, "status", status, "reason", msg)
+		p.log.Info("destination refused", "client", client, "target", target, "status", status, "reason", msg)
 		p.answer(ctx, c, status, msg)
 		return
 	}
@@ -365,13 +366,13 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 		return
 	}
 	start := time.Now()
-	p.log.Info("egress: tunnel open", "client", client, "target", target, "addr", up.RemoteAddr().String())
+	p.log.Debug("tunnel open", "client", client, "target", target, "addr", up.RemoteAddr().String())
 	// Bytes the client sent after its header (a TLS hello sent without
 	// waiting for the 200) are in br's buffer; lr is still limited, so
 	// read the rest from c itself.
 	pending, _ := br.Peek(br.Buffered())
 	out, in := p.splice(c, pending, up)
-	p.log.Info("egress: tunnel closed", "client", client, "target", target,
+	p.log.Info("tunnel closed", "client", client, "target", target,
 		"bytes_out", out, "bytes_in", in, "duration", time.Since(start))
 }
 
@@ -453,6 +454,14 @@ func parseTarget(s string) (host string, port uint16, literal bool, err error) {
 		return "", 0, false, err
 	}
 	return host, port, false, nil
+}
+
+// clipped bounds what a client sent before it reaches a log line.
+func clipped(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
 
 func netJoin(host string, port uint16) string {

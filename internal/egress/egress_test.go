@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -88,11 +89,13 @@ func TestConnectRoundTrip(t *testing.T) {
 func TestDenied(t *testing.T) {
 	res := &resolver{m: map[string][]string{}}
 	var d loopbackDialer
+	var logs syncBuffer
 	px := startProxy(t, egress.Config{
 		Allow:        []string{"api.example.com:443", "*.cdn.example:443", "203.0.113.7:443"},
 		AllowPrivate: true, // a denial must not depend on the address check
 		Resolver:     res.resolve,
 		Dialer:       d.dial,
+		Logger:       slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	for _, tc := range []struct{ target, named string }{
 		{"other.example.com:443", "other.example.com:443"},
@@ -127,6 +130,30 @@ func TestDenied(t *testing.T) {
 	if st := px.Stats(); st.Denied != 8 || st.Allowed != 0 {
 		t.Errorf("Stats = %+v, want 8 denied", st)
 	}
+	if want := `"msg":"destination not allowed","client":"127.0.0.1:`; strings.Count(logs.String(), want) != 8 {
+		t.Errorf("log has not one %s line per denial:\n%s", want, logs.String())
+	}
+	if want := `"target":"api.example.com:8443"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("log does not name the normalized target %s:\n%s", want, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer a logger may write to from many goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestRefusesPrivateDestinations(t *testing.T) {
