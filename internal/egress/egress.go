@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,8 +81,8 @@ type Config struct {
 	// port ("203.0.113.7:443"), network "tcp". Nil means a net.Dialer.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Resolver returns the addresses of an allowed host name (lower case,
-	// no trailing dot). Nil means net.DefaultResolver, asked for the name
-	// as fully qualified (no search domains).
+	// no trailing dot). Nil means net.DefaultResolver (the host's
+	// /etc/hosts and DNS).
 	Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Logger receives a line per refused or finished connection. Nil
 	// discards.
@@ -183,7 +184,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if p.resolve == nil {
 		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host+".")
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
 	if p.log == nil {
@@ -257,10 +258,10 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		backoff = 0
 		select {
 		case p.slots <- struct{}{}:
+			p.active.Add(1)
 			wg.Go(func() {
+				defer p.active.Add(-1) // after the slot is free: Active 0 means a slot is
 				defer func() { <-p.slots }()
-				p.active.Add(1)
-				defer p.active.Add(-1)
 				p.handle(ctx, c)
 			})
 		default:
@@ -345,14 +346,18 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 		return
 	}
 
-	up, status, msg := p.connect(ctx, host, port, literal)
+	up, status, msg, cause := p.connect(ctx, host, port, literal)
 	if up == nil {
 		if status == http.StatusForbidden {
 			p.denied.Add(1)
 		} else {
 			p.failed.Add(1)
 		}
-		p.log.Info("destination refused", "client", client, "target", target, "status", status, "reason", msg)
+		attrs := []any{"client", client, "target", target, "status", status, "reason", msg}
+		if cause != nil {
+			attrs = append(attrs, "err", cause)
+		}
+		p.log.Info("destination refused", attrs...)
 		p.answer(ctx, c, status, msg)
 		return
 	}
@@ -394,8 +399,10 @@ func (p *Proxy) allows(host string, port uint16, literal bool) bool {
 }
 
 // connect resolves an allowed destination, checks its addresses and dials
-// them in turn. On failure it returns the status and message to answer.
-func (p *Proxy) connect(ctx context.Context, host string, port uint16, literal bool) (net.Conn, int, string) {
+// them in turn. On failure it returns the status and message to answer, and
+// the cause in full for the log: the answer leaves out what the run has no
+// business knowing (the host's resolver, its addresses).
+func (p *Proxy) connect(ctx context.Context, host string, port uint16, literal bool) (net.Conn, int, string, error) {
 	target := netJoin(host, port)
 	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout)
 	defer cancel()
@@ -406,13 +413,13 @@ func (p *Proxy) connect(ctx context.Context, host string, port uint16, literal b
 		var err error
 		addrs, err = p.resolve(ctx, host)
 		if err != nil {
-			return nil, http.StatusBadGateway, fmt.Sprintf("egress: cannot resolve %s: %v", host, err)
+			return nil, http.StatusBadGateway, fmt.Sprintf("egress: cannot resolve %s: %s", host, brief(err)), err
 		}
 		if len(addrs) == 0 {
-			return nil, http.StatusBadGateway, fmt.Sprintf("egress: %s has no address", host)
+			return nil, http.StatusBadGateway, fmt.Sprintf("egress: %s has no address", host), nil
 		}
 	}
-	var refused []string
+	var refused, briefs []string
 	var errs []error
 	for _, a := range addrs {
 		a = a.Unmap()
@@ -422,16 +429,38 @@ func (p *Proxy) connect(ctx context.Context, host string, port uint16, literal b
 		}
 		up, err := p.dial(ctx, "tcp", netip.AddrPortFrom(a, port).String())
 		if err == nil {
-			return up, 0, ""
+			return up, 0, "", nil
 		}
 		errs = append(errs, err)
+		briefs = append(briefs, a.String()+": "+brief(err))
 	}
 	if len(errs) == 0 {
 		return nil, http.StatusForbidden, fmt.Sprintf(
-			"egress: %s refused: %s; loopback, link-local, private, CGNAT, multicast, unspecified and reserved destinations are never reached",
-			target, strings.Join(refused, ", "))
+			"egress: %s refused: %s; loopback, link-local, private, CGNAT, multicast, unspecified and reserved destinations are refused",
+			target, strings.Join(refused, ", ")), nil
 	}
-	return nil, http.StatusBadGateway, fmt.Sprintf("egress: cannot connect to %s: %v", target, errors.Join(errs...))
+	return nil, http.StatusBadGateway, fmt.Sprintf("egress: cannot connect to %s: %s", target, strings.Join(briefs, "; ")), errors.Join(errs...)
+}
+
+// brief is the end of an error's chain worth telling the run: "no such
+// host", "connection refused", "i/o timeout".
+func brief(err error) string {
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		return de.Err
+	}
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err.Error()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timed out"
+	}
+	if errors.Is(err, context.Canceled) {
+		return "canceled"
+	}
+	return err.Error()
 }
 
 // parseTarget reads a CONNECT request target: host:port, the host a name
