@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +31,10 @@ type Launcher struct {
 	mode Mode
 	attr func() *syscall.SysProcAttr
 	host Host
+	// offAttr starts the launcher of a run with no sandbox (mode off):
+	// the worker's own user, network and filesystem, a PID namespace
+	// where the host allows one. Nil: as attr.
+	offAttr func() *syscall.SysProcAttr
 
 	// spares are launchers started ahead of their run (docs/sandbox.md,
 	// "Started ahead"): a run takes one and pays only for sending it the
@@ -69,19 +77,26 @@ func (sp *spare) discard() {
 }
 
 // New finds the launcher binary (see Executable) and probes the strongest
-// containment the host allows: a PID namespace (directly when the worker
-// may create one, else inside an unprivileged user namespace that maps the
-// worker's own uid), or a subreaper. bin is the launcher binary to use;
-// empty means Executable's choice.
-func New(bin string) (*Launcher, error) {
-	l, err := NewMode(bin, ModePIDNamespace)
-	if err == nil {
-		return l, nil
+// containment the host allows: user, PID, mount, network, IPC and UTS
+// namespaces of the run's own (ModeNamespaces), else a PID namespace, else a
+// subreaper.
+func New(o Options) (*Launcher, error) {
+	var errs []error
+	for _, m := range []Mode{ModeNamespaces, ModePIDNamespace} {
+		l, err := NewMode(o, m)
+		if err == nil {
+			return l, nil
+		}
+		if errors.Is(err, ErrLauncher) {
+			return nil, err
+		}
+		errs = append(errs, err)
 	}
-	if errors.Is(err, ErrLauncher) {
-		return nil, err
+	l, err := NewMode(o, ModeSubreaper)
+	if err != nil {
+		return nil, errors.Join(append(errs, err)...)
 	}
-	return NewMode(bin, ModeSubreaper)
+	return l, nil
 }
 
 // Executable returns the launcher binary a worker uses when none is
@@ -101,7 +116,8 @@ func Executable() string {
 
 // NewMode is New with the mode chosen by the caller; it fails when the host
 // does not allow that mode.
-func NewMode(bin string, mode Mode) (*Launcher, error) {
+func NewMode(o Options, mode Mode) (*Launcher, error) {
+	bin := o.Bin
 	if bin == "" {
 		bin = Executable()
 	}
@@ -115,7 +131,9 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 			return Host{}, err
 		}
 		var h Host
-		_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t", &h.LandlockABI, &h.PrivateProc)
+		var userns, netns, sc bool
+		_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t userns=%t netns=%t seccomp=%t", &h.LandlockABI, &h.PrivateProc, &userns, &netns, &sc)
+		h.UserNamespace, h.NetworkNamespace, h.Seccomp = userns, netns, sc
 		return h, err
 	}
 	l := &Launcher{exe: bin, spares: make(chan *spare, spareLaunchers)}
@@ -136,7 +154,50 @@ func NewMode(bin string, mode Mode) (*Launcher, error) {
 			}
 		}},
 	}
+	// The run's user: RunUID inside its namespace, mapped to an
+	// unprivileged host uid — the worker's own when it is not root, the
+	// configured one (never 0) when it is.
+	hostUID, hostGID, rootless := os.Geteuid(), os.Getegid(), os.Geteuid() != 0
+	if !rootless {
+		hostUID, hostGID = o.runUID(), o.runUID()
+	}
+	nsAttr := func() *syscall.SysProcAttr {
+		return &syscall.SysProcAttr{
+			Setsid: true, Pdeathsig: syscall.SIGKILL,
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: RunUID, HostID: hostUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: RunUID, HostID: hostGID, Size: 1}},
+			// A root worker clears the supplementary groups (root's and
+			// any other); an unprivileged one may not, and keeps its own.
+			GidMappingsEnableSetgroups: !rootless,
+			Credential:                 &syscall.Credential{Uid: RunUID, Gid: RunUID},
+			// What the launcher needs to build the run's root and
+			// network inside its own namespaces; the runtime gets none.
+			AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
+		}
+	}
 	switch mode {
+	case ModeNamespaces:
+		h, err := probe(nsAttr())
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: no user and network namespaces on this host (%w)", err)
+		}
+		if !h.UserNamespace || !h.NetworkNamespace || !h.PrivateProc {
+			return nil, fmt.Errorf("sandbox: namespaces incomplete on this host (user %t, network %t, /proc %t)", h.UserNamespace, h.NetworkNamespace, h.PrivateProc)
+		}
+		h.RunUID = hostUID
+		l.mode, l.attr, l.host = mode, nsAttr, h
+		for _, c := range candidates {
+			if _, err := probe(c.attr()); err == nil {
+				l.offAttr = c.attr
+				break
+			}
+		}
+		if l.offAttr == nil {
+			l.offAttr = func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP} }
+		}
+		return l, nil
 	case ModePIDNamespace:
 		var errs []error
 		for _, c := range candidates {
@@ -191,7 +252,10 @@ func (l *Launcher) Close() {
 }
 
 // start starts a launcher process that waits for its Start message.
-func (l *Launcher) start() (*spare, error) {
+func (l *Launcher) start() (*spare, error) { return l.startWith(l.attr()) }
+
+// startWith starts a launcher with attr.
+func (l *Launcher) startWith(attr *syscall.SysProcAttr) (*spare, error) {
 	resR, resW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -211,7 +275,7 @@ func (l *Launcher) start() (*spare, error) {
 		// the system time of each start, measured here).
 		Env: []string{"GOMAXPROCS=1"}, Dir: "/",
 		ExtraFiles:  []*os.File{resW, theirs},
-		SysProcAttr: l.attr(),
+		SysProcAttr: attr,
 	}
 	err = cmd.Start()
 	resW.Close()
@@ -283,8 +347,9 @@ func (l *Launcher) refill() {
 
 // send writes the Start message with the descriptors it carries, closes
 // our side for writing and waits for the launcher's one-byte receipt; a
-// launcher that died while it waited gives none.
-func (sp *spare) send(msg []byte, files ...*os.File) error {
+// launcher that died while it waited gives none. The receipt may carry
+// one descriptor (the run's proxy listener), returned, or -1.
+func (sp *spare) send(msg []byte, files ...*os.File) (int, error) {
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
@@ -305,8 +370,10 @@ func (sp *spare) send(msg []byte, files ...*os.File) error {
 		// Bounded: a launcher reads its message before anything else.
 		_ = syscall.SetsockoptTimeval(sp.ctrl, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{Sec: 10})
 		var b [1]byte
+		oob := make([]byte, syscall.CmsgSpace(4))
+		var oobn int
 		for {
-			n, err = syscall.Read(sp.ctrl, b[:])
+			n, oobn, _, _, err = syscall.Recvmsg(sp.ctrl, b[:], oob, syscall.MSG_CMSG_CLOEXEC)
 			if err != syscall.EINTR {
 				break
 			}
@@ -314,9 +381,82 @@ func (sp *spare) send(msg []byte, files ...*os.File) error {
 		if err == nil && n != 1 {
 			err = errors.New("the launcher ended before it read its run")
 		}
+		if err == nil && oobn > 0 {
+			if cms, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(cms) > 0 {
+				if r, perr := syscall.ParseUnixRights(&cms[0]); perr == nil && len(r) > 0 {
+					sp.closeCtrl()
+					return r[0], nil
+				}
+			}
+		}
 	}
 	sp.closeCtrl()
-	return err
+	return -1, err
+}
+
+// offAttrOrDefault is the attribute of a launcher for a run with no
+// sandbox.
+func (l *Launcher) offAttrOrDefault() *syscall.SysProcAttr {
+	if l.offAttr != nil {
+		return l.offAttr()
+	}
+	return l.attr()
+}
+
+// joinCgroups writes pid into each cgroup.procs file.
+func joinCgroups(procs []string, pid int) error {
+	for _, p := range procs {
+		if err := os.WriteFile(p, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// openBind is a bind's host path, opened.
+type openBind struct {
+	f          *os.File
+	target     string
+	write, dir bool
+}
+
+// openBinds opens each bind's host path (O_PATH, following links: /lib may
+// be a link to /usr/lib), leaving out paths that do not exist. Targets are
+// mounted in order, a parent before what lies under it.
+func openBinds(bs []Bind) ([]openBind, error) {
+	sorted := slices.Clone(bs)
+	slices.SortStableFunc(sorted, func(a, b Bind) int { return strings.Compare(a.Target, b.Target) })
+	var out []openBind
+	seen := map[string]bool{}
+	for _, b := range sorted {
+		if seen[b.Target] {
+			continue
+		}
+		fd, err := unix.Open(b.Host, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			for _, o := range out {
+				o.f.Close()
+			}
+			return nil, fmt.Errorf("sandbox: %s: %w", b.Host, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			continue
+		}
+		seen[b.Target] = true
+		out = append(out, openBind{f: os.NewFile(uintptr(fd), b.Host), target: b.Target, write: b.Write, dir: st.Mode&unix.S_IFMT == unix.S_IFDIR})
+	}
+	if len(out) > 240 {
+		for _, o := range out {
+			o.f.Close()
+		}
+		return nil, fmt.Errorf("sandbox: %d paths to show the run; at most 240 (merge read_paths into fewer folders)", len(out))
+	}
+	return out, nil
 }
 
 // Run starts s through the launcher and blocks until the runtime and every
@@ -339,17 +479,56 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	files := []*os.File{outW, errW}
 	if s.Hold != nil {
 		files = append(files, s.Hold)
+	} else {
+		files = append(files, nil) // the binds' indexes start at 3
 	}
-	msg := launcher.Start{Grace: int64(s.KillGrace), Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Policy: s.Policy}.Format()
+	pol := s.Policy
+	binds, err := openBinds(s.Binds)
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return Result{ExitCode: -1, Err: err}
+	}
+	defer func() {
+		for _, b := range binds {
+			b.f.Close()
+		}
+	}()
+	pol.Binds = nil
+	for _, b := range binds {
+		pol.Binds = append(pol.Binds, launcher.Bind{FD: len(files), Target: b.target, Write: b.write, Dir: b.dir})
+		files = append(files, b.f)
+	}
+	if files[2] == nil && len(binds) == 0 {
+		files = files[:2]
+	} else if files[2] == nil {
+		files[2] = binds[0].f // a placeholder the launcher holds like a lock
+	}
+	msg := launcher.Start{Grace: int64(s.KillGrace), Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Policy: pol}.Format()
 	// A spare can have been killed while it waited: the next one is
 	// tried, and in the end one started for this run alone.
 	var sp *spare
+	lnFD := -1
 	for try := 0; ; try++ {
-		sp, err = l.take(try > cap(l.spares))
+		if s.Unconfined {
+			sp, err = l.startWith(l.offAttrOrDefault())
+			try = cap(l.spares) + 1
+		} else {
+			sp, err = l.take(try > cap(l.spares))
+		}
 		if err == nil {
-			if err = sp.send(msg, files...); err != nil {
+			// The run's cgroups take the launcher before it starts
+			// anything: the launcher's user may not write them.
+			err = joinCgroups(s.Cgroups, sp.cmd.Process.Pid)
+		}
+		if err == nil {
+			if lnFD, err = sp.send(msg, files...); err != nil {
 				sp.discard()
 			}
+		} else if sp != nil {
+			sp.discard()
 		}
 		if err == nil || try > cap(l.spares) {
 			break
@@ -357,6 +536,18 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	}
 	outW.Close()
 	errW.Close()
+	if lnFD >= 0 {
+		ln, lerr := net.FileListener(os.NewFile(uintptr(lnFD), "proxy"))
+		syscall.Close(lnFD)
+		if lerr == nil && s.Proxy != nil {
+			pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+			proxyDone := make(chan struct{})
+			go func() { defer close(proxyDone); s.Proxy(pctx, ln) }()
+			defer func() { stop(); ln.Close(); <-proxyDone }()
+		} else if lerr == nil {
+			ln.Close()
+		}
+	}
 	if err != nil {
 		outR.Close()
 		errR.Close()

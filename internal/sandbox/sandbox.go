@@ -17,8 +17,10 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -46,8 +48,32 @@ type Spec struct {
 	// the runtime.
 	Hold *os.File
 	// Policy is what the launcher applies before it starts the runtime
-	// (Landlock, resource limits, private /proc and /tmp, cgroups).
+	// (Landlock, resource limits, the run's own root, network and seccomp
+	// filter).
 	Policy Policy
+	// Binds are the host paths the run's root shows (Policy.Root). The
+	// worker opens each and sends the descriptor, so no path of the
+	// worker's need be reachable by the run's user; a path that does not
+	// exist is left out.
+	Binds []Bind
+	// Cgroups are cgroup.procs files the worker puts the launcher in
+	// before the run starts, so that the runtime and all it starts are in
+	// them.
+	Cgroups []string
+	// Proxy, when set with Policy.ProxyPort, serves the run's egress proxy
+	// on the listener the launcher made inside the run's network
+	// namespace; it runs until its context ends (the run is over).
+	Proxy func(ctx context.Context, ln net.Listener)
+	// Unconfined runs the runtime with only the launcher's process-tree
+	// containment (mode off): the worker's own user, network and root.
+	Unconfined bool
+}
+
+// Bind is one host path the run's root shows at Target (usually the same
+// path), read-only unless Write.
+type Bind struct {
+	Host, Target string
+	Write        bool
 }
 
 // Policy is the launcher's policy (internal/sandbox/launcher).
@@ -62,6 +88,40 @@ type Host struct {
 	// PrivateProc tells whether the launcher mounts a /proc of its own
 	// (PID and mount namespaces): the runtime sees only its own processes.
 	PrivateProc bool `json:"private_proc"`
+	// UserNamespace and NetworkNamespace tell whether each run gets a
+	// user namespace (its user unprivileged on the host, RunUID) and a
+	// network namespace of its own with only loopback.
+	UserNamespace    bool `json:"user_namespace"`
+	NetworkNamespace bool `json:"network_namespace"`
+	// Seccomp tells whether this build has the run's seccomp filter for
+	// the host's architecture.
+	Seccomp bool `json:"seccomp"`
+	// RunUID is the host uid a run's processes have (ModeNamespaces).
+	RunUID int `json:"run_uid,omitempty"`
+}
+
+// Options configure a Launcher.
+type Options struct {
+	// Bin is the launcher binary; empty means Executable's choice.
+	Bin string
+	// RunUID is the unprivileged host uid (and gid) a root worker's runs
+	// are mapped to; 0 means DefaultRunUID. A worker that is not root
+	// maps runs to its own uid instead.
+	RunUID int
+}
+
+// RunUID is the uid (and gid) a run's processes have inside their user
+// namespace; DefaultRunUID is the host uid it maps to under a root worker.
+const (
+	RunUID        = 1000
+	DefaultRunUID = 1000000000
+)
+
+func (o Options) runUID() int {
+	if o.RunUID > 0 {
+		return o.RunUID
+	}
+	return DefaultRunUID
 }
 
 // Result is how a sandboxed runtime ended.
@@ -86,6 +146,11 @@ type Result struct {
 type Mode string
 
 const (
+	// ModeNamespaces: the launcher is PID 1 of new user, PID, mount,
+	// network, IPC and UTS namespaces, as an unprivileged host user; it
+	// builds the run a root of its own and the runtime runs with no
+	// capability (docs/sandbox.md). A sandboxed run needs it.
+	ModeNamespaces Mode = "namespaces"
 	// ModePIDNamespace: the launcher is PID 1 of a new PID namespace. The
 	// kernel kills every process in it when the launcher exits, and the
 	// runtime cannot name (so cannot signal) any process outside it.

@@ -27,7 +27,7 @@ const workerEnv = "AGORA_SANDBOX_TEST_WORKER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
-		l, err := sandbox.NewMode(os.Getenv(workerEnv+"_BIN"), sandbox.Mode(os.Getenv(workerEnv+"_MODE")))
+		l, err := sandbox.NewMode(sandbox.Options{Bin: os.Getenv(workerEnv + "_BIN")}, sandbox.Mode(os.Getenv(workerEnv+"_MODE")))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(3)
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-var modes = []sandbox.Mode{sandbox.ModePIDNamespace, sandbox.ModeSubreaper}
+var modes = []sandbox.Mode{sandbox.ModeNamespaces, sandbox.ModePIDNamespace, sandbox.ModeSubreaper}
 
 // smallLauncher builds cmd/agora-sandbox once per test binary.
 var smallLauncher = sync.OnceValues(func() (string, error) {
@@ -66,7 +66,7 @@ func eachMode(t *testing.T, f func(t *testing.T, l *sandbox.Launcher)) {
 	for _, bin := range []string{"/proc/self/exe", small} {
 		for _, m := range modes {
 			t.Run(string(m)+"/"+filepath.Base(bin), func(t *testing.T) {
-				l, err := sandbox.NewMode(bin, m)
+				l, err := sandbox.NewMode(sandbox.Options{Bin: bin}, m)
 				if err != nil {
 					if os.Getenv("CI") == "true" {
 						t.Fatal(err)
@@ -81,13 +81,30 @@ func eachMode(t *testing.T, f func(t *testing.T, l *sandbox.Launcher)) {
 }
 
 func TestNewPicksAMode(t *testing.T) {
-	l, err := sandbox.New("")
+	l, err := sandbox.New(sandbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Mode() != sandbox.ModePIDNamespace && l.Mode() != sandbox.ModeSubreaper {
+	if l.Mode() != sandbox.ModeNamespaces && l.Mode() != sandbox.ModePIDNamespace && l.Mode() != sandbox.ModeSubreaper {
 		t.Fatalf("mode %q", l.Mode())
 	}
+}
+
+// runDir is a fresh working directory the launcher's runs can use: under
+// ModeNamespaces a root worker's run is an unprivileged host user, so the
+// directory is given to it and its parent made traversable.
+func runDir(t *testing.T, l *sandbox.Launcher) string {
+	t.Helper()
+	dir := t.TempDir()
+	if uid := l.Host().RunUID; uid != 0 && uid != os.Geteuid() {
+		if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 func alive(pid int) bool {
@@ -137,7 +154,7 @@ func hostPID(t *testing.T, marker string) int {
 func TestRunExitCodeAndOutput(t *testing.T) {
 	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
 		var out, errb bytes.Buffer
-		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}, Dir: t.TempDir(), Stdout: &out, Stderr: &errb, KillGrace: time.Second})
+		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}, Dir: runDir(t, l), Stdout: &out, Stderr: &errb, KillGrace: time.Second})
 		if res.Err != nil || res.ExitCode != 7 {
 			t.Fatalf("result %+v, want exit 7", res)
 		}
@@ -149,7 +166,7 @@ func TestRunExitCodeAndOutput(t *testing.T) {
 
 func TestRunEnvAndDir(t *testing.T) {
 	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
-		dir := t.TempDir()
+		dir := runDir(t, l)
 		var out bytes.Buffer
 		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "pwd; env | sort; ls /proc/self/fd"}, Env: []string{"ONLY=this"}, Dir: dir, Stdout: &out, KillGrace: time.Second})
 		if res.Err != nil || res.ExitCode != 0 {
@@ -178,7 +195,7 @@ func TestRunEnvAndDir(t *testing.T) {
 
 func TestRunStartError(t *testing.T) {
 	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
-		dir := t.TempDir()
+		dir := runDir(t, l)
 		if err := os.WriteFile(dir+"/notexec", []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +209,7 @@ func TestRunStartError(t *testing.T) {
 func TestRunNoNewPrivs(t *testing.T) {
 	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
 		var out bytes.Buffer
-		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "grep NoNewPrivs /proc/self/status"}, Dir: t.TempDir(), Stdout: &out, KillGrace: time.Second})
+		res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "grep NoNewPrivs /proc/self/status"}, Dir: runDir(t, l), Stdout: &out, KillGrace: time.Second})
 		if res.ExitCode != 0 || !strings.Contains(out.String(), "NoNewPrivs:\t1") {
 			t.Fatalf("result %+v, status %q: want no_new_privs set", res, out.String())
 		}
@@ -210,7 +227,7 @@ func TestRunKillsDaemonisedGrandchild(t *testing.T) {
 		script := fmt.Sprintf("m=%s; setsid sh -c 'sleep 300; :' \"$m\"-d >/dev/null 2>&1 < /dev/null & sleep 0.3; exit 0", marker)
 		done := make(chan sandbox.Result, 1)
 		go func() {
-			done <- l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: t.TempDir(), KillGrace: time.Second})
+			done <- l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: runDir(t, l), KillGrace: time.Second})
 		}()
 		pid := hostPID(t, marker+"-d")
 		res := <-done
@@ -233,7 +250,7 @@ func TestRunCancelKillsTree(t *testing.T) {
 		script := fmt.Sprintf("m=%s; trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300; :' \"$m\"-d & sleep 300", marker)
 		done := make(chan sandbox.Result, 1)
 		go func() {
-			done <- l.Run(ctx, sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: t.TempDir(), KillGrace: 300 * time.Millisecond})
+			done <- l.Run(ctx, sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: runDir(t, l), KillGrace: 300 * time.Millisecond})
 		}()
 		pid := hostPID(t, marker+"-d")
 		start := time.Now()
@@ -377,8 +394,14 @@ func TestSpareLaunchers(t *testing.T) {
 // The Landlock rules hold for the runtime and what it starts, and the same
 // script breaches them without the policy: writes and reads outside the
 // allowed paths, and TCP connects to a port not listed.
+// TestRunLandlock checks the Landlock layer alone, where the run shares
+// the worker's user, root and network (the containment modes without a
+// user namespace); ModeNamespaces is attacked in hostile_linux_test.go.
 func TestRunLandlock(t *testing.T) {
 	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		if l.Mode() == sandbox.ModeNamespaces {
+			return
+		}
 		if l.Host().LandlockABI < 1 {
 			if os.Getenv("CI") == "true" {
 				t.Fatal("no Landlock on this host")

@@ -3,6 +3,7 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -15,25 +16,12 @@ import (
 // apply puts the policy's layers in place on the launcher itself, so the
 // runtime it starts next inherits them, and names what it applied. A layer
 // the host lacks is left out rather than failing the run (the worker
-// reports what holds); a layer that exists but fails to apply fails it.
-func apply(p Policy, pid1 bool) ([]string, error) {
+// reports what holds, and refuses a run whose floor needs it); a layer
+// that exists but fails to apply fails it.
+func apply(p Policy, pid1 bool, fds []int) ([]string, error) {
 	applied := []string{"no_new_privs"}
-	for _, procs := range p.Cgroups {
-		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
-			return nil, fmt.Errorf("launcher: join cgroup %s: %w", procs, err)
-		}
-	}
-	if len(p.Cgroups) > 0 {
-		applied = append(applied, "cgroup")
-	}
-	if pid1 {
-		// Our own mount namespace: nothing we mount is seen outside.
-		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err == nil {
-			// A /proc that shows only this run's processes.
-			if syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil {
-				applied = append(applied, "proc")
-			}
-		}
+	if inUserNS() {
+		applied = append(applied, "userns")
 	}
 	if len(p.Rlimits) > 0 {
 		for name, v := range p.Rlimits {
@@ -50,20 +38,52 @@ func apply(p Policy, pid1 bool) ([]string, error) {
 		}
 		applied = append(applied, "rlimits")
 	}
+	switch {
+	case p.Root:
+		if !pid1 {
+			return nil, errors.New("launcher: a root of its own needs the launcher's own PID and mount namespaces")
+		}
+		if err := buildRoot(p, fds); err != nil {
+			return nil, fmt.Errorf("launcher: %w", err)
+		}
+		applied = append(applied, "root", "proc")
+	case pid1:
+		// Our own mount namespace: nothing we mount is seen outside.
+		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err == nil {
+			// A /proc that shows only this run's processes.
+			if syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil {
+				applied = append(applied, "proc")
+			}
+		}
+	}
+	// Nothing of the launcher can be traced or read through /proc by a
+	// process without CAP_SYS_PTRACE over its namespace.
+	if err := prctl(unix.PR_SET_DUMPABLE, 0); err != nil {
+		return nil, fmt.Errorf("launcher: non-dumpable: %w", err)
+	}
 	if p.Landlock {
 		abi, err := llsys.LandlockGetABIVersion()
-		if err != nil || abi < 1 {
-			return applied, nil // no Landlock on this host: reported by the worker's probe
+		if err == nil && abi >= 1 {
+			// The launcher lists its threads to restrict them all (psx
+			// reads /proc/<pid>/task after the first is restricted) and,
+			// as a subreaper, its children.
+			extra := []string{"/proc/" + strconv.Itoa(os.Getpid()) + "/task"}
+			if !pid1 {
+				extra = append(extra, "/proc/self/task")
+			}
+			// Every thread of the launcher, not only the one that forks:
+			// the runtime's domain (startRuntime) nests inside this one.
+			if err := restrictAll(abi, p, extra...); err != nil {
+				return nil, fmt.Errorf("launcher: landlock: %w", err)
+			}
+			applied = append(applied, "landlock-v"+strconv.Itoa(min(abi, 11)))
 		}
-		var extra []string
-		if !pid1 {
-			// The launcher itself must still list its children.
-			extra = append(extra, "/proc/self/task")
+	}
+	if p.Seccomp {
+		if err := loadSeccomp(); err != nil {
+			return nil, fmt.Errorf("launcher: %w", err)
 		}
-		if err := restrictThread(abi, p, extra...); err != nil {
-			return nil, fmt.Errorf("launcher: landlock: %w", err)
-		}
-		applied = append(applied, "landlock-v"+strconv.Itoa(min(abi, 11)))
+		applied = append(applied, "seccomp")
 	}
 	return applied, nil
 }
@@ -81,17 +101,26 @@ func limitChild(p Policy, pid int) error {
 }
 
 // probe reports what this host lets a launcher apply, as "landlock=<abi>
-// proc=<0|1>": the Landlock ABI (0: none) and whether a fresh /proc could
-// be mounted (only PID 1 of its own namespaces can).
+// proc=<0|1> userns=<0|1> netns=<0|1> seccomp=<0|1>": the Landlock ABI (0:
+// none), whether a fresh /proc could be mounted (only PID 1 of its own
+// namespaces can), whether the probe runs in a user namespace of its own
+// with a network namespace whose loopback it could bring up, and whether
+// this build has a seccomp filter for the architecture.
 func probe() string {
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil {
 		abi = 0
 	}
-	proc := 0
-	if os.Getpid() == 1 && syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") == nil &&
-		syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil {
-		proc = 1
+	b := func(ok bool) string {
+		if ok {
+			return "1"
+		}
+		return "0"
 	}
-	return "landlock=" + strconv.Itoa(abi) + " proc=" + strconv.Itoa(proc) + "\n"
+	proc := os.Getpid() == 1 && syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") == nil &&
+		syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil
+	userns := inUserNS()
+	netns := userns && loopbackUp() == nil
+	_, serr := seccompProgram()
+	return "landlock=" + strconv.Itoa(abi) + " proc=" + b(proc) + " userns=" + b(userns) + " netns=" + b(netns) + " seccomp=" + b(serr == nil) + "\n"
 }

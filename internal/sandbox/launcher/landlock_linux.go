@@ -50,21 +50,57 @@ func llHandled(abi int) llsys.RulesetAttr {
 	return a
 }
 
-// restrictThread builds the policy's Landlock ruleset and enforces it on
-// the calling thread only. The launcher calls it on its main thread, the
-// one it then forks the runtime from: the runtime inherits the thread's
-// domain, and the launcher avoids stopping every thread of its Go runtime
-// to restrict them all (what go-landlock does on kernels before ABI 8),
-// which cost most of a millisecond per run. no_new_privs must already be
-// set on the thread. Paths that do not exist are left out; a file given
-// as a directory rule gets the rights that apply to files.
+// restrictThread enforces the policy's Landlock ruleset on the calling
+// thread only: the launcher calls it on the thread it forks the runtime
+// from, after restrictAll, so the runtime's domain is a child of the
+// launcher's — with the signal scope, the runtime cannot signal its
+// launcher. no_new_privs must already be set on the thread.
 func restrictThread(abi int, p Policy, extraRead ...string) error {
+	fd, err := ruleset(abi, p, extraRead...)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if err := llsys.LandlockRestrictSelf(fd, 0); err != nil {
+		return fmt.Errorf("landlock_restrict_self: %w", err)
+	}
+	return nil
+}
+
+// restrictAll enforces the policy's Landlock ruleset and no_new_privs on
+// every thread of the launcher (through psx on kernels before Landlock ABI
+// 8, which stops each thread to run the call on it): no thread of the
+// launcher is left outside the run's domain for the runtime to reach.
+func restrictAll(abi int, p Policy, extraRead ...string) error {
+	fd, err := ruleset(abi, p, extraRead...)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if err := llsys.AllThreadsPrctl(prSetNoNewPrivs, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs on every thread: %w", err)
+	}
+	if err := llsys.AllThreadsLandlockRestrictSelf(fd, 0); err != nil {
+		return fmt.Errorf("landlock_restrict_self on every thread: %w", err)
+	}
+	return nil
+}
+
+// ruleset builds the policy's Landlock ruleset and returns its descriptor.
+// Paths that do not exist are left out; a file given as a directory rule
+// gets the rights that apply to files.
+func ruleset(abi int, p Policy, extraRead ...string) (int, error) {
 	attr := llHandled(abi)
 	fd, err := llsys.LandlockCreateRuleset(&attr, 0)
 	if err != nil {
-		return fmt.Errorf("landlock_create_ruleset: %w", err)
+		return -1, fmt.Errorf("landlock_create_ruleset: %w", err)
 	}
-	defer syscall.Close(fd)
+	ok := false
+	defer func() {
+		if !ok {
+			syscall.Close(fd)
+		}
+	}()
 	add := func(paths []string, rights uint64) error {
 		for _, path := range paths {
 			pfd, err := syscall.Open(path, unix.O_PATH|syscall.O_CLOEXEC, 0)
@@ -97,17 +133,15 @@ func restrictThread(abi int, p Policy, extraRead ...string) error {
 		add(p.ReadFiles, llRead&llFile),
 		add(p.WriteFiles, (llRead|llWrite)&llFile|llsys.AccessFSIoctlDev),
 	); err != nil {
-		return fmt.Errorf("landlock_add_rule: %w", err)
+		return -1, fmt.Errorf("landlock_add_rule: %w", err)
 	}
 	if attr.HandledAccessNet != 0 {
 		for _, port := range p.TCPConnect {
 			if err := llsys.LandlockAddNetPortRule(fd, &llsys.NetPortAttr{AllowedAccess: llsys.AccessNetConnectTCP, Port: uint64(port)}, 0); err != nil {
-				return fmt.Errorf("landlock_add_rule: port %d: %w", port, err)
+				return -1, fmt.Errorf("landlock_add_rule: port %d: %w", port, err)
 			}
 		}
 	}
-	if err := llsys.LandlockRestrictSelf(fd, 0); err != nil {
-		return fmt.Errorf("landlock_restrict_self: %w", err)
-	}
-	return nil
+	ok = true
+	return fd, nil
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 )
 
 // Inherited descriptors.
@@ -26,6 +28,9 @@ const (
 	sysCloseRange       = 436 // the same number on every Linux architecture
 	closeRangeCloexec   = 1 << 2
 	maxStart            = 4 << 20 // bytes of a Start message
+	// maxSentFDs is how many descriptors a Start message may carry (the
+	// kernel's SCM_MAX_FD).
+	maxSentFDs = 253
 )
 
 func init() {
@@ -45,13 +50,29 @@ func init() {
 }
 
 func main() int {
-	// Everything below runs on this one thread: no_new_privs and the
-	// Landlock domain are set on it (restrictThread), and the runtime is
-	// forked from it. (init already runs locked to the main thread; this
-	// says so.)
+	// The launcher's own set-up runs on this one thread (init already
+	// runs locked to the main thread; this says so). The runtime is forked
+	// from another, locked thread (startRuntime).
 	runtime.LockOSThread()
 	out := os.NewFile(fdResult, "result")
-	var fds []int // received: stdout, stderr, the hold descriptor
+	var fds []int // received: stdout, stderr, the hold descriptor, binds
+	ctrl := fdControl
+	// ack sends the worker its receipt, once, carrying the proxy
+	// listener when there is one.
+	ack := func(ln int) error {
+		if ctrl < 0 {
+			return nil
+		}
+		defer func() { syscall.Close(ctrl); ctrl = -1 }()
+		var oob []byte
+		if ln >= 0 {
+			oob = syscall.UnixRights(ln)
+		}
+		if err := syscall.Sendmsg(ctrl, []byte{1}, oob, nil, 0); err != nil {
+			return fmt.Errorf("launcher: receipt: %w", err)
+		}
+		return nil
+	}
 	report := func(r Result) int {
 		// The worker goes on as soon as it reads the report: what we
 		// hold of the run (the workspace lock first) is let go before.
@@ -63,7 +84,10 @@ func main() int {
 		_, _ = out.WriteString(r.Format())
 		return 0
 	}
-	fail := func(err error) int { return report(Result{ExitCode: -1, StartErr: err.Error()}) }
+	fail := func(err error) int {
+		_ = ack(-1)
+		return report(Result{ExitCode: -1, StartErr: err.Error()})
+	}
 	if len(os.Args) != 2 || os.Args[1] != Protocol {
 		return fail(errors.New("launcher: this launcher does not speak " + Protocol + ": use the agora-sandbox of the worker's own build"))
 	}
@@ -72,7 +96,7 @@ func main() int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 
-	msg, fds, err := receive(fdControl)
+	msg, fds, err := receive(ctrl)
 	if err != nil {
 		return fail(err)
 	}
@@ -89,6 +113,30 @@ func main() int {
 	// fds[2], when sent, is the hold descriptor: it stays open (and
 	// close-on-exec) until the report, written once the tree is gone.
 
+	// The run's network namespace: loopback, and the proxy's listener,
+	// which goes back to the worker with the receipt.
+	var applied []string
+	if st.Policy.Loopback {
+		if err := loopbackUp(); err != nil {
+			return fail(err)
+		}
+		applied = append(applied, "netns")
+	}
+	ln := -1
+	if st.Policy.ProxyPort != 0 {
+		if ln, err = listenProxy(st.Policy.ProxyPort); err != nil {
+			return fail(err)
+		}
+		applied = append(applied, "proxy")
+	}
+	err = ack(ln)
+	if ln >= 0 {
+		syscall.Close(ln)
+	}
+	if err != nil {
+		return fail(err)
+	}
+
 	// Nothing but stdin, stdout and stderr reaches the runtime: not our
 	// result pipe, the received descriptors or the hold descriptor, and
 	// not descriptors the worker itself inherited without close-on-exec.
@@ -96,36 +144,33 @@ func main() int {
 	pid1 := os.Getpid() == 1
 	if !pid1 {
 		if err := prctl(prSetChildSubreaper, 1); err != nil {
-			return fail(err)
+			return fail(fmt.Errorf("subreaper: %w", err))
 		}
 	}
 	// No setuid or file-capability binary can give the tree more
 	// privileges than the worker started it with.
 	if err := prctl(prSetNoNewPrivs, 1); err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("no_new_privs: %w", err))
 	}
 	devnull, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("open %s: %w", os.DevNull, err))
 	}
-	applied, err := apply(st.Policy, pid1)
+	more, err := apply(st.Policy, pid1, fds)
 	if err != nil {
 		return fail(err)
 	}
-	// syscall.ForkExec rather than os.StartProcess: the latter probes for
-	// pidfd support with a fork of its own the first time, and every
-	// launcher is a first time.
-	pid, err := syscall.ForkExec(st.Path, st.Args, &syscall.ProcAttr{
-		Dir: st.Dir, Env: st.Env,
-		Files: []uintptr{uintptr(devnull), uintptr(fds[0]), uintptr(fds[1])},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
+	applied = append(applied, more...)
+	pid, caps, err := startRuntime(st, devnull, fds)
 	syscall.Close(devnull)
 	syscall.Close(fds[0])
 	syscall.Close(fds[1])
 	fds[0], fds[1] = -1, -1
 	if err != nil {
 		return fail(err)
+	}
+	if caps {
+		applied = append(applied, "no-capabilities")
 	}
 	if err := limitChild(st.Policy, pid); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -179,16 +224,80 @@ wait:
 	return report(r)
 }
 
+// startRuntime forks and execs the runtime from a thread of its own,
+// locked and never unlocked (so it ends with its goroutine): that thread
+// takes a Landlock domain nested in the launcher's (the runtime then
+// cannot signal or trace its launcher) and, when the launcher is in a user
+// namespace of its own, gives up every capability before the fork. It
+// reports whether capabilities were dropped.
+func startRuntime(st Start, devnull int, fds []int) (int, bool, error) {
+	type started struct {
+		pid  int
+		caps bool
+		err  error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread()
+		var r started
+		// no_new_privs is per thread: this one forks the runtime.
+		if err := prctl(prSetNoNewPrivs, 1); err != nil {
+			r.err = fmt.Errorf("no_new_privs: %w", err)
+			ch <- r
+			return
+		}
+		if st.Policy.Landlock {
+			if abi, err := llsys.LandlockGetABIVersion(); err == nil && abi >= 1 {
+				if r.err = restrictThread(abi, st.Policy); r.err != nil {
+					ch <- r
+					return
+				}
+			}
+		}
+		if inUserNS() {
+			if r.err = dropThreadCaps(); r.err != nil {
+				ch <- r
+				return
+			}
+			r.caps = true
+		}
+		// syscall.ForkExec rather than os.StartProcess: the latter
+		// probes for pidfd support with a fork of its own the first
+		// time, and every launcher is a first time.
+		r.pid, r.err = syscall.ForkExec(st.Path, st.Args, &syscall.ProcAttr{
+			Dir: st.Dir, Env: st.Env,
+			Files: []uintptr{uintptr(devnull), uintptr(fds[0]), uintptr(fds[1])},
+			Sys:   &syscall.SysProcAttr{Setpgid: true},
+		})
+		if r.err != nil {
+			r.err = fmt.Errorf("fork/exec %s in %s: %w", st.Path, st.Dir, r.err)
+		}
+		ch <- r
+	}()
+	r := <-ch
+	return r.pid, r.caps, r.err
+}
+
+// inUserNS reports whether the launcher runs in a user namespace of its
+// own (its uid map is not the initial namespace's identity map).
+func inUserNS() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return !(len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295")
+}
+
 // receive reads the Start message and the descriptors sent with it from
-// the control socket until the worker closes its side, and answers with
-// one byte: the worker's receipt. A socket closed with nothing sent gives
-// a nil message.
+// the control socket until the worker closes its side. A socket closed
+// with nothing sent gives a nil message. The receipt is sent by the
+// caller once the run's network is set up.
 func receive(fd int) ([]byte, []int, error) {
-	defer syscall.Close(fd)
 	var msg []byte
 	var fds []int
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, syscall.CmsgSpace(8*4))
+	oob := make([]byte, syscall.CmsgSpace(4*maxSentFDs))
 	for {
 		n, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if err == syscall.EINTR {
@@ -209,11 +318,6 @@ func receive(fd int) ([]byte, []int, error) {
 			}
 		}
 		if n == 0 {
-			if msg != nil {
-				if _, err := syscall.Write(fd, []byte{1}); err != nil {
-					return nil, nil, fmt.Errorf("launcher: receipt: %w", err)
-				}
-			}
 			return msg, fds, nil
 		}
 		msg = append(msg, buf[:n]...)

@@ -23,13 +23,40 @@ type Policy struct {
 	TCPConnect []int
 	// Rlimits by name: as, nproc, nofile, fsize, cpu (seconds).
 	Rlimits map[string]uint64
-	// Cgroups are cgroup.procs files the launcher moves itself into.
-	Cgroups []string
+	// Root builds the run a root of its own (docs/sandbox.md, "A root of
+	// its own"): a tmpfs holding only Binds, a fresh /proc, a /dev of a
+	// few devices and a private /tmp, entered with pivot_root. It needs the
+	// launcher's own user and mount namespaces.
+	Root bool
+	// Binds are what the run's root shows of the host, each from a
+	// descriptor the worker opened and sent with the Start message.
+	Binds []Bind
+	// Loopback brings up the loopback interface of the run's network
+	// namespace; ProxyPort, when not 0, is a port on 127.0.0.1 inside it
+	// where the launcher listens and hands the listener to the worker,
+	// which serves the egress proxy on it.
+	Loopback  bool
+	ProxyPort int
+	// Seccomp installs the run's seccomp filter on the launcher (every
+	// thread) and so on the runtime.
+	Seccomp bool
+	// TmpSize bounds the run's private /tmp (bytes; 0: 64 MiB).
+	TmpSize uint64
+}
+
+// Bind is one host path the run's root shows: the descriptor at index FD
+// of those sent with the Start message, mounted at Target, read-only unless
+// Write. Dir tells a directory from a file.
+type Bind struct {
+	FD     int
+	Target string
+	Write  bool
+	Dir    bool
 }
 
 // Empty reports whether p asks for nothing.
 func (p Policy) Empty() bool {
-	return !p.Landlock && len(p.Rlimits) == 0 && len(p.Cgroups) == 0
+	return !p.Landlock && len(p.Rlimits) == 0 && !p.Root && !p.Loopback && !p.Seccomp
 }
 
 // Format encodes p.
@@ -57,8 +84,30 @@ func (p Policy) Format() string {
 	for k, v := range p.Rlimits {
 		line("rlimit", k+" "+strconv.FormatUint(v, 10))
 	}
-	for _, s := range p.Cgroups {
-		line("cgroup", s)
+	if p.Root {
+		line("root", "on")
+	}
+	for _, m := range p.Binds {
+		rw, kind := "r", "f"
+		if m.Write {
+			rw = "w"
+		}
+		if m.Dir {
+			kind = "d"
+		}
+		line("bind", strconv.Itoa(m.FD)+" "+rw+" "+kind+" "+m.Target)
+	}
+	if p.Loopback {
+		line("loopback", "on")
+	}
+	if p.Seccomp {
+		line("seccomp", "on")
+	}
+	if p.ProxyPort != 0 {
+		line("proxy", strconv.Itoa(p.ProxyPort))
+	}
+	if p.TmpSize != 0 {
+		line("tmpsize", strconv.FormatUint(p.TmpSize, 10))
 	}
 	return b.String()
 }
@@ -95,8 +144,34 @@ func ParsePolicy(r io.Reader) (Policy, error) {
 				return p, fmt.Errorf("launcher: policy: rlimit %q", v)
 			}
 			p.Rlimits[name] = x
-		case "cgroup":
-			p.Cgroups = append(p.Cgroups, v)
+		case "root":
+			p.Root = v == "on"
+		case "bind":
+			f := strings.SplitN(v, " ", 4)
+			if len(f) != 4 {
+				return p, fmt.Errorf("launcher: policy: bind %q", v)
+			}
+			fd, err := strconv.Atoi(f[0])
+			if err != nil || fd < 0 || (f[1] != "r" && f[1] != "w") || (f[2] != "d" && f[2] != "f") || !strings.HasPrefix(f[3], "/") {
+				return p, fmt.Errorf("launcher: policy: bind %q", v)
+			}
+			p.Binds = append(p.Binds, Bind{FD: fd, Write: f[1] == "w", Dir: f[2] == "d", Target: f[3]})
+		case "loopback":
+			p.Loopback = v == "on"
+		case "seccomp":
+			p.Seccomp = v == "on"
+		case "proxy":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 65535 {
+				return p, fmt.Errorf("launcher: policy: proxy %q", v)
+			}
+			p.ProxyPort = n
+		case "tmpsize":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return p, fmt.Errorf("launcher: policy: tmpsize %q", v)
+			}
+			p.TmpSize = n
 		default:
 			return p, fmt.Errorf("launcher: policy: unknown directive %q", k)
 		}

@@ -1,0 +1,209 @@
+//go:build linux
+
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// stageRoot is where the launcher builds the run's root before it enters
+// it: a mount point every host has, covered only in the launcher's own
+// mount namespace.
+const stageRoot = "/tmp"
+
+// Sizes of the run's own filesystems.
+const (
+	defaultTmpSize = 64 << 20
+	shmSize        = 64 << 20
+)
+
+// devices are the nodes the run's /dev holds, bound from the host's.
+var devices = []string{"null", "zero", "full", "random", "urandom"}
+
+// buildRoot gives the launcher, and so the runtime, a root of its own
+// (docs/sandbox.md, "A root of its own"): a tmpfs holding only the
+// policy's binds (each from a descriptor the worker opened, so no path of
+// the worker's need be reachable by the run's user), a fresh /proc, a /dev
+// of a few devices, private /tmp and /dev/shm; it is entered with
+// pivot_root, the old root detached, and the root itself made read-only.
+// The worker's data folder, its home, /root, /var/run and any socket of
+// the host are simply not there.
+func buildRoot(p Policy, fds []int) error {
+	// Nothing mounted here propagates back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("root: make / a slave: %w", err)
+	}
+	if err := unix.Mount("tmpfs", stageRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=16384"); err != nil {
+		return fmt.Errorf("root: tmpfs: %w", err)
+	}
+	rootFD, err := unix.Open(stageRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	defer unix.Close(rootFD)
+	for _, b := range p.Binds {
+		if b.FD < 0 || b.FD >= len(fds) || fds[b.FD] < 0 {
+			return fmt.Errorf("root: bind %s: no descriptor %d", b.Target, b.FD)
+		}
+		src := "/proc/self/fd/" + strconv.Itoa(fds[b.FD])
+		if err := bindAt(rootFD, src, b.Target, b.Dir, b.Write, false); err != nil {
+			return err
+		}
+	}
+	// A fresh /proc for the run's PID namespace: it lists only the run's
+	// processes.
+	if err := mkdirIn(rootFD, "/proc"); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", stageRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("root: /proc: %w", err)
+	}
+	if err := buildDev(rootFD); err != nil {
+		return err
+	}
+	tmp := p.TmpSize
+	if tmp == 0 {
+		tmp = defaultTmpSize
+	}
+	if err := mkdirIn(rootFD, "/tmp"); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", stageRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatUint(tmp, 10)+",nr_inodes=65536"); err != nil {
+		return fmt.Errorf("root: /tmp: %w", err)
+	}
+	// Enter it; the host's root goes away with the old root's mounts.
+	if err := unix.Chdir(stageRoot); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("root: pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("root: detach the old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("root: make / read-only: %w", err)
+	}
+	return nil
+}
+
+// buildDev makes the run's /dev: a tmpfs with the host's null, zero, full,
+// random and urandom bound in, the usual links into /proc/self/fd and a
+// private /dev/shm. No terminal, no disk, no other device.
+func buildDev(rootFD int) error {
+	if err := mkdirIn(rootFD, "/dev"); err != nil {
+		return err
+	}
+	dev := stageRoot + "/dev"
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
+		return fmt.Errorf("root: /dev: %w", err)
+	}
+	for _, d := range devices {
+		if err := bindAt(rootFD, "/dev/"+d, "/dev/"+d, false, true, true); err != nil {
+			return err
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := unix.Symlink(target, dev+"/"+name); err != nil {
+			return fmt.Errorf("root: /dev/%s: %w", name, err)
+		}
+	}
+	if err := mkdirIn(rootFD, "/dev/shm"); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+strconv.Itoa(shmSize)); err != nil {
+		return fmt.Errorf("root: /dev/shm: %w", err)
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, dev, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("root: make /dev read-only: %w", err)
+	}
+	return nil
+}
+
+// bindAt mounts src at target inside the staged root (recursively), then
+// makes the bind and everything under it nosuid and nodev, and read-only
+// unless write. Missing parents are made in the root's tmpfs; a target
+// reached through a symbolic link is refused (a link could aim the mount
+// anywhere).
+func bindAt(rootFD int, src, target string, dir, write, device bool) error {
+	rel := strings.TrimPrefix(filepath.Clean(target), "/")
+	if rel == "" || rel == "." {
+		return fmt.Errorf("root: bind %s: cannot replace the root", target)
+	}
+	if err := mkdirIn(rootFD, "/"+filepath.Dir(rel)); err != nil {
+		return err
+	}
+	full := stageRoot + "/" + rel
+	if _, err := resolveIn(rootFD, rel); errors.Is(err, unix.ENOENT) {
+		if dir {
+			err = unix.Mkdir(full, 0o755)
+		} else {
+			var fd int
+			fd, err = unix.Open(full, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err == nil {
+				unix.Close(fd)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("root: bind %s: mount point: %w", target, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("root: bind %s: %w", target, err)
+	}
+	if err := unix.Mount(src, full, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("root: bind %s: %w", target, err)
+	}
+	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if device {
+		attr = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
+	}
+	if !write {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, full, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr}); err != nil {
+		return fmt.Errorf("root: bind %s: set flags: %w", target, err)
+	}
+	return nil
+}
+
+// resolveIn checks that rel names something inside the staged root
+// reached without a symbolic link.
+func resolveIn(rootFD int, rel string) (os.FileMode, error) {
+	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH})
+	if err != nil {
+		return 0, err
+	}
+	unix.Close(fd)
+	return 0, nil
+}
+
+// mkdirIn makes dir and its missing parents inside the staged root, none
+// of them through a symbolic link.
+func mkdirIn(rootFD int, dir string) error {
+	rel := strings.TrimPrefix(filepath.Clean(dir), "/")
+	if rel == "" || rel == "." {
+		return nil
+	}
+	cur := ""
+	for _, part := range strings.Split(rel, "/") {
+		cur = filepath.Join(cur, part)
+		_, err := resolveIn(rootFD, cur)
+		if errors.Is(err, unix.ENOENT) {
+			err = unix.Mkdirat(rootFD, cur, 0o755)
+		}
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("root: make %s: %w", "/"+cur, err)
+		}
+	}
+	return nil
+}
