@@ -78,7 +78,9 @@ type Config struct {
 	DialTimeout time.Duration
 
 	// Dialer connects to a destination; addr is always an IP address and
-	// port ("203.0.113.7:443"), network "tcp". Nil means a net.Dialer.
+	// port ("203.0.113.7:443"), network "tcp". Nil means a net.Dialer. The
+	// proxy owns and closes what it returns; a connection without
+	// CloseWrite is closed outright when the run stops sending to it.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Resolver returns the addresses of an allowed host name (lower case,
 	// no trailing dot). Nil means net.DefaultResolver (the host's

@@ -25,8 +25,9 @@ type Rule struct {
 //     depth ("*.githubusercontent.com:443" allows
 //     "raw.githubusercontent.com" and "a.b.githubusercontent.com") but not
 //     the apex "githubusercontent.com" itself: list it separately;
-//   - "ip:port" or "[ipv6]:port" allows that address literal, matched as an
-//     address (a client naming it as a host name does not match).
+//   - "ip:port" or "[ipv6]:port" allows that address literal, compared as
+//     an address ("[::ffff:203.0.113.7]:443" is "203.0.113.7:443"); a
+//     wildcard never matches an address.
 //
 // Host names are matched case-insensitively and without a trailing dot. The
 // port is required, a number from 1 to 65535. An allowed destination must
