@@ -114,6 +114,13 @@ func goldenData() map[string]lifecycle.Data {
 			Artifacts: []lifecycle.Artifact{{Name: "patches/fix.diff", Size: 120, SHA256: strings.Repeat("ab", 32),
 				ContentType: "text/x-diff; charset=utf-8", Ref: dispatchID + "/patches/fix.diff"}},
 			ArtifactsSkipped: []lifecycle.SkippedArtifact{{Name: "link", Reason: "a symlink, not a regular file"}}}},
+		"finished shrunk to fit": &lifecycle.Finished{Common: common(0), DurationMS: 12, OutputDropped: "70000 bytes of output.json dropped",
+			Outputs: lifecycle.Outputs{
+				Artifacts: []lifecycle.Artifact{{Name: "a.txt", Size: 1, SHA256: strings.Repeat("cd", 32),
+					ContentType: "text/plain; charset=utf-8", Ref: dispatchID + "/a.txt"}},
+				ArtifactsOmitted:        446,
+				ArtifactsSkipped:        []lifecycle.SkippedArtifact{{Name: "b.txt", Reason: "over the listing cap"}},
+				ArtifactsSkippedOmitted: 5453}},
 		"needs_input": &lifecycle.NeedsInput{Common: common(0), QuestionID: lifecycle.QuestionID(dispatchID),
 			Question: "Rewrite function A or B?", Options: []string{"A", "B"},
 			Context: "Same signature, different call sites.", Kind: "decision",
@@ -225,6 +232,9 @@ func TestSchemasBite(t *testing.T) {
 		{"progress todo without done", "progress", func(m map[string]any) {
 			delete(m["todo"].([]any)[0].(map[string]any), "done")
 		}},
+		{"artifacts_omitted zero", "finished shrunk to fit", func(m map[string]any) { m["artifacts_omitted"] = 0 }},
+		{"artifacts_skipped_omitted not a count", "finished shrunk to fit", func(m map[string]any) { m["artifacts_skipped_omitted"] = "many" }},
+		{"output_dropped empty", "finished shrunk to fit", func(m map[string]any) { m["output_dropped"] = "" }},
 		{"skipped artifact without reason", "finished with artifacts", func(m map[string]any) {
 			delete(m["artifacts_skipped"].([]any)[0].(map[string]any), "reason")
 		}},

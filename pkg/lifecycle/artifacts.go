@@ -39,11 +39,33 @@ type SkippedArtifact struct {
 }
 
 // Outputs are the files a run left, carried by the terminal events a run
-// produces (finished, needs_input, failed).
+// produces (finished, needs_input, failed). Both lists are bounded so the
+// event fits a NATS message (docs/artifacts.md, "Bounds"); what a list
+// leaves out is counted beside it.
 type Outputs struct {
-	Artifacts        []Artifact        `json:"artifacts,omitempty"`
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// ArtifactsOmitted counts uploaded artifacts that Artifacts does not
+	// list: the worker dropped them from the listing so the terminal event
+	// fits the server's max payload. Their objects stay in agora_artifacts
+	// until they expire, but no reader offers them.
+	ArtifactsOmitted int               `json:"artifacts_omitted,omitempty"`
 	ArtifactsSkipped []SkippedArtifact `json:"artifacts_skipped,omitempty"`
+	// ArtifactsSkippedOmitted counts files that were not uploaded and that
+	// ArtifactsSkipped does not list, past its bounds.
+	ArtifactsSkippedOmitted int `json:"artifacts_skipped_omitted,omitempty"`
 }
+
+// Bounds of the lists a terminal event carries. The worker uploads no file
+// whose entry would not fit MaxArtifactsListBytes (besides its count cap,
+// AGORA_WORKER_ARTIFACT_MAX_COUNT), so every object it stores is listed
+// unless the event has to shrink further to fit the server's max payload.
+const (
+	// MaxArtifactsListBytes bounds the JSON of the artifacts list.
+	MaxArtifactsListBytes = 256 << 10
+	// MaxSkippedListed and MaxSkippedListBytes bound artifacts_skipped.
+	MaxSkippedListed    = 100
+	MaxSkippedListBytes = 32 << 10
+)
 
 // RunOutputs returns the outputs of a terminal event's data, or nil for
 // data that carries none.

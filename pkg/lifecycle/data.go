@@ -94,6 +94,9 @@ type Finished struct {
 	ExitCode   int             `json:"exit_code"`
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output"` // .agora/output.json, or null
+	// OutputDropped says why Output is null although the run wrote one:
+	// the event would not otherwise fit the server's max payload.
+	OutputDropped string `json:"output_dropped,omitempty"`
 	// StdoutTail is the last 4 KiB of the runtime's standard output, with
 	// the values of secrets redacted (docs/worker.md, "What a run leaves").
 	StdoutTail string `json:"stdout_tail"`
