@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,9 +31,12 @@ import (
 // and lists them in the terminal event. It reads through os.Root (nothing
 // outside the folder, no symlink followed); a symlink, FIFO, device or
 // socket is skipped and listed with the reason, and so is a file past a cap
-// (per file, per dispatch total, count). A rerun after a crash uploads the
-// same names again, replacing what an earlier attempt left; only the
-// terminal event's listing counts. See docs/artifacts.md.
+// (per file, per dispatch total, count, and the listing's own bound: a file
+// whose entry would not fit the terminal event's artifacts list is not
+// uploaded). The skipped list is bounded too; what it leaves out is
+// counted. A rerun after a crash uploads the same names again, replacing
+// what an earlier attempt left; only the terminal event's listing counts.
+// See docs/artifacts.md.
 
 // headerAttempt records on each object the delivery attempt that uploaded
 // it, so a reader can tell a stale attempt's object from the listed one.
@@ -51,10 +55,11 @@ func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifec
 		return out, nil
 	}
 	defer root.Close()
+	var skipped skipList
 	fi, err := root.Lstat(lifecycle.ArtifactsDir)
 	if err != nil || !fi.IsDir() {
 		if err == nil {
-			out.ArtifactsSkipped = append(out.ArtifactsSkipped, lifecycle.SkippedArtifact{Name: ".", Reason: lifecycle.ArtifactsDir + " is " + kindOf(fi.Mode()) + ", not a folder"})
+			skipped.add(&out, ".", lifecycle.ArtifactsDir+" is "+kindOf(fi.Mode())+", not a folder")
 		}
 		return out, nil
 	}
@@ -65,9 +70,10 @@ func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifec
 	defer dir.Close()
 	caps := s.caps
 	var total int64
+	listed := 1 // bytes of the artifacts list's JSON: "[]" less the comma the first entry does not need
 	err = fs.WalkDir(dir.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
-			out.ArtifactsSkipped = append(out.ArtifactsSkipped, lifecycle.SkippedArtifact{Name: name, Reason: "unreadable: " + err.Error()})
+			skipped.add(&out, name, "unreadable: "+err.Error())
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
 			}
@@ -77,7 +83,7 @@ func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifec
 			return nil
 		}
 		skip := func(reason string) error {
-			out.ArtifactsSkipped = append(out.ArtifactsSkipped, lifecycle.SkippedArtifact{Name: name, Reason: reason})
+			skipped.add(&out, name, reason)
 			return nil
 		}
 		if !d.Type().IsRegular() {
@@ -94,26 +100,79 @@ func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifec
 			return skip(fmt.Sprintf("%d bytes: over the per-file cap (AGORA_WORKER_ARTIFACT_MAX_FILE=%d bytes)", info.Size(), caps.file))
 		case total+info.Size() > caps.total:
 			return skip(fmt.Sprintf("%d bytes: over the per-dispatch total cap (AGORA_WORKER_ARTIFACT_MAX_TOTAL=%d bytes)", info.Size(), caps.total))
+		case listed+entrySize(j.req.DispatchID, name, info.Size()) > lifecycle.MaxArtifactsListBytes:
+			return skip(fmt.Sprintf("over the listing cap (%d bytes of entries in the terminal event's artifacts list)", lifecycle.MaxArtifactsListBytes))
 		}
 		a, err := s.uploadOne(ctx, j, dir, name, info)
 		var bad *notRegular
 		if errors.As(err, &bad) {
 			return skip(bad.Error())
 		}
+		if tooLarge(err) {
+			// The store can never take it (a chunk over the server's max
+			// payload): retrying the delivery would not help.
+			return skip("refused by the object store: " + err.Error())
+		}
 		if err != nil {
 			return err
 		}
 		total += a.Size
+		listed += jsonSize(a) + 1
 		out.Artifacts = append(out.Artifacts, a)
 		return nil
 	})
 	if err != nil {
 		return lifecycle.Outputs{}, fmt.Errorf("upload artifacts: %w", err)
 	}
-	if len(out.Artifacts) > 0 || len(out.ArtifactsSkipped) > 0 {
-		j.log.Info("artifacts uploaded", "count", len(out.Artifacts), "bytes", total, "skipped", len(out.ArtifactsSkipped))
+	if len(out.Artifacts) > 0 || skipped.n > 0 {
+		j.log.Info("artifacts uploaded", "count", len(out.Artifacts), "bytes", total, "skipped", skipped.n)
 	}
 	return out, nil
+}
+
+// skipList fills a run's artifacts_skipped within its bounds
+// (lifecycle.MaxSkippedListed entries, lifecycle.MaxSkippedListBytes of
+// JSON) and counts the rest in artifacts_skipped_omitted. Once one entry
+// is left out, so are all after it: the list stays a prefix in path order.
+type skipList struct {
+	n     int // files skipped, listed or not
+	bytes int
+	full  bool
+}
+
+func (l *skipList) add(out *lifecycle.Outputs, name, reason string) {
+	l.n++
+	e := lifecycle.SkippedArtifact{Name: name, Reason: reason}
+	size := jsonSize(e) + 1
+	if l.full || len(out.ArtifactsSkipped) >= lifecycle.MaxSkippedListed || l.bytes+size > lifecycle.MaxSkippedListBytes {
+		l.full = true
+		out.ArtifactsSkippedOmitted++
+		return
+	}
+	l.bytes += size
+	out.ArtifactsSkipped = append(out.ArtifactsSkipped, e)
+}
+
+// entrySize is an upper bound of the JSON of an artifact's entry before it
+// is uploaded: its content type is not known yet, so a long one is
+// assumed.
+func entrySize(dispatchID, name string, size int64) int {
+	return jsonSize(lifecycle.Artifact{Name: name, Size: size, SHA256: strings.Repeat("0", 64),
+		ContentType: strings.Repeat("x", maxContentType), Ref: lifecycle.ArtifactObject(dispatchID, name)}) + 1
+}
+
+// maxContentType bounds the content types contentType returns for the
+// listing's estimate (the longest in common mime tables is about 80 bytes).
+const maxContentType = 128
+
+// jsonSize is the length of v's JSON (HTML escaping included, so it is an
+// upper bound of any encoding of the event).
+func jsonSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
 }
 
 // notRegular is a file that changed into something else between the walk
@@ -141,6 +200,9 @@ func (s *Service) uploadOne(ctx context.Context, j *job, dir *os.Root, name stri
 	}
 	head = head[:n]
 	ct := contentType(name, head)
+	if len(ct) > maxContentType {
+		ct = "application/octet-stream" // keeps entrySize an upper bound
+	}
 	h := sha256.New()
 	// Cap what is read at the size seen, so a file that grows is not read
 	// past the cap.

@@ -107,7 +107,8 @@ func (s *Service) fencedMsg(j *job, d lifecycle.Data) (*nats.Msg, error) {
 }
 
 // publishFenced publishes d on condition that the chain's last event is
-// j.fence, retrying transient failures for up to 30 s. When it is stored,
+// j.fence, retrying transient failures for up to 30 s (never a message too
+// large to be stored: tooLarge, fit.go). When it is stored,
 // j.fence moves to it and stored is true. When the chain moved on, stored
 // is false and last is the event that is there now.
 func (s *Service) publishFenced(ctx context.Context, j *job, d lifecycle.Data) (stored bool, last lastEvent, err error) {
@@ -123,6 +124,10 @@ func (s *Service) publishFenced(ctx context.Context, j *job, d lifecycle.Data) (
 		if err == nil {
 			j.fence = ack.Sequence
 			return true, lastEvent{}, nil
+		}
+		if tooLarge(err) {
+			// Refused for its size: every retry would be refused too.
+			return false, lastEvent{}, fmt.Errorf("publish %s: %w", m.Subject, err)
 		}
 		if wrongLastSeq(err) {
 			last, lerr := s.lastEvent(pctx, j.common)

@@ -355,6 +355,12 @@ func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exi
 		}
 		*outs = o
 	}
+	// The event must fit the server's max payload: shrunk, or replaced
+	// by a failed event that says why (fit.go).
+	d, err := s.fit(ctx, j, d)
+	if err != nil {
+		return s.retryLater(j, err)
+	}
 	pctx, pspan := telemetry.Tracer().Start(ctx, "agora.run.publish", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("agora.kind", string(d.LifecycleKind()))))
 	stored, last, err := s.publishFenced(pctx, j, d)
@@ -410,8 +416,12 @@ func (s *Service) ack(j *job) {
 
 // retryLater gives the message back for another attempt after a short
 // delay: used for transient NATS failures, never for a sub-agent's own
-// failure.
+// failure. A failure that can never succeed (a message larger than the
+// server takes) is not retried: the dispatch fails once (giveUp, fit.go).
 func (s *Service) retryLater(j *job, err error) Outcome {
+	if tooLarge(err) {
+		return s.giveUp(j, err)
+	}
 	j.log.Warn("transient failure: message returned for redelivery", "err", err)
 	_ = j.msg.NakWithDelay(time.Second)
 	s.metrics.outcome("", "retried")
