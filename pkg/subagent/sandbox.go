@@ -35,7 +35,17 @@ type Sandbox struct {
 	// Unset: 443 in standard mode, none in strict mode. An empty list
 	// means none.
 	TCPPorts *[]int `json:"tcp_ports,omitempty"`
-	Limits   Limits `json:"limits,omitempty"`
+	// Network lists the destinations the run may reach through the
+	// worker's egress proxy (docs/sandbox.md, "Egress proxy"); the run has
+	// no other way out of its own network namespace. Unset: none.
+	Network Network `json:"network,omitzero"`
+	Limits  Limits  `json:"limits,omitempty"`
+}
+
+// Network is a definition's egress allow-list: each entry host:port,
+// *.domain:port (subdomains only) or an IP address and port.
+type Network struct {
+	Allow []string `json:"allow,omitempty"`
 }
 
 // Limits bound one run. Sizes are bytes with an optional unit (KiB, MiB,

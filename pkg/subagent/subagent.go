@@ -223,6 +223,7 @@ func (d Definition) Validate() error {
 		bad("max_rounds", "%d is negative", d.MaxRounds)
 	}
 	d.Sandbox.validate(bad)
+	d.Sandbox.Network.validate(bad)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("subagent %q: %w", d.Name, err)
 	}
