@@ -198,7 +198,7 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 	var rev uint64
 	if subagent.ValidName(req.Subagent) {
 		d, err := s.lookup(ctx, b, req.Subagent, false)
-		if err == nil && d.rev > 0 && len(envRefused(d.def, req.Env)) > 0 {
+		if err == nil && d.rev > 0 && s.refuses(d.def, req) {
 			// A refusal names the stored revision, not a copy that may
 			// lag an apply made a moment ago.
 			d, err = s.lookup(ctx, b, req.Subagent, true)
@@ -223,11 +223,48 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 			}
 			add("env", "%q %s the sub-agent's env_allow %v: a request may set only the variables its definition allows", k, what, def.EnvAllow)
 		}
+		if longer(def, req) {
+			add("timeout", "%q is longer than the sub-agent's timeout %s: a request can only shorten it", short(req.Timeout), defTimeout(def))
+		}
+		// The operator's floor: a definition stored before the floor was
+		// raised (or by a writer that skipped apply's check) never runs.
+		var fe *subagent.FloorError
+		if errors.As(def.Sandbox.CheckFloor(s.cfg.Floor()), &fe) {
+			for _, p := range fe.Problems {
+				add("subagent", "the registered definition of %q is below the operator's sandbox floor: %s", req.Subagent, p)
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return def, 0, client.Invalid(errs...)
 	}
 	return def, rev, nil
+}
+
+// refuses reports whether def refuses req for a reason of the definition's
+// own (env, timeout, the operator's floor), which a refusal must name at
+// its stored revision.
+func (s *Service) refuses(def subagent.Definition, req *lifecycle.Request) bool {
+	return len(envRefused(def, req.Env)) > 0 || longer(def, req) || def.Sandbox.CheckFloor(s.cfg.Floor()) != nil
+}
+
+// longer reports whether a root request asks for a longer timeout than
+// its definition's: a request can only shorten it. A later round (the
+// router's re-dispatch carries the paused round's timeout, which a change
+// of the definition may have shortened since) is not refused but cut to
+// the definition's by complete.
+func longer(def subagent.Definition, req *lifecycle.Request) bool {
+	d, err := time.ParseDuration(req.Timeout)
+	return req.Round == 0 && err == nil && d > def.TimeoutDuration()
+}
+
+// defTimeout is the definition's timeout as a request records it: as the
+// definition says it, when it is valid, else the default.
+func defTimeout(def subagent.Definition) string {
+	if d, err := time.ParseDuration(def.Timeout); err == nil && d > 0 {
+		return def.Timeout
+	}
+	return def.TimeoutDuration().String()
 }
 
 // envRefused lists, sorted, the request's valid variables that def's
@@ -258,7 +295,8 @@ func jsonValueKind(b []byte) string {
 func short(s string) string { return clip.String(s, 64) }
 
 // complete fills what the dispatcher decides: ids, input, revision,
-// timeout and round limit.
+// timeout (the definition's when the request leaves it out or asks for
+// more) and round limit.
 func complete(req *lifecycle.Request, def subagent.Definition, rev uint64) {
 	if req.DispatchID == "" {
 		req.DispatchID = lifecycle.NewID()
@@ -270,11 +308,10 @@ func complete(req *lifecycle.Request, def subagent.Definition, rev uint64) {
 		req.Input = json.RawMessage(`{}`)
 	}
 	req.SubagentRevision = rev
-	if req.Timeout == "" {
-		req.Timeout = def.Timeout // as the definition says it, when it is valid
-		if d, err := time.ParseDuration(def.Timeout); err != nil || d <= 0 {
-			req.Timeout = def.TimeoutDuration().String()
-		}
+	// A request can only shorten the definition's timeout (a root asking
+	// for more was refused by validate).
+	if d, err := time.ParseDuration(req.Timeout); req.Timeout == "" || err == nil && d > def.TimeoutDuration() {
+		req.Timeout = defTimeout(def)
 	}
 	if req.MaxRounds == 0 {
 		req.MaxRounds = def.Rounds()

@@ -11,6 +11,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
 // Config is the dispatcher's configuration, read from AGORA_* variables
@@ -53,6 +54,20 @@ type Config struct {
 	// partial-state objects expire after it (docs/design.md §2,
 	// "Retention"). Nothing that waits or runs expires.
 	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
+	// SandboxFloor, SandboxAllowPaths and SandboxAllowHosts are the
+	// operator's floor (subagent.Floor; docs/sandbox.md, "The operator's
+	// floor"): the weakest sandbox mode a definition may name (strict,
+	// standard or off), and the path prefixes and destinations its
+	// sandbox block may add (empty: any; "none": none). A request whose
+	// definition is below the floor is refused, naming the setting.
+	SandboxFloor      string   `envconfig:"SANDBOX_FLOOR" default:"standard"`
+	SandboxAllowPaths []string `envconfig:"SANDBOX_ALLOW_PATHS"`
+	SandboxAllowHosts []string `envconfig:"SANDBOX_ALLOW_HOSTS"`
+}
+
+// Floor returns the operator's sandbox floor the configuration sets.
+func (c Config) Floor() subagent.Floor {
+	return subagent.Floor{Mode: c.SandboxFloor, Paths: c.SandboxAllowPaths, Hosts: c.SandboxAllowHosts}
 }
 
 func (c Config) withDefaults() Config {
@@ -135,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.SSEKeepalive < 0 || (c.SSEKeepalive > 0 && c.SSEKeepalive < 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("SSEKeepalive"), c.SSEKeepalive))
+	}
+	if err := c.Floor().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
