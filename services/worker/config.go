@@ -52,6 +52,20 @@ type Config struct {
 	ArtifactMaxFile  string `envconfig:"WORKER_ARTIFACT_MAX_FILE" default:"64MiB"`
 	ArtifactMaxTotal string `envconfig:"WORKER_ARTIFACT_MAX_TOTAL" default:"256MiB"`
 	ArtifactMaxCount int    `envconfig:"WORKER_ARTIFACT_MAX_COUNT" default:"1000"`
+	// SandboxFloor, SandboxAllowPaths and SandboxAllowHosts are the
+	// operator's floor (subagent.Floor; docs/sandbox.md, "The operator's
+	// floor"): the weakest sandbox mode this worker runs (strict, standard
+	// or off), and the path prefixes and destinations a definition's
+	// sandbox block may add (empty: any; "none": none). A delivery whose
+	// definition is below the floor ends failed rejected and never runs.
+	SandboxFloor      string   `envconfig:"SANDBOX_FLOOR" default:"standard"`
+	SandboxAllowPaths []string `envconfig:"SANDBOX_ALLOW_PATHS"`
+	SandboxAllowHosts []string `envconfig:"SANDBOX_ALLOW_HOSTS"`
+}
+
+// Floor returns the operator's sandbox floor the configuration sets.
+func (c Config) Floor() subagent.Floor {
+	return subagent.Floor{Mode: c.SandboxFloor, Paths: c.SandboxAllowPaths, Hosts: c.SandboxAllowHosts}
 }
 
 // Default artifact caps.
@@ -152,6 +166,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("AGORA_DISABLE_NEEDS_INPUT_HELPER=%q: want exactly true or false", c.DisableNeedsInputHelper))
 	}
 	if _, err := c.artifactCaps(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Floor().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

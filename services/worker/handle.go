@@ -107,10 +107,10 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	if err != nil {
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: err.Error()}, -1, "")
 	}
-	timeout := def.TimeoutDuration()
-	if t, err := time.ParseDuration(j.req.Timeout); err == nil && t > 0 {
-		timeout = t
+	if f := s.belowFloor(j, def); f != nil {
+		return s.finish(ctx, j, f, -1, "")
 	}
+	timeout := runTimeout(def, j.req)
 	j.sandbox = s.newRunSandbox(def, timeout)
 	if j.sandbox.mode == subagent.SandboxOff {
 		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
