@@ -176,13 +176,22 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if !o.memory {
 		binDir = filepath.Join(filepath.Dir(store), "bin")
 	}
+	// The operator's floor (docs/sandbox.md): the dispatcher and the
+	// worker enforce it, and the definitions dev applies must meet it.
+	floor, err := envFloor()
+	if err != nil {
+		return err
+	}
 	demo, err := demoDefinition(binDir)
 	if err != nil {
 		return err
 	}
+	if floor.ModeOrDefault() == subagent.SandboxStrict {
+		demo.Sandbox.Mode = subagent.SandboxStrict // it needs no network and nothing of /etc
+	}
 	defs := []subagent.Definition{demo}
 	if o.subagents != "" {
-		more, err := loadDefinitions(o.subagents)
+		more, err := loadDefinitions(o.subagents, floor)
 		if err != nil {
 			return err
 		}
@@ -194,7 +203,8 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	wcfg := worker.Config{Concurrency: o.workers, WorkspaceRoot: filepath.Join(os.TempDir(), "agora-dev-workspaces")}
+	wcfg := worker.Config{Concurrency: o.workers, WorkspaceRoot: filepath.Join(os.TempDir(), "agora-dev-workspaces"),
+		SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}
 	if !o.memory {
 		wcfg.WorkspaceRoot = filepath.Join(filepath.Dir(store), "workspaces")
 	}
@@ -204,7 +214,8 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	}
 
 	tokens := splitList(os.Getenv("AGORA_API_TOKENS"))
-	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, ID: "dev", Retention: o.retention}
+	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, ID: "dev", Retention: o.retention,
+		SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}
 	if err := dcfg.Validate(); err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
@@ -441,7 +452,9 @@ Press Ctrl-C to stop.
 `, login, httpURL, httpURL, httpURL, natsURL, natsURL, httpURL, httpURL, where, httpURL, httpURL)
 }
 
-func loadDefinitions(dir string) ([]subagent.Definition, error) {
+// loadDefinitions parses every *.yaml definition in dir, refusing those
+// that are invalid or below the operator's floor (naming the setting).
+func loadDefinitions(dir string, floor subagent.Floor) ([]subagent.Definition, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		return nil, err
@@ -452,6 +465,10 @@ func loadDefinitions(dir string) ([]subagent.Definition, error) {
 		d, _, err := subagent.ParseFile(f)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		if err := d.Sandbox.CheckFloor(floor); err != nil {
+			errs = append(errs, fmt.Errorf("%s: sub-agent %s is below the operator's sandbox floor: %w", f, d.Name, err))
 			continue
 		}
 		defs = append(defs, d)

@@ -87,7 +87,7 @@ With --json stdout carries one structured-mode CloudEvent per lifecycle event
 	f.StringVar(&o.id, "id", "", "dispatch id (the idempotency key: the same id again is the same dispatch)")
 	f.StringArrayVar(&o.labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVar(&o.env, "env", nil, "environment variable KEY=VALUE for the sub-agent (repeatable; not for secrets)")
-	f.StringVar(&o.runTimeout, "timeout", "", "the sub-agent's time limit per round, e.g. 10m (default: its definition's); --request-timeout bounds each request to Agora")
+	f.StringVar(&o.runTimeout, "timeout", "", "the sub-agent's time limit per round, e.g. 10m: its definition's or shorter (default: its definition's); --request-timeout bounds each request to Agora")
 	f.IntVar(&o.maxRounds, "max-rounds", 0, "the thread's round limit (default: the definition's)")
 	f.BoolVar(&o.wait, "wait", false, "follow the thread across its questions to its end")
 	f.BoolVar(&o.round, "round", false, "follow this dispatch to its own end (exit 4 when it asks a question)")

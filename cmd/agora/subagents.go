@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -73,7 +74,14 @@ stores it in the agora_subagents bucket under its name when it differs from the
 stored one, so revisions change only with the definition. It prints each
 definition's revision. An invalid file stores nothing and names every field at
 fault. A new dispatch uses the latest revision; one already accepted keeps the
-revision it was accepted with.`,
+revision it was accepted with.
+
+A definition below the operator's sandbox floor is refused, naming the setting
+that would allow it: AGORA_SANDBOX_FLOOR (the weakest mode: strict, standard
+or off; default standard), AGORA_SANDBOX_ALLOW_PATHS (path prefixes read_paths
+and write_paths may name) and AGORA_SANDBOX_ALLOW_HOSTS (destinations
+network.allow may name), as this command's environment sets them. The
+dispatcher and the workers enforce their own settings whatever apply checked.`,
 		Example: `  agora subagent apply -f planner.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -95,6 +103,10 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 	}
 	var defs []parsed
 	var errs []error
+	floor, err := envFloor()
+	if err != nil {
+		return err
+	}
 	for _, f := range files {
 		var (
 			d        subagent.Definition
@@ -121,6 +133,12 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 		if err != nil {
 			msg := strings.TrimPrefix(err.Error(), "subagent: ")
 			errs = append(errs, fmt.Errorf("%s: invalid sub-agent definition:\n  %s", f, strings.ReplaceAll(msg, "\n", "\n  ")))
+			continue
+		}
+		var fe *subagent.FloorError
+		if errors.As(d.Sandbox.CheckFloor(floor), &fe) {
+			errs = append(errs, fmt.Errorf("%s: sub-agent %s is below the operator's sandbox floor (as this environment sets it; dispatchers and workers enforce their own):\n  %s",
+				f, d.Name, strings.Join(fe.Problems, "\n  ")))
 			continue
 		}
 		defs = append(defs, parsed{f, d})
@@ -152,6 +170,29 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 		fmt.Fprintf(out, "sub-agent %s %s (revision %d)\n", res.Name, res.Result, res.Revision)
 	}
 	return nil
+}
+
+// floorConfig is the operator's sandbox floor as the environment sets
+// it: the variables the dispatcher and the worker read (docs/sandbox.md,
+// "The operator's floor").
+type floorConfig struct {
+	Mode  string   `envconfig:"SANDBOX_FLOOR" default:"standard"`
+	Paths []string `envconfig:"SANDBOX_ALLOW_PATHS"`
+	Hosts []string `envconfig:"SANDBOX_ALLOW_HOSTS"`
+}
+
+// envFloor reads the operator's sandbox floor from the environment; an
+// invalid setting is an error naming it.
+func envFloor() (subagent.Floor, error) {
+	var c floorConfig
+	if err := config.Load(&c); err != nil {
+		return subagent.Floor{}, err
+	}
+	f := subagent.Floor{Mode: c.Mode, Paths: c.Paths, Hosts: c.Hosts}
+	if err := f.Validate(); err != nil {
+		return subagent.Floor{}, fmt.Errorf("config: %w", err)
+	}
+	return f, nil
 }
 
 // store writes d when it differs from the stored definition, with a
