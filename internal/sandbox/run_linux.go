@@ -82,7 +82,11 @@ func (sp *spare) discard() {
 // subreaper.
 func New(o Options) (*Launcher, error) {
 	var errs []error
-	for _, m := range []Mode{ModeNamespaces, ModePIDNamespace} {
+	modes := []Mode{ModePIDNamespace}
+	if o.Namespaces {
+		modes = []Mode{ModeNamespaces, ModePIDNamespace}
+	}
+	for _, m := range modes {
 		l, err := NewMode(o, m)
 		if err == nil {
 			return l, nil
@@ -420,6 +424,32 @@ type openBind struct {
 	write, dir bool
 }
 
+// under reports whether path lies inside one of dirs.
+func under(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if strings.HasPrefix(path, strings.TrimSuffix(d, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// openSource opens a bind's source. A root worker clones the path's mount
+// tree (open_tree), which the launcher moves into the run's root from its
+// own mount namespace — a plain descriptor of another mount namespace
+// cannot be bound there — without its user ever resolving the path. A
+// worker that is not root opens the path; the launcher, its own user,
+// binds it by path.
+func openSource(path string) (int, error) {
+	if os.Geteuid() == 0 {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err == nil || !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOSYS) {
+			return fd, err
+		}
+	}
+	return unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+}
+
 // openBinds opens each bind's host path (O_PATH, following links: /lib may
 // be a link to /usr/lib), leaving out paths that do not exist. Targets are
 // mounted in order, a parent before what lies under it.
@@ -428,11 +458,12 @@ func openBinds(bs []Bind) ([]openBind, error) {
 	slices.SortStableFunc(sorted, func(a, b Bind) int { return strings.Compare(a.Target, b.Target) })
 	var out []openBind
 	seen := map[string]bool{}
+	var shown []string // directories bound at their own host path
 	for _, b := range sorted {
-		if seen[b.Target] {
-			continue
+		if seen[b.Target] || b.Host == b.Target && under(b.Target, shown) {
+			continue // the run sees it already, through a folder above
 		}
-		fd, err := unix.Open(b.Host, unix.O_PATH|unix.O_CLOEXEC, 0)
+		fd, err := openSource(b.Host)
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
@@ -448,6 +479,9 @@ func openBinds(bs []Bind) ([]openBind, error) {
 			continue
 		}
 		seen[b.Target] = true
+		if b.Host == b.Target && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			shown = append(shown, b.Target)
+		}
 		out = append(out, openBind{f: os.NewFile(uintptr(fd), b.Host), target: b.Target, write: b.Write, dir: st.Mode&unix.S_IFMT == unix.S_IFDIR})
 	}
 	if len(out) > 240 {

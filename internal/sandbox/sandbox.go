@@ -108,6 +108,10 @@ type Options struct {
 	// are mapped to; 0 means DefaultRunUID. A worker that is not root
 	// maps runs to its own uid instead.
 	RunUID int
+	// Namespaces lets New choose ModeNamespaces. Until every runtime
+	// path is migrated to it, a worker asks for it explicitly
+	// (AGORA_SANDBOX_NAMESPACES; docs/sandbox.md, "Namespaces").
+	Namespaces bool
 }
 
 // RunUID is the uid (and gid) a run's processes have inside their user

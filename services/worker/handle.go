@@ -498,6 +498,11 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	}
 	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
 	inv.Env = append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
+	for _, kv := range inv.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			j.sandbox.pathEnv = v
+		}
+	}
 	if err := j.sandbox.prepare(ws); err != nil {
 		return inv, err
 	}

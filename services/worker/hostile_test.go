@@ -40,7 +40,9 @@ func requireSandbox(t *testing.T, svc *worker.Service, need string) {
 	case "cgroup":
 		ok = svc.Cgroups()
 	case "pidns":
-		ok = svc.Isolation() == "pid-namespace"
+		ok = svc.Isolation() == "pid-namespace" || svc.Isolation() == "namespaces"
+	case "namespaces":
+		ok = svc.Isolation() == "namespaces"
 	}
 	if ok {
 		return
@@ -52,7 +54,14 @@ func requireSandbox(t *testing.T, svc *worker.Service, need string) {
 	t.Skip(msg)
 }
 
-func TestHostileSubagents(t *testing.T) {
+func TestHostileSubagents(t *testing.T) { hostileSuite(t, false) }
+
+// TestHostileSubagentsInNamespaces runs the suite, and the attacks on the
+// box itself, against a worker whose runs have namespaces of their own
+// (AGORA_SANDBOX_NAMESPACES; docs/sandbox.md, "Namespaces").
+func TestHostileSubagentsInNamespaces(t *testing.T) { hostileSuite(t, true) }
+
+func hostileSuite(t *testing.T, namespaces bool) {
 	t.Setenv("AGORA_TEST_WORKER_SECRET", workerSecret)
 	h := newHarness(t, provision.Config{})
 	natsURL, _ := url.Parse(h.srv.URL)
@@ -82,7 +91,9 @@ func TestHostileSubagents(t *testing.T) {
 		t.Fatal(err)
 	}
 	outside := t.TempDir()
-	svc := h.startWorker(h.workerConfig(), worker.Deps{})
+	cfg := h.workerConfig()
+	cfg.SandboxNamespaces = namespaces
+	svc := h.startWorker(cfg, worker.Deps{})
 
 	cases := []struct {
 		name   string
@@ -107,10 +118,11 @@ exit 1`,
 			env: map[string]string{"CREDS": creds}},
 		{name: "read another dispatch's workspace", need: "landlock", script: `cat "$ROOT"/*/.agora/input.json | grep -q "$S1$S2" && { echo BREACH; exit 0; }; exit 1`,
 			env: map[string]string{"ROOT": h.root, "S1": workerSecret[:8], "S2": workerSecret[8:]}},
-		{name: "write outside the workspace", need: "landlock", script: `echo x > "$OUTSIDE/dropped" && { echo BREACH; exit 0; }; echo x > /tmp/agora-hostile-$AGORA_DISPATCH_ID && { echo BREACH; exit 0; }; exit 1`,
+		{name: "write outside the workspace", need: "landlock", script: `echo x > "$OUTSIDE/dropped" && { echo BREACH; exit 0; }; echo x > /var/tmp/agora-hostile-$AGORA_DISPATCH_ID && { echo BREACH; exit 0; }; echo x > /tmp/agora-hostile-$AGORA_DISPATCH_ID; exit 1`,
 			env: map[string]string{"OUTSIDE": outside},
 			check: func(t *testing.T, id string) {
-				for _, p := range []string{filepath.Join(outside, "dropped"), "/tmp/agora-hostile-" + id} {
+				// The run's /tmp is its own: what it wrote there is not the host's.
+				for _, p := range []string{filepath.Join(outside, "dropped"), "/tmp/agora-hostile-" + id, "/var/tmp/agora-hostile-" + id} {
 					if _, err := os.Stat(p); err == nil {
 						t.Errorf("%s was written", p)
 					}
@@ -142,10 +154,34 @@ read -t 2 line <&3 && echo BREACH' | grep -q BREACH && { echo BREACH; exit 0; };
 			// The runtime itself writes; a child killed by SIGXFSZ is the
 			// sub-agent's own failure (docs/sandbox.md).
 			script: `exec head -c 5000000 /dev/zero > big`},
+		// Attacks on the run's own box (docs/sandbox.md, "Threat model").
+		// perl makes the raw system calls a shell cannot.
+		{name: "multipath TCP to the NATS port", need: "namespaces", env: map[string]string{"PORT": natsURL.Port()},
+			script: `perl -e 'use Socket; socket(my $s, AF_INET, SOCK_STREAM, 262) or exit 1; connect($s, sockaddr_in($ENV{PORT}, inet_aton("127.0.0.1"))) or exit 1; exit 0' && { echo BREACH; exit 0; }
+perl -e 'use Socket; socket(my $s, AF_INET, SOCK_STREAM, 0) or exit 1; connect($s, sockaddr_in($ENV{PORT}, inet_aton("127.0.0.1"))) or exit 1; exit 0' && { echo BREACH; exit 0; }; exit 1`},
+		{name: "packet and raw sockets", need: "namespaces",
+			script: `perl -e 'socket(my $s, 17, 3, 0x0300) or exit 1; exit 0' && { echo BREACH; exit 0; }; perl -e 'socket(my $s, 2, 3, 6) or exit 1; exit 0' && { echo BREACH; exit 0; }; exit 1`},
+		{name: "capabilities of the runtime", need: "namespaces",
+			script: `for set in CapInh CapPrm CapEff CapBnd CapAmb; do grep -q "^$set:[[:space:]]*0000000000000000$" /proc/self/status || { grep Cap /proc/self/status; echo BREACH; exit 0; }; done; [ "$(id -u)" = 0 ] && { echo BREACH; exit 0; }; exit 1`},
+		{name: "the docker socket and the worker's files", need: "namespaces", env: map[string]string{"CREDS": creds},
+			script: `for p in /var/run/docker.sock /run/docker.sock /root "$CREDS" "$HOME/../../../../.."/etc/shadow; do [ -e "$p" ] && [ -r "$p" ] && [ "$p" != "$HOME/../../../../../etc/shadow" ] && { echo "BREACH $p"; exit 0; }; done; cat /etc/shadow 2>/dev/null && { echo BREACH; exit 0; }; exit 1`},
+		{name: "trace or signal the launcher", need: "namespaces",
+			script: `[ "$(uname -m)" = x86_64 ] || exit 1
+perl -e 'exit(syscall(101, 16, 1, 0, 0) == 0 ? 0 : 1)' && { echo BREACH ptrace; exit 0; }
+perl -e 'exit(syscall(310, 1, 0, 0, 1, 0, 0) >= 0 ? 0 : 1)' && { echo BREACH process_vm_readv; exit 0; }
+kill -HUP 1 2>/dev/null && { echo BREACH kill; exit 0; }; exit 1`},
+		{name: "new namespaces, mounts and io_uring", need: "namespaces",
+			script: `unshare -U true 2>/dev/null && { echo BREACH unshare; exit 0; }
+unshare -rm true 2>/dev/null && { echo BREACH unshare; exit 0; }
+[ "$(uname -m)" = x86_64 ] || exit 1
+perl -e 'my $p = "\0" x 120; exit(syscall(425, 8, $p) >= 0 ? 0 : 1)' && { echo BREACH io_uring; exit 0; }; exit 1`},
 		{name: "LD_PRELOAD through the request", script: `[ -n "$LD_PRELOAD$BASH_ENV$NODE_OPTIONS" ] && { echo BREACH; exit 0; }; exit 1`,
 			env: map[string]string{"LD_PRELOAD": "/tmp/evil.so", "BASH_ENV": "/tmp/evil.sh", "NODE_OPTIONS": "--require /tmp/evil.js"}},
 	}
 	for i, c := range cases {
+		if c.need == "namespaces" && !namespaces {
+			continue // the attacks on the box itself: TestHostileSubagentsInNamespaces
+		}
 		t.Run(c.name, func(t *testing.T) {
 			if c.need != "" {
 				requireSandbox(t, svc, c.need)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -202,18 +203,27 @@ func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 		return Result{ExitCode: -1, Err: err}
 	}
 	stdout, stderr := newTail(tailSize), newTail(tailSize)
-	var pol sandbox.Policy
-	if inv.sandbox != nil {
-		pol = inv.sandbox.policy
-		if pol.Landlock {
-			// The runtime's own executable, wherever the definition put it.
-			pol.ReadFiles = append(slices.Clone(pol.ReadFiles), path)
-		}
-	}
-	r := inv.launcher.Run(ctx, sandbox.Spec{
+	spec := sandbox.Spec{
 		Path: path, Args: argv, Env: inv.Env, Dir: inv.Workspace,
-		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.hold, Policy: pol,
-	})
+		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.hold,
+		Unconfined: inv.sandbox == nil || inv.sandbox.mode == subagent.SandboxOff,
+	}
+	if rs := inv.sandbox; rs != nil && !spec.Unconfined {
+		spec.Policy, spec.Cgroups = rs.policy, rs.cgroups
+		spec.Binds = append(slices.Clone(rs.binds), sandbox.Bind{Host: path, Target: path})
+		if spec.Policy.Landlock {
+			// The runtime's own executable, wherever the definition put it.
+			spec.Policy.ReadFiles = append(slices.Clone(spec.Policy.ReadFiles), path)
+		}
+		if rs.proxy != nil {
+			spec.Proxy = func(ctx context.Context, ln net.Listener) { _ = rs.proxy.Serve(ctx, ln) }
+		}
+		if err := rs.giveWorkspace(inv.Workspace); err != nil {
+			return Result{ExitCode: -1, Err: fmt.Errorf("worker: sandbox: workspace: %w", err)}
+		}
+		defer rs.takeWorkspace(inv.Workspace)
+	}
+	r := inv.launcher.Run(ctx, spec)
 	res := Result{ExitCode: r.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Signal: r.Signal}
 	if r.Err != nil {
 		res.Err = fmt.Errorf("worker: start %s: %w", argv[0], r.Err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -37,6 +39,13 @@ var (
 
 // runSandbox is one run's sandbox.
 type runSandbox struct {
+	isolation   sandbox.Mode
+	runUID      int    // the run's host uid; 0: the worker's own
+	helper      string // the agora binary shown at helperPath
+	binds       []sandbox.Bind
+	cgroups     []string
+	egress      []string // the proxy's allow rules; none: no proxy
+	proxy       *egress.Proxy
 	def         subagent.Sandbox
 	command     []string
 	ports       []int
@@ -50,6 +59,17 @@ type runSandbox struct {
 	pool        *cgroupPool       // the worker's cgroups
 	cgset       *cgroupSet        // the run's, while it runs
 	over        atomic.Value      // string: the limit a watcher saw passed
+	pathEnv     string            // the sub-agent's PATH before the helper's folder
+	log         *slog.Logger
+}
+
+// egressRules are the destinations the definition lets the run reach
+// through the egress proxy (docs/sandbox.md, "Egress proxy").
+func egressRules(sb subagent.Sandbox) []string {
+	if sb.ModeOrDefault() == subagent.SandboxStrict {
+		return nil
+	}
+	return sb.Network.Allow
 }
 
 // cgroupsUsable reports whether the worker can make per-run cgroups for
@@ -79,8 +99,12 @@ func cgroupsUsable() bool {
 // workspace exists.
 func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) *runSandbox {
 	sb := def.Sandbox
-	rs := &runSandbox{mode: sb.ModeOrDefault(), limits: sb.Limits.Resolve(timeout), env: map[string]string{}, ports: sb.Ports(), def: sb, command: def.Command}
+	rs := &runSandbox{mode: sb.ModeOrDefault(), limits: sb.Limits.Resolve(timeout), env: map[string]string{}, ports: sb.Ports(), def: sb, command: def.Command,
+		isolation: s.launcher.Mode(), helper: s.helper, egress: egressRules(sb), log: s.log}
 	host := s.launcher.Host()
+	if rs.isolation == sandbox.ModeNamespaces && host.RunUID != os.Geteuid() {
+		rs.runUID = host.RunUID
+	}
 	rs.report = &lifecycle.Sandbox{Mode: rs.mode, Isolation: string(s.launcher.Mode()), LandlockABI: host.LandlockABI}
 	if rs.mode == subagent.SandboxOff {
 		return rs
@@ -128,7 +152,8 @@ func (rs *runSandbox) prepare(ws string) error {
 		}
 	}
 	rs.env["TMPDIR"], rs.env["HOME"] = tmp, home
-	p := sandbox.Policy{Landlock: true, Rlimits: map[string]uint64{}}
+	ns := rs.isolation == sandbox.ModeNamespaces
+	p := sandbox.Policy{Landlock: true, Rlimits: map[string]uint64{}, Root: ns, Loopback: ns, Seccomp: ns}
 	p.WriteDirs = append([]string{ws}, rs.def.WritePaths...)
 	p.ReadDirs = append(append([]string{}, systemDirs...), rs.def.ReadPaths...)
 	if rs.mode == subagent.SandboxStrict {
@@ -152,8 +177,14 @@ func (rs *runSandbox) prepare(ws string) error {
 			p.ReadFiles = append(p.ReadFiles, a)
 		}
 	}
-	p.WriteFiles = deviceRW
-	p.ReadFiles = append(p.ReadFiles, deviceRO...)
+	if ns {
+		if err := rs.namespacePolicy(&p); err != nil {
+			return err
+		}
+	} else {
+		p.WriteFiles = deviceRW
+		p.ReadFiles = append(p.ReadFiles, deviceRO...)
+	}
 	p.TCPConnect = append(p.TCPConnect, rs.ports...)
 	l := rs.limits
 	set := func(name string, v int64) {
@@ -197,10 +228,126 @@ func (rs *runSandbox) makeCgroups() error {
 				return fmt.Errorf("sandbox: cgroup %s: %w", file, err)
 			}
 		}
-		rs.policy.Cgroups = append(rs.policy.Cgroups, filepath.Join(dir, "cgroup.procs"))
+		rs.cgroups = append(rs.cgroups, filepath.Join(dir, "cgroup.procs"))
 	}
 	set.pidsMax = pidsEvents(set)
 	return nil
+}
+
+// namespacePolicy adds to p what a run in namespaces of its own gets: the
+// binds its root shows, its private /tmp and /dev/shm, the agora helper
+// and the egress proxy (docs/sandbox.md, "Namespaces").
+func (rs *runSandbox) namespacePolicy(p *sandbox.Policy) error {
+	// The run's root shows these paths of the host and nothing else
+	// (the launcher makes /proc, /dev, /tmp and /dev/shm itself).
+	for _, d := range p.ReadDirs {
+		if d != "/proc" {
+			rs.binds = append(rs.binds, sandbox.Bind{Host: d, Target: d})
+		}
+	}
+	for _, f := range p.ReadFiles {
+		rs.binds = append(rs.binds, sandbox.Bind{Host: f, Target: f})
+	}
+	for _, d := range p.WriteDirs {
+		rs.binds = append(rs.binds, sandbox.Bind{Host: d, Target: d, Write: true})
+	}
+	p.WriteDirs = append(p.WriteDirs, "/tmp", "/dev/shm")
+	if rs.helper != "" {
+		rs.binds = append(rs.binds, sandbox.Bind{Host: rs.helper, Target: helperPath})
+		p.ReadFiles = append(p.ReadFiles, helperPath)
+		rs.env["PATH"] = filepath.Dir(helperPath) + ":" + subagentPath(rs.pathEnv)
+	}
+	if exe := selfExe(); exe != "" {
+		// The require_input MCP server the claude-code runtime starts.
+		rs.binds = append(rs.binds, sandbox.Bind{Host: exe, Target: exe})
+		p.ReadFiles = append(p.ReadFiles, exe)
+	}
+	p.WriteFiles = deviceRW
+	p.ReadFiles = append(p.ReadFiles, deviceRO...)
+	// The network is the run's own: loopback, and the egress proxy on
+	// 127.0.0.1:proxyPort when the definition allows destinations.
+	if len(rs.egress) > 0 {
+		px, err := egress.New(egress.Config{Allow: rs.egress, Logger: rs.log})
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		rs.proxy = px
+		p.ProxyPort = proxyPort
+		proxy := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
+		for _, k := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"} {
+			rs.env[k] = proxy
+		}
+		rs.env["NO_PROXY"], rs.env["no_proxy"] = "localhost,127.0.0.1,::1", "localhost,127.0.0.1,::1"
+		p.TCPConnect = append(p.TCPConnect, proxyPort)
+	}
+	return nil
+}
+
+// helperPath is where a sandboxed run finds the agora binary; its folder
+// leads the run's PATH. proxyPort is the egress proxy's port on the run's
+// own loopback.
+const (
+	helperPath = "/run/agora/bin/agora"
+	proxyPort  = 3128
+)
+
+// sandboxHelper finds the agora binary runs get as `agora`: configured,
+// else the worker's own executable when it is agora, else agora next to
+// it; "" when there is none.
+func sandboxHelper(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	exe := selfExe()
+	if exe == "" {
+		return ""
+	}
+	if filepath.Base(exe) == "agora" {
+		return exe
+	}
+	p := filepath.Join(filepath.Dir(exe), "agora")
+	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return p
+	}
+	return ""
+}
+
+// subagentPath is the PATH a sandboxed run keeps after the helper's
+// folder.
+func subagentPath(p string) string {
+	if p == "" {
+		return "/usr/local/bin:/usr/bin:/bin"
+	}
+	return p
+}
+
+// giveWorkspace hands ws and everything in it (all the worker's own, made
+// for this run) to the run's host user, when runs have one of their own.
+func (rs *runSandbox) giveWorkspace(ws string) error {
+	if rs == nil || rs.runUID == 0 || rs.mode == subagent.SandboxOff {
+		return nil
+	}
+	return filepath.WalkDir(ws, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, rs.runUID, rs.runUID)
+	})
+}
+
+// takeWorkspace gives the workspace's own folders back to the worker once
+// the run is over (and every process of it gone), so a parked workspace
+// is the worker's again; what the run made in them is removed as the
+// worker's anyway. Links are never followed.
+func (rs *runSandbox) takeWorkspace(ws string) {
+	if rs == nil || rs.runUID == 0 || rs.mode == subagent.SandboxOff {
+		return
+	}
+	for _, d := range []string{ws, filepath.Join(ws, ".agora"), filepath.Join(ws, ".agora", "artifacts"), filepath.Join(ws, ".agora", "home"), filepath.Join(ws, ".agora", "tmp")} {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			_ = os.Lchown(d, os.Geteuid(), os.Getegid())
+		}
+	}
 }
 
 // cgroupSet is one pooled cgroup per hierarchy. Making and removing

@@ -76,6 +76,7 @@ type Service struct {
 	defCache defCache
 	launcher *sandbox.Launcher
 	cgroups  bool        // per-run cgroups can be made (sandbox.go)
+	helper   string      // the agora binary runs find on their PATH; "" none
 	cgpool   *cgroupPool // cgroup sets reused across runs
 	spares   *spares     // parked workspaces (workspace.go); nil with KeepWorkspaces
 }
@@ -130,13 +131,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.runtimes[k] = v
 	}
 	s.source = lifecycle.Source("worker", cfg.ID)
-	if s.launcher, err = sandbox.New(cfg.SandboxLauncher); err != nil {
+	if s.launcher, err = sandbox.New(sandbox.Options{Bin: cfg.SandboxLauncher, RunUID: cfg.SandboxUID, Namespaces: cfg.SandboxNamespaces}); err != nil {
 		if cfg.SandboxLauncher != "" {
 			return nil, fmt.Errorf("worker: AGORA_SANDBOX_LAUNCHER=%s: %w", cfg.SandboxLauncher, err)
 		}
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	s.cgroups = cgroupsUsable()
+	s.helper = sandboxHelper(cfg.SandboxHelper)
 	if !cfg.KeepWorkspaces {
 		s.spares = &spares{max: max(cfg.Concurrency, 1)}
 	}

@@ -172,7 +172,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		defer os.RemoveAll(wsRoot)
 	}
 	rep.WorkspaceRoot = wsRoot
-	if l, err := sandbox.New(""); err == nil {
+	if l, err := sandbox.New(sandbox.Options{}); err == nil {
 		rep.Launcher, rep.SandboxMode = l.Executable(), string(l.Mode())
 	}
 	// Two raw baselines: the no-op rows compare with the first, the exec

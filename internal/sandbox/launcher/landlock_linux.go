@@ -56,7 +56,7 @@ func llHandled(abi int) llsys.RulesetAttr {
 // launcher's — with the signal scope, the runtime cannot signal its
 // launcher. no_new_privs must already be set on the thread.
 func restrictThread(abi int, p Policy, extraRead ...string) error {
-	fd, err := ruleset(abi, p, extraRead...)
+	fd, err := ruleset(abi, p, true, extraRead...)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,10 @@ func restrictThread(abi int, p Policy, extraRead ...string) error {
 // 8, which stops each thread to run the call on it): no thread of the
 // launcher is left outside the run's domain for the runtime to reach.
 func restrictAll(abi int, p Policy, extraRead ...string) error {
-	fd, err := ruleset(abi, p, extraRead...)
+	// Unscoped: the launcher must signal the runtime's tree, whose domain
+	// need not be nested in this one (a Go thread made from one psx did
+	// not reach starts outside it).
+	fd, err := ruleset(abi, p, false, extraRead...)
 	if err != nil {
 		return err
 	}
@@ -86,11 +89,15 @@ func restrictAll(abi int, p Policy, extraRead ...string) error {
 	return nil
 }
 
-// ruleset builds the policy's Landlock ruleset and returns its descriptor.
-// Paths that do not exist are left out; a file given as a directory rule
-// gets the rights that apply to files.
-func ruleset(abi int, p Policy, extraRead ...string) (int, error) {
+// ruleset builds the policy's Landlock ruleset and returns its descriptor;
+// scoped adds the signal and abstract-socket scopes. Paths that do not
+// exist are left out; a file given as a directory rule gets the rights
+// that apply to files.
+func ruleset(abi int, p Policy, scoped bool, extraRead ...string) (int, error) {
 	attr := llHandled(abi)
+	if !scoped {
+		attr.Scoped = 0
+	}
 	fd, err := llsys.LandlockCreateRuleset(&attr, 0)
 	if err != nil {
 		return -1, fmt.Errorf("landlock_create_ruleset: %w", err)

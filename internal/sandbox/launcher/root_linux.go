@@ -48,15 +48,6 @@ func buildRoot(p Policy, fds []int) error {
 		return fmt.Errorf("root: %w", err)
 	}
 	defer unix.Close(rootFD)
-	for _, b := range p.Binds {
-		if b.FD < 0 || b.FD >= len(fds) || fds[b.FD] < 0 {
-			return fmt.Errorf("root: bind %s: no descriptor %d", b.Target, b.FD)
-		}
-		src := "/proc/self/fd/" + strconv.Itoa(fds[b.FD])
-		if err := bindAt(rootFD, src, b.Target, b.Dir, b.Write, false); err != nil {
-			return err
-		}
-	}
 	// A fresh /proc for the run's PID namespace: it lists only the run's
 	// processes.
 	if err := mkdirIn(rootFD, "/proc"); err != nil {
@@ -77,6 +68,16 @@ func buildRoot(p Policy, fds []int) error {
 	}
 	if err := unix.Mount("tmpfs", stageRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatUint(tmp, 10)+",nr_inodes=65536"); err != nil {
 		return fmt.Errorf("root: /tmp: %w", err)
+	}
+	// The binds come last: one may lie under /tmp (a workspace root
+	// there) and must not be covered by the private /tmp.
+	for _, b := range p.Binds {
+		if b.FD < 0 || b.FD >= len(fds) || fds[b.FD] < 0 {
+			return fmt.Errorf("root: bind %s: no descriptor %d", b.Target, b.FD)
+		}
+		if err := bindAt(rootFD, fds[b.FD], "", b.Target, b.Dir, b.Write, false); err != nil {
+			return err
+		}
 	}
 	// Enter it; the host's root goes away with the old root's mounts.
 	if err := unix.Chdir(stageRoot); err != nil {
@@ -109,7 +110,7 @@ func buildDev(rootFD int) error {
 		return fmt.Errorf("root: /dev: %w", err)
 	}
 	for _, d := range devices {
-		if err := bindAt(rootFD, "/dev/"+d, "/dev/"+d, false, true, true); err != nil {
+		if err := bindAt(rootFD, -1, "/dev/"+d, "/dev/"+d, false, true, true); err != nil {
 			return err
 		}
 	}
@@ -130,12 +131,15 @@ func buildDev(rootFD int) error {
 	return nil
 }
 
-// bindAt mounts src at target inside the staged root (recursively), then
-// makes the bind and everything under it nosuid and nodev, and read-only
-// unless write. Missing parents are made in the root's tmpfs; a target
+// bindAt mounts a source at target inside the staged root, then makes the
+// mount and everything under it nosuid and nodev, and read-only unless
+// write. The source is srcFD — a detached mount tree a root worker made
+// with open_tree (moved into place), or a plain descriptor (bound through
+// its path, which the launcher's user can then reach) — or, when srcFD is
+// -1, the path src. Missing parents are made in the root's tmpfs; a target
 // reached through a symbolic link is refused (a link could aim the mount
 // anywhere).
-func bindAt(rootFD int, src, target string, dir, write, device bool) error {
+func bindAt(rootFD, srcFD int, src, target string, dir, write, device bool) error {
 	rel := strings.TrimPrefix(filepath.Clean(target), "/")
 	if rel == "" || rel == "." {
 		return fmt.Errorf("root: bind %s: cannot replace the root", target)
@@ -160,7 +164,7 @@ func bindAt(rootFD int, src, target string, dir, write, device bool) error {
 	} else if err != nil {
 		return fmt.Errorf("root: bind %s: %w", target, err)
 	}
-	if err := unix.Mount(src, full, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if err := mountFrom(srcFD, src, full); err != nil {
 		return fmt.Errorf("root: bind %s: %w", target, err)
 	}
 	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
@@ -206,4 +210,23 @@ func mkdirIn(rootFD int, dir string) error {
 		}
 	}
 	return nil
+}
+
+// mountFrom mounts srcFD (or the path src when srcFD is -1) at full.
+func mountFrom(srcFD int, src, full string) error {
+	if srcFD >= 0 {
+		err := unix.MoveMount(srcFD, "", unix.AT_FDCWD, full, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		if err == nil {
+			return nil
+		}
+		if err != unix.EINVAL {
+			return fmt.Errorf("move_mount: %w", err)
+		}
+		// Not a detached tree: a plain descriptor of the worker's mount
+		// namespace, which cannot be bound from here; its path can.
+		if src, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(srcFD)); err != nil {
+			return err
+		}
+	}
+	return unix.Mount(src, full, "", unix.MS_BIND|unix.MS_REC, "")
 }
