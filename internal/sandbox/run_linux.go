@@ -82,11 +82,7 @@ func (sp *spare) discard() {
 // subreaper.
 func New(o Options) (*Launcher, error) {
 	var errs []error
-	modes := []Mode{ModePIDNamespace}
-	if o.Namespaces {
-		modes = []Mode{ModeNamespaces, ModePIDNamespace}
-	}
-	for _, m := range modes {
+	for _, m := range []Mode{ModeNamespaces, ModePIDNamespace} {
 		l, err := NewMode(o, m)
 		if err == nil {
 			return l, nil
@@ -162,7 +158,7 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 	// unprivileged host uid — the worker's own when it is not root, the
 	// configured one (never 0) when it is.
 	hostUID, hostGID, rootless := os.Geteuid(), os.Getegid(), os.Geteuid() != 0
-	if !rootless {
+	if !rootless && o.RunUID != OwnUID {
 		hostUID, hostGID = o.runUID(), o.runUID()
 	}
 	nsAttr := func() *syscall.SysProcAttr {

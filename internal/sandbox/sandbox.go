@@ -105,13 +105,11 @@ type Options struct {
 	// Bin is the launcher binary; empty means Executable's choice.
 	Bin string
 	// RunUID is the unprivileged host uid (and gid) a root worker's runs
-	// are mapped to; 0 means DefaultRunUID. A worker that is not root
-	// maps runs to its own uid instead.
+	// are mapped to; 0 means DefaultRunUID; OwnUID keeps the worker's own
+	// (a root worker's runs are then uid 0 on the host, without any
+	// capability: for tests and single-user machines). A worker that is
+	// not root always maps runs to its own uid.
 	RunUID int
-	// Namespaces lets New choose ModeNamespaces. Until every runtime
-	// path is migrated to it, a worker asks for it explicitly
-	// (AGORA_SANDBOX_NAMESPACES; docs/sandbox.md, "Namespaces").
-	Namespaces bool
 }
 
 // RunUID is the uid (and gid) a run's processes have inside their user
@@ -119,10 +117,14 @@ type Options struct {
 const (
 	RunUID        = 1000
 	DefaultRunUID = 1000000000
+	OwnUID        = -1
 )
 
 func (o Options) runUID() int {
-	if o.RunUID > 0 {
+	switch {
+	case o.RunUID == OwnUID:
+		return os.Geteuid()
+	case o.RunUID > 0:
 		return o.RunUID
 	}
 	return DefaultRunUID

@@ -44,14 +44,12 @@ type Config struct {
 	// worker's executable itself (docs/sandbox.md).
 	SandboxLauncher string `envconfig:"SANDBOX_LAUNCHER"`
 	// SandboxUID is the unprivileged host uid (and gid) a root worker's
-	// runs are mapped to; default 1000000000. A worker that is not root
-	// maps runs to its own uid (docs/sandbox.md, "No privilege").
+	// runs are mapped to; default 1000000000; -1 keeps the worker's own
+	// (root without any capability: tests and single-user machines only).
+	// A worker that is not root maps runs to its own uid (docs/sandbox.md,
+	// "No privilege").
 	SandboxUID int `envconfig:"SANDBOX_UID"`
-	// SandboxNamespaces, when true, gives every sandboxed run user, PID,
-	// mount, network, IPC and UTS namespaces of its own, a root of its
-	// own, no capability and the seccomp filter (docs/sandbox.md,
-	// "Namespaces"). Off by default in this release.
-	SandboxNamespaces bool `envconfig:"SANDBOX_NAMESPACES"`
+
 	// SandboxHelper is the agora binary a sandboxed run finds as `agora`
 	// on its PATH (for agora needs-input and agora progress); default the
 	// worker's own executable when it is agora, else agora next to it.
@@ -170,8 +168,8 @@ func (c Config) Validate() error {
 	if c.WorkspaceRoot != "" && !filepath.IsAbs(c.WorkspaceRoot) {
 		errs = append(errs, fmt.Errorf("AGORA_WORKSPACE_ROOT=%q: must be an absolute path", c.WorkspaceRoot))
 	}
-	if c.SandboxUID < 0 {
-		errs = append(errs, fmt.Errorf("AGORA_SANDBOX_UID=%d: must be a positive uid, not root", c.SandboxUID))
+	if c.SandboxUID < -1 {
+		errs = append(errs, fmt.Errorf("AGORA_SANDBOX_UID=%d: want an unprivileged uid, or -1 for the worker's own", c.SandboxUID))
 	}
 	if c.SandboxHelper != "" && !filepath.IsAbs(c.SandboxHelper) {
 		errs = append(errs, fmt.Errorf("AGORA_SANDBOX_HELPER=%q: must be an absolute path", c.SandboxHelper))

@@ -23,7 +23,7 @@ func (h *harness) startWorkerProcess(id string) (*exec.Cmd, *bytes.Buffer) {
 	h.t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "WORKER_TEST_MAIN=1", "AGORA_NATS_URL="+h.srv.URL, "AGORA_WORKSPACE_ROOT="+h.root,
-		"AGORA_WORKER_ID="+id, "AGORA_WORKER_CONCURRENCY=1", "AGORA_WORKER_PULL_EXPIRY=500ms")
+		"AGORA_WORKER_ID="+id, "AGORA_WORKER_CONCURRENCY=1", "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_SANDBOX_UID=-1")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

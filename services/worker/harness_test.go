@@ -25,6 +25,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -117,7 +118,11 @@ func (h *harness) shell(name, script string, mod ...func(*subagent.Definition)) 
 }
 
 func (h *harness) workerConfig() worker.Config {
-	return worker.Config{WorkspaceRoot: h.root, Concurrency: 2, KillGrace: 500 * time.Millisecond, PullExpiry: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}
+	// The runs keep the test's own uid (without any capability), so the
+	// sub-agents of these tests can write the markers the tests leave in
+	// their temporary folders; the hostile suite runs as a real root
+	// worker does, mapped to an unprivileged uid.
+	return worker.Config{WorkspaceRoot: h.root, Concurrency: 2, KillGrace: 500 * time.Millisecond, PullExpiry: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second, SandboxUID: sandbox.OwnUID}
 }
 
 // startWorker runs a worker in this process until the test ends.

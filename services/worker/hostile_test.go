@@ -54,14 +54,7 @@ func requireSandbox(t *testing.T, svc *worker.Service, need string) {
 	t.Skip(msg)
 }
 
-func TestHostileSubagents(t *testing.T) { hostileSuite(t, false) }
-
-// TestHostileSubagentsInNamespaces runs the suite, and the attacks on the
-// box itself, against a worker whose runs have namespaces of their own
-// (AGORA_SANDBOX_NAMESPACES; docs/sandbox.md, "Namespaces").
-func TestHostileSubagentsInNamespaces(t *testing.T) { hostileSuite(t, true) }
-
-func hostileSuite(t *testing.T, namespaces bool) {
+func TestHostileSubagents(t *testing.T) {
 	t.Setenv("AGORA_TEST_WORKER_SECRET", workerSecret)
 	h := newHarness(t, provision.Config{})
 	natsURL, _ := url.Parse(h.srv.URL)
@@ -92,7 +85,7 @@ func hostileSuite(t *testing.T, namespaces bool) {
 	}
 	outside := t.TempDir()
 	cfg := h.workerConfig()
-	cfg.SandboxNamespaces = namespaces
+	cfg.SandboxUID = 0 // the default: an unprivileged host uid
 	svc := h.startWorker(cfg, worker.Deps{})
 
 	cases := []struct {
@@ -179,9 +172,6 @@ perl -e 'my $p = "\0" x 120; exit(syscall(425, 8, $p) >= 0 ? 0 : 1)' && { echo B
 			env: map[string]string{"LD_PRELOAD": "/tmp/evil.so", "BASH_ENV": "/tmp/evil.sh", "NODE_OPTIONS": "--require /tmp/evil.js"}},
 	}
 	for i, c := range cases {
-		if c.need == "namespaces" && !namespaces {
-			continue // the attacks on the box itself: TestHostileSubagentsInNamespaces
-		}
 		t.Run(c.name, func(t *testing.T) {
 			if c.need != "" {
 				requireSandbox(t, svc, c.need)

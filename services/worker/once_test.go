@@ -157,7 +157,7 @@ func TestWorkerBinaryOnce(t *testing.T) {
 		t.Fatalf("worker --once: %v\n%s", err, stderr.String())
 		return 0, ""
 	}
-	good := []string{"AGORA_NATS_URL=" + h.srv.URL, "AGORA_WORKSPACE_ROOT=" + h.root, "AGORA_WORKER_PULL_EXPIRY=500ms"}
+	good := []string{"AGORA_NATS_URL=" + h.srv.URL, "AGORA_WORKSPACE_ROOT=" + h.root, "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_SANDBOX_UID=-1"}
 
 	t.Run("provider-failed exits with the runtime's code", func(t *testing.T) {
 		h.shell("exit3", `echo failing >&2; exit 3`)

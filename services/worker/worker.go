@@ -131,7 +131,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.runtimes[k] = v
 	}
 	s.source = lifecycle.Source("worker", cfg.ID)
-	if s.launcher, err = sandbox.New(sandbox.Options{Bin: cfg.SandboxLauncher, RunUID: cfg.SandboxUID, Namespaces: cfg.SandboxNamespaces}); err != nil {
+	if s.launcher, err = sandbox.New(sandbox.Options{Bin: cfg.SandboxLauncher, RunUID: cfg.SandboxUID}); err != nil {
 		if cfg.SandboxLauncher != "" {
 			return nil, fmt.Errorf("worker: AGORA_SANDBOX_LAUNCHER=%s: %w", cfg.SandboxLauncher, err)
 		}

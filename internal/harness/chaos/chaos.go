@@ -132,8 +132,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		return rep, err
 	}
 	defer os.RemoveAll(dir)
+	// The sub-agent's side folder is a write_path: the run's own host user
+	// (unprivileged under a root worker, docs/sandbox.md) must reach and
+	// write it, nothing else of dir.
 	side := filepath.Join(dir, "side")
 	if err := os.Mkdir(side, 0o755); err != nil {
+		return rep, err
+	}
+	if err := errors.Join(os.Chmod(dir, 0o711), os.Chmod(side, 0o1777)); err != nil {
 		return rep, err
 	}
 	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")})
