@@ -1,0 +1,50 @@
+package main_test
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReadmeShellSubagentUnderTheDefaultSandbox runs the README's shell
+// sub-agent (agora needs-input from a script) with no sandbox block at all,
+// under agora dev as the tests run it (root in CI): the run finds the agora
+// helper on its PATH inside its own root and namespaces, and the question
+// reaches the waiting client.
+func TestReadmeShellSubagentUnderTheDefaultSandbox(t *testing.T) {
+	t.Parallel()
+	d := devServer(t)
+	resp, err := http.Get(d.httpURL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(health), `"isolation":"namespaces"`) {
+		t.Fatalf("agora dev's worker does not give runs namespaces of their own: /healthz %s", health)
+	}
+	def := writeFile(t, "deployer.yaml", `name: readme-deployer
+runtime: exec
+command:
+  - sh
+  - -c
+  - |
+    agora needs-input --question "Deploy to staging or production?" --option staging --option production \
+      --kind decision --partial-state '{"checked": ["migrations apply cleanly"]}' && exit 0
+`)
+	mustAgora(t, "subagent", "apply", "-f", def)
+	wait := start(t, "dispatch", "readme-deployer", "--input", `{}`, "--wait")
+	re := regexp.MustCompile(`agora answer (q-\S+) staging$`)
+	line := wait.waitLine(t, 30*time.Second, re.MatchString)
+	out := wait.stdout.String()
+	for _, want := range []string{"Deploy to staging or production?", "Options: staging, production"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the question block lacks %q:\n%s", want, out)
+		}
+	}
+	qid := re.FindStringSubmatch(line)[1]
+	mustAgora(t, "answer", qid, "production")
+}
