@@ -15,9 +15,11 @@
 //     in its arguments or environment;
 //   - fd 4: one end of a Unix stream socket on which the worker sends one
 //     Start message, then shuts its side for writing and waits for one
-//     byte back (the launcher's receipt). The message carries, as
-//     SCM_RIGHTS, the runtime's stdout and stderr and, when there is one,
-//     a descriptor kept open until the tree is gone (the workspace lock).
+//     byte back (the launcher's receipt, carrying as SCM_RIGHTS the proxy
+//     listener of the run's network when the policy asks for one). The
+//     message carries, as SCM_RIGHTS, the runtime's stdout and stderr, a
+//     descriptor kept open until the tree is gone (the workspace lock) and
+//     the sources of the policy's binds, which name them by index.
 //     A launcher whose socket closes with no message exits quietly;
 //   - fd 3: the result pipe: once the runtime's whole tree is gone, the
 //     launcher closes the descriptors it was sent (releasing the lock) and
@@ -40,7 +42,7 @@ import (
 const (
 	Name      = "agora-sandbox"
 	ProbeName = "agora-sandbox-probe"
-	Protocol  = "agora-sandbox/2"
+	Protocol  = "agora-sandbox/3"
 )
 
 // Start is the run a started launcher is given: the runtime, its
