@@ -278,6 +278,11 @@ func (t *tools) follow(ctx context.Context, req *mcp.CallToolRequest, threadID, 
 // still waits for an answer. The router makes the record just after the
 // event; until it exists the event's own fields stand for it.
 func (t *tools) openQuestion(ctx context.Context, d *lifecycle.NeedsInput) (lifecycle.Question, bool, error) {
+	// A thread whose cancel was requested while it waited ends cancelled:
+	// its question is being withdrawn, whatever its record says yet.
+	if rec, err := t.s.c.Status(ctx, d.DispatchID); err == nil && rec.CancelRequested != nil {
+		return lifecycle.Question{}, false, nil
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		q, err := t.s.c.Question(ctx, d.QuestionID)
