@@ -54,6 +54,12 @@ type Config struct {
 	// on its PATH (for agora needs-input and agora progress); default the
 	// worker's own executable when it is agora, else agora next to it.
 	SandboxHelper string `envconfig:"SANDBOX_HELPER"`
+	// SandboxWorkspace is how a run's workspace_size holds: "tmpfs" (the
+	// default for a root worker whose runs have namespaces of their own: a
+	// filesystem of that size per run, so a write past it fails; its pages
+	// count against the run's memory) or "watch" (the size checked once a
+	// second; always so for other workers) (docs/sandbox.md).
+	SandboxWorkspace string `envconfig:"SANDBOX_WORKSPACE"`
 	// ClaudeBin is the claude CLI the claude-code runtime runs.
 	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
 	// ArtifactMaxFile, ArtifactMaxTotal and ArtifactMaxCount cap the files
@@ -170,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.SandboxUID < -1 {
 		errs = append(errs, fmt.Errorf("AGORA_SANDBOX_UID=%d: want an unprivileged uid, or -1 for the worker's own", c.SandboxUID))
+	}
+	if c.SandboxWorkspace != "" && c.SandboxWorkspace != "tmpfs" && c.SandboxWorkspace != "watch" {
+		errs = append(errs, fmt.Errorf("AGORA_SANDBOX_WORKSPACE=%q: want tmpfs or watch", c.SandboxWorkspace))
 	}
 	if c.SandboxHelper != "" && !filepath.IsAbs(c.SandboxHelper) {
 		errs = append(errs, fmt.Errorf("AGORA_SANDBOX_HELPER=%q: must be an absolute path", c.SandboxHelper))

@@ -131,6 +131,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	cleanup := func() {
 		_, cspan := telemetry.Tracer().Start(ctx, "agora.run.cleanup")
 		defer cspan.End()
+		j.sandbox.unmountWorkspace()
 		switch {
 		case ws == "" || s.cfg.KeepWorkspaces:
 			if inv.hold != nil {
@@ -178,7 +179,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	defer deadline.Stop()
 	// The workspace's size is watched while the run goes on.
 	var wsTick <-chan time.Time
-	if l := j.sandbox.limits.WorkspaceSize; j.sandbox.mode != subagent.SandboxOff && l > 0 {
+	if l := j.sandbox.limits.WorkspaceSize; j.sandbox.mode != subagent.SandboxOff && l > 0 && j.sandbox.wsMounted == "" {
 		t := time.NewTicker(workspaceWatch)
 		defer t.Stop()
 		wsTick = t.C
@@ -468,6 +469,9 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 		return Invocation{}, err
 	}
 	inv := Invocation{Workspace: ws, hold: hold, launcher: s.launcher}
+	if err := j.sandbox.mountWorkspace(ws); err != nil {
+		return inv, err
+	}
 	input := map[string]json.RawMessage{}
 	if len(j.req.Input) > 0 && string(j.req.Input) != "null" {
 		if err := json.Unmarshal(j.req.Input, &input); err != nil {

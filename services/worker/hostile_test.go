@@ -3,9 +3,11 @@ package worker_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -147,27 +149,16 @@ read -t 2 line <&3 && echo BREACH' | grep -q BREACH && { echo BREACH; exit 0; };
 			// The runtime itself writes; a child killed by SIGXFSZ is the
 			// sub-agent's own failure (docs/sandbox.md).
 			script: `exec head -c 5000000 /dev/zero > big`},
-		// Attacks on the run's own box (docs/sandbox.md, "Threat model").
-		// perl makes the raw system calls a shell cannot.
-		{name: "multipath TCP to the NATS port", need: "namespaces", env: map[string]string{"PORT": natsURL.Port()},
-			script: `perl -e 'use Socket; socket(my $s, AF_INET, SOCK_STREAM, 262) or exit 1; connect($s, sockaddr_in($ENV{PORT}, inet_aton("127.0.0.1"))) or exit 1; exit 0' && { echo BREACH; exit 0; }
-perl -e 'use Socket; socket(my $s, AF_INET, SOCK_STREAM, 0) or exit 1; connect($s, sockaddr_in($ENV{PORT}, inet_aton("127.0.0.1"))) or exit 1; exit 0' && { echo BREACH; exit 0; }; exit 1`},
-		{name: "packet and raw sockets", need: "namespaces",
-			script: `perl -e 'socket(my $s, 17, 3, 0x0300) or exit 1; exit 0' && { echo BREACH; exit 0; }; perl -e 'socket(my $s, 2, 3, 6) or exit 1; exit 0' && { echo BREACH; exit 0; }; exit 1`},
-		{name: "capabilities of the runtime", need: "namespaces",
-			script: `for set in CapInh CapPrm CapEff CapBnd CapAmb; do grep -q "^$set:[[:space:]]*0000000000000000$" /proc/self/status || { grep Cap /proc/self/status; echo BREACH; exit 0; }; done; [ "$(id -u)" = 0 ] && { echo BREACH; exit 0; }; exit 1`},
-		{name: "the docker socket and the worker's files", need: "namespaces", env: map[string]string{"CREDS": creds},
-			script: `for p in /var/run/docker.sock /run/docker.sock /root "$CREDS" "$HOME/../../../../.."/etc/shadow; do [ -e "$p" ] && [ -r "$p" ] && [ "$p" != "$HOME/../../../../../etc/shadow" ] && { echo "BREACH $p"; exit 0; }; done; cat /etc/shadow 2>/dev/null && { echo BREACH; exit 0; }; exit 1`},
-		{name: "trace or signal the launcher", need: "namespaces",
-			script: `[ "$(uname -m)" = x86_64 ] || exit 1
-perl -e 'exit(syscall(101, 16, 1, 0, 0) == 0 ? 0 : 1)' && { echo BREACH ptrace; exit 0; }
-perl -e 'exit(syscall(310, 1, 0, 0, 1, 0, 0) >= 0 ? 0 : 1)' && { echo BREACH process_vm_readv; exit 0; }
-kill -HUP 1 2>/dev/null && { echo BREACH kill; exit 0; }; exit 1`},
-		{name: "new namespaces, mounts and io_uring", need: "namespaces",
-			script: `unshare -U true 2>/dev/null && { echo BREACH unshare; exit 0; }
-unshare -rm true 2>/dev/null && { echo BREACH unshare; exit 0; }
-[ "$(uname -m)" = x86_64 ] || exit 1
-perl -e 'my $p = "\0" x 120; exit(syscall(425, 8, $p) >= 0 ? 0 : 1)' && { echo BREACH io_uring; exit 0; }; exit 1`},
+		// Attacks on the run's own box (docs/sandbox.md, "Threat model"),
+		// shared with TestBoxAttacksBreachWithoutTheSandbox.
+		{name: "multipath TCP to the NATS port", need: "namespaces", env: map[string]string{"PORT": natsURL.Port()}, script: attackMPTCP},
+		{name: "packet and raw sockets", need: "namespaces", script: attackPacket},
+		{name: "capabilities of the runtime", need: "namespaces", script: attackCaps},
+		{name: "the docker socket and the worker's files", need: "namespaces", env: map[string]string{"CREDS": creds}, script: attackFiles},
+		{name: "trace or signal the launcher", need: "namespaces", script: attackTrace},
+		{name: "new namespaces, mounts and io_uring", need: "namespaces", script: attackUnshare},
+		{name: "fallocate past the workspace cap", need: "namespaces", box: subagent.Sandbox{Limits: subagent.Limits{WorkspaceSize: "8MiB"}}, reason: lifecycle.ReasonLimitExceeded,
+			script: `fallocate -l 2G big && { echo BREACH; exit 0; }; head -c 9000000 /dev/zero > big2 && { echo BREACH; exit 0; }; exit 1`},
 		{name: "LD_PRELOAD through the request", script: `[ -n "$LD_PRELOAD$BASH_ENV$NODE_OPTIONS" ] && { echo BREACH; exit 0; }; exit 1`,
 			env: map[string]string{"LD_PRELOAD": "/tmp/evil.so", "BASH_ENV": "/tmp/evil.sh", "NODE_OPTIONS": "--require /tmp/evil.js"}},
 	}
@@ -218,5 +209,65 @@ perl -e 'my $p = "\0" x 120; exit(syscall(425, 8, $p) >= 0 ? 0 : 1)' && { echo B
 	}
 	if st == nil || st.Sandbox == nil || st.Sandbox.Mode != subagent.SandboxStandard || st.Sandbox.Isolation == "" {
 		t.Fatalf("started.sandbox = %+v, want the standard mode and the isolation in force", st)
+	}
+}
+
+// Attacks on the box itself; each prints BREACH when it works. perl makes
+// the raw system calls a shell cannot (x86_64 numbers where it calls
+// syscall directly).
+const (
+	attackMPTCP = `perl -e 'use Socket; socket(my $s, AF_INET, SOCK_STREAM, 262) or exit 1; connect($s, sockaddr_in($ENV{PORT}, inet_aton("127.0.0.1"))) or exit 1; exit 0' && { echo BREACH; exit 0; }
+perl -e 'use Socket; socket(my $s, AF_INET, SOCK_STREAM, 0) or exit 1; connect($s, sockaddr_in($ENV{PORT}, inet_aton("127.0.0.1"))) or exit 1; exit 0' && { echo BREACH; exit 0; }; exit 1`
+	attackPacket = `perl -e 'socket(my $s, 17, 3, 0x0300) or exit 1; exit 0' && { echo BREACH; exit 0; }; perl -e 'socket(my $s, 2, 3, 6) or exit 1; exit 0' && { echo BREACH; exit 0; }; exit 1`
+	attackCaps   = `for set in CapInh CapPrm CapEff CapBnd CapAmb; do grep -q "^$set:[[:space:]]*0000000000000000$" /proc/self/status || { grep Cap /proc/self/status; echo BREACH; exit 0; }; done; [ "$(id -u)" = 0 ] && { echo BREACH; exit 0; }; exit 1`
+	attackFiles  = `for p in /var/run/docker.sock /run/docker.sock /root "$CREDS"; do [ -e "$p" ] && [ -r "$p" ] && { echo "BREACH $p"; exit 0; }; done; cat /etc/shadow 2>/dev/null && { echo BREACH; exit 0; }; exit 1`
+	attackTrace  = `[ "$(uname -m)" = x86_64 ] || exit 1
+perl -e 'exit(syscall(101, 0x4206, 1, 0, 0) == 0 ? 0 : 1)' && { echo BREACH ptrace; exit 0; }
+perl -e 'exit(syscall(310, 1, 0, 0, 1, 0, 0) >= 0 ? 0 : 1)' && { echo BREACH process_vm_readv; exit 0; }
+kill -HUP 1 2>/dev/null && { echo BREACH kill; exit 0; }; exit 1`
+	attackUnshare = `unshare -U true 2>/dev/null && { echo BREACH unshare; exit 0; }
+unshare -rm true 2>/dev/null && { echo BREACH unshare; exit 0; }
+[ "$(uname -m)" = x86_64 ] || exit 1
+perl -e 'my $p = "\0" x 120; exit(syscall(425, 8, $p) >= 0 ? 0 : 1)' && { echo BREACH io_uring; exit 0; }; exit 1`
+)
+
+// TestBoxAttacksBreachWithoutTheSandbox is the control of the attacks on
+// the box: with mode off (under a floor of off), on the root worker CI
+// runs, each one works — so their failure under the sandbox is the
+// sandbox's doing, not a broken script.
+func TestBoxAttacksBreachWithoutTheSandbox(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the control needs a root worker: a run with mode off is the worker's own user")
+	}
+	h := newHarness(t, provision.Config{})
+	natsURL, _ := url.Parse(h.srv.URL)
+	cfg := h.workerConfig()
+	cfg.SandboxFloor = subagent.SandboxOff
+	h.startWorker(cfg, worker.Deps{})
+	secret := filepath.Join(t.TempDir(), "worker.creds")
+	if err := os.WriteFile(secret, []byte(workerSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, script string
+		env          map[string]string
+	}{
+		{"multipath TCP", attackMPTCP, map[string]string{"PORT": natsURL.Port()}},
+		{"packet sockets", attackPacket, nil},
+		{"capabilities", attackCaps, nil},
+		{"files", attackFiles, map[string]string{"CREDS": secret}},
+		{"trace the launcher", attackTrace, nil},
+		{"unshare", attackUnshare, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "control-" + strings.ReplaceAll(c.name, " ", "-")
+			h.define(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", c.script}, Timeout: "60s",
+				Sandbox: subagent.Sandbox{Mode: subagent.SandboxOff}, EnvAllow: slices.Collect(maps.Keys(c.env))})
+			id := h.dispatch(lifecycle.Request{Subagent: name, Input: json.RawMessage(`{}`), Env: c.env})
+			fin, ok := h.terminal(id).Data.(*lifecycle.Finished)
+			if !ok || !strings.Contains(fin.StdoutTail, "BREACH") {
+				t.Errorf("without the sandbox the attack should work: %+v", h.terminal(id).Data)
+			}
+		})
 	}
 }

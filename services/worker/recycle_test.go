@@ -108,6 +108,9 @@ func TestWorkspaceRecycling(t *testing.T) {
 	rt := &recycleRuntime{t: t, views: map[string]wsView{}}
 	cfg := h.workerConfig()
 	cfg.Concurrency = 1 // one slot, so one parked workspace, taken by the next run
+	// Recycling is of the workspace folder on disk; a run's own filesystem
+	// (AGORA_SANDBOX_WORKSPACE=tmpfs) is made anew over it each run.
+	cfg.SandboxWorkspace = "watch"
 	h.startWorker(cfg, worker.Deps{Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: rt}})
 	for _, name := range []string{"probe", "litter", "tamper-link", "tamper-mode", "tamper-xattr"} {
 		h.define(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"in-process"}})

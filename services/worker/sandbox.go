@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -39,28 +41,32 @@ var (
 
 // runSandbox is one run's sandbox.
 type runSandbox struct {
-	isolation   sandbox.Mode
-	runUID      int    // the run's host uid; 0: the worker's own
-	helper      string // the agora binary shown at helperPath
-	binds       []sandbox.Bind
-	cgroups     []string
-	egress      []string // the proxy's allow rules; none: no proxy
-	proxy       *egress.Proxy
-	def         subagent.Sandbox
-	command     []string
-	ports       []int
-	useCgroups  bool
-	privateProc bool
-	mode        string
-	policy      sandbox.Policy
-	limits      subagent.Resolved
-	report      *lifecycle.Sandbox
-	env         map[string]string // TMPDIR and HOME for the run
-	pool        *cgroupPool       // the worker's cgroups
-	cgset       *cgroupSet        // the run's, while it runs
-	over        atomic.Value      // string: the limit a watcher saw passed
-	pathEnv     string            // the sub-agent's PATH before the helper's folder
-	log         *slog.Logger
+	isolation sandbox.Mode
+	// tmpfsWorkspace: the workspace gets a filesystem of its own, sized
+	// workspace_size (mountWorkspace).
+	tmpfsWorkspace bool
+	runUID         int    // the run's host uid; 0: the worker's own
+	helper         string // the agora binary shown at helperPath
+	binds          []sandbox.Bind
+	cgroups        []string
+	egress         []string // the proxy's allow rules; none: no proxy
+	proxy          *egress.Proxy
+	def            subagent.Sandbox
+	command        []string
+	ports          []int
+	useCgroups     bool
+	privateProc    bool
+	mode           string
+	policy         sandbox.Policy
+	limits         subagent.Resolved
+	report         *lifecycle.Sandbox
+	env            map[string]string // TMPDIR and HOME for the run
+	pool           *cgroupPool       // the worker's cgroups
+	cgset          *cgroupSet        // the run's, while it runs
+	over           atomic.Value      // string: the limit a watcher saw passed
+	pathEnv        string            // the sub-agent's PATH before the helper's folder
+	wsMounted      string            // the workspace's own tmpfs, while mounted
+	log            *slog.Logger
 }
 
 // egressRules are the destinations the definition lets the run reach
@@ -101,6 +107,7 @@ func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) 
 	sb := def.Sandbox
 	rs := &runSandbox{mode: sb.ModeOrDefault(), limits: sb.Limits.Resolve(timeout), env: map[string]string{}, ports: sb.Ports(), def: sb, command: def.Command,
 		isolation: s.launcher.Mode(), helper: s.helper, egress: egressRules(sb), log: s.log}
+	rs.tmpfsWorkspace = rs.isolation == sandbox.ModeNamespaces && os.Geteuid() == 0 && !s.cfg.KeepWorkspaces && s.cfg.SandboxWorkspace != "watch"
 	host := s.launcher.Host()
 	if rs.isolation == sandbox.ModeNamespaces && host.RunUID != os.Geteuid() {
 		rs.runUID = host.RunUID
@@ -350,6 +357,56 @@ func (rs *runSandbox) takeWorkspace(ws string) {
 	}
 }
 
+// mountWorkspace gives the run's workspace a filesystem of its own whose
+// size is workspace_size (docs/sandbox.md, "The workspace's own
+// filesystem"): a write past it fails with ENOSPC inside the run, before
+// the host's disk sees it. Only a root worker whose runs have namespaces of
+// their own does so (mounting needs root in the host's mount namespace);
+// others watch the workspace's size once a second. The workspace's own
+// folders are made anew on it.
+func (rs *runSandbox) mountWorkspace(ws string) error {
+	if rs == nil || !rs.tmpfsWorkspace || rs.mode == subagent.SandboxOff || rs.limits.WorkspaceSize <= 0 {
+		return nil
+	}
+	size := rs.limits.WorkspaceSize
+	inodes := max(size/(4<<10), 1024) // one inode per 4 KiB, as ext4 allows by default
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", size, inodes)
+	if err := unix.Mount("tmpfs", ws, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("sandbox: workspace filesystem: %w", err)
+	}
+	rs.wsMounted = ws
+	for _, d := range []string{".agora", filepath.Join(".agora", "artifacts")} {
+		if err := os.Mkdir(filepath.Join(ws, d), 0o700); err != nil {
+			return fmt.Errorf("sandbox: workspace filesystem: %w", err)
+		}
+	}
+	return nil
+}
+
+// unmountWorkspace lets the workspace's own filesystem go, once the run's
+// results are read: what the run wrote goes with it, and the folder under
+// it is the worker's pristine one again.
+func (rs *runSandbox) unmountWorkspace() {
+	if rs == nil || rs.wsMounted == "" {
+		return
+	}
+	_ = unix.Unmount(rs.wsMounted, unix.MNT_DETACH)
+	rs.wsMounted = ""
+}
+
+// wsFull reports whether the workspace's own filesystem is (all but)
+// full: the run met ENOSPC there.
+func (rs *runSandbox) wsFull() bool {
+	if rs == nil || rs.wsMounted == "" {
+		return false
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(rs.wsMounted, &st) != nil {
+		return false
+	}
+	return st.Bavail*uint64(st.Bsize) < 64<<10 || st.Ffree == 0
+}
+
 // cgroupSet is one pooled cgroup per hierarchy. Making and removing
 // cgroups costs milliseconds, so a worker keeps one set per slot.
 type cgroupSet struct {
@@ -449,6 +506,9 @@ func pidsEvents(set *cgroupSet) int64 {
 func (rs *runSandbox) passed(res Result) string {
 	if v, _ := rs.over.Load().(string); v != "" {
 		return v
+	}
+	if rs.wsFull() {
+		return fmt.Sprintf("workspace_size (%d bytes: the workspace's filesystem is full)", rs.limits.WorkspaceSize)
 	}
 	switch res.Signal {
 	case "SIGXCPU":

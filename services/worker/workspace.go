@@ -126,6 +126,9 @@ func sweepWorkspaces(root string, log *slog.Logger) int {
 				log.Warn("killed processes left in an abandoned workspace", "workspace", ws, "pids", pids)
 			}
 		}
+		// A worker that died mid-run leaves its run's workspace filesystem
+		// mounted (sandbox.go, mountWorkspace).
+		_ = unix.Unmount(ws, unix.MNT_DETACH)
 		if err := os.RemoveAll(ws); err != nil {
 			log.Warn("remove abandoned workspace", "workspace", ws, "err", err)
 		} else {
