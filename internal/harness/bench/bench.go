@@ -100,6 +100,9 @@ type Report struct {
 	// Artifacts are the upload throughput rows: a raw object-store put and
 	// the worker path with one artifact per dispatch, same size, same run.
 	Artifacts []ArtifactRow `json:"artifacts"`
+	// Layers are the sandbox's layers added one at a time, the launcher
+	// alone (layers.go).
+	Layers []LayerRow `json:"sandbox_layers"`
 	// TracedSpans is how many spans the traced row exported, Stages the
 	// per-stage timings they give (printed with Breakdown).
 	TracedSpans int     `json:"traced_spans"`
@@ -246,6 +249,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	row.PeakRSSMiB = peak()
 	rep.Rows = append(rep.Rows, row)
+	say("measuring the sandbox's layers, one at a time")
+	if rep.Layers, err = sandboxLayers(ctx, wsRoot, samples); err != nil {
+		return Report{}, err
+	}
 	if cfg.Breakdown {
 		say("measuring resume latency with tracing on, for its stages")
 		peak = mem.window()
@@ -655,6 +662,7 @@ func Print(w io.Writer, r Report) {
 		}
 		tw.Flush()
 	}
+	printLayers(w, r.Layers)
 	if r.breakdown && len(r.Stages) > 0 {
 		printStages(w, fmt.Sprintf("stages of the traced row, its serial round trips (%d spans exported in all; docs/tracing.md names them)", r.TracedSpans), r.Stages)
 	}

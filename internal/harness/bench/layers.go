@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agora-dispatch/agora/internal/sandbox"
+)
+
+// LayerRow is the cost of the sandbox's layers, added one at a time: the
+// launcher running /bin/true serially with each policy (docs/sandbox.md,
+// "Cost").
+type LayerRow struct {
+	Layers string  `json:"layers"`
+	Mode   string  `json:"mode"`
+	P50MS  float64 `json:"p50_ms"`
+	P99MS  float64 `json:"p99_ms"`
+	// AddedMS is this row's p50 less the previous row's.
+	AddedMS float64 `json:"added_ms"`
+}
+
+// sandboxLayers measures the launcher alone, layer by layer, in the mode
+// New picks on this host and, for comparison, in a PID namespace only (the
+// v0.2 launcher's containment). samples runs per row.
+func sandboxLayers(ctx context.Context, wsRoot string, samples int) ([]LayerRow, error) {
+	ws, err := os.MkdirTemp(wsRoot, "layers-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(ws)
+	sys := []string{"/usr", "/bin", "/lib", "/lib64", "/etc"}
+	var binds []sandbox.Bind
+	for _, d := range append(slices.Clone(sys), "/sbin", "/opt") {
+		binds = append(binds, sandbox.Bind{Host: d, Target: d})
+	}
+	binds = append(binds, sandbox.Bind{Host: ws, Target: ws, Write: true})
+	landlock := sandbox.Policy{Landlock: true, ReadDirs: sys, WriteDirs: []string{ws}, WriteFiles: []string{"/dev/null"}}
+	type step struct {
+		name  string
+		pol   sandbox.Policy
+		binds bool
+	}
+	full := landlock
+	full.Root, full.Loopback, full.Seccomp = true, true, true
+	nsSteps := []step{
+		{"launcher only (user, PID, mount, network, IPC, UTS namespaces)", sandbox.Policy{}, false},
+		{"+ a root of its own", sandbox.Policy{Root: true}, true},
+		{"+ loopback up", sandbox.Policy{Root: true, Loopback: true}, true},
+		{"+ seccomp", sandbox.Policy{Root: true, Loopback: true, Seccomp: true}, true},
+		{"+ Landlock on every thread and the runtime's own domain (all layers)", full, true},
+	}
+	var rows []LayerRow
+	for _, m := range []sandbox.Mode{sandbox.ModePIDNamespace, sandbox.ModeNamespaces} {
+		l, err := sandbox.NewMode(sandbox.Options{}, m)
+		if err != nil {
+			continue // the host lacks it: no row
+		}
+		steps := nsSteps
+		if m == sandbox.ModePIDNamespace {
+			steps = []step{{"launcher only (PID and mount namespaces)", sandbox.Policy{}, false}, {"+ Landlock", landlock, false}}
+		}
+		if m == sandbox.ModeNamespaces {
+			if err := os.Chown(ws, l.Host().RunUID, l.Host().RunUID); err != nil {
+				l.Close()
+				return nil, err
+			}
+		}
+		prev := 0.0
+		for _, st := range steps {
+			var b []sandbox.Bind
+			dir := "/" // the run's user may not reach ws without a root of its own
+			if st.binds {
+				b, dir = binds, ws
+			}
+			var lat []time.Duration
+			for range samples {
+				start := time.Now()
+				r := l.Run(ctx, sandbox.Spec{Path: "/bin/true", Args: []string{"true"}, Dir: dir, KillGrace: time.Second, Policy: st.pol, Binds: b})
+				lat = append(lat, time.Since(start))
+				if r.Err != nil || r.ExitCode != 0 {
+					l.Close()
+					return nil, fmt.Errorf("bench: sandbox layers %s: %+v", st.name, r)
+				}
+			}
+			slices.Sort(lat)
+			row := LayerRow{Layers: st.name, Mode: string(m), P50MS: ms(lat[len(lat)/2]), P99MS: ms(lat[len(lat)*99/100])}
+			if prev > 0 {
+				row.AddedMS = row.P50MS - prev
+			}
+			prev = row.P50MS
+			rows = append(rows, row)
+		}
+		l.Close()
+	}
+	return rows, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// printLayers prints the sandbox layers' table.
+func printLayers(w io.Writer, rows []LayerRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "sandbox layers (launcher alone, /bin/true, serial)\tmode\tp50 ms\tp99 ms\t+ p50 ms")
+	for _, r := range rows {
+		added := "-"
+		if r.AddedMS != 0 {
+			added = fmt.Sprintf("%+.3f", r.AddedMS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\n", r.Layers, r.Mode, r.P50MS, r.P99MS, added)
+	}
+	tw.Flush()
+}
