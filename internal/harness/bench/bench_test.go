@@ -21,6 +21,18 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The sandbox layers: a row per layer in the mode this host gives runs
+	// (the hosts, CI's included, give them namespaces).
+	modes := map[string]int{}
+	for _, l := range rep.Layers {
+		if l.P50MS <= 0 {
+			t.Errorf("sandbox layer %q: p50 %v", l.Layers, l.P50MS)
+		}
+		modes[l.Mode]++
+	}
+	if modes[rep.SandboxMode] == 0 {
+		t.Errorf("no sandbox layer rows for the mode in use %q: %+v", rep.SandboxMode, rep.Layers)
+	}
 	var traced *bench.Row
 	largest := 0.0
 	for _, a := range rep.Artifacts {
