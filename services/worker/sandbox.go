@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,6 +290,60 @@ func (rs *runSandbox) namespacePolicy(p *sandbox.Policy) error {
 		p.TCPConnect = append(p.TCPConnect, proxyPort)
 	}
 	return nil
+}
+
+// absPath finds absolute paths in a program's error output.
+var absPath = regexp.MustCompile(`/[A-Za-z0-9._+@-]+(?:/[A-Za-z0-9._+@-]+)+`)
+
+// hiddenNote names the paths a failed run's output mentions that exist on
+// the worker's host but are not in the run's root, and the read_paths line
+// that would show them (docs/sandbox.md, "Checking a definition"): a
+// program that dies on a path the sandbox hides rarely says so itself.
+func (rs *runSandbox) hiddenNote(output string) string {
+	if rs == nil || rs.isolation != sandbox.ModeNamespaces || rs.mode == subagent.SandboxOff {
+		return ""
+	}
+	var hidden []string
+	for _, p := range absPath.FindAllString(output, 50) {
+		p = filepath.Clean(p)
+		if slices.Contains(hidden, p) || rs.shows(p) {
+			continue
+		}
+		if _, err := os.Lstat(p); err == nil {
+			hidden = append(hidden, p)
+		}
+		if len(hidden) == 5 {
+			break
+		}
+	}
+	if len(hidden) == 0 {
+		return ""
+	}
+	dirs := make([]string, 0, len(hidden))
+	for _, p := range hidden {
+		d := p
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			d = filepath.Dir(p)
+		}
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return fmt.Sprintf(" (the sandbox does not show %s to the run: to allow it, add sandbox.read_paths: [%s] to the definition; agora subagent check lists every path a command needs)",
+		strings.Join(hidden, ", "), strings.Join(dirs, ", "))
+}
+
+// shows reports whether the run's root shows path p.
+func (rs *runSandbox) shows(p string) bool {
+	if p == "/proc" || strings.HasPrefix(p, "/proc/") || p == helperPath {
+		return true // the run's own /proc; the helper
+	}
+	for _, b := range rs.binds {
+		if p == b.Target || strings.HasPrefix(p, strings.TrimSuffix(b.Target, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // helperPath is where a sandboxed run finds the agora binary; its folder
