@@ -31,6 +31,7 @@ const (
 	exitCancelled  = 3 // … ended cancelled
 	exitNeedsInput = 4 // … stopped to ask a question (dispatch --round)
 	exitNothing    = 5 // cancel: nothing to cancel, it had already ended
+	exitDenied     = 6 // subagent check: the sandbox would deny a path the command needs
 	exitInterrupt  = 130
 )
 

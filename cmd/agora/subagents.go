@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
 )
 
 func newSubagentCmd(g *globals) *cobra.Command {
@@ -30,7 +32,7 @@ func newSubagentCmd(g *globals) *cobra.Command {
 definition is YAML or JSON: name, runtime (exec or claude-code), command or
 prompt, timeout, env_allow, files, max_rounds, description.`,
 	}
-	cmd.AddCommand(newSubagentApplyCmd(g), newSubagentListCmd(g), newSubagentGetCmd(g))
+	cmd.AddCommand(newSubagentApplyCmd(g), newSubagentCheckCmd(g), newSubagentListCmd(g), newSubagentGetCmd(g))
 	return cmd
 }
 
@@ -81,7 +83,12 @@ that would allow it: AGORA_SANDBOX_FLOOR (the weakest mode: strict, standard
 or off; default standard), AGORA_SANDBOX_ALLOW_PATHS (path prefixes read_paths
 and write_paths may name) and AGORA_SANDBOX_ALLOW_HOSTS (destinations
 network.allow may name), as this command's environment sets them. The
-dispatcher and the workers enforce their own settings whatever apply checked.`,
+dispatcher and the workers enforce their own settings whatever apply checked.
+
+apply also checks, on this host, what each definition's command needs that
+its sandbox would not show (as agora subagent check does) and warns on
+stderr with the read_paths line to add; it stores the definition anyway,
+since the workers' host may differ from this one.`,
 		Example: `  agora subagent apply -f planner.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -108,31 +115,9 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 		return err
 	}
 	for _, f := range files {
-		var (
-			d        subagent.Definition
-			resolved []string
-			err      error
-		)
-		if f == "-" {
-			var b []byte
-			if b, err = io.ReadAll(cmd.InOrStdin()); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			d, err = subagent.Parse(b)
-		} else {
-			d, resolved, err = subagent.ParseFile(f)
-		}
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-			errs = append(errs, errors.Unwrap(err)) // "open FILE: …"
-			continue
-		}
-		for _, r := range resolved {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: command path %s (relative to the definition file)\n", f, r)
-		}
+		d, err := readDefinition(cmd, f)
 		if err != nil {
-			msg := strings.TrimPrefix(err.Error(), "subagent: ")
-			errs = append(errs, fmt.Errorf("%s: invalid sub-agent definition:\n  %s", f, strings.ReplaceAll(msg, "\n", "\n  ")))
+			errs = append(errs, err)
 			continue
 		}
 		var fe *subagent.FloorError
@@ -145,6 +130,14 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	for _, p := range defs {
+		// A warning only: the workers' host may show what this one lacks.
+		if rep := worker.CheckDefinition(p.def, os.Environ()); rep.Denied() || rep.Missing() {
+			w := cmd.ErrOrStderr()
+			fmt.Fprintf(w, "%s: warning: %s\n", p.file, checkSummary(rep))
+			printCheck(w, rep, floor, true)
+		}
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
@@ -170,6 +163,221 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 		fmt.Fprintf(out, "sub-agent %s %s (revision %d)\n", res.Name, res.Result, res.Revision)
 	}
 	return nil
+}
+
+// readDefinition reads, parses and validates the definition in file f
+// (- is stdin), its command's relative paths resolved against the file's
+// folder; the error names the file and every field at fault.
+func readDefinition(cmd *cobra.Command, f string) (subagent.Definition, error) {
+	var (
+		d        subagent.Definition
+		resolved []string
+		err      error
+	)
+	if f == "-" {
+		var b []byte
+		if b, err = io.ReadAll(cmd.InOrStdin()); err != nil {
+			return d, err
+		}
+		d, err = subagent.Parse(b)
+	} else {
+		d, resolved, err = subagent.ParseFile(f)
+	}
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return d, errors.Unwrap(err) // "open FILE: …"
+	}
+	for _, r := range resolved {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: command path %s (relative to the definition file)\n", f, r)
+	}
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "subagent: ")
+		return d, fmt.Errorf("%s: invalid sub-agent definition:\n  %s", f, strings.ReplaceAll(msg, "\n", "\n  "))
+	}
+	return d, nil
+}
+
+func newSubagentCheckCmd(g *globals) *cobra.Command {
+	var files []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "check NAME | check -f FILE [-f FILE…]",
+		Short: "Show what a sub-agent's sandbox would deny its command, and the read_paths to add",
+		Long: `check resolves what a run of the sub-agent executes — its command on the
+sub-agent's PATH (for runtime claude-code, the claude CLI:
+AGORA_WORKER_CLAUDE_BIN, else claude on PATH), each symbolic link on the way,
+the interpreter a script's #! line names (through /usr/bin/env to PATH), what a
+pyenv, rbenv or asdf shim runs, an ELF program's loader and the libraries its
+RUNPATH finds — and prints, for each path, whether the run's root shows it
+(ok), does not (denied) or this host lacks it (missing), then the read_paths
+line that shows every denied path (docs/sandbox.md, "Checking a definition").
+
+NAME checks the stored definition; -f FILE checks a file without storing it.
+The check reads this host's filesystem with this shell's PATH, which stands
+for the worker's (a sub-agent inherits the worker's PATH): a worker on another
+host, or with another PATH, may resolve the command differently. It runs
+nothing.
+
+Exit codes: 0 the run sees every path its command needs (a missing one is
+reported, not counted), 6 some path would be denied, 1 an error. --json prints
+one object per definition: name, runtime, mode, path (the PATH used), steps
+(path, why, status, suggest), add_read_paths, read_paths (the list to write)
+and notes.`,
+		Example: `  agora subagent check coder
+  agora subagent check -f coder.yaml --json`,
+		Args: func(cmd *cobra.Command, a []string) error {
+			if len(files) > 0 {
+				if len(a) > 0 {
+					return fmt.Errorf("give NAME or -f FILE, not both (%q and -f %s)", a[0], files[0])
+				}
+				return nil
+			}
+			return args(0, arg{"NAME", "the sub-agent to check, or -f FILE", "agora subagent check coder"})(cmd, a)
+		},
+		RunE: func(cmd *cobra.Command, a []string) error {
+			var defs []subagent.Definition
+			if len(files) > 0 {
+				var errs []error
+				for _, f := range files {
+					d, err := readDefinition(cmd, f)
+					if err != nil {
+						errs = append(errs, err)
+						continue
+					}
+					defs = append(defs, d)
+				}
+				if err := errors.Join(errs...); err != nil {
+					return err
+				}
+			} else {
+				d, err := storedDefinition(cmd, g, a[0])
+				if err != nil {
+					return err
+				}
+				defs = append(defs, d)
+			}
+			floor, _ := envFloor() // only to say whether the suggestion passes it
+			out := cmd.OutOrStdout()
+			jl := newJSONLines(out)
+			denied := false
+			for i, d := range defs {
+				rep := worker.CheckDefinition(d, os.Environ())
+				denied = denied || rep.Denied()
+				if asJSON {
+					if err := jl.write(rep); err != nil {
+						return err
+					}
+					continue
+				}
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				fmt.Fprintf(out, "%s (runtime %s, sandbox %s):\n", rep.Name, rep.Runtime, rep.Mode)
+				printCheck(out, rep, floor, false)
+			}
+			if denied {
+				return exitWith(exitDenied)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "definition file to check without storing it, YAML or JSON (- reads stdin; repeatable)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only: one object per definition")
+	return cmd
+}
+
+// storedDefinition reads sub-agent name's definition from the
+// agora_subagents bucket.
+func storedDefinition(cmd *cobra.Command, g *globals, name string) (subagent.Definition, error) {
+	var d subagent.Definition
+	if !subagent.ValidName(name) {
+		return d, fmt.Errorf("%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", name)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	defer cancel()
+	kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+	if err != nil {
+		return d, err
+	}
+	defer done()
+	e, err := kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return d, errNotFound("sub-agent", name, fmt.Sprintf("`%s subagent list` lists them; -f FILE checks a file", g.cli(cmd)))
+	}
+	if err != nil {
+		return d, g.explain(err, "")
+	}
+	if err := json.Unmarshal(e.Value(), &d); err != nil {
+		return d, fmt.Errorf("sub-agent %s: stored definition does not decode: %w", name, err)
+	}
+	return d, nil
+}
+
+// checkSummary is the one-line gist of a check that found something.
+func checkSummary(rep worker.CheckReport) string {
+	var denied, missing int
+	for _, s := range rep.Steps {
+		switch s.Status {
+		case worker.CheckDenied:
+			denied++
+		case worker.CheckMissing:
+			missing++
+		}
+	}
+	var parts []string
+	if denied > 0 {
+		parts = append(parts, fmt.Sprintf("its sandbox would deny %d path(s) its command needs", denied))
+	}
+	if missing > 0 {
+		parts = append(parts, fmt.Sprintf("%d path(s) it needs do not exist here", missing))
+	}
+	return fmt.Sprintf("sub-agent %s: %s (checked on this host; the workers' host may differ: agora subagent check)", rep.Name, strings.Join(parts, ", and "))
+}
+
+// printCheck writes a check's steps (only those not ok when problems),
+// its notes, and the read_paths line to add, with whether the operator's
+// floor as this environment sets it allows that line.
+func printCheck(w io.Writer, rep worker.CheckReport, floor subagent.Floor, problems bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, s := range rep.Steps {
+		if !problems || s.Status != worker.CheckOK {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.Status, s.Path, s.Why)
+		}
+	}
+	_ = tw.Flush()
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	if len(rep.Add) > 0 {
+		quoted := make([]string, len(rep.ReadPaths))
+		for i, p := range rep.ReadPaths {
+			quoted[i] = yamlScalar(p)
+		}
+		fmt.Fprintf(w, "add to the definition:\n  sandbox:\n    read_paths: [%s]\n", strings.Join(quoted, ", "))
+		sb := subagent.Sandbox{ReadPaths: rep.ReadPaths}
+		var fe *subagent.FloorError
+		if errors.As(sb.CheckFloor(floor), &fe) {
+			fmt.Fprintf(w, "  but the operator's floor (as this environment sets it) refuses it: %s\n", strings.Join(fe.Problems, "; "))
+		}
+	} else if !problems && rep.Missing() {
+		fmt.Fprintln(w, "nothing would be denied, but what is missing here is not checked: is the workers' host another one?")
+	} else if !problems {
+		fmt.Fprintln(w, "the run sees every path its command needs.")
+	}
+	if !problems {
+		fmt.Fprintf(w, "checked on this host with PATH=%s; a worker on another host, or with another PATH, may resolve the command differently.\n", rep.PATH)
+	}
+}
+
+// yamlScalar writes a path as a YAML flow scalar, quoted when it must be.
+func yamlScalar(s string) string {
+	for _, r := range s {
+		if !(r == '/' || r == '.' || r == '_' || r == '-' || r == '+' || r == '@' || r == '~' ||
+			'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			b, _ := json.Marshal(s)
+			return string(b)
+		}
+	}
+	return s
 }
 
 // floorConfig is the operator's sandbox floor as the environment sets
