@@ -3,14 +3,17 @@ package worker
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -105,7 +108,7 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 		}
 	}
 	c.roots = c.shownRoots()
-	c.rep = CheckReport{Name: def.Name, Runtime: def.Runtime, Mode: c.mode, PATH: c.path}
+	c.rep = CheckReport{Name: def.Name, Runtime: def.Runtime, Mode: c.mode, PATH: c.path, Steps: []CheckStep{}}
 	if c.mode == subagent.SandboxOff {
 		c.note("mode off: the run sees the worker's whole filesystem")
 	}
@@ -252,8 +255,12 @@ func (c *checker) onPath(name string) (string, bool) {
 			continue
 		}
 		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		fi, err := os.Stat(p)
+		if err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return p, true
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			c.note("cannot look in %s here (permission denied): a worker that can may find %s there first", d, name)
 		}
 	}
 	return "", false
@@ -279,8 +286,14 @@ func (c *checker) check(p, why string, depth int, exec bool) {
 	if root == "" {
 		s.Status = CheckDenied
 	}
-	if _, err := os.Stat(p); err != nil {
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		s.Status = CheckMissing
+	} else if err != nil {
+		// Not this check's to judge (the CLI's user may not reach a
+		// folder the worker's can): what it leads to goes unchecked.
+		c.add(s)
+		c.note("cannot look at %s here (%v): what it leads to is not checked", p, errors.Unwrap(err))
+		return
 	}
 	c.add(s)
 	if s.Status == CheckMissing {
