@@ -37,6 +37,7 @@ type Launcher struct {
 	// the worker's own user, network and filesystem, a PID namespace
 	// where the host allows one. Nil: as attr.
 	offAttr func() *syscall.SysProcAttr
+	offMode Mode
 
 	// spares are launchers started ahead of their run (docs/sandbox.md,
 	// "Started ahead"): a run takes one and pays only for sending it the
@@ -201,12 +202,12 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 		l.mode, l.attr, l.host = mode, nsAttr, h
 		for _, c := range candidates {
 			if _, err := probe(c.attr()); err == nil {
-				l.offAttr = c.attr
+				l.offAttr, l.offMode = c.attr, ModePIDNamespace
 				break
 			}
 		}
 		if l.offAttr == nil {
-			l.offAttr = func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP} }
+			l.offAttr, l.offMode = func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP} }, ModeSubreaper
 		}
 		return l, nil
 	case ModePIDNamespace:
@@ -245,6 +246,16 @@ func (l *Launcher) Host() Host { return l.host }
 
 // Mode reports how the launcher contains process trees on this host.
 func (l *Launcher) Mode() Mode { return l.mode }
+
+// UnconfinedMode reports how it contains the tree of a run with no
+// sandbox (Spec.Unconfined): the worker's own user and network, in a PID
+// namespace where the host allows one.
+func (l *Launcher) UnconfinedMode() Mode {
+	if l.offAttr != nil {
+		return l.offMode
+	}
+	return l.mode
+}
 
 // Close stops the spare launchers. Runs may still be started afterwards;
 // they start their launcher when they need it.

@@ -14,14 +14,14 @@ import (
 // platforms have no subreaper or PID namespace (ModeDirect).
 type Launcher struct{}
 
-// New returns a direct launcher; bin is ignored.
-func New(bin string) (*Launcher, error) { return &Launcher{}, nil }
+// New returns a direct launcher; the options are ignored.
+func New(Options) (*Launcher, error) { return &Launcher{}, nil }
 
 // Executable reports that no launcher binary is used.
 func (l *Launcher) Executable() string { return "" }
 
 // NewMode returns a direct launcher when mode is ModeDirect.
-func NewMode(bin string, mode Mode) (*Launcher, error) {
+func NewMode(_ Options, mode Mode) (*Launcher, error) {
 	if mode != ModeDirect {
 		return nil, errors.New("sandbox: only the direct mode exists on this platform")
 	}
@@ -33,6 +33,9 @@ func (l *Launcher) Host() Host { return Host{} }
 
 // Mode reports ModeDirect.
 func (l *Launcher) Mode() Mode { return ModeDirect }
+
+// UnconfinedMode reports ModeDirect.
+func (l *Launcher) UnconfinedMode() Mode { return ModeDirect }
 
 // Run starts s and blocks until it exits; when ctx ends its process group
 // gets SIGTERM, then SIGKILL after s.KillGrace.

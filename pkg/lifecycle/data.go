@@ -64,7 +64,7 @@ type Started struct {
 // mode and each layer as it is in force on the worker's host.
 type Sandbox struct {
 	Mode        string `json:"mode"`                   // strict, standard or off
-	Isolation   string `json:"isolation"`              // pid-namespace, subreaper or direct
+	Isolation   string `json:"isolation"`              // namespaces, pid-namespace, subreaper or direct
 	LandlockABI int    `json:"landlock_abi,omitempty"` // 0: no Landlock on the host
 	Filesystem  bool   `json:"filesystem"`             // Landlock filesystem rules apply
 	Network     bool   `json:"network"`                // Landlock TCP-connect rules apply (ABI 4+)
@@ -75,6 +75,17 @@ type Sandbox struct {
 	Limits map[string]int64 `json:"limits,omitempty"`
 	// TCPPorts are the ports it may connect to, when Network holds.
 	TCPPorts []int `json:"tcp_ports,omitempty"`
+	// With isolation namespaces (docs/sandbox.md): the run's own network
+	// namespace (only loopback), a root of its own, the seccomp filter and
+	// every capability set empty; Egress lists the destinations its proxy
+	// allows; WorkspaceFS is "tmpfs" when workspace_size holds at the
+	// write, "watched" when it is checked once a second.
+	NetworkNamespace bool     `json:"network_namespace,omitempty"`
+	OwnRoot          bool     `json:"own_root,omitempty"`
+	Seccomp          bool     `json:"seccomp,omitempty"`
+	NoCapabilities   bool     `json:"no_capabilities,omitempty"`
+	Egress           []string `json:"egress,omitempty"`
+	WorkspaceFS      string   `json:"workspace_fs,omitempty"`
 }
 
 // Producer names the run that produced a terminal event: the worker and

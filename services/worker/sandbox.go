@@ -98,6 +98,11 @@ func cgroupsUsable() bool {
 		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
 			return false
 		}
+		// Another (root) worker may have made the folder: this one must
+		// be able to make cgroups in it too.
+		if unix.Access(dir, unix.W_OK|unix.X_OK) != nil {
+			return false
+		}
 	}
 	return true
 }
@@ -116,6 +121,7 @@ func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) 
 	}
 	rs.report = &lifecycle.Sandbox{Mode: rs.mode, Isolation: string(s.launcher.Mode()), LandlockABI: host.LandlockABI}
 	if rs.mode == subagent.SandboxOff {
+		rs.report.Isolation = string(s.launcher.UnconfinedMode())
 		return rs
 	}
 	l := rs.limits
@@ -143,6 +149,14 @@ func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) 
 	}
 	rs.privateProc = host.PrivateProc
 	rs.pool = s.cgpool
+	if rs.isolation == sandbox.ModeNamespaces {
+		rs.report.NetworkNamespace, rs.report.OwnRoot, rs.report.Seccomp, rs.report.NoCapabilities = true, true, true, true
+		rs.report.Egress = rs.egress
+		rs.report.WorkspaceFS = "watched"
+		if rs.tmpfsWorkspace && rs.limits.WorkspaceSize > 0 {
+			rs.report.WorkspaceFS = "tmpfs"
+		}
+	}
 	return rs
 }
 
@@ -427,7 +441,7 @@ func (rs *runSandbox) mountWorkspace(ws string) error {
 	size := rs.limits.WorkspaceSize
 	inodes := max(size/(4<<10), 1024) // one inode per 4 KiB, as ext4 allows by default
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", size, inodes)
-	if err := unix.Mount("tmpfs", ws, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	if err := mountTmpfs(ws, opts); err != nil {
 		return fmt.Errorf("sandbox: workspace filesystem: %w", err)
 	}
 	rs.wsMounted = ws
@@ -446,7 +460,7 @@ func (rs *runSandbox) unmountWorkspace() {
 	if rs == nil || rs.wsMounted == "" {
 		return
 	}
-	_ = unix.Unmount(rs.wsMounted, unix.MNT_DETACH)
+	detach(rs.wsMounted)
 	rs.wsMounted = ""
 }
 
@@ -456,11 +470,7 @@ func (rs *runSandbox) wsFull() bool {
 	if rs == nil || rs.wsMounted == "" {
 		return false
 	}
-	var st unix.Statfs_t
-	if unix.Statfs(rs.wsMounted, &st) != nil {
-		return false
-	}
-	return st.Bavail*uint64(st.Bsize) < 64<<10 || st.Ffree == 0
+	return fsFull(rs.wsMounted)
 }
 
 // cgroupSet is one pooled cgroup per hierarchy. Making and removing

@@ -145,10 +145,16 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	// Named by this process and instance: a live worker's cgroups are never
 	// another's to remove.
 	s.cgpool = &cgroupPool{name: fmt.Sprintf("%d-%x", os.Getpid(), rand.Uint32())}
-	// Processes of the worker's user (a sub-agent among them) cannot read
-	// its memory, environment or descriptors through /proc.
-	if err := nonDumpable(); err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
+	// Processes of the worker's user cannot read its memory, environment
+	// or descriptors through /proc. Not for a worker that is not root and
+	// gives runs user namespaces: a non-dumpable process cannot write its
+	// children's uid maps, so it could start no launcher; its runs are
+	// another user namespace's, without capabilities, and cannot trace
+	// it (docs/sandbox.md, "Namespaces").
+	if os.Geteuid() == 0 || s.launcher.Mode() != sandbox.ModeNamespaces {
+		if err := nonDumpable(); err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
 	}
 	if s.nc == nil {
 		nc, err := svc.Connect("worker", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log)

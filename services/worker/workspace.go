@@ -128,7 +128,7 @@ func sweepWorkspaces(root string, log *slog.Logger) int {
 		}
 		// A worker that died mid-run leaves its run's workspace filesystem
 		// mounted (sandbox.go, mountWorkspace).
-		_ = unix.Unmount(ws, unix.MNT_DETACH)
+		detach(ws)
 		if err := os.RemoveAll(ws); err != nil {
 			log.Warn("remove abandoned workspace", "workspace", ws, "err", err)
 		} else {

@@ -40,6 +40,17 @@ func buildRoot(p Policy, fds []int) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("root: make / a slave: %w", err)
 	}
+	// A worker that is not root sends plain descriptors, bound by their
+	// path: take a copy of each one's mount tree now, before the staged
+	// root covers /tmp (where a workspace root often is).
+	for _, b := range p.Binds {
+		if b.FD >= 0 && b.FD < len(fds) && fds[b.FD] >= 0 {
+			if tree, ok := cloneByPath(fds[b.FD]); ok {
+				unix.Close(fds[b.FD])
+				fds[b.FD] = tree
+			}
+		}
+	}
 	if err := unix.Mount("tmpfs", stageRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=16384"); err != nil {
 		return fmt.Errorf("root: tmpfs: %w", err)
 	}
@@ -229,4 +240,23 @@ func mountFrom(srcFD int, src, full string) error {
 		}
 	}
 	return unix.Mount(src, full, "", unix.MS_BIND|unix.MS_REC, "")
+}
+
+// cloneByPath copies the mount tree at the path fd names, in the launcher's
+// own mount namespace, when that path still leads to the same file.
+func cloneByPath(fd int) (int, bool) {
+	path, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil || !strings.HasPrefix(path, "/") {
+		return -1, false
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, false
+	}
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Fstat(tree, &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+		unix.Close(tree)
+		return -1, false
+	}
+	return tree, true
 }
