@@ -15,23 +15,30 @@ import (
 // bounding (which needs CAP_SETPCAP, so first), ambient, then effective,
 // permitted and inheritable. The runtime, forked from this thread and
 // exec'd as a user that is not root in its namespace, starts with all five
-// empty (docs/sandbox.md, "No privilege").
-func dropThreadCaps() error {
+// empty (docs/sandbox.md, "No privilege"). A launcher without CAP_SETPCAP
+// (one in a user namespace that maps the worker's own uid, for a run
+// without a sandbox) has nothing to drop but its bounding set, which it
+// cannot: it reports full false and drops the rest.
+func dropThreadCaps() (full bool, err error) {
+	full = true
 	last := lastCap()
 	for c := 0; c <= last; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-			return fmt.Errorf("capabilities: drop %d from the bounding set: %w", c, err)
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err == unix.EPERM {
+			full = false
+			break
+		} else if err != nil && err != unix.EINVAL {
+			return false, fmt.Errorf("capabilities: drop %d from the bounding set: %w", c, err)
 		}
 	}
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("capabilities: clear ambient: %w", err)
+		return false, fmt.Errorf("capabilities: clear ambient: %w", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capabilities: capset: %w", err)
+		return false, fmt.Errorf("capabilities: capset: %w", err)
 	}
-	return nil
+	return full, nil
 }
 
 // lastCap is the kernel's highest capability number.

@@ -255,11 +255,15 @@ func startRuntime(st Start, devnull int, fds []int) (int, bool, error) {
 			}
 		}
 		if inUserNS() {
-			if r.err = dropThreadCaps(); r.err != nil {
+			if r.caps, r.err = dropThreadCaps(); r.err != nil {
 				ch <- r
 				return
 			}
-			r.caps = true
+			if !r.caps && st.Policy.Root {
+				r.err = errors.New("launcher: cannot drop the bounding set of the run's capabilities")
+				ch <- r
+				return
+			}
 		}
 		// syscall.ForkExec rather than os.StartProcess: the latter
 		// probes for pidfd support with a fork of its own the first
