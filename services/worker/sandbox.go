@@ -53,6 +53,7 @@ type runSandbox struct {
 	cgroups        []string
 	egress         []string // the proxy's allow rules; none: no proxy
 	proxy          *egress.Proxy
+	egressBase     egress.Config // the worker\'s template (Deps.Egress)
 	def            subagent.Sandbox
 	command        []string
 	ports          []int
@@ -113,7 +114,7 @@ func cgroupsUsable() bool {
 func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) *runSandbox {
 	sb := def.Sandbox
 	rs := &runSandbox{mode: sb.ModeOrDefault(), limits: sb.Limits.Resolve(timeout), env: map[string]string{}, ports: sb.Ports(), def: sb, command: def.Command,
-		isolation: s.launcher.Mode(), helper: s.helper, egress: egressRules(sb), log: s.log}
+		isolation: s.launcher.Mode(), helper: s.helper, egress: egressRules(sb), log: s.log, egressBase: s.egress}
 	rs.tmpfsWorkspace = rs.isolation == sandbox.ModeNamespaces && os.Geteuid() == 0 && !s.cfg.KeepWorkspaces && s.cfg.SandboxWorkspace != "watch"
 	host := s.launcher.Host()
 	if rs.isolation == sandbox.ModeNamespaces && host.RunUID != os.Geteuid() {
@@ -290,7 +291,9 @@ func (rs *runSandbox) namespacePolicy(p *sandbox.Policy) error {
 	// The network is the run's own: loopback, and the egress proxy on
 	// 127.0.0.1:proxyPort when the definition allows destinations.
 	if len(rs.egress) > 0 {
-		px, err := egress.New(egress.Config{Allow: rs.egress, Logger: rs.log})
+		cfg := rs.egressBase
+		cfg.Allow, cfg.Logger = rs.egress, rs.log
+		px, err := egress.New(cfg)
 		if err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -45,6 +46,11 @@ type Deps struct {
 	// Runtimes adds or replaces runtimes by definition runtime name
 	// (defaults: exec and claude-code).
 	Runtimes map[string]Runtime
+	// Egress is the template of every run's egress proxy
+	// (internal/egress): its Dialer, Resolver and AllowPrivate reach runs'
+	// proxies; Allow comes from each definition. The zero value dials the
+	// real network and refuses private destinations.
+	Egress egress.Config
 }
 
 // Service is a worker. Create it with New and start it with Run or RunOnce.
@@ -75,10 +81,11 @@ type Service struct {
 	cancels  cancels
 	defCache defCache
 	launcher *sandbox.Launcher
-	cgroups  bool        // per-run cgroups can be made (sandbox.go)
-	helper   string      // the agora binary runs find on their PATH; "" none
-	cgpool   *cgroupPool // cgroup sets reused across runs
-	spares   *spares     // parked workspaces (workspace.go); nil with KeepWorkspaces
+	cgroups  bool          // per-run cgroups can be made (sandbox.go)
+	helper   string        // the agora binary runs find on their PATH; "" none
+	egress   egress.Config // the template of runs' egress proxies (Deps.Egress)
+	cgpool   *cgroupPool   // cgroup sets reused across runs
+	spares   *spares       // parked workspaces (workspace.go); nil with KeepWorkspaces
 }
 
 // Outcome is how one dispatch ended on this worker.
@@ -139,6 +146,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.cgroups = cgroupsUsable()
 	s.helper = sandboxHelper(cfg.SandboxHelper)
+	s.egress = deps.Egress
 	if !cfg.KeepWorkspaces {
 		s.spares = &spares{max: max(cfg.Concurrency, 1)}
 	}
