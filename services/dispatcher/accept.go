@@ -332,12 +332,15 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 			if rec.DispatchID != "" {
 				span.SetAttributes(telemetry.Dispatch(rec.Common())...)
 			}
-			var p *client.Problem
-			if errors.As(err, &p) {
-				err = nil // a refusal is an answer, not a failure of the span
-			}
 		}
-		telemetry.End(span, err)
+		// A refusal is an answer, not a failure of the span; the request's
+		// own error is returned as it is, whatever the span records.
+		spanErr := err
+		var p *client.Problem
+		if errors.As(err, &p) {
+			spanErr = nil
+		}
+		telemetry.End(span, spanErr)
 	}()
 	// With tracing on, the dispatch's trace continues from this span.
 	traceparent = telemetry.Or(ctx, traceparent)

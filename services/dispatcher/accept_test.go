@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -235,7 +237,21 @@ func (h *harness) nextFailed(after uint64) *lifecycle.Failed {
 	return d.(*lifecycle.Failed)
 }
 
+// TestValidationErrorsThroughEachDoor refuses each bad request on every
+// door, with tracing off and on: a recording span must not turn a refusal
+// into an accepted empty record.
 func TestValidationErrorsThroughEachDoor(t *testing.T) {
+	t.Run("tracing off", validationErrorsThroughEachDoor)
+	t.Run("tracing on", func(t *testing.T) {
+		prev := otel.GetTracerProvider()
+		tp := sdktrace.NewTracerProvider()
+		otel.SetTracerProvider(tp)
+		t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+		validationErrorsThroughEachDoor(t)
+	})
+}
+
+func validationErrorsThroughEachDoor(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	big := `{"subagent":"planner","input":{"blob":"` + strings.Repeat("x", 600<<10) + `"}}`
 	cases := []struct {
