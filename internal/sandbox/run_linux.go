@@ -369,9 +369,11 @@ func (l *Launcher) refill() {
 
 // send writes the Start message with the descriptors it carries, closes
 // our side for writing and waits for the launcher's one-byte receipt; a
-// launcher that died while it waited gives none. The receipt may carry
-// one descriptor (the run's proxy listener), returned, or -1.
-func (sp *spare) send(msg []byte, files ...*os.File) (int, error) {
+// launcher that died while it waited gives none. The receipt may carry the
+// run's proxy listener and the workspace's own filesystem, returned as
+// descriptors, or -1.
+func (sp *spare) send(msg []byte, files ...*os.File) (ln, ws int, err error) {
+	ln, ws = -1, -1
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
@@ -392,7 +394,7 @@ func (sp *spare) send(msg []byte, files ...*os.File) (int, error) {
 		// Bounded: a launcher reads its message before anything else.
 		_ = syscall.SetsockoptTimeval(sp.ctrl, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{Sec: 10})
 		var b [1]byte
-		oob := make([]byte, syscall.CmsgSpace(4))
+		oob := make([]byte, syscall.CmsgSpace(4*2))
 		var oobn int
 		for {
 			n, oobn, _, _, err = syscall.Recvmsg(sp.ctrl, b[:], oob, syscall.MSG_CMSG_CLOEXEC)
@@ -403,17 +405,32 @@ func (sp *spare) send(msg []byte, files ...*os.File) (int, error) {
 		if err == nil && n != 1 {
 			err = errors.New("the launcher ended before it read its run")
 		}
+		var got []int
 		if err == nil && oobn > 0 {
 			if cms, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(cms) > 0 {
-				if r, perr := syscall.ParseUnixRights(&cms[0]); perr == nil && len(r) > 0 {
-					sp.closeCtrl()
-					return r[0], nil
-				}
+				got, _ = syscall.ParseUnixRights(&cms[0])
 			}
+		}
+		next := func() int {
+			if len(got) == 0 {
+				return -1
+			}
+			fd := got[0]
+			got = got[1:]
+			return fd
+		}
+		if b[0]&launcher.ReceiptProxy != 0 {
+			ln = next()
+		}
+		if b[0]&launcher.ReceiptWorkspace != 0 {
+			ws = next()
+		}
+		for _, fd := range got {
+			syscall.Close(fd) // not asked for
 		}
 	}
 	sp.closeCtrl()
-	return -1, err
+	return ln, ws, err
 }
 
 // offAttrOrDefault is the attribute of a launcher for a run with no
@@ -562,7 +579,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	// A spare can have been killed while it waited: the next one is
 	// tried, and in the end one started for this run alone.
 	var sp *spare
-	lnFD := -1
+	lnFD, wsFD := -1, -1
 	for try := 0; ; try++ {
 		if s.Unconfined {
 			sp, err = l.startWith(l.offAttrOrDefault())
@@ -576,7 +593,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 			err = joinCgroups(s.Cgroups, sp.cmd.Process.Pid)
 		}
 		if err == nil {
-			if lnFD, err = sp.send(msg, files...); err != nil {
+			if lnFD, wsFD, err = sp.send(msg, files...); err != nil {
 				sp.discard()
 			}
 		} else if sp != nil {
@@ -588,6 +605,14 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	}
 	outW.Close()
 	errW.Close()
+	if wsFD >= 0 {
+		f := os.NewFile(uintptr(wsFD), "workspace")
+		if s.Workspace != nil {
+			s.Workspace(f)
+		} else {
+			f.Close()
+		}
+	}
 	if lnFD >= 0 {
 		ln, lerr := net.FileListener(os.NewFile(uintptr(lnFD), "proxy"))
 		syscall.Close(lnFD)

@@ -64,6 +64,11 @@ type Spec struct {
 	// on the listener the launcher made inside the run's network
 	// namespace; it runs until its context ends (the run is over).
 	Proxy func(ctx context.Context, ln net.Listener)
+	// Workspace, when set, is given the workspace's own filesystem the
+	// launcher made (Policy.Workspace), as a descriptor of its root: the
+	// run's results are read through it, also after the launcher is gone.
+	// The callee owns the file.
+	Workspace func(root *os.File)
 	// Unconfined runs the runtime with only the launcher's process-tree
 	// containment (mode off): the worker's own user, network and root.
 	Unconfined bool

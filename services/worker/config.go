@@ -55,10 +55,11 @@ type Config struct {
 	// worker's own executable when it is agora, else agora next to it.
 	SandboxHelper string `envconfig:"SANDBOX_HELPER"`
 	// SandboxWorkspace is how a run's workspace_size holds: "tmpfs" (the
-	// default for a root worker whose runs have namespaces of their own: a
-	// filesystem of that size per run, so a write past it fails; its pages
-	// count against the run's memory) or "watch" (the size checked once a
-	// second; always so for other workers) (docs/sandbox.md).
+	// default where runs have namespaces of their own: a filesystem of that
+	// size per run, mounted by a root worker or by the launcher of one that
+	// is not, so a write past it fails; its pages count against the run's
+	// memory) or "watch" (the size checked once a second; always so without
+	// namespaces) (docs/sandbox.md).
 	SandboxWorkspace string `envconfig:"SANDBOX_WORKSPACE"`
 	// ClaudeBin is the claude CLI the claude-code runtime runs.
 	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`

@@ -179,13 +179,13 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	defer deadline.Stop()
 	// The workspace's size is watched while the run goes on.
 	var wsTick <-chan time.Time
-	if l := j.sandbox.limits.WorkspaceSize; j.sandbox.mode != subagent.SandboxOff && l > 0 && j.sandbox.wsMounted == "" {
+	if l := j.sandbox.limits.WorkspaceSize; j.sandbox.mode != subagent.SandboxOff && l > 0 && j.sandbox.wsMounted == "" && !j.sandbox.launcherFS {
 		t := time.NewTicker(workspaceWatch)
 		defer t.Stop()
 		wsTick = t.C
 	}
 	// The run's progress lines become progress reports (progress.go).
-	prog := s.newProgressTail(j, ws)
+	prog := s.newProgressTail(j, ws, j.sandbox.viewOr)
 	progTick := time.NewTicker(ProgressInterval)
 	defer progTick.Stop()
 	var res Result
@@ -276,8 +276,12 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		}
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: cancelBy, Reason: cancelReason}, res.ExitCode, "")
 	}
+	// The run's results: in the workspace, or in its own filesystem the
+	// launcher made (sandbox.go, viewOr).
+	rws := j.sandbox.viewOr(ws)
+	j.ws = rws
 	_, sspan := telemetry.Tracer().Start(ctx, "agora.run.sentinel")
-	rsl, err := sentinel.Resolve(ws)
+	rsl, err := sentinel.Resolve(rws)
 	sspan.SetAttributes(attribute.String("agora.sentinel", rsl.Status.String()))
 	telemetry.End(sspan, err)
 	if err != nil {
@@ -310,7 +314,7 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	case errors.Is(cause, errTimeout):
 		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr))
 	case res.ExitCode == 0:
-		out, why := readOutput(ws)
+		out, why := readOutput(rws)
 		if why != "" {
 			j.log.Warn("output not carried", "why", why)
 		}

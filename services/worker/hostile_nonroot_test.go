@@ -289,10 +289,10 @@ echo x > /tmp/agora-hostile-$AGORA_DISPATCH_ID; exit 1`,
 					t.Errorf("the credentials file changed: %q, %v", b, err)
 				}
 			}},
-		// A worker that is not root watches the workspace's size (no tmpfs
-		// of its own): the run ends when it is seen past it.
+		// The launcher gives the workspace a filesystem of workspace_size
+		// (a worker that is not root cannot mount it): the write fails.
 		{name: "fallocate past the workspace cap", box: subagent.Sandbox{Limits: subagent.Limits{WorkspaceSize: "8MiB"}}, reason: lifecycle.ReasonLimitExceeded,
-			script: `fallocate -l 64M big || head -c 67108864 /dev/zero > big || exit 1; sleep 10; echo BREACH; exit 0`},
+			script: `fallocate -l 64M big && { echo BREACH; exit 0; }; head -c 67108864 /dev/zero > big2 && { echo BREACH; exit 0; }; exit 1`},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -322,6 +322,24 @@ echo x > /tmp/agora-hostile-$AGORA_DISPATCH_ID; exit 1`,
 			}
 		})
 	}
+
+	// An honest run's results come back through the workspace's own
+	// filesystem the launcher made: its output, an artifact, and on the
+	// next run a question.
+	t.Run("results through the workspace's own filesystem", func(t *testing.T) {
+		h.define(subagent.Definition{Name: "nonroot-honest", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c",
+			`grep -q answer "$AGORA_INPUT_FILE" || { printf '{"question":"A or B?","options":["A","B"]}' > "$AGORA_NEEDS_INPUT_FILE"; exit 0; }
+echo report > "$AGORA_WORKSPACE/.agora/artifacts/report.txt"; printf '{"ok":true}' > "$AGORA_OUTPUT_FILE"`}})
+		id := h.dispatch(lifecycle.Request{Subagent: "nonroot-honest", Input: json.RawMessage(`{}`)})
+		if ni, ok := h.terminal(id).Data.(*lifecycle.NeedsInput); !ok || ni.Question != "A or B?" {
+			t.Fatalf("first round %+v, want the question", h.terminal(id).Data)
+		}
+		id2 := h.dispatch(lifecycle.Request{Subagent: "nonroot-honest", Input: json.RawMessage(`{"answer":"A"}`)})
+		fin, ok := h.terminal(id2).Data.(*lifecycle.Finished)
+		if !ok || string(fin.Output) != `{"ok":true}` || len(fin.Artifacts) != 1 {
+			t.Fatalf("second run %+v, want finished with its output and one artifact", h.terminal(id2).Data)
+		}
+	})
 
 	// A definition with mode: off is refused under the worker's default
 	// floor: its command never starts.

@@ -34,6 +34,7 @@ type progressTail struct {
 	s        *Service
 	j        *job
 	ws       string
+	view     func(string) string // where the workspace is read (runSandbox.viewOr)
 	off      int64
 	partial  []byte
 	long     bool // inside a line already over the limit
@@ -46,8 +47,8 @@ type progressTail struct {
 	done     bool // the read budget is spent
 }
 
-func (s *Service) newProgressTail(j *job, ws string) *progressTail {
-	return &progressTail{s: s, j: j, ws: ws}
+func (s *Service) newProgressTail(j *job, ws string, view func(string) string) *progressTail {
+	return &progressTail{s: s, j: j, ws: ws, view: view}
 }
 
 // poll reads what was appended since the last poll (at most budget bytes).
@@ -55,7 +56,11 @@ func (p *progressTail) poll(budget int64) {
 	if p.done || p.ws == "" {
 		return
 	}
-	root, err := os.OpenRoot(p.ws)
+	dir := p.ws
+	if p.view != nil {
+		dir = p.view(p.ws) // the workspace's own filesystem, once the launcher made it
+	}
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return
 	}

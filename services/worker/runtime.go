@@ -218,6 +218,13 @@ func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 		if rs.proxy != nil {
 			spec.Proxy = func(ctx context.Context, ln net.Listener) { _ = rs.proxy.Serve(ctx, ln) }
 		}
+		if rs.launcherFS {
+			spec.Workspace = func(root *os.File) {
+				if old := rs.view.Swap(root); old != nil {
+					old.Close()
+				}
+			}
+		}
 		if err := rs.giveWorkspace(inv.Workspace); err != nil {
 			return Result{ExitCode: -1, Err: fmt.Errorf("worker: sandbox: workspace: %w", err)}
 		}

@@ -45,8 +45,11 @@ var (
 type runSandbox struct {
 	isolation sandbox.Mode
 	// tmpfsWorkspace: the workspace gets a filesystem of its own, sized
-	// workspace_size (mountWorkspace).
+	// workspace_size (mountWorkspace); launcherFS: the launcher makes it
+	// (a worker that is not root), and view holds its root once it did.
 	tmpfsWorkspace bool
+	launcherFS     bool
+	view           atomic.Pointer[os.File]
 	runUID         int    // the run's host uid; 0: the worker's own
 	helper         string // the agora binary shown at helperPath
 	binds          []sandbox.Bind
@@ -115,7 +118,9 @@ func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) 
 	sb := def.Sandbox
 	rs := &runSandbox{mode: sb.ModeOrDefault(), limits: sb.Limits.Resolve(timeout), env: map[string]string{}, ports: sb.Ports(), def: sb, command: def.Command,
 		isolation: s.launcher.Mode(), helper: s.helper, egress: egressRules(sb), log: s.log, egressBase: s.egress}
-	rs.tmpfsWorkspace = rs.isolation == sandbox.ModeNamespaces && os.Geteuid() == 0 && !s.cfg.KeepWorkspaces && s.cfg.SandboxWorkspace != "watch"
+	ownFS := rs.isolation == sandbox.ModeNamespaces && !s.cfg.KeepWorkspaces && s.cfg.SandboxWorkspace != "watch" && rs.mode != subagent.SandboxOff && rs.limits.WorkspaceSize > 0
+	rs.tmpfsWorkspace = ownFS && os.Geteuid() == 0
+	rs.launcherFS = ownFS && os.Geteuid() != 0
 	host := s.launcher.Host()
 	if rs.isolation == sandbox.ModeNamespaces && host.RunUID != os.Geteuid() {
 		rs.runUID = host.RunUID
@@ -154,7 +159,7 @@ func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) 
 		rs.report.NetworkNamespace, rs.report.OwnRoot, rs.report.Seccomp, rs.report.NoCapabilities = true, true, true, true
 		rs.report.Egress = rs.egress
 		rs.report.WorkspaceFS = "watched"
-		if rs.tmpfsWorkspace && rs.limits.WorkspaceSize > 0 {
+		if rs.tmpfsWorkspace || rs.launcherFS {
 			rs.report.WorkspaceFS = "tmpfs"
 		}
 	}
@@ -274,6 +279,9 @@ func (rs *runSandbox) namespacePolicy(p *sandbox.Policy) error {
 	}
 	for _, d := range p.WriteDirs {
 		rs.binds = append(rs.binds, sandbox.Bind{Host: d, Target: d, Write: true})
+	}
+	if rs.launcherFS && len(p.WriteDirs) > 0 {
+		p.Workspace, p.WorkspaceSize = p.WriteDirs[0], uint64(rs.limits.WorkspaceSize)
 	}
 	p.WriteDirs = append(p.WriteDirs, "/tmp", "/dev/shm")
 	if rs.helper != "" {
@@ -476,6 +484,25 @@ func (rs *runSandbox) wsFull() bool {
 	return fsFull(rs.wsMounted)
 }
 
+// viewOr is where the worker reads the run's workspace: the root of the
+// workspace's own filesystem the launcher made, once it did, else ws.
+func (rs *runSandbox) viewOr(ws string) string {
+	if rs != nil {
+		if f := rs.view.Load(); f != nil {
+			return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+		}
+	}
+	return ws
+}
+
+// viewFull is wsFull for the filesystem the launcher made.
+func (rs *runSandbox) viewFull() bool {
+	if rs == nil || rs.view.Load() == nil {
+		return false
+	}
+	return fsFull(rs.viewOr(""))
+}
+
 // cgroupSet is one pooled cgroup per hierarchy. Making and removing
 // cgroups costs milliseconds, so a worker keeps one set per slot.
 type cgroupSet struct {
@@ -576,7 +603,7 @@ func (rs *runSandbox) passed(res Result) string {
 	if v, _ := rs.over.Load().(string); v != "" {
 		return v
 	}
-	if rs.wsFull() {
+	if rs.wsFull() || rs.viewFull() {
 		return fmt.Sprintf("workspace_size (%d bytes: the workspace's filesystem is full)", rs.limits.WorkspaceSize)
 	}
 	switch res.Signal {
@@ -601,7 +628,13 @@ func (rs *runSandbox) passed(res Result) string {
 // close hands the run's cgroups back to the pool: the launcher is gone,
 // so are their processes.
 func (rs *runSandbox) close() {
-	if rs == nil || rs.cgset == nil {
+	if rs == nil {
+		return
+	}
+	if f := rs.view.Swap(nil); f != nil {
+		f.Close()
+	}
+	if rs.cgset == nil {
 		return
 	}
 	rs.pool.put(rs.cgset)

@@ -3,7 +3,6 @@
 package launcher
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -18,7 +17,7 @@ import (
 // the host lacks is left out rather than failing the run (the worker
 // reports what holds, and refuses a run whose floor needs it); a layer
 // that exists but fails to apply fails it.
-func apply(p Policy, pid1 bool, fds []int) ([]string, error) {
+func apply(p Policy, pid1 bool) ([]string, error) {
 	applied := []string{"no_new_privs"}
 	if inUserNS() {
 		applied = append(applied, "userns")
@@ -40,13 +39,7 @@ func apply(p Policy, pid1 bool, fds []int) ([]string, error) {
 	}
 	switch {
 	case p.Root:
-		if !pid1 {
-			return nil, errors.New("launcher: a root of its own needs the launcher's own PID and mount namespaces")
-		}
-		if err := buildRoot(p, fds); err != nil {
-			return nil, fmt.Errorf("launcher: %w", err)
-		}
-		applied = append(applied, "root", "proc")
+		// Built before the receipt (main).
 	case pid1:
 		// Our own mount namespace: nothing we mount is seen outside.
 		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err == nil {

@@ -45,6 +45,15 @@ const (
 	Protocol  = "agora-sandbox/3"
 )
 
+// The receipt's byte: Receipt, with ReceiptProxy when it carries the run's
+// proxy listener and ReceiptWorkspace when it carries the workspace's own
+// filesystem (the descriptors in that order).
+const (
+	Receipt          = 1
+	ReceiptProxy     = 2
+	ReceiptWorkspace = 4
+)
+
 // Start is the run a started launcher is given: the runtime, its
 // environment and working directory, how long it has between SIGTERM and
 // SIGKILL, and the Policy.

@@ -57,18 +57,29 @@ func main() int {
 	out := os.NewFile(fdResult, "result")
 	var fds []int // received: stdout, stderr, the hold descriptor, binds
 	ctrl := fdControl
-	// ack sends the worker its receipt, once, carrying the proxy
-	// listener when there is one.
-	ack := func(ln int) error {
+	// ack sends the worker its receipt, once: one byte, Receipt, with
+	// ReceiptProxy and ReceiptWorkspace set when it carries the proxy
+	// listener and the workspace's own filesystem (in that order).
+	ack := func(ln, ws int) error {
 		if ctrl < 0 {
 			return nil
 		}
 		defer func() { syscall.Close(ctrl); ctrl = -1 }()
-		var oob []byte
+		b := byte(Receipt)
+		var fds []int
 		if ln >= 0 {
-			oob = syscall.UnixRights(ln)
+			b |= ReceiptProxy
+			fds = append(fds, ln)
 		}
-		if err := syscall.Sendmsg(ctrl, []byte{1}, oob, nil, 0); err != nil {
+		if ws >= 0 {
+			b |= ReceiptWorkspace
+			fds = append(fds, ws)
+		}
+		var oob []byte
+		if len(fds) > 0 {
+			oob = syscall.UnixRights(fds...)
+		}
+		if err := syscall.Sendmsg(ctrl, []byte{b}, oob, nil, 0); err != nil {
 			return fmt.Errorf("launcher: receipt: %w", err)
 		}
 		return nil
@@ -85,7 +96,7 @@ func main() int {
 		return 0
 	}
 	fail := func(err error) int {
-		_ = ack(-1)
+		_ = ack(-1, -1)
 		return report(Result{ExitCode: -1, StartErr: err.Error()})
 	}
 	if len(os.Args) != 2 || os.Args[1] != Protocol {
@@ -129,9 +140,26 @@ func main() int {
 		}
 		applied = append(applied, "proxy")
 	}
-	err = ack(ln)
-	if ln >= 0 {
-		syscall.Close(ln)
+	// The run's root is built before the receipt, which carries the
+	// workspace's own filesystem when the launcher made it.
+	wsFD := -1
+	if st.Policy.Root {
+		if os.Getpid() != 1 {
+			return fail(errors.New("launcher: a root of its own needs the launcher's own PID and mount namespaces"))
+		}
+		if wsFD, err = buildRoot(st.Policy, fds); err != nil {
+			return fail(fmt.Errorf("launcher: %w", err))
+		}
+		applied = append(applied, "root", "proc")
+		if wsFD >= 0 {
+			applied = append(applied, "workspace-fs")
+		}
+	}
+	err = ack(ln, wsFD)
+	for _, fd := range []int{ln, wsFD} {
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
 	}
 	if err != nil {
 		return fail(err)
@@ -156,7 +184,7 @@ func main() int {
 	if err != nil {
 		return fail(fmt.Errorf("open %s: %w", os.DevNull, err))
 	}
-	more, err := apply(st.Policy, pid1, fds)
+	more, err := apply(st.Policy, pid1)
 	if err != nil {
 		return fail(err)
 	}

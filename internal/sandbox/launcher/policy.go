@@ -42,6 +42,13 @@ type Policy struct {
 	Seccomp bool
 	// TmpSize bounds the run's private /tmp (bytes; 0: 64 MiB).
 	TmpSize uint64
+	// Workspace, with WorkspaceSize, makes the bind at that target a
+	// tmpfs of WorkspaceSize bytes holding a copy of what the worker laid
+	// out, and hands the worker a descriptor of it with the receipt (a
+	// worker that is not root cannot mount it itself; docs/sandbox.md,
+	// "The workspace's own filesystem").
+	Workspace     string
+	WorkspaceSize uint64
 }
 
 // Bind is one host path the run's root shows: the descriptor at index FD
@@ -109,6 +116,9 @@ func (p Policy) Format() string {
 	if p.TmpSize != 0 {
 		line("tmpsize", strconv.FormatUint(p.TmpSize, 10))
 	}
+	if p.Workspace != "" {
+		line("wstmpfs", strconv.FormatUint(p.WorkspaceSize, 10)+" "+p.Workspace)
+	}
 	return b.String()
 }
 
@@ -166,6 +176,13 @@ func ParsePolicy(r io.Reader) (Policy, error) {
 				return p, fmt.Errorf("launcher: policy: proxy %q", v)
 			}
 			p.ProxyPort = n
+		case "wstmpfs":
+			n, path, _ := strings.Cut(v, " ")
+			x, err := strconv.ParseUint(n, 10, 64)
+			if err != nil || x == 0 || !strings.HasPrefix(path, "/") {
+				return p, fmt.Errorf("launcher: policy: wstmpfs %q", v)
+			}
+			p.WorkspaceSize, p.Workspace = x, path
 		case "tmpsize":
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {

@@ -35,10 +35,22 @@ var devices = []string{"null", "zero", "full", "random", "urandom"}
 // pivot_root, the old root detached, and the root itself made read-only.
 // The worker's data folder, its home, /root, /var/run and any socket of
 // the host are simply not there.
-func buildRoot(p Policy, fds []int) error {
+//
+// With p.Workspace, the bind at that target is instead a tmpfs of
+// p.WorkspaceSize bytes holding a copy of the bind's source; buildRoot
+// returns a descriptor of it (else -1) for the worker, which reads the
+// run's results through it.
+func buildRoot(p Policy, fds []int) (wsFD int, err error) {
+	wsFD = -1
+	defer func() {
+		if err != nil && wsFD >= 0 {
+			unix.Close(wsFD)
+			wsFD = -1
+		}
+	}()
 	// Nothing mounted here propagates back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-		return fmt.Errorf("root: make / a slave: %w", err)
+		return wsFD, fmt.Errorf("root: make / a slave: %w", err)
 	}
 	// A worker that is not root sends plain descriptors, bound by their
 	// path: take a copy of each one's mount tree now, before the staged
@@ -52,61 +64,67 @@ func buildRoot(p Policy, fds []int) error {
 		}
 	}
 	if err := unix.Mount("tmpfs", stageRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=16384"); err != nil {
-		return fmt.Errorf("root: tmpfs: %w", err)
+		return wsFD, fmt.Errorf("root: tmpfs: %w", err)
 	}
 	rootFD, err := unix.Open(stageRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("root: %w", err)
+		return wsFD, fmt.Errorf("root: %w", err)
 	}
 	defer unix.Close(rootFD)
 	// A fresh /proc for the run's PID namespace: it lists only the run's
 	// processes.
 	if err := mkdirIn(rootFD, "/proc"); err != nil {
-		return err
+		return wsFD, err
 	}
 	if err := unix.Mount("proc", stageRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("root: /proc: %w", err)
+		return wsFD, fmt.Errorf("root: /proc: %w", err)
 	}
 	if err := buildDev(rootFD); err != nil {
-		return err
+		return wsFD, err
 	}
 	tmp := p.TmpSize
 	if tmp == 0 {
 		tmp = defaultTmpSize
 	}
 	if err := mkdirIn(rootFD, "/tmp"); err != nil {
-		return err
+		return wsFD, err
 	}
 	if err := unix.Mount("tmpfs", stageRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatUint(tmp, 10)+",nr_inodes=65536"); err != nil {
-		return fmt.Errorf("root: /tmp: %w", err)
+		return wsFD, fmt.Errorf("root: /tmp: %w", err)
 	}
 	// The binds come last: one may lie under /tmp (a workspace root
 	// there) and must not be covered by the private /tmp.
 	for _, b := range p.Binds {
 		if b.FD < 0 || b.FD >= len(fds) || fds[b.FD] < 0 {
-			return fmt.Errorf("root: bind %s: no descriptor %d", b.Target, b.FD)
+			return wsFD, fmt.Errorf("root: bind %s: no descriptor %d", b.Target, b.FD)
+		}
+		if p.Workspace != "" && b.Target == p.Workspace && b.Dir {
+			if wsFD, err = workspaceTmpfs(rootFD, fds[b.FD], b.Target, p.WorkspaceSize); err != nil {
+				return wsFD, err
+			}
+			continue
 		}
 		if err := bindAt(rootFD, fds[b.FD], "", b.Target, b.Dir, b.Write, false); err != nil {
-			return err
+			return wsFD, err
 		}
 	}
 	// Enter it; the host's root goes away with the old root's mounts.
 	if err := unix.Chdir(stageRoot); err != nil {
-		return fmt.Errorf("root: %w", err)
+		return wsFD, fmt.Errorf("root: %w", err)
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("root: pivot_root: %w", err)
+		return wsFD, fmt.Errorf("root: pivot_root: %w", err)
 	}
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("root: detach the old root: %w", err)
+		return wsFD, fmt.Errorf("root: detach the old root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return fmt.Errorf("root: %w", err)
+		return wsFD, fmt.Errorf("root: %w", err)
 	}
 	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return fmt.Errorf("root: make / read-only: %w", err)
+		return wsFD, fmt.Errorf("root: make / read-only: %w", err)
 	}
-	return nil
+	return wsFD, nil
 }
 
 // buildDev makes the run's /dev: a tmpfs with the host's null, zero, full,
@@ -259,4 +277,27 @@ func cloneByPath(fd int) (int, bool) {
 		return -1, false
 	}
 	return tree, true
+}
+
+// workspaceTmpfs mounts a tmpfs of size bytes at target inside the staged
+// root, copies into it what the worker laid out in the folder src names,
+// and returns a descriptor of its root for the worker.
+func workspaceTmpfs(rootFD, src int, target string, size uint64) (int, error) {
+	if err := mkdirIn(rootFD, target); err != nil {
+		return -1, err
+	}
+	full := stageRoot + "/" + strings.TrimPrefix(filepath.Clean(target), "/")
+	inodes := max(size/(4<<10), 1024)
+	opts := "mode=0700,size=" + strconv.FormatUint(size, 10) + ",nr_inodes=" + strconv.FormatUint(inodes, 10)
+	if err := unix.Mount("tmpfs", full, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return -1, fmt.Errorf("root: workspace filesystem: %w", err)
+	}
+	if err := os.CopyFS(full, os.DirFS("/proc/self/fd/"+strconv.Itoa(src))); err != nil {
+		return -1, fmt.Errorf("root: workspace filesystem: copy the workspace: %w", err)
+	}
+	fd, err := unix.Open(full, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("root: workspace filesystem: %w", err)
+	}
+	return fd, nil
 }
