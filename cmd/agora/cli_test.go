@@ -285,7 +285,51 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 		if len(q) != 1 || q[0]["status"] != "answered" {
 			t.Errorf("the question after the cancel: %v", q)
 		}
+		// The whole thread: nothing to cancel either, on every door.
+		r = agora(t, "cancel", thread, "--thread")
+		if r.code != 5 || !strings.Contains(r.stdout, "had already ended") || strings.Contains(r.stdout, "cancelled thread") {
+			t.Errorf("cancel --thread of a finished thread: %s", r)
+		}
+		r = agora(t, "cancel", thread, "--thread", "--json")
+		if lines := jsonLines(t, r.stdout); r.code != 5 || len(lines) != 1 || lines[0]["outcome"] != "already-ended" {
+			t.Errorf("cancel --thread --json of a finished thread: %s", r)
+		}
 	})
+}
+
+// TestCancelPausedThreadTwice: the first cancel of a thread paused on a
+// question ends it (thread-cancelling); the second finds it already being
+// cancelled and says nothing was cancelled (exit 5, already-ended), over
+// the CLI and over HTTP.
+func TestCancelPausedThreadTwice(t *testing.T) {
+	t.Parallel()
+	d := devServer(t)
+	r := agora(t, "dispatch", "demo", "--input", `{"task":"x"}`, "--round", "--json")
+	if r.code != 4 {
+		t.Fatalf("dispatch --round of a dispatch that asks: %s", r)
+	}
+	id, _ := jsonLines(t, r.stdout)[0]["subject"].(string) // the dispatch id
+	if id == "" {
+		t.Fatalf("no dispatch id in %s", r.stdout)
+	}
+	first := agora(t, "cancel", id, "--json")
+	if lines := jsonLines(t, first.stdout); first.code != 0 || len(lines) != 1 || lines[0]["outcome"] != "thread-cancelling" {
+		t.Fatalf("first cancel: %s", first)
+	}
+	second := agora(t, "cancel", id)
+	if second.code != 5 || !strings.Contains(second.stdout, "already being cancelled") {
+		t.Errorf("second cancel: %s", second)
+	}
+	resp, err := http.Post(d.httpURL+"/v1/dispatches/"+id+"/cancel", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var rec map[string]any
+	if err := json.Unmarshal(body, &rec); err != nil || resp.StatusCode != http.StatusOK || rec["outcome"] != "already-ended" {
+		t.Errorf("POST cancel of a thread already being cancelled: %s %s", resp.Status, body)
+	}
 }
 
 func TestDispatchRoundJSON(t *testing.T) {

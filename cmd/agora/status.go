@@ -69,9 +69,15 @@ func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error
 			return g.explain(err, lifecycle.APICancel)
 		}
 		if o.json {
-			return newJSONLines(out).write(th)
+			if err := newJSONLines(out).write(th); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintln(out, threadCancelMessage(th))
 		}
-		fmt.Fprintf(out, "cancelled thread %s (%d rounds; the latest is %s)\n", th.ThreadID, len(th.Rounds), th.Status)
+		if th.Outcome == client.OutcomeAlreadyEnded {
+			return exitWith(exitNothing)
+		}
 		return nil
 	}
 	rec, err := c.Cancel(ctx, id, by)
@@ -95,13 +101,26 @@ func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error
 	return nil
 }
 
-// What a cancel did, the "outcome" of `agora cancel --json`.
+// What a cancel did, the "outcome" of `agora cancel --json`
+// (client.Outcome*; the dispatcher decides it from the state the cancel
+// found).
 const (
-	outcomeCancelled    = "cancelled"         // the dispatch ended cancelled
-	outcomeCancelling   = "cancelling"        // it was running: its worker stops it
-	outcomeThreadCancel = "thread-cancelling" // paused on a question: the router ends the thread
-	outcomeAlreadyEnded = "already-ended"     // nothing was cancelled
+	outcomeCancelled    = client.OutcomeCancelled
+	outcomeCancelling   = client.OutcomeCancelling
+	outcomeThreadCancel = client.OutcomeThreadCancelling
+	outcomeAlreadyEnded = client.OutcomeAlreadyEnded
 )
+
+// threadCancelMessage is the human line for a thread cancel.
+func threadCancelMessage(th *client.Thread) string {
+	switch th.Outcome {
+	case client.OutcomeAlreadyEnded:
+		return fmt.Sprintf("thread %s had already ended (%d rounds; the latest is %s): nothing to cancel", th.ThreadID, len(th.Rounds), th.Status)
+	case client.OutcomeThreadCancelling:
+		return fmt.Sprintf("thread %s was paused on a question: it ends cancelled and the question is withdrawn (%d rounds)", th.ThreadID, len(th.Rounds))
+	}
+	return fmt.Sprintf("cancelled thread %s (%d rounds; the latest is %s)", th.ThreadID, len(th.Rounds), th.Status)
+}
 
 // cancelResult is what `agora cancel` reports: the dispatch record as the
 // dispatcher returned it, plus what the cancel did and, for a dispatch
@@ -122,6 +141,14 @@ type cancelResult struct {
 // so the thread's latest round says how the thread stands.
 func cancelOutcome(ctx context.Context, c *client.Client, rec *client.Record) cancelResult {
 	res := cancelResult{Record: *rec}
+	if rec.Outcome != "" {
+		// The dispatcher's word, from the state the cancel found.
+		res.Outcome = rec.Outcome
+		if res.Outcome == outcomeAlreadyEnded && rec.Status == lifecycle.KindNeedsInput && rec.CancelRequested == nil {
+			res.addLatest(ctx, c)
+		}
+		return res
+	}
 	switch rec.Status {
 	case lifecycle.KindCancelled:
 		res.Outcome = outcomeCancelled
@@ -131,17 +158,23 @@ func cancelOutcome(ctx context.Context, c *client.Client, rec *client.Record) ca
 			return res
 		}
 		res.Outcome = outcomeAlreadyEnded
-		if th, err := c.Thread(ctx, rec.ThreadID); err == nil {
-			if l := th.Latest(); l != nil && l.DispatchID != rec.DispatchID {
-				res.ThreadStatus, res.LatestDispatchID, res.LatestRound = l.Status, l.DispatchID, l.Round
-			}
-		}
+		res.addLatest(ctx, c)
 	case lifecycle.KindFinished, lifecycle.KindFailed:
 		res.Outcome = outcomeAlreadyEnded
 	default:
 		res.Outcome = outcomeCancelling
 	}
 	return res
+}
+
+// addLatest adds the thread's latest round, for a round whose thread went
+// on.
+func (r *cancelResult) addLatest(ctx context.Context, c *client.Client) {
+	if th, err := c.Thread(ctx, r.ThreadID); err == nil {
+		if l := th.Latest(); l != nil && l.DispatchID != r.DispatchID {
+			r.ThreadStatus, r.LatestDispatchID, r.LatestRound = l.Status, l.DispatchID, l.Round
+		}
+	}
 }
 
 // message is the human line for a cancel's outcome.
@@ -153,6 +186,9 @@ func (r cancelResult) message(cli string) string {
 		return fmt.Sprintf("dispatch %s was paused on a question: its thread %s ends cancelled and the question is withdrawn", r.DispatchID, r.ThreadID)
 	case outcomeCancelling:
 		return fmt.Sprintf("cancelling dispatch %s (it was %s): %s status %s shows when it ends", r.DispatchID, r.Status, cli, r.DispatchID)
+	}
+	if r.LatestDispatchID == "" && r.Status == lifecycle.KindNeedsInput && r.CancelRequested != nil {
+		return fmt.Sprintf("dispatch %s was paused on a question and its thread %s was already being cancelled: nothing more to cancel", r.DispatchID, r.ThreadID)
 	}
 	if r.LatestDispatchID == "" {
 		return fmt.Sprintf("dispatch %s had already ended %s: nothing to cancel", r.DispatchID, r.Status)

@@ -46,6 +46,11 @@ type Record struct {
 	// sends that message; nil when the thread was not cancelled while
 	// paused.
 	CancelRequested *CancelMark `json:"cancel_requested,omitempty"`
+	// Outcome is set only on a cancel's answer: what that cancel did, from
+	// the dispatch's state when it arrived — OutcomeCancelled,
+	// OutcomeCancelling, OutcomeThreadCancelling or OutcomeAlreadyEnded
+	// (docs/dispatcher.md, "Cancel"). Stored records never carry it.
+	Outcome string `json:"outcome,omitempty"`
 
 	CreatedAt  time.Time  `json:"created_at"`
 	AcceptedAt *time.Time `json:"accepted_at,omitempty"`
@@ -105,7 +110,25 @@ type Thread struct {
 	// Status is the status of the latest round.
 	Status lifecycle.Kind `json:"status"`
 	Rounds []Round        `json:"rounds"`
+	// Outcome is set only on a thread cancel's answer: what it did, as
+	// Record.Outcome (OutcomeAlreadyEnded when no round was cancelled).
+	Outcome string `json:"outcome,omitempty"`
 }
+
+// What a cancel did (Record.Outcome, Thread.Outcome).
+const (
+	// OutcomeCancelled: the dispatch ended cancelled by this request.
+	OutcomeCancelled = "cancelled"
+	// OutcomeCancelling: it was running; it ends cancelled and its worker
+	// stops the runtime.
+	OutcomeCancelling = "cancelling"
+	// OutcomeThreadCancelling: it was paused on a question; the router
+	// withdraws the question and ends the thread cancelled.
+	OutcomeThreadCancelling = "thread-cancelling"
+	// OutcomeAlreadyEnded: nothing was cancelled — it had ended, its
+	// thread went on, or its thread's cancel was already asked for.
+	OutcomeAlreadyEnded = "already-ended"
+)
 
 // Latest returns the latest round's record, or nil for an empty thread.
 func (t *Thread) Latest() *Record {

@@ -605,7 +605,9 @@ func (s *Service) cancelOnAcceptance(ctx context.Context, b *bindings, rec clien
 	}
 	s.log.With(logging.Trace(rec.Traceparent)...).Info("re-dispatch of a cancelled thread: cancelled on acceptance",
 		"dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "parent_id", rec.ParentID)
-	return s.cancelDispatch(ctx, b, rec.DispatchID, mark.By, mark.Reason)
+	rec, err = s.cancelDispatch(ctx, b, rec.DispatchID, mark.By, mark.Reason)
+	rec.Outcome = "" // an acceptance's answer, not a cancel's
+	return rec, err
 }
 
 // acceptedTime gives the accepted event the time its record lists for

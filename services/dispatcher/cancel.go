@@ -55,12 +55,15 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 		if rec.Status == lifecycle.KindNeedsInput {
 			return s.cancelPausedThread(ctx, b, rec, by, reason)
 		}
+		rec.Outcome = client.OutcomeAlreadyEnded
 		return rec, nil
 	}
+	wasRunning := rec.Status == lifecycle.KindStarted
 	e, l, found, err := s.terminalEvent(ctx, b, rec)
 	if err != nil {
 		return rec, err
 	}
+	ours := false // the cancelled event is this request's
 	if !found {
 		d := &lifecycle.Cancelled{Common: rec.Common(), By: by, Reason: reason}
 		var pub *jetstream.PubAck
@@ -75,8 +78,11 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 				return rec, err
 			}
 			if !found {
+				rec.Outcome = client.OutcomeAlreadyEnded
 				return rec, nil
 			}
+		} else {
+			ours = true
 		}
 	}
 	if l.LifecycleKind() == lifecycle.KindCancelled {
@@ -91,7 +97,15 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 		// Paused on a question the record did not show yet.
 		return s.cancelPausedThread(ctx, b, rec, by, reason)
 	}
-	s.log.Info("dispatch cancelled", "dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "by", by, "status", rec.Status)
+	switch {
+	case !ours:
+		rec.Outcome = client.OutcomeAlreadyEnded
+	case wasRunning:
+		rec.Outcome = client.OutcomeCancelling
+	default:
+		rec.Outcome = client.OutcomeCancelled
+	}
+	s.log.Info("dispatch cancelled", "dispatch_id", rec.DispatchID, "thread_id", rec.ThreadID, "by", by, "status", rec.Status, "outcome", rec.Outcome)
 	return rec, nil
 }
 
@@ -132,19 +146,29 @@ func (s *Service) signalCancel(ctx context.Context, rec client.Record, by, reaso
 // here, or when it is accepted (finish reads the mark on its parent).
 func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec client.Record, by, reason string) (client.Record, error) {
 	if !s.latestRound(ctx, b, rec) {
+		rec.Outcome = client.OutcomeAlreadyEnded // its thread went on
 		return rec, nil
 	}
 	mark := client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason}, At: time.Now().UTC()}
+	marked := false
 	rec, err := s.update(ctx, b, rec.DispatchID, func(r *client.Record) bool {
 		if r.CancelRequested != nil {
 			return false // cancelled before: the first mark stands
 		}
 		m := mark
 		r.CancelRequested = &m
+		marked = true
 		return true
 	})
 	if err != nil {
 		return rec, err
+	}
+	rec.Outcome = client.OutcomeThreadCancelling
+	if !marked {
+		// Its thread's cancel was asked for before: it is sent again
+		// (the router's handling is idempotent), but this request
+		// changed nothing.
+		rec.Outcome = client.OutcomeAlreadyEnded
 	}
 	subj, err := client.CancelThreadSubject(rec.ThreadID)
 	if err != nil {
@@ -233,12 +257,20 @@ func (s *Service) cancelThread(ctx context.Context, b *bindings, threadID, by, r
 	if err != nil {
 		return client.Thread{}, err
 	}
+	outcome := client.OutcomeAlreadyEnded
+	rank := map[string]int{client.OutcomeAlreadyEnded: 0, client.OutcomeCancelling: 1, client.OutcomeCancelled: 2, client.OutcomeThreadCancelling: 3}
 	for _, ent := range idx.Dispatches {
-		if _, err := s.cancelDispatch(ctx, b, ent.DispatchID, by, reason); err != nil && !errors.Is(err, client.ErrNotFound) {
+		rec, err := s.cancelDispatch(ctx, b, ent.DispatchID, by, reason)
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
 			return client.Thread{}, err
 		}
+		if err == nil && rank[rec.Outcome] > rank[outcome] {
+			outcome = rec.Outcome
+		}
 	}
-	return s.thread(ctx, b, threadID)
+	th, err := s.thread(ctx, b, threadID)
+	th.Outcome = outcome
+	return th, err
 }
 
 // threadIndex reads a thread's index; a 404 *client.Problem when there is
