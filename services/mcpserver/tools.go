@@ -652,6 +652,9 @@ func (t *tools) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelArg
 		}
 		st := statusOf(th)
 		st.Note = "every round that had not ended is cancelled; a thread paused on a question ends cancelled and its question is withdrawn"
+		if th.Outcome == client.OutcomeAlreadyEnded {
+			st.Note = "the thread had already ended, or was already being cancelled: nothing was cancelled"
+		}
 		return nil, st, nil
 	}
 	rec, err := t.s.c.Cancel(ctx, in.DispatchID, by)
@@ -659,15 +662,19 @@ func (t *tools) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelArg
 		return nil, nil, t.explainTarget(err, "dispatch", in.DispatchID)
 	}
 	st := &Status{ThreadID: rec.ThreadID, Status: string(rec.Status), Rounds: []RoundStatus{roundOf(rec)}}
-	switch rec.Status {
-	case lifecycle.KindFinished, lifecycle.KindFailed:
+	// The dispatcher's outcome, from the state the cancel found.
+	switch {
+	case rec.Outcome == client.OutcomeThreadCancelling:
+		st.Note = "it was paused on a question: its thread ends cancelled and the question is withdrawn"
+	case rec.Outcome == client.OutcomeCancelling:
+		st.Note = "it was running: it ends cancelled and its worker stops it"
+	case rec.Outcome != client.OutcomeAlreadyEnded:
+	case rec.Status == lifecycle.KindNeedsInput && rec.CancelRequested != nil:
+		st.Note = "its thread was already being cancelled: nothing more was cancelled"
+	case rec.Status == lifecycle.KindNeedsInput:
+		st.Note = "this round had already ended and its thread went on: nothing was cancelled; cancel the thread_id instead"
+	default:
 		st.Note = "it had already ended: nothing was cancelled"
-	case lifecycle.KindNeedsInput:
-		if rec.CancelRequested == nil {
-			st.Note = "this round had already ended and its thread went on: nothing was cancelled; cancel the thread_id instead"
-		} else {
-			st.Note = "it was paused on a question: its thread ends cancelled and the question is withdrawn"
-		}
 	}
 	return nil, st, nil
 }
