@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"strings"
 
 	"github.com/nats-io/nats.go/micro"
@@ -18,7 +19,7 @@ const ServiceName = "agora-inbox"
 func (s *Server) announce(url string) (func(), error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        ServiceName,
-		Version:     "0.2.0",
+		Version:     buildinfo.Version(),
 		Description: "Agora's web inbox, where people answer questions",
 		Metadata:    map[string]string{"url": strings.TrimRight(url, "/")},
 	})

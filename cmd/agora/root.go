@@ -4,10 +4,13 @@ import (
 	"errors"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version, when set at build time with -ldflags "-X main.version=…",
+// overrides the build's own (internal/buildinfo).
+var version = ""
 
 type exitCoder interface{ ExitCode() int }
 
@@ -33,7 +36,11 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Println("agora " + version)
+			v := version
+			if v == "" {
+				v = buildinfo.Version()
+			}
+			cmd.Println("agora " + v)
 			return nil
 		},
 	}

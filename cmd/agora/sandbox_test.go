@@ -48,3 +48,13 @@ command:
 	qid := re.FindStringSubmatch(line)[1]
 	mustAgora(t, "answer", qid, "production")
 }
+
+// TestVersion: agora version prints the build's one version
+// (internal/buildinfo): the release in development and the revision.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := mustAgora(t, "version")
+	if !regexp.MustCompile(`^agora 0\.3\.0-dev(\+[0-9a-f]{12}(\.dirty)?)?\n$`).MatchString(r.stdout + r.stderr) {
+		t.Errorf("agora version: %q", r.stdout+r.stderr)
+	}
+}

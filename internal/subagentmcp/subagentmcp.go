@@ -20,6 +20,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
@@ -96,7 +97,7 @@ const requireInputDesc = `Ask the operator a question instead of guessing, when 
 
 // Server returns the sub-agent's MCP server with the require_input tool.
 func Server() *mcp.Server {
-	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Title: "Agora (sub-agent)", Version: "0.2.0"}, &mcp.ServerOptions{
+	srv := mcp.NewServer(&mcp.Implementation{Name: ServerName, Title: "Agora (sub-agent)", Version: buildinfo.Version()}, &mcp.ServerOptions{
 		Instructions: "You run unattended under Agora. When only the operator can decide, call require_input with your question and your analysis so far, then stop.",
 	})
 	// partial_state is any JSON, kept byte for byte: a json.RawMessage,

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/dispatcher"
@@ -702,5 +703,35 @@ func TestReusedIDFieldByField(t *testing.T) {
 				t.Errorf("got %q %q %s, want a conflict naming %s", code, m.Header.Get(micro.ErrorHeader), m.Data, c.want)
 			}
 		})
+	}
+}
+
+// TestOneVersion: the micro service and the served OpenAPI document report
+// the build's version (internal/buildinfo), the one every part reports.
+func TestOneVersion(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	subj, err := micro.ControlSubject(micro.InfoVerb, "agora", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := h.nc.Request(subj, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Version != buildinfo.Version() {
+		t.Errorf("micro info version %q, want %q", info.Version, buildinfo.Version())
+	}
+	_, data := h.do(http.MethodGet, "/v1/openapi.json", "", "")
+	var doc struct {
+		Info struct {
+			Version string `json:"version"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil || doc.Info.Version != buildinfo.Version() {
+		t.Errorf("served OpenAPI info.version %q (%v), want %q", doc.Info.Version, err, buildinfo.Version())
 	}
 }

@@ -1,10 +1,13 @@
 package dispatcher
 
 import (
+	"encoding/json"
 	"io/fs"
 	"net/http"
 	"path"
+	"sync"
 
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/schema"
 )
@@ -12,7 +15,7 @@ import (
 // httpOpenAPI serves GET /v1/openapi.json: the HTTP API's OpenAPI 3.1
 // document, bundled with the event schemas it refers to.
 func (s *Service) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
-	b, err := schema.OpenAPI()
+	b, err := servedOpenAPI()
 	if err != nil {
 		s.log.Error("openapi document", "err", err)
 		writeProblem(w, r, &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusInternalServerError,
@@ -23,6 +26,23 @@ func (s *Service) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "public, max-age=3600")
 	_, _ = w.Write(b)
 }
+
+// servedOpenAPI is the bundle with info.version set to the build's version
+// (internal/buildinfo), built once.
+var servedOpenAPI = sync.OnceValues(func() ([]byte, error) {
+	b, err := schema.OpenAPI()
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, err
+	}
+	if info, ok := doc["info"].(map[string]any); ok {
+		info["version"] = buildinfo.Version()
+	}
+	return json.Marshal(doc)
+})
 
 // httpSchema serves GET /v1/schemas/{name}: the JSON Schema an event's
 // dataschema names (schema/cloudevents/<name>), and asyncapi.yaml, from the

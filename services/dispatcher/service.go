@@ -34,14 +34,12 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
-
-// Version is the dispatcher's version, announced by its micro service.
-const Version = "0.1.0"
 
 // opTimeout bounds the NATS work of one request.
 const opTimeout = 15 * time.Second
@@ -363,7 +361,7 @@ func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
 // startMicro registers the micro service `agora` with its three endpoints.
 func (s *Service) startMicro(ctx context.Context, p *pool) (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
-		Name: "agora", Version: Version,
+		Name: "agora", Version: buildinfo.Version(),
 		Description: "Agora dispatcher: dispatch, cancel and status",
 		Metadata:    map[string]string{"instance": s.cfg.ID, "source": s.source},
 	})

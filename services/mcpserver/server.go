@@ -27,13 +27,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
-
-// Version is the server's version in the MCP handshake.
-const Version = "0.2.0"
 
 // Deps are the MCP server's collaborators.
 type Deps struct {
@@ -109,7 +107,7 @@ func (s *Service) Close() {
 // server builds the MCP server for one principal: every tool call through
 // it acts, answers and is recorded as that principal.
 func (s *Service) server(principal string) *mcp.Server {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "agora", Title: "Agora", Version: Version}, &mcp.ServerOptions{
+	srv := mcp.NewServer(&mcp.Implementation{Name: "agora", Title: "Agora", Version: buildinfo.Version()}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       s.log,
 	})

@@ -76,15 +76,13 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
-
-// Version is the router's version, announced by its micro service.
-const Version = "0.1.0"
 
 // MicroName is the name of the router's NATS micro service, which serves
 // agora.api.answer and agora.api.answer.<route>.
@@ -298,7 +296,7 @@ func (s *Service) Run(ctx context.Context) error {
 	stops = append(stops, answers.Stop)
 
 	msvc, err := micro.AddService(s.nc, micro.Config{
-		Name: MicroName, Version: Version,
+		Name: MicroName, Version: buildinfo.Version(),
 		Description: "Agora router: answers to questions",
 		Metadata:    map[string]string{"instance": s.cfg.ID, "source": s.source},
 	})
