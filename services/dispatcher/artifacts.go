@@ -19,10 +19,15 @@ import (
 // its terminal event; one artifact is streamed from agora_artifacts with
 // its Content-Length, an ETag of its sha256, and single byte ranges.
 
-// ArtifactList is the body of GET /v1/dispatches/{id}/artifacts.
+// ArtifactList is the body of GET /v1/dispatches/{id}/artifacts. Unlike
+// the terminal event's lifecycle.Outputs, it always carries artifacts (an
+// empty array when the run left none).
 type ArtifactList struct {
-	DispatchID string `json:"dispatch_id"`
-	lifecycle.Outputs
+	DispatchID              string                      `json:"dispatch_id"`
+	Artifacts               []lifecycle.Artifact        `json:"artifacts"`
+	ArtifactsOmitted        int                         `json:"artifacts_omitted,omitempty"`
+	ArtifactsSkipped        []lifecycle.SkippedArtifact `json:"artifacts_skipped,omitempty"`
+	ArtifactsSkippedOmitted int                         `json:"artifacts_skipped_omitted,omitempty"`
 }
 
 // Problem types of the artifact routes.
@@ -41,7 +46,8 @@ func (s *Service) httpArtifacts(w http.ResponseWriter, r *http.Request) {
 		if outs.Artifacts == nil {
 			outs.Artifacts = []lifecycle.Artifact{}
 		}
-		return ArtifactList{DispatchID: r.PathValue("id"), Outputs: outs}, nil
+		return ArtifactList{DispatchID: r.PathValue("id"), Artifacts: outs.Artifacts, ArtifactsOmitted: outs.ArtifactsOmitted,
+			ArtifactsSkipped: outs.ArtifactsSkipped, ArtifactsSkippedOmitted: outs.ArtifactsSkippedOmitted}, nil
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -29,7 +30,7 @@ const maxBodyBytes = 1 << 20
 // Handler returns the HTTP API. Every /v1 route needs a bearer token when
 // APITokens is set; /metrics and /healthz are open.
 //
-//	POST /v1/dispatches               a lifecycle.Request → 201 (new) or 200 (same dispatch_id again), the client.Record
+//	POST /v1/dispatches               a lifecycle.Request (Content-Type application/json or none, else 415) → 201 (new) or 200 (same dispatch_id again), the client.Record
 //	GET  /v1/dispatches/{id}          the client.Record
 //	POST /v1/dispatches/{id}/cancel   optional {"by", "reason"} → the client.Record
 //	GET  /v1/dispatches/{id}/artifacts          what the run left: {dispatch_id, artifacts, artifacts_skipped}; 409 before it ends
@@ -112,8 +113,29 @@ func opContext(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), opTimeout)
 }
 
+// problemMediaType is the problem type of a body that is not JSON.
+const problemMediaType = "urn:agora:problem:unsupported-media-type"
+
+// jsonBody reports whether a request's Content-Type is one a JSON body may
+// carry: application/json (any parameters) or none at all.
+func jsonBody(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if strings.TrimSpace(ct) == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
 func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if !jsonBody(r) {
+		s.metrics.request(doorHTTP, resultRejected, start)
+		w.Header().Set("Accept-Post", "application/json")
+		writeProblem(w, r, &client.Problem{Type: problemMediaType, Title: "Unsupported media type", Status: http.StatusUnsupportedMediaType,
+			Detail: fmt.Sprintf("the body is %q; send a JSON lifecycle request with Content-Type: application/json", r.Header.Get("Content-Type"))})
+		return
+	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		s.metrics.request(doorHTTP, resultRejected, start)
