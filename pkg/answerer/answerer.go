@@ -167,7 +167,9 @@ func QuestionFilter(route string) string { return "agora.questions." + route + "
 // handlers finish for up to the shutdown timeout, then cancels their
 // context; unsettled questions are redelivered later. Serve returns nil
 // after a clean stop, or the error that kept it from starting. nc stays
-// the caller's.
+// the caller's. At start it logs a warning with the number of questions
+// already waiting on the route, which it is about to answer: serve a new
+// answerer on a route of its own, not on one people answer (human).
 //
 // What it leaves behind: the durable consumer answerer-<route> (or the
 // WithDurable name) on AGORA_QUESTIONS stays on the server after Serve
@@ -224,6 +226,7 @@ func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...
 	}
 	if kv, err := js.KeyValue(sctx, lifecycle.BucketQuestions); err == nil {
 		s.records = kv
+		s.warnTakeover(sctx)
 	}
 
 	// run outlives ctx by the shutdown timeout so handlers can finish.
@@ -430,6 +433,50 @@ func (s *server) waiting(ctx context.Context, qid string) bool {
 		return true
 	}
 	return q.Status == "asked" && q.Route == s.route
+}
+
+// warnTakeover logs a warning when questions are already waiting on the
+// route: this answerer is about to answer them, which surprises whoever
+// waits on them elsewhere (a toy answerer served on route human answers
+// the questions people were waiting on in the inbox).
+func (s *server) warnTakeover(ctx context.Context) {
+	n, err := s.waitingCount(ctx)
+	if err != nil {
+		s.log.Debug("waiting questions not counted", "err", err)
+		return
+	}
+	if n > 0 {
+		s.log.Warn("questions already waiting on this route will be answered by this answerer",
+			"waiting", n, "answered_by", s.o.answeredBy)
+	}
+}
+
+// waitingCount counts the question records that wait on this route now
+// (status asked, route s.route).
+func (s *server) waitingCount(ctx context.Context) (int, error) {
+	w, err := s.records.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = w.Stop() }()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return n, nil
+			}
+			if e == nil { // the initial values have all been delivered
+				return n, nil
+			}
+			var q lifecycle.Question
+			if json.Unmarshal(e.Value(), &q) == nil && q.Status == "asked" && q.Route == s.route {
+				n++
+			}
+		}
+	}
 }
 
 // call runs the handler, turning a panic into an error.
