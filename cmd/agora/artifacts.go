@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,14 +17,14 @@ import (
 
 func newArtifactsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "artifacts list THREAD|DISPATCH | get DISPATCH NAME [-o FILE]",
+		Use:   "artifacts list THREAD|DISPATCH | get THREAD|DISPATCH NAME [-o FILE]",
 		Short: "List and download the files sub-agents left",
 		Long: `A sub-agent's files under .agora/artifacts/ are kept after its run (uploaded
 to the object store agora_artifacts for as long as the lifecycle history,
 7 days by default) and listed in its dispatch's terminal event.
 
   agora artifacts list ID          every artifact of a thread's rounds (or of one dispatch)
-  agora artifacts get DISPATCH NAME [-o FILE]
+  agora artifacts get ID NAME [-o FILE]
                                    stream one to stdout or FILE, checking its sha256`,
 	}
 	cmd.AddCommand(newArtifactsListCmd(g), newArtifactsGetCmd(g))
@@ -133,20 +134,28 @@ func newArtifactsListCmd(g *globals) *cobra.Command {
 func newArtifactsGetCmd(g *globals) *cobra.Command {
 	var outFile string
 	cmd := &cobra.Command{
-		Use:   "get DISPATCH NAME [-o FILE]",
+		Use:   "get THREAD|DISPATCH NAME [-o FILE]",
 		Short: "Download one artifact, checking its sha256",
-		Args: args(0, arg{"DISPATCH", "the dispatch that left the artifact", "agora artifacts get 01JZ8W3K2Q… patches/fix.diff -o fix.diff"},
+		Long: `get downloads the artifact NAME left by a dispatch, checking its sha256. Given
+a thread id it takes the artifact from the latest round that left one of that
+name.`,
+		Args: args(0, arg{"ID", "a thread id, or the dispatch that left the artifact", "agora artifacts get 01JZ8W3K2Q… patches/fix.diff -o fix.diff"},
 			arg{"NAME", "the artifact's name as `agora artifacts list` shows it", "agora artifacts get 01JZ8W3K2Q… patches/fix.diff -o fix.diff"}),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			id, name := a[0], a[1]
 			if err := lifecycle.ValidToken(id); err != nil {
-				return fmt.Errorf("%q is not a dispatch id", id)
+				return fmt.Errorf("%q is not a thread or dispatch id", id)
 			}
 			c, err := g.connect(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			// A thread id stands for the latest of its rounds that left
+			// the artifact, as `artifacts list` takes a thread id.
+			if did, ok := threadArtifactDispatch(cmd.Context(), c, id, name); ok {
+				id = did
+			}
 			r, art, err := c.OpenArtifact(cmd.Context(), id, name)
 			switch {
 			case errors.Is(err, client.ErrArtifactExpired):
@@ -186,4 +195,25 @@ func newArtifactsGetCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&outFile, "output", "o", "", "write to FILE instead of stdout")
 	return cmd
+}
+
+// threadArtifactDispatch finds, when id is a thread, the latest of its
+// ended rounds that left an artifact called name.
+func threadArtifactDispatch(ctx context.Context, c *client.Client, id, name string) (string, bool) {
+	th, err := c.Thread(ctx, id)
+	if err != nil {
+		return "", false
+	}
+	for i := len(th.Rounds) - 1; i >= 0; i-- {
+		outs, err := c.Artifacts(ctx, th.Rounds[i].DispatchID)
+		if err != nil {
+			continue
+		}
+		for _, a := range outs.Artifacts {
+			if a.Name == name {
+				return th.Rounds[i].DispatchID, true
+			}
+		}
+	}
+	return "", false
 }

@@ -166,9 +166,32 @@ func (g *globals) explain(err error, endpoint string) error {
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound):
 		return fmt.Errorf("%v — NATS at %s has no Agora streams and buckets: is this Agora's server? (`agora dev` provisions them)", unprefix(err), g.natsURL)
 	case errors.As(err, &p):
-		return problemError(p, strings.TrimPrefix(endpoint, "agora.api."))
+		perr := problemError(p, strings.TrimPrefix(endpoint, "agora.api."))
+		if endpoint == lifecycle.APIDispatch && unknownSubagent(p) {
+			perr = withRegistered(perr, registeredSubagents(context.Background(), g))
+		}
+		return perr
 	}
 	return errors.New(unprefix(err))
+}
+
+// unknownSubagent reports a dispatch refused because its sub-agent is not
+// registered: the dispatcher names the field subagent.
+func unknownSubagent(p *client.Problem) bool {
+	for _, e := range p.Errors {
+		if e.Field == "subagent" && strings.HasPrefix(e.Message, "no sub-agent named") {
+			return true
+		}
+	}
+	return false
+}
+
+// withRegistered adds the registered sub-agents' names to err.
+func withRegistered(err error, names []string) error {
+	if len(names) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w — registered: %s", err, strings.Join(names, ", "))
 }
 
 // problemError words a refused request, naming every field at fault.

@@ -23,17 +23,17 @@ timeout: 1m
 description: says hello
 `)
 	first := mustAgora(t, "subagent", "apply", "-f", def)
-	m := regexp.MustCompile(`^sub-agent echoer (created|updated|unchanged) \(revision (\d+)\)\n$`).FindStringSubmatch(first.stdout)
+	m := regexp.MustCompile(`^sub-agent echoer (?:created: first version, |(?:updated|unchanged) \()subagent_revision (\d+)\)?\n$`).FindStringSubmatch(first.stdout)
 	if m == nil {
 		t.Fatalf("apply: %s", first)
 	}
 	again := mustAgora(t, "subagent", "apply", "-f", def)
-	if want := fmt.Sprintf("sub-agent echoer unchanged (revision %s)\n", m[2]); again.stdout != want {
+	if want := fmt.Sprintf("sub-agent echoer unchanged (subagent_revision %s)\n", m[1]); again.stdout != want {
 		t.Errorf("apply again = %q, want %q", again.stdout, want)
 	}
 
 	list := mustAgora(t, "subagent", "list")
-	if !regexp.MustCompile(`(?m)^echoer\s+exec\s+` + m[2] + `\s+.*says hello$`).MatchString(list.stdout) {
+	if !regexp.MustCompile(`(?m)^echoer\s+exec\s+` + m[1] + `\s+.*says hello$`).MatchString(list.stdout) {
 		t.Errorf("list has no echoer row:\n%s", list.stdout)
 	}
 	var names []string
@@ -45,7 +45,7 @@ description: says hello
 	}
 
 	get := mustAgora(t, "subagent", "get", "echoer")
-	for _, want := range []string{"# sub-agent echoer, revision " + m[2], "name: echoer\nruntime: exec\ncommand:\n  - /bin/sh\n", "timeout: 1m\n"} {
+	for _, want := range []string{"# sub-agent echoer, revision " + m[1], "name: echoer\nruntime: exec\ncommand:\n  - /bin/sh\n", "timeout: 1m\n"} {
 		if !strings.Contains(get.stdout, want) {
 			t.Errorf("get lacks %q:\n%s", want, get.stdout)
 		}

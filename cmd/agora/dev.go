@@ -86,16 +86,20 @@ starting again on the same --data directory picks up queued work.`,
 	f.IntVar(&o.workers, "workers", workers, "worker slots (AGORA_WORKER_CONCURRENCY)")
 	f.StringVar(&o.routes, "router-config", envDefault("AGORA_ROUTER_CONFIG", ""), "routing file (AGORA_ROUTER_CONFIG); default: every question goes to the route human")
 	f.StringVar(&o.subagents, "subagents", envDefault("AGORA_SUBAGENTS_DIR", ""), "apply every *.yaml sub-agent definition in this directory at start (AGORA_SUBAGENTS_DIR)")
-	retentionDefault, rerr := time.ParseDuration(envDefault("AGORA_RETENTION", retention.Default.String()))
+	var rerr error
+	o.retention, rerr = parseRetention(envDefault("AGORA_RETENTION", retention.Default.String()))
 	if rerr != nil {
-		retentionDefault = -1 // refused at start, naming the variable
+		o.retention = -1 // refused at start, naming the variable
 	}
-	f.DurationVar(&o.retention, "retention", retentionDefault, "how long finished work stays readable after its thread ends (AGORA_RETENTION)")
+	f.Var(retentionFlag{&o.retention}, "retention", "how long finished work stays readable after its thread ends, as 168h or 7d (AGORA_RETENTION)")
 	return cmd
 }
 
 func runDev(cmd *cobra.Command, o devOptions) error {
 	ctx := cmd.Context()
+	if o.retention < time.Second {
+		return fmt.Errorf("--retention / AGORA_RETENTION: %q: want a duration of at least 1s, as 168h or 7d", envDefault("AGORA_RETENTION", o.retention.String()))
+	}
 	log, err := logging.New(os.Stderr)
 	if err != nil {
 		return err
@@ -140,9 +144,12 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 			return fmt.Errorf("--data %s: %w", o.data, err)
 		}
 	}
+	if err := checkListenAddr("--http", o.http); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.http)
 	if err != nil {
-		return fmt.Errorf("--http %s: %w (is another agora dev running?)", o.http, err)
+		return listenError("--http", o.http, "agora dev", err)
 	}
 	defer ln.Close()
 	srv, err := natsserver.Start(natsserver.Config{Host: host, Port: port, StoreDir: store, Memory: o.memory, Token: o.natsToken})
@@ -164,9 +171,6 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
-	}
-	if o.retention < time.Second {
-		return fmt.Errorf("--retention / AGORA_RETENTION: %q: want a duration of at least 1s, as 168h", envDefault("AGORA_RETENTION", o.retention.String()))
 	}
 	pcfg := provision.Config{Memory: o.memory, Retention: o.retention, Changed: func(what string) { log.Info("provisioned: " + what) }}
 	if err := provision.Ensure(ctx, js, pcfg); err != nil {

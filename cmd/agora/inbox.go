@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +25,9 @@ generated login URL. Other settings: AGORA_INBOX_ROUTES, AGORA_INBOX_SESSION_TTL
 AGORA_INBOX_TLS_CERT, AGORA_INBOX_TLS_KEY.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkListenAddr("--http", addr); err != nil {
+				return err
+			}
 			// Flags win over the environment; config.Load then validates
 			// the whole set and names every bad variable.
 			os.Setenv("AGORA_NATS_URL", g.natsURL)
@@ -52,7 +57,12 @@ AGORA_INBOX_TLS_CERT, AGORA_INBOX_TLS_KEY.`,
 				return err
 			}
 			tok = s.DevToken()
-			return s.Run(cmd.Context())
+			if err := s.Run(cmd.Context()); errors.Is(err, syscall.EADDRINUSE) {
+				return listenError("--http", addr, "agora inbox", err)
+			} else if err != nil {
+				return err
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&addr, "http", envDefault("AGORA_INBOX_HTTP_ADDR", "127.0.0.1:8081"), "listen address (AGORA_INBOX_HTTP_ADDR)")

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -40,6 +42,11 @@ before it returns status running), AGORA_MCP_PROGRESS_EVERY (10s).`,
 				return err
 			}
 			cfg.NATSURL, cfg.NATSCreds, cfg.HTTPAddr = g.natsURL, g.creds, httpAddr
+			if httpAddr != "" {
+				if err := checkListenAddr("--http", httpAddr); err != nil {
+					return err
+				}
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -59,7 +66,12 @@ before it returns status running), AGORA_MCP_PROGRESS_EVERY (10s).`,
 			}
 			defer svc.Close()
 			if httpAddr != "" {
-				return svc.Run(cmd.Context())
+				if err := svc.Run(cmd.Context()); errors.Is(err, syscall.EADDRINUSE) {
+					return listenError("--http", httpAddr, "agora mcp", err)
+				} else if err != nil {
+					return err
+				}
+				return nil
 			}
 			return svc.ServeStdio(cmd.Context(), whoAmI())
 		},

@@ -278,7 +278,7 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 		return errors.New("give an ANSWER (or --decision approve|reject for an approval question)")
 	}
 	if err := lifecycle.ValidToken(qid); err != nil {
-		return fmt.Errorf("%q is not a question id (`agora questions` lists them)", qid)
+		return fmt.Errorf("%q is not a question id%s (`agora questions` lists them)", qid, suggestQuestionID(qid))
 	}
 	c, err := g.connect(cmd.ErrOrStderr())
 	if err != nil {
@@ -340,7 +340,7 @@ func answerRefusal(g *globals, cmd *cobra.Command, qid string, r client.AnswerRe
 		if r.Reason != "" && r.Reason != msg {
 			msg = r.Reason
 		}
-		return fmt.Errorf("%s — `%s questions --status all` lists them", msg, g.cli(cmd))
+		return fmt.Errorf("%s%s — `%s questions --status all` lists them", msg, suggestQuestionID(qid), g.cli(cmd))
 	case client.AnswerRetry:
 		return fmt.Errorf("the router could not take the answer to %s within %s (%s) — send it again", qid, g.timeout, cmpOr(r.Reason, "a temporary failure"))
 	}

@@ -74,7 +74,9 @@ func newSubagentApplyCmd(g *globals) *cobra.Command {
 		Long: `apply reads each definition (YAML or JSON; - is stdin), validates it, and
 stores it in the agora_subagents bucket under its name when it differs from the
 stored one, so revisions change only with the definition. It prints each
-definition's revision. An invalid file stores nothing and names every field at
+definition's subagent_revision, the number a dispatch records: the sub-agent
+bucket's sequence, shared by all definitions, so a new one's first revision
+need not be 1. An invalid file stores nothing and names every field at
 fault. A new dispatch uses the latest revision; one already accepted keeps the
 revision it was accepted with.
 
@@ -160,9 +162,21 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 			}
 			continue
 		}
-		fmt.Fprintf(out, "sub-agent %s %s (revision %d)\n", res.Name, res.Result, res.Revision)
+		fmt.Fprintln(out, applyLine(res))
 	}
 	return nil
+}
+
+// applyLine words one applied definition. Its revision is the sub-agent
+// bucket's sequence at the write (what a dispatch records as
+// subagent_revision), shared by every definition, so a new definition's
+// first revision is rarely 1: the line says "first version" rather than
+// let the number read as a count.
+func applyLine(res applyResult) string {
+	if res.Result == "created" {
+		return fmt.Sprintf("sub-agent %s created: first version, subagent_revision %d", res.Name, res.Revision)
+	}
+	return fmt.Sprintf("sub-agent %s %s (subagent_revision %d)", res.Name, res.Result, res.Revision)
 }
 
 // readDefinition reads, parses and validates the definition in file f
