@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,7 +164,10 @@ func WithTraceparent(tp string) DispatchOption {
 // dispatch rather than starting a second one.
 //
 // A refused request answers a *Problem matching ErrInvalidRequest whose
-// Errors name the fields at fault. A request past its thread's round limit
+// Errors name the fields at fault. A request over a size limit (its input
+// over lifecycle.MaxInputBytes, or the whole over lifecycle.MaxRequestBytes
+// or the server's max payload) is not sent: Dispatch returns a
+// *TooLargeError, which no retry can cure. A request past its thread's round limit
 // is not refused: the handle's Record already ended failed max-rounds.
 // Dispatch blocks until the dispatcher answers or ctx ends.
 func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...DispatchOption) (*Dispatch, error) {
@@ -174,12 +178,21 @@ func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...Di
 	if req.DispatchID == "" {
 		req.DispatchID = lifecycle.NewID()
 	}
+	if err := c.checkSize(req); err != nil {
+		return nil, err
+	}
 	var rec Record
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := c.call(ctx, lifecycle.APIDispatch, hdr, req, &rec)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// The headers tipped it over: as final as checkSize's refusal.
+			tl := c.tooLarge(req)
+			tl.Err = err
+			return nil, tl
 		}
 		if attempt == 3 || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return nil, &DispatchError{DispatchID: req.DispatchID, Err: err}
@@ -194,6 +207,63 @@ func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...Di
 	return &Dispatch{DispatchID: rec.DispatchID, ID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
 }
 
+// TooLargeError is a dispatch request Dispatch did not send because it can
+// never be accepted: its input is over lifecycle.MaxInputBytes, or the
+// whole request over lifecycle.MaxRequestBytes or the NATS server's max
+// payload. Retrying cannot help; pass large data by reference instead. It
+// matches ErrInvalidRequest.
+type TooLargeError struct {
+	// RequestBytes and InputBytes are the encoded request's and its
+	// input's sizes; RequestLimit and InputLimit the limits they meet.
+	RequestBytes, InputBytes int
+	RequestLimit, InputLimit int
+	// MaxPayload is the NATS server's max payload, when it is what bounds
+	// the request (below lifecycle.MaxRequestBytes).
+	MaxPayload int
+	// Err is the NATS error when the server refused the message.
+	Err error
+}
+
+func (e *TooLargeError) Error() string {
+	req := fmt.Sprintf("the whole request at most %d bytes", e.RequestLimit)
+	if e.MaxPayload > 0 {
+		req += " (this NATS server's max payload)"
+	}
+	return fmt.Sprintf("client: the dispatch request is %d bytes with an input of %d bytes, over Agora's limits: "+
+		"the input at most %d bytes and %s; nothing was dispatched. "+
+		"Pass large data by reference: write it to a file the sub-agent reads (a path its definition's sandbox.read_paths shows) "+
+		"or to storage it can fetch, and put the path or URL in the input",
+		e.RequestBytes, e.InputBytes, e.InputLimit, req)
+}
+
+// Is reports that a TooLargeError is an invalid request.
+func (e *TooLargeError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// Unwrap returns the NATS error, if the server refused the message.
+func (e *TooLargeError) Unwrap() error { return e.Err }
+
+// tooLarge measures req against the limits.
+func (c *Client) tooLarge(req lifecycle.Request) *TooLargeError {
+	data, _ := json.Marshal(req)
+	e := &TooLargeError{RequestBytes: len(data), RequestLimit: lifecycle.MaxRequestBytes, InputLimit: lifecycle.MaxInputBytes}
+	if in := bytes.TrimSpace(req.Input); !bytes.Equal(in, []byte("null")) {
+		e.InputBytes = len(in)
+	}
+	if mp := int(c.nc.MaxPayload()); mp > 0 && mp < e.RequestLimit {
+		e.RequestLimit, e.MaxPayload = mp, mp
+	}
+	return e
+}
+
+// checkSize refuses a request that is over a size limit before it is sent.
+func (c *Client) checkSize(req lifecycle.Request) error {
+	e := c.tooLarge(req)
+	if e.InputBytes > e.InputLimit || e.RequestBytes > e.RequestLimit {
+		return e
+	}
+	return nil
+}
+
 // DispatchError is a failed Dispatch. DispatchID is the id the request was
 // sent with: retrying with it is safe (the same dispatch, never a second).
 type DispatchError struct {
@@ -202,6 +272,10 @@ type DispatchError struct {
 }
 
 func (e *DispatchError) Error() string {
+	if errors.Is(e.Err, ErrInvalidRequest) {
+		// A refusal: the same request again is refused again.
+		return fmt.Sprintf("%v (dispatch_id %s)", e.Err, e.DispatchID)
+	}
 	return fmt.Sprintf("%v (dispatch_id %s: retry with it to complete the same dispatch)", e.Err, e.DispatchID)
 }
 

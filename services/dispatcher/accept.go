@@ -27,11 +27,11 @@ import (
 
 // Limits on a dispatch request.
 const (
-	// MaxRequestBytes bounds a whole request as received (the server's
-	// default max payload is 1 MB, and the queued request grows a little).
-	MaxRequestBytes = 900 << 10
-	// MaxInputBytes bounds the input object.
-	MaxInputBytes = 512 << 10
+	// MaxRequestBytes bounds a whole request as received
+	// (lifecycle.MaxRequestBytes, which clients check before sending).
+	MaxRequestBytes = lifecycle.MaxRequestBytes
+	// MaxInputBytes bounds the input object (lifecycle.MaxInputBytes).
+	MaxInputBytes = lifecycle.MaxInputBytes
 	// MaxTargetBytes bounds the target string.
 	MaxTargetBytes = 4 << 10
 	// MaxEntries bounds the entries of env and of labels.
