@@ -448,7 +448,7 @@ Agora dev is running.
   data      %s
 
 Try it (another shell):
-  curl -s -XPOST %s/v1/dispatches -d '{"subagent":"demo","input":{"task":"rename the config loader"}}'
+  curl -s -XPOST %s/v1/dispatches -H 'Content-Type: application/json' -d '{"subagent":"demo","input":{"task":"rename the config loader"}}'
   then answer the demo's question in the inbox above, and watch it resume:
   curl -sN %s/v1/events
 Press Ctrl-C to stop.
