@@ -185,7 +185,8 @@ func (r cancelResult) message(cli string) string {
 	case outcomeThreadCancel:
 		return fmt.Sprintf("dispatch %s was paused on a question: its thread %s ends cancelled and the question is withdrawn", r.DispatchID, r.ThreadID)
 	case outcomeCancelling:
-		return fmt.Sprintf("cancelling dispatch %s (it was %s): %s status %s shows when it ends", r.DispatchID, r.Status, cli, r.DispatchID)
+		// The record ends cancelled at once; the worker stops the run.
+		return fmt.Sprintf("cancelled dispatch %s (%s, round %d): it was running, and its worker is stopping it", r.DispatchID, r.Subagent, r.Round)
 	}
 	if r.LatestDispatchID == "" && r.Status == lifecycle.KindNeedsInput && r.CancelRequested != nil {
 		return fmt.Sprintf("dispatch %s was paused on a question and its thread %s was already being cancelled: nothing more to cancel", r.DispatchID, r.ThreadID)

@@ -156,9 +156,10 @@ func TestFinishedKeepsRedactedStderrTail(t *testing.T) {
 		d.EnvAllow = []string{"ALLOWED_KEY"}
 	})
 	h.shell("quiet", `echo out`)
-	f, ok := h.terminal(h.dispatch(lifecycle.Request{Subagent: "chatty"})).Data.(*lifecycle.Finished)
+	end := h.terminal(h.dispatch(lifecycle.Request{Subagent: "chatty"}))
+	f, ok := end.Data.(*lifecycle.Finished)
 	if !ok {
-		t.Fatal("chatty did not finish")
+		t.Fatalf("chatty did not finish: %+v", end.Data)
 	}
 	if strings.Contains(f.StderrTail, secret) || !strings.HasSuffix(f.StderrTail, "warning: used key [redacted]\n") || len(f.StderrTail) > 4096 {
 		t.Errorf("stderr_tail = …%q (%d bytes)", f.StderrTail[max(0, len(f.StderrTail)-60):], len(f.StderrTail))
