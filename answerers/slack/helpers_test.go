@@ -26,6 +26,7 @@ import (
 
 	"github.com/agora-dispatch/agora/answerers/slack"
 	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -557,16 +558,6 @@ func (w *world) ready(t *testing.T, s *slack.Server) {
 }
 
 // eventually polls cond every 20ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // asks registers a sub-agent that asks sentinel in round 0 and, resumed,
 // copies its input to its output.
@@ -583,7 +574,7 @@ func (w *world) dispatch(t *testing.T, name, channel string, labels map[string]s
 		t.Fatal(err)
 	}
 	var m postedMessage
-	eventually(t, time.Minute, "the question's message in "+channel, func() bool {
+	testkit.Eventually(t, time.Minute, "the question's message in "+channel, func() bool {
 		var ok bool
 		m, ok = w.slack.messageIn(channel)
 		return ok

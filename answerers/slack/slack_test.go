@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -72,7 +73,7 @@ func TestClickAnswers(t *testing.T) {
 	if in["answer"] != "B" || in["answered_by"] != "slack:"+team+"/U0BOB" {
 		t.Errorf("round 1 input = %s", fin.Output)
 	}
-	eventually(t, 30*time.Second, "the message to be updated", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
 		m, _ = w.slack.messageIn("C0OPS")
 		return m.Updates > 0
 	})
@@ -99,7 +100,7 @@ func TestAnsweredElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	var now postedMessage
-	eventually(t, 30*time.Second, "the message to be updated", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
 		now, _ = w.slack.messageIn("C0OPS")
 		return now.Updates > 0
 	})
@@ -111,7 +112,7 @@ func TestAnsweredElsewhere(t *testing.T) {
 	if code, _ := newInteraction(click(m, "U0BOB", els[1]), signingSecret, time.Now()).send(t, w.http.URL); code != http.StatusOK {
 		t.Fatalf("click: HTTP %d", code)
 	}
-	eventually(t, 30*time.Second, "an ephemeral reply", func() bool { return len(w.slack.callsOf("chat.postEphemeral")) == 1 })
+	testkit.Eventually(t, 30*time.Second, "an ephemeral reply", func() bool { return len(w.slack.callsOf("chat.postEphemeral")) == 1 })
 	e := w.slack.callsOf("chat.postEphemeral")[0].Form
 	if e.Get("user") != "U0BOB" || e.Get("channel") != "C0OPS" || !strings.Contains(e.Get("text"), "Already answered by *alice* at <!date^") {
 		t.Errorf("ephemeral = %v", e)
@@ -180,7 +181,7 @@ func TestSlackDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var q lifecycle.Question
-	eventually(t, time.Minute, "the question to reach the fallback route", func() bool {
+	testkit.Eventually(t, time.Minute, "the question to reach the fallback route", func() bool {
 		qs, err := w.Client.Questions(t.Context(), client.QuestionFilter{ThreadID: d.ThreadID, Route: "people"})
 		if err == nil && len(qs) == 1 {
 			q = qs[0]
@@ -221,7 +222,7 @@ func TestWithdrawnAndExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m postedMessage
-	eventually(t, 30*time.Second, "the withdrawn question's message to be updated", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the withdrawn question's message to be updated", func() bool {
 		m, _ = w.slack.messageIn("C0OPS")
 		return m.Updates > 0
 	})
@@ -233,7 +234,7 @@ func TestWithdrawnAndExpired(t *testing.T) {
 	if !strings.Contains(m.all(), "answer by <!date^") || !strings.Contains(m.all(), "left)") {
 		t.Errorf("the message does not say the time left: %s", m.all())
 	}
-	eventually(t, 30*time.Second, "the expired question's message to be updated", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the expired question's message to be updated", func() bool {
 		m, _ = w.slack.messageIn("C0TIMED")
 		return m.Updates > 0
 	})
@@ -260,7 +261,7 @@ func TestApprovalAndAllowList(t *testing.T) {
 	if code, _ := newInteraction(click(m, "U0MALLORY", els[0]), signingSecret, time.Now()).send(t, w.http.URL); code != http.StatusOK {
 		t.Fatalf("click: HTTP %d", code)
 	}
-	eventually(t, 30*time.Second, "an ephemeral refusal", func() bool { return len(w.slack.callsOf("chat.postEphemeral")) == 1 })
+	testkit.Eventually(t, 30*time.Second, "an ephemeral refusal", func() bool { return len(w.slack.callsOf("chat.postEphemeral")) == 1 })
 	if e := w.slack.callsOf("chat.postEphemeral")[0].Form; e.Get("user") != "U0MALLORY" || !strings.Contains(e.Get("text"), "not on the list") {
 		t.Errorf("ephemeral = %v", e)
 	}
@@ -271,7 +272,7 @@ func TestApprovalAndAllowList(t *testing.T) {
 	if code, _ := newInteraction(click(m, "U0ALICE", els[1]), signingSecret, time.Now()).send(t, w.http.URL); code != http.StatusOK {
 		t.Fatalf("reject click: HTTP %d", code)
 	}
-	eventually(t, 30*time.Second, "the reject modal", func() bool { return len(w.slack.callsOf("views.open")) == 1 })
+	testkit.Eventually(t, 30*time.Second, "the reject modal", func() bool { return len(w.slack.callsOf("views.open")) == 1 })
 	view := w.slack.callsOf("views.open")[0].JSON
 	// A stranger cannot send the form either.
 	code, body := newInteraction(submission(view, "U0MALLORY", "no"), signingSecret, time.Now()).send(t, w.http.URL)
@@ -291,7 +292,7 @@ func TestApprovalAndAllowList(t *testing.T) {
 	if in["decision"] != "reject" || in["comment"] != "the change window is closed" || in["answered_by"] != "slack:"+team+"/U0ALICE" {
 		t.Errorf("round 1 input = %s", fin.Output)
 	}
-	eventually(t, 30*time.Second, "the message to be updated", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
 		m, _ = w.slack.messageIn("C0APPROVE")
 		return m.Updates > 0
 	})
@@ -320,7 +321,7 @@ func TestFreeTextAndManyOptions(t *testing.T) {
 	if code, _ := newInteraction(click(m, "U0ALICE", els[0]), signingSecret, time.Now()).send(t, w.http.URL); code != http.StatusOK {
 		t.Fatalf("click: HTTP %d", code)
 	}
-	eventually(t, 30*time.Second, "the answer modal", func() bool { return len(w.slack.callsOf("views.open")) == 1 })
+	testkit.Eventually(t, 30*time.Second, "the answer modal", func() bool { return len(w.slack.callsOf("views.open")) == 1 })
 	view := w.slack.callsOf("views.open")[0].JSON
 	if code, body := newInteraction(submission(view, "U0ALICE", "eu-west-1"), signingSecret, time.Now()).send(t, w.http.URL); code != http.StatusOK || strings.TrimSpace(body) != "" {
 		t.Fatalf("submission: HTTP %d %q", code, body)
@@ -376,12 +377,12 @@ func TestRestartAndEscalation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("first answerer stopped")
-	eventually(t, 30*time.Second, "the escalation", func() bool { return w.question(t, d.ThreadID).Route == "people" })
+	testkit.Eventually(t, 30*time.Second, "the escalation", func() bool { return w.question(t, d.ThreadID).Route == "people" })
 	// A new process knows the message only from the bucket.
 	second, _ := w.newAnswerer(t)
 	w.Go("second answerer", second.Run)
 	w.ready(t, second)
-	eventually(t, 30*time.Second, "the message to be updated", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
 		m, _ = w.slack.messageIn("C0ESC")
 		return m.Updates > 0
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/agora-dispatch/agora/answerers/webhook"
 	"github.com/agora-dispatch/agora/internal/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/seal"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -161,17 +162,6 @@ func (h *harness) count(metric string, labels ...string) float64 {
 	return 0
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (h *harness) route(t *testing.T, qid string) string {
 	t.Helper()
 	q, err := h.sys.Client.Question(t.Context(), qid)
@@ -210,7 +200,7 @@ func TestPostsSignedQuestionWithLinksThatAnswer(t *testing.T) {
 
 	id := h.ask(t)
 	qid := lifecycle.QuestionID(id)
-	eventually(t, "the question posted", func() bool { return rcv.count() == 1 })
+	testkit.Eventually(t, 30*time.Second, "the question posted", func() bool { return rcv.count() == 1 })
 	b := rcv.last()
 	if b.Type != "question.asked" || b.QuestionID != qid || b.DispatchID != id || b.ThreadID != id || b.Route != "hooks" ||
 		b.Subagent != "hook-asker" || b.Question != "Which function?" || b.Context != "two candidates" || b.Kind != "decision" ||
@@ -277,7 +267,7 @@ func TestRetriesThenDelivers(t *testing.T) {
 	})
 	h := start(t, webhook.Config{URL: rcv.srv.URL})
 	qid := lifecycle.QuestionID(h.ask(t))
-	eventually(t, "delivered", func() bool { return h.count("agora_webhook_deliveries_total", "result", "delivered") == 1 })
+	testkit.Eventually(t, 30*time.Second, "delivered", func() bool { return h.count("agora_webhook_deliveries_total", "result", "delivered") == 1 })
 	if n := rcv.count(); n != 3 {
 		t.Errorf("%d POSTs, want 3", n)
 	}
@@ -312,11 +302,11 @@ func TestFailureDeclinesToTheFallback(t *testing.T) {
 			rcv := newReceiver(t, func(_ int, w http.ResponseWriter) { w.WriteHeader(tc.status) })
 			h := start(t, webhook.Config{URL: rcv.srv.URL, Attempts: tc.attempts})
 			qid := lifecycle.QuestionID(h.ask(t))
-			eventually(t, "moved to the fallback", func() bool { return h.route(t, qid) == "human" })
+			testkit.Eventually(t, 30*time.Second, "moved to the fallback", func() bool { return h.route(t, qid) == "human" })
 			if n := rcv.count(); n != tc.posts {
 				t.Errorf("%d POSTs, want %d", n, tc.posts)
 			}
-			eventually(t, "counted", func() bool { return h.count("agora_webhook_declined_total", "route", "hooks") == 1 })
+			testkit.Eventually(t, 30*time.Second, "counted", func() bool { return h.count("agora_webhook_declined_total", "route", "hooks") == 1 })
 			q, err := h.sys.Client.Question(t.Context(), qid)
 			if err != nil || q.Status != "asked" {
 				t.Errorf("question %+v, %v: want it still asked, on the fallback", q, err)
@@ -334,11 +324,11 @@ func TestAnsweredElsewhereIsNotPosted(t *testing.T) {
 	})
 	h := start(t, webhook.Config{URL: rcv.srv.URL})
 	qid := lifecycle.QuestionID(h.ask(t))
-	eventually(t, "first POST", func() bool { return rcv.count() == 1 })
+	testkit.Eventually(t, 30*time.Second, "first POST", func() bool { return rcv.count() == 1 })
 	if _, err := h.sys.Client.Answer(t.Context(), qid, lifecycle.Answer{Answer: "A", AnsweredBy: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "skipped", func() bool { return h.count("agora_webhook_deliveries_total", "result", "skipped") == 1 })
+	testkit.Eventually(t, 30*time.Second, "skipped", func() bool { return h.count("agora_webhook_deliveries_total", "result", "skipped") == 1 })
 	if n := rcv.count(); n != 1 {
 		t.Errorf("%d POSTs, want 1: the question was answered before the retry", n)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,7 +159,7 @@ func (g *globals) explain(err error, endpoint string) error {
 		if what == "" {
 			what = "NATS"
 		}
-		return fmt.Errorf("%s did not answer within %s (--request-timeout) — is Agora overloaded, or its %s stopped?", what, g.timeout, cmpOr(apiServices[endpoint], "server"))
+		return fmt.Errorf("%s did not answer within %s (--request-timeout) — is Agora overloaded, or its %s stopped?", what, g.timeout, cmp.Or(apiServices[endpoint], "server"))
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoServers):
 		return fmt.Errorf("lost the connection to NATS at %s — is `agora dev` still running?", g.natsURL)
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
@@ -221,13 +222,6 @@ func problemError(p *client.Problem, action string) error {
 // unprefix drops the "client: " package prefix from an error message.
 func unprefix(err error) string {
 	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "client: "), "nats: ")
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // jsonLines writes one JSON object per line, nothing else.

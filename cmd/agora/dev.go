@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -399,7 +400,7 @@ func healthOf(services map[string]http.Handler, paths map[string]string) http.Ha
 		var down []string
 		for name, h := range services {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequestWithContext(r.Context(), http.MethodGet, cmpOr(paths[name], "/healthz"), nil))
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(r.Context(), http.MethodGet, cmp.Or(paths[name], "/healthz"), nil))
 			var body any
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				body = map[string]any{"status": "unavailable", "error": strings.TrimSpace(rec.Body.String())}

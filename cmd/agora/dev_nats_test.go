@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
 // A bus other hosts can reach needs a token: without one, agora dev
@@ -34,7 +36,7 @@ func TestDevNATSToken(t *testing.T) {
 	port := freePort(t)
 	cmd := exec.Command(agoraBin, "dev", "--memory", "--http", "127.0.0.1:0", "--nats-listen", "0.0.0.0:"+strconv.Itoa(port), "--nats-token", "generate", "--workers", "1")
 	cmd.Env = cleanEnv()
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -160,9 +162,9 @@ func TestDevMountsSlack(t *testing.T) {
 // runDevUntilHealthy starts an agora dev command, stops it with SIGINT when
 // the test ends, and waits until its /healthz at httpAddr answers 200. It
 // returns the buffer that collects the command's output.
-func runDevUntilHealthy(t *testing.T, cmd *exec.Cmd, httpAddr string) *syncBuffer {
+func runDevUntilHealthy(t *testing.T, cmd *exec.Cmd, httpAddr string) *testkit.Buffer {
 	t.Helper()
-	log := new(syncBuffer)
+	log := new(testkit.Buffer)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

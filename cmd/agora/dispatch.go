@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -337,7 +338,7 @@ func questionBlock(cli, inbox string, q question) string {
 	if q.Kind != "" {
 		kind = q.Kind + ", "
 	}
-	fmt.Fprintf(&b, "\n%s asks (%sround %d, dispatch %s):\n", cmpOr(q.Subagent, "the sub-agent"), kind, q.Round, q.DispatchID)
+	fmt.Fprintf(&b, "\n%s asks (%sround %d, dispatch %s):\n", cmp.Or(q.Subagent, "the sub-agent"), kind, q.Round, q.DispatchID)
 	fmt.Fprintf(&b, "  %s\n", q.Question)
 	if q.Context != "" {
 		for _, line := range strings.Split(strings.TrimRight(q.Context, "\n"), "\n") {
@@ -404,7 +405,7 @@ func printResult(w io.Writer, d lifecycle.Lifecycle) {
 			fmt.Fprintf(w, "  exit code %d after %s\n", *v.ExitCode, ms(v.DurationMS))
 		}
 	case *lifecycle.Cancelled:
-		fmt.Fprintf(w, "Cancelled by %s: %s.\n", cmpOr(v.By, "someone"), where)
+		fmt.Fprintf(w, "Cancelled by %s: %s.\n", cmp.Or(v.By, "someone"), where)
 		if v.Reason != "" {
 			fmt.Fprintf(w, "  %s\n", v.Reason)
 		}

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
 // The CLI tests run the real agora binary, built once for the package,
@@ -37,7 +39,7 @@ type devProcess struct {
 	cmd     *exec.Cmd
 	natsURL string
 	httpURL string
-	log     syncBuffer
+	log     testkit.Buffer
 	exited  chan struct{}
 }
 
@@ -92,23 +94,7 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer goroutine and readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// testkit.Buffer is a bytes.Buffer safe for a writer goroutine and readers.
 
 // devServer returns the shared `agora dev`, starting it on first use.
 func devServer(t testing.TB) *devProcess {
@@ -251,8 +237,8 @@ func mustAgora(t testing.TB, args ...string) result {
 type background struct {
 	cmd    *exec.Cmd
 	lines  chan string // stdout, line by line
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout testkit.Buffer
+	stderr testkit.Buffer
 	done   chan struct{}
 	err    error
 }

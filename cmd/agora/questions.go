@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -150,7 +151,7 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUESTION_ID\tSTATUS\tROUTE\tKIND\tSUBAGENT\tASKED\tQUESTION\tOPTIONS / ANSWER")
 	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.QuestionID, q.Status, q.Route, cmpOr(q.Kind, "-"), q.Subagent,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.QuestionID, q.Status, q.Route, cmp.Or(q.Kind, "-"), q.Subagent,
 			age(q.AskedAt), clipText(q.Question, 60), answerCell(q))
 	}
 	if err := tw.Flush(); err != nil {
@@ -205,7 +206,7 @@ func answerCell(q lifecycle.Question) string {
 		return clipText(strings.Join(q.Options, " | "), 60)
 	}
 	if q.AnsweredBy != "" {
-		a := cmpOr(q.Answer, q.Decision)
+		a := cmp.Or(q.Answer, q.Decision)
 		return fmt.Sprintf("→ %s (by %s)", clipText(a, 40), q.AnsweredBy)
 	}
 	return clipText(q.Detail, 60)
@@ -303,7 +304,7 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 		case o.decision != "":
 			shown = answer + " (" + o.decision + ")"
 		}
-		fmt.Fprintf(out, "answered %s: %s, as %s\n", qid, shown, cmpOr(reply.AnsweredBy, o.as))
+		fmt.Fprintf(out, "answered %s: %s, as %s\n", qid, shown, cmp.Or(reply.AnsweredBy, o.as))
 		if reply.Reason != "" {
 			fmt.Fprintln(out, reply.Reason)
 		} else {
@@ -332,9 +333,9 @@ func answerRefusal(g *globals, cmd *cobra.Command, qid string, r client.AnswerRe
 				why += " at " + r.AnsweredAt.Format(time.RFC3339)
 			}
 		}
-		return fmt.Errorf("cannot answer %s: %s — the first answer wins", qid, cmpOr(why, "it is closed"))
+		return fmt.Errorf("cannot answer %s: %s — the first answer wins", qid, cmp.Or(why, "it is closed"))
 	case client.AnswerInvalid:
-		return fmt.Errorf("answer to %s refused (invalid): %s", qid, cmpOr(r.Reason, "no reason given"))
+		return fmt.Errorf("answer to %s refused (invalid): %s", qid, cmp.Or(r.Reason, "no reason given"))
 	case client.AnswerNotFound:
 		msg := "no question " + qid
 		if r.Reason != "" && r.Reason != msg {
@@ -342,7 +343,7 @@ func answerRefusal(g *globals, cmd *cobra.Command, qid string, r client.AnswerRe
 		}
 		return fmt.Errorf("%s%s — `%s questions --status all` lists them", msg, suggestQuestionID(qid), g.cli(cmd))
 	case client.AnswerRetry:
-		return fmt.Errorf("the router could not take the answer to %s within %s (%s) — send it again", qid, g.timeout, cmpOr(r.Reason, "a temporary failure"))
+		return fmt.Errorf("the router could not take the answer to %s within %s (%s) — send it again", qid, g.timeout, cmp.Or(r.Reason, "a temporary failure"))
 	}
 	return fmt.Errorf("answer to %s: %s %s", qid, r.Status, r.Reason)
 }

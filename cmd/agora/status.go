@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -334,7 +335,7 @@ func printRecord(w io.Writer, r *client.Record, cli, inbox string) {
 				row("detail", "%s", res.Detail)
 			}
 		case lifecycle.KindCancelled:
-			s := "cancelled by " + cmpOr(res.By, "someone")
+			s := "cancelled by " + cmp.Or(res.By, "someone")
 			if res.Detail != "" {
 				s += ": " + res.Detail
 			}
@@ -364,7 +365,7 @@ func printThread(w io.Writer, th *client.Thread) error {
 	fmt.Fprintln(tw, "ROUND\tDISPATCH\tSUBAGENT\tSTATUS\tENDED\tRESUMED WITH\tRESULT")
 	for _, rd := range th.Rounds {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", rd.Round, rd.DispatchID, rd.Subagent, rd.Status, when(rd.EndedAt),
-			cmpOr(resumedWith(&rd.Record), "-"), resultSummary(rd.Result))
+			cmp.Or(resumedWith(&rd.Record), "-"), resultSummary(rd.Result))
 	}
 	return tw.Flush()
 }
@@ -385,7 +386,7 @@ func resumedWith(r *client.Record) string {
 	if json.Unmarshal(r.Request.Input, &in) != nil || (in.Answer == "" && in.Decision == "") {
 		return ""
 	}
-	s := strconv.Quote(clipText(cmpOr(in.Answer, in.Decision), 40))
+	s := strconv.Quote(clipText(cmp.Or(in.Answer, in.Decision), 40))
 	if in.Decision != "" && in.Answer != in.Decision {
 		s += " (" + in.Decision + ")"
 	}

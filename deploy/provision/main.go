@@ -5,8 +5,9 @@
 // no service user may create streams.
 //
 // Settings: AGORA_NATS_URL, AGORA_NATS_CREDS, AGORA_PROVISION_REPLICAS
-// (default 1). It stands in until the lead moves it to a CLI verb
-// (`agora provision --replicas 3`); see deploy/README.md.
+// (default 1). It is a binary of its own, not an `agora` verb, so that the
+// provisioning job's image holds nothing but what creates the streams;
+// deploy/README.md shows how compose and Kubernetes run it.
 package main
 
 import (

@@ -13,6 +13,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -259,7 +260,7 @@ func Start(ctx context.Context, service string, log *slog.Logger) (stop func(), 
 	}
 	if Enabled() {
 		c := FromEnv()
-		log.Info("tracing on: exporting spans over OTLP", "protocol", cmpOr(c.Protocol, "http/protobuf"), "service", service)
+		log.Info("tracing on: exporting spans over OTLP", "protocol", cmp.Or(c.Protocol, "http/protobuf"), "service", service)
 	}
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -268,11 +269,4 @@ func Start(ctx context.Context, service string, log *slog.Logger) (stop func(), 
 			log.Warn("traces not all exported at exit", "err", err)
 		}
 	}, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

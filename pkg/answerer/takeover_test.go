@@ -1,38 +1,19 @@
 package answerer_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
-
-// syncBuffer is a log sink safe for the handler's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestServeWarnsOfWaitingQuestions: an answerer started on a route where
 // questions already wait (a toy answerer served on route human) says how
@@ -66,7 +47,7 @@ func TestServeWarnsOfWaitingQuestions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.route, func(t *testing.T) {
-			var buf syncBuffer
+			var buf testkit.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, nil))
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)

@@ -9,11 +9,11 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -131,10 +131,10 @@ func (r *rejection) from(req lifecycle.Request) {
 // sent it sees why on the lifecycle stream. A request that cannot be named
 // (no valid sub-agent) is logged and terminated.
 func (s *Service) reject(ctx context.Context, b *bindings, r rejection, log *slog.Logger) verdict {
-	detail := truncate(r.detail, maxDetail)
+	detail := clip.String(r.detail, maxDetail)
 	if r.subagent == "" {
 		log.Error("refused request cannot be reported (no valid sub-agent name): terminated", "detail", detail)
-		return term("refused: " + truncate(detail, 200))
+		return term("refused: " + clip.String(detail, 200))
 	}
 	if r.threadID == "" {
 		r.threadID = r.dispatchID
@@ -151,7 +151,7 @@ func (s *Service) reject(ctx context.Context, b *bindings, r rejection, log *slo
 	switch {
 	case errors.Is(err, lifecycle.ErrInvalid), errors.Is(err, lifecycle.ErrBadToken), errors.Is(err, lifecycle.ErrBadSubject):
 		log.Error("refused request cannot be reported: terminated", "detail", detail, "err", err)
-		return term("refused: " + truncate(detail, 200))
+		return term("refused: " + clip.String(detail, 200))
 	case err != nil:
 		log.Warn("cannot report refused request yet: redelivering", "dispatch_id", r.dispatchID, "err", err)
 		return retryLate
@@ -182,14 +182,4 @@ func eventTime(e lifecycle.Event, fallback time.Time) time.Time {
 		return fallback
 	}
 	return t
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -1,18 +1,17 @@
 package worker_test
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
 )
@@ -24,32 +23,16 @@ touch "$MARKS/started.$a"
 while [ ! -e "$MARKS/go.$a" ]; do sleep 0.05; done
 echo "{\"attempt\":$a}" > "$AGORA_OUTPUT_FILE"`
 
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// testkit.Buffer is a bytes.Buffer a process writes while the test reads it.
 
 // startLoggedWorkerProcess is startWorkerProcess with logs readable while
 // the worker runs.
-func (h *harness) startLoggedWorkerProcess(id string) (*exec.Cmd, *syncBuffer) {
+func (h *harness) startLoggedWorkerProcess(id string) (*exec.Cmd, *testkit.Buffer) {
 	h.t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "WORKER_TEST_MAIN=1", "AGORA_NATS_URL="+h.srv.URL, "AGORA_WORKSPACE_ROOT="+h.root,
 		"AGORA_WORKER_ID="+id, "AGORA_WORKER_CONCURRENCY=1", "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_SANDBOX_UID=-1")
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
@@ -58,7 +41,7 @@ func (h *harness) startLoggedWorkerProcess(id string) (*exec.Cmd, *syncBuffer) {
 	return cmd, logs
 }
 
-func waitLog(t *testing.T, logs *syncBuffer, want string) {
+func waitLog(t *testing.T, logs *testkit.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(logs.String(), want) {
@@ -237,7 +220,7 @@ func TestTerminalPublishIsFenced(t *testing.T) {
 	h := newHarness(t, provision.Config{WorkAckWait: time.Minute})
 	marks := t.TempDir()
 	h.shell("attempts", attemptAgent)
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	h.startWorker(h.workerConfig(), worker.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	id := h.dispatch(lifecycle.Request{Subagent: "attempts", Env: map[string]string{"MARKS": marks}})
 	waitFile(t, filepath.Join(marks, "started.1"))
@@ -249,7 +232,9 @@ func TestTerminalPublishIsFenced(t *testing.T) {
 	if strings.Contains(logs.String(), "moved on without this run") {
 		t.Fatal("a progress tick fenced the run; this test is for the terminal publish")
 	}
-	time.Sleep(200 * time.Millisecond)
+	// "fenced" is logged once the stream refused the run's terminal
+	// publish and the run gave up; it publishes nothing after it, so the
+	// stream already holds all this run will ever store.
 	for _, e := range h.events(id) {
 		if k, ok := e.Data.(lifecycle.Lifecycle); ok && k.LifecycleKind().Terminal() {
 			t.Fatalf("terminal %s stored for a fenced run: %+v", k.LifecycleKind(), e.Data)

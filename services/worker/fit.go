@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -106,7 +107,7 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 	if big := largestFields(d, 3); big != "" {
 		detail += "; largest fields: " + big
 	}
-	f := &lifecycle.Failed{Common: j.common, Outputs: orig, Reason: lifecycle.ReasonWorkerFailed, Detail: truncate(detail, 1024)}
+	f := &lifecycle.Failed{Common: j.common, Outputs: orig, Reason: lifecycle.ReasonWorkerFailed, Detail: clip.String(detail, 1024)}
 	f.SetProducer(s.cfg.ID, j.attempt)
 	f.ExitCode, f.DurationMS = runOf(d)
 	j.log.Error("terminal event cannot fit "+what+": the dispatch fails", "kind", d.LifecycleKind(), "bytes", first, "limit", limit, "detail", f.Detail)
@@ -271,12 +272,12 @@ func (s *Service) giveUp(j *job, cause error) Outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	f := &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed,
-		Detail: truncate("a message of this run can never be published: "+cause.Error(), 1024), DurationMS: time.Since(j.start).Milliseconds()}
+		Detail: clip.String("a message of this run can never be published: "+cause.Error(), 1024), DurationMS: time.Since(j.start).Milliseconds()}
 	f.SetProducer(s.cfg.ID, j.attempt)
 	stored, last, err := s.publishFenced(ctx, j, f)
 	if err != nil {
 		j.log.Error("permanent failure, and its failed event was not stored: work message terminated, never redelivered", "err", err, "cause", cause)
-		_ = j.msg.TermWithReason("can never be published: " + truncate(cause.Error(), 200))
+		_ = j.msg.TermWithReason("can never be published: " + clip.String(cause.Error(), 200))
 		s.metrics.outcome("", "terminated")
 		return Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -27,7 +28,7 @@ func (s *Service) belowFloor(j *job, def subagent.Definition) *lifecycle.Failed 
 	}
 	detail := fmt.Sprintf("sub-agent %q (revision %d) is below the operator's sandbox floor: %s", def.Name, j.req.SubagentRevision, fe.Error())
 	j.log.Warn("refused: the definition is below the operator's sandbox floor", "detail", detail)
-	return &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonRejected, Detail: truncate(detail, 1024)}
+	return &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonRejected, Detail: clip.String(detail, 1024)}
 }
 
 // runTimeout is how long a run may take: the request's timeout when it is

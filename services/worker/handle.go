@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/telemetry"
@@ -257,7 +258,7 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	secrets := secretValues(def)
 	res.Stdout, res.Stderr = []byte(redactTail(res.Stdout, secrets)), []byte(redactTail(res.Stderr, secrets))
 	failed := func(r lifecycle.Reason, detail string) Outcome {
-		detail = truncate(redact(detail, secretValues(def)), 1024)
+		detail = clip.String(redact(detail, secretValues(def)), 1024)
 		return s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: r, Detail: detail, ExitCode: exit, DurationMS: dur}, res.ExitCode, "")
 	}
 	if errors.Is(cause, errFenced) {
@@ -554,18 +555,7 @@ func parseCancel(b []byte) (by, reason string) {
 		Reason string `json:"reason"`
 	}
 	_ = json.Unmarshal(b, &c)
-	return truncate(c.By, 200), truncate(c.Reason, 500)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) && len(s) > 0 {
-		s = s[:len(s)-1]
-	}
-	return s + "…"
+	return clip.String(c.By, 200), clip.String(c.Reason, 500)
 }
 
 func validUTF8(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }

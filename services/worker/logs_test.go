@@ -8,6 +8,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
 )
@@ -17,7 +18,7 @@ import (
 func TestFinishedDispatchLogLinesCarryTheTrace(t *testing.T) {
 	t.Setenv("AGORA_LOG_LEVEL", "info")
 	t.Setenv("AGORA_LOG_FORMAT", "json")
-	var out syncBuffer
+	var out testkit.Buffer
 	log, err := logging.New(&out)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -101,16 +102,6 @@ func waitThread(t *testing.T, sys *systemtest.System, threadID string) client.It
 }
 
 // eventually polls cond for up to 20 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // A question pending longer than the retention survives and is answered;
 // the thread resumes (from its state object) and finishes; then, after the
@@ -127,7 +118,7 @@ func TestFinishedThreadExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the question asked with its state object", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the question asked with its state object", func() bool {
 		k := b.keys(t, d.ID, "")
 		return k["question"] && k["state object"]
 	})
@@ -153,7 +144,7 @@ func TestFinishedThreadExpires(t *testing.T) {
 	if expires == nil || expires.Before(time.Now()) || expires.After(time.Now().Add(retentionFor+time.Second)) {
 		t.Errorf("the finished round's expires_at = %v, want about %s from its end", expires, retentionFor)
 	}
-	eventually(t, "every record of the finished thread expired", func() bool {
+	testkit.Eventually(t, 20*time.Second, "every record of the finished thread expired", func() bool {
 		for what, ok := range b.keys(t, d.ID, last) {
 			if ok {
 				t.Logf("still there: %s", what)
@@ -185,7 +176,7 @@ func TestRunningThreadKeepsItsRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	var round1 string
-	eventually(t, "round 1 running", func() bool {
+	testkit.Eventually(t, 20*time.Second, "round 1 running", func() bool {
 		th, err := sys.Client.Thread(t.Context(), d.ThreadID)
 		if err != nil || len(th.Rounds) < 2 || th.Rounds[1].Status != lifecycle.KindStarted {
 			return false
@@ -201,7 +192,7 @@ func TestRunningThreadKeepsItsRecords(t *testing.T) {
 		}
 	}
 	waitThread(t, sys, d.ThreadID)
-	eventually(t, "the records expire once the thread ended", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the records expire once the thread ended", func() bool {
 		k := b.keys(t, d.ID, round1)
 		return !k["dispatch round 0"] && !k["dispatch round 1"] && !k["thread index"] && !k["question"]
 	})
