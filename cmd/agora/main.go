@@ -9,9 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
 )
 
 func main() {
+	// `agora` is the worker's binary in `agora dev`: it serves a
+	// claude-code run's require_input MCP server when asked to.
+	subagentmcp.ServeIfAsked()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()

@@ -25,15 +25,20 @@ import (
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
 
-// EnvServe, set to "serve", makes a binary importing this package serve the
-// MCP server on stdin/stdout instead of its own main.
+// EnvServe, set to "serve", makes a binary whose main calls ServeIfAsked
+// serve the MCP server on stdin/stdout instead of doing its own work.
 const EnvServe = "AGORA_SUBAGENT_MCP"
 
 // ServerName is the MCP server's name in a client's configuration; the
 // tool's full name in Claude Code is mcp__agora__require_input.
 const ServerName = "agora"
 
-func init() {
+// ServeIfAsked serves the require_input MCP server on stdin/stdout and
+// exits the process when EnvServe is "serve"; otherwise it returns at once.
+// A binary the worker may name as the server — the worker's own, since the
+// claude-code runtime's MCP configuration starts it (Config) — calls it
+// first thing in main (docs/mcp.md, "The sub-agent's side").
+func ServeIfAsked() {
 	if os.Getenv(EnvServe) != "serve" {
 		return
 	}

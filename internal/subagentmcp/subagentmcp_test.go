@@ -3,6 +3,7 @@ package subagentmcp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +17,19 @@ import (
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
 
-// connect starts this test binary as the sub-agent's MCP server (the
-// package's init serves it when AGORA_SUBAGENT_MCP=serve), with env, over
+func TestMain(m *testing.M) {
+	subagentmcp.ServeIfAsked()
+	if os.Getenv(subagentmcp.EnvServe) != "" {
+		// Started as a server but not serving: never run the tests again
+		// in a child (each would start another).
+		fmt.Fprintln(os.Stderr, "test binary started with", subagentmcp.EnvServe, "did not serve")
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
+
+// connect starts this test binary as the sub-agent's MCP server
+// (TestMain serves it when AGORA_SUBAGENT_MCP=serve), with env, over
 // stdio, as Claude Code starts the server its --mcp-config names.
 func connect(t *testing.T, env ...string) *mcp.ClientSession {
 	t.Helper()

@@ -26,6 +26,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/sandbox"
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -34,6 +35,14 @@ import (
 // TestMain doubles as the worker program when WORKER_TEST_MAIN=1, so crash
 // tests can SIGKILL a real worker process.
 func TestMain(m *testing.M) {
+	// The claude-code tests' runs start this binary as their MCP server.
+	subagentmcp.ServeIfAsked()
+	if os.Getenv(subagentmcp.EnvServe) != "" {
+		// Started as a server but not serving: never run the tests again
+		// in a child (each would start another).
+		fmt.Fprintln(os.Stderr, "test binary started with", subagentmcp.EnvServe, "did not serve")
+		os.Exit(2)
+	}
 	if os.Getenv("WORKER_TEST_MAIN") == "1" {
 		os.Exit(workerMain())
 	}

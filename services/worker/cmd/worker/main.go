@@ -18,11 +18,16 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/services/worker"
 )
 
-func main() { os.Exit(run()) }
+func main() {
+	// A claude-code run's require_input MCP server is this binary.
+	subagentmcp.ServeIfAsked()
+	os.Exit(run())
+}
 
 func run() int {
 	once := flag.Bool("once", false, "handle exactly one dispatch, then exit")
