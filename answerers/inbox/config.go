@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/seal"
+	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
 // Config is the inbox's configuration, read from AGORA_* variables with

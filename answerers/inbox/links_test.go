@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
-	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
 // linkCall GETs or POSTs (a form) an answer link; it does not follow

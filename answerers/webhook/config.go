@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/seal"
+	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
 // Config is the webhook notifier's configuration, read from AGORA_*

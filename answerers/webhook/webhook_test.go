@@ -18,10 +18,10 @@ import (
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/answerers/webhook"
 	"github.com/agora-dispatch/agora/internal/harness/systemtest"
-	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
 const secret = "a-webhook-secret-for-tests"

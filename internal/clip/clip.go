@@ -2,7 +2,11 @@
 // splitting a UTF-8 character.
 package clip
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
 
 // Prefix returns the longest prefix of s of at most n bytes that ends on
 // a character boundary.
@@ -17,10 +21,5 @@ func Prefix(s string, n int) string {
 	return s[:n]
 }
 
-// String is Prefix followed by "…" when s was cut.
-func String(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return Prefix(s, n) + "…"
-}
+// String is lifecycle.Clip: Prefix followed by "…" when s was cut.
+func String(s string, n int) string { return lifecycle.Clip(s, n) }

@@ -35,7 +35,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -521,7 +520,7 @@ func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (cli
 	}
 	var rep client.AnswerReply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Status == "" {
-		return client.AnswerReply{}, fmt.Errorf("answerer: %s: unexpected reply %q", s.subject, clip.String(string(msg.Data), 200))
+		return client.AnswerReply{}, fmt.Errorf("answerer: %s: unexpected reply %q", s.subject, lifecycle.Clip(string(msg.Data), 200))
 	}
 	return rep, nil
 }

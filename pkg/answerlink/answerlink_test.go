@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agora-dispatch/agora/internal/seal"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
 func minter(t *testing.T) *answerlink.Minter {

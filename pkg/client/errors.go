@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // ErrNotFound reports that the dispatch, thread or question does not exist.
@@ -124,7 +124,7 @@ func (p *Problem) MicroReply() (nats.Header, []byte) {
 	if p.Detail != "" {
 		desc += ": " + p.Detail
 	}
-	desc = clip.String(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)
+	desc = lifecycle.Clip(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)
 	return nats.Header{
 		micro.ErrorHeader:     []string{desc},
 		micro.ErrorCodeHeader: []string{strconv.Itoa(p.Status)},

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/agora-dispatch/agora/internal/clip"
 )
 
 // Progress: a running sub-agent appends JSON lines to .agora/progress.jsonl
@@ -96,7 +94,7 @@ func ParseProgressLine(line []byte) (message string, percent *float64, todo []Pr
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("not a JSON string")
 		}
-		return clip.String(m, MaxProgressMessage), nil, nil, nil
+		return Clip(m, MaxProgressMessage), nil, nil, nil
 	}
 	if err := json.Unmarshal(line, &v); err != nil {
 		return "", nil, nil, fmt.Errorf("not a JSON object with message, percent or todo")
@@ -111,10 +109,10 @@ func ParseProgressLine(line []byte) (message string, percent *float64, todo []Pr
 		v.Todo = v.Todo[:MaxProgressTodo]
 	}
 	for i := range v.Todo {
-		v.Todo[i].Text = clip.String(v.Todo[i].Text, 200)
+		v.Todo[i].Text = Clip(v.Todo[i].Text, 200)
 	}
 	if v.Message != nil {
-		message = clip.String(*v.Message, MaxProgressMessage)
+		message = Clip(*v.Message, MaxProgressMessage)
 	}
 	return message, v.Percent, v.Todo, nil
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/seal"
+	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
 // Config is the MCP server's configuration, read from AGORA_* variables

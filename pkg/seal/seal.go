@@ -3,7 +3,7 @@
 // random nonce per token, and a version prefix authenticated as additional
 // data, so a token made for one purpose (an MCP requestState, an answer
 // link) does not open as another even under the same key
-// (docs/mcp.md, docs/inbox.md).
+// (docs/mcp.md, docs/inbox.md). It imports nothing of Agora.
 package seal
 
 import (
