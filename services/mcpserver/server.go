@@ -133,13 +133,24 @@ func (s *Service) Serve(ctx context.Context, transport mcp.Transport, principal 
 	return s.server(principal).Connect(ctx, transport, nil)
 }
 
-// Handler serves the streamable HTTP transport. With APITokens set, every
-// request needs one as a bearer token; the principal is derived from the
-// token ("token-<first 8 hex of its SHA-256>"), else it is "local".
+// sessionlessProtocol is the first protocol version without sessions: a
+// request of it names its version in the MCP-Protocol-Version header and
+// carries its client's details in _meta (docs/mcp.md).
+const sessionlessProtocol = "2026-07-28"
+
+// Handler serves the streamable HTTP transport on one path for both
+// generations of the protocol: a request whose MCP-Protocol-Version header
+// is 2026-07-28 or later goes to a handler without sessions, every other
+// request (initialize, and the older protocols after it) to one with
+// sessions (Mcp-Session-Id). With APITokens set, every request needs one
+// as a bearer token; the principal is derived from the token
+// ("token-<first 8 hex of its SHA-256>"), else it is "local".
 func (s *Service) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	getServer := func(r *http.Request) *mcp.Server {
 		return s.server(principalOf(r.Context()))
-	}, &mcp.StreamableHTTPOptions{Logger: s.log})
+	}
+	sessions := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log})
+	sessionless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log, Stateless: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		principal := "local"
 		if len(s.cfg.APITokens) > 0 {
@@ -151,6 +162,11 @@ func (s *Service) Handler() http.Handler {
 			}
 			sum := sha256.Sum256([]byte(tok))
 			principal = "token-" + hex.EncodeToString(sum[:4])
+		}
+		h := sessions
+		// Versions are dates, so they compare as strings (as the SDK does).
+		if v := r.Header.Get("MCP-Protocol-Version"); v >= sessionlessProtocol {
+			h = sessionless
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
 	})

@@ -1,0 +1,344 @@
+package mcpserver_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agora-dispatch/agora/services/mcpserver"
+)
+
+// rawClient speaks JSON-RPC to /mcp by hand (net/http and encoding/json,
+// no MCP library), so the test sees the wire as any client would. Every
+// request and every message it reads is logged.
+type rawClient struct {
+	t       *testing.T
+	url     string
+	token   string
+	version string // the MCP-Protocol-Version header; empty before initialize
+	session string // the Mcp-Session-Id the server gave, if any
+	// meta, when set, is the per-request _meta of protocol 2026-07-28; such
+	// requests also carry the Mcp-Method (and Mcp-Name) headers.
+	meta   map[string]any
+	nextID int
+}
+
+// rpcMsg is any JSON-RPC message.
+type rpcMsg struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data,omitempty"`
+	} `json:"error,omitempty"`
+}
+
+// post sends one JSON-RPC message and returns the HTTP response.
+func (c *rawClient) post(msg map[string]any) *http.Response {
+	c.t.Helper()
+	body, err := json.Marshal(msg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(c.t.Context(), http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	var hdrs []string
+	set := func(k, v string) {
+		if v != "" {
+			req.Header.Set(k, v)
+			hdrs = append(hdrs, k+": "+v)
+		}
+	}
+	set("MCP-Protocol-Version", c.version)
+	set("Mcp-Session-Id", c.session)
+	if m, _ := msg["method"].(string); m != "" && c.meta != nil {
+		set("Mcp-Method", m)
+		if p, _ := msg["params"].(map[string]any); m == "tools/call" {
+			set("Mcp-Name", fmt.Sprint(p["name"]))
+		}
+	}
+	c.t.Logf("→ POST [%s] %s", strings.Join(hdrs, "; "), body)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp
+}
+
+// notify sends a notification; the server accepts it with 202.
+func (c *rawClient) notify(method string) {
+	c.t.Helper()
+	resp := c.post(map[string]any{"jsonrpc": "2.0", "method": method})
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	c.t.Logf("← %s %s", resp.Status, b)
+	if resp.StatusCode != http.StatusAccepted {
+		c.t.Fatalf("%s: %s %s", method, resp.Status, b)
+	}
+}
+
+// call sends a request and reads the reply: one JSON body or an SSE
+// stream. Requests the server makes on the stream go to serve, whose
+// result is posted back; notifications are logged and skipped. It
+// returns the response to this request and the HTTP response headers.
+func (c *rawClient) call(method string, params map[string]any, serve func(rpcMsg) any) (rpcMsg, http.Header) {
+	c.t.Helper()
+	if params == nil {
+		params = map[string]any{}
+	}
+	if c.meta != nil {
+		params["_meta"] = c.meta
+	}
+	c.nextID++
+	id := c.nextID
+	resp := c.post(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		c.t.Logf("← %s %s", resp.Status, b)
+		c.t.Fatalf("%s: HTTP %s: %s", method, resp.Status, b)
+	}
+	c.t.Logf("← %s %s%s", resp.Status, resp.Header.Get("Content-Type"), sessionNote(resp.Header))
+	handle := func(data []byte) (rpcMsg, bool) {
+		c.t.Logf("← %s", clipped(data))
+		var m rpcMsg
+		if err := json.Unmarshal(data, &m); err != nil {
+			c.t.Fatalf("%s: message %s: %v", method, data, err)
+		}
+		switch {
+		case m.Method != "" && m.ID != nil: // a request of the server's
+			if serve == nil {
+				c.t.Fatalf("%s: the server asked %s, unexpected", method, m.Method)
+			}
+			r := c.post(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": serve(m)})
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			c.t.Logf("← %s %s", r.Status, b)
+			if r.StatusCode != http.StatusAccepted {
+				c.t.Fatalf("answering %s: %s %s", m.Method, r.Status, b)
+			}
+		case m.Method != "": // a notification
+		case string(m.ID) == fmt.Sprint(id):
+			return m, true
+		}
+		return m, false
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if m, ok := handle(b); ok {
+			return m, resp.Header
+		}
+		c.t.Fatalf("%s: no response to id %d", method, id)
+	}
+	// An SSE stream: events are "data:" lines ended by a blank line.
+	r := bufio.NewReader(resp.Body)
+	var data []byte
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			c.t.Fatalf("%s: the stream ended before the response to id %d: %v", method, id, err)
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if d, ok := strings.CutPrefix(line, "data:"); ok {
+			data = append(data, strings.TrimPrefix(d, " ")...)
+			continue
+		}
+		if line == "" && len(data) > 0 {
+			if m, ok := handle(data); ok {
+				return m, resp.Header
+			}
+			data = nil
+		}
+	}
+}
+
+// clipped shortens a long message for the log (tools/list runs to 8 kB).
+func clipped(b []byte) string {
+	const max = 1200
+	if len(b) <= max {
+		return string(b)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", b[:max], len(b))
+}
+
+func sessionNote(h http.Header) string {
+	if s := h.Get("Mcp-Session-Id"); s != "" {
+		return " Mcp-Session-Id: " + s
+	}
+	return ""
+}
+
+// result returns a response's result, failing on a JSON-RPC error.
+func result(t *testing.T, m rpcMsg) map[string]any {
+	t.Helper()
+	if m.Error != nil {
+		t.Fatalf("JSON-RPC error %d: %s %s", m.Error.Code, m.Error.Message, m.Error.Data)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(m.Result, &r); err != nil {
+		t.Fatalf("result %s: %v", m.Result, err)
+	}
+	return r
+}
+
+// toolNames returns the names a tools/list result lists, sorted.
+func toolNames(r map[string]any) []string {
+	var names []string
+	for _, tl := range r["tools"].([]any) {
+		names = append(names, tl.(map[string]any)["name"].(string))
+	}
+	slices.Sort(names)
+	return names
+}
+
+var allTools = []string{"agora_answer", "agora_cancel", "agora_dispatch", "agora_events", "agora_questions", "agora_status", "agora_subagents"}
+
+// /mcp serves protocol 2026-07-28 without sessions next to the older
+// protocols with sessions (docs/mcp.md, "The orchestrator's server"). A
+// client of each generation, written by hand, dispatches a sub-agent that
+// asks, answers it and sees the thread finish.
+func TestHTTPServesBothProtocolGenerations(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{APITokens: []string{"s3cret"}})
+	srv := httptest.NewServer(e.svc.Handler())
+	defer srv.Close()
+	sum := sha256.Sum256([]byte("s3cret"))
+	principal := "mcp:token-" + hex.EncodeToString(sum[:4])
+
+	t.Run("2025-11-25 with a session", func(t *testing.T) {
+		c := &rawClient{t: t, url: srv.URL, token: "s3cret"}
+		res, h := c.call("initialize", map[string]any{"protocolVersion": "2025-11-25",
+			"capabilities": map[string]any{"elicitation": map[string]any{}},
+			"clientInfo":   map[string]any{"name": "raw-http-test", "version": "1"}}, nil)
+		init := result(t, res)
+		if init["protocolVersion"] != "2025-11-25" {
+			t.Fatalf("negotiated %v, want 2025-11-25", init["protocolVersion"])
+		}
+		if c.session = h.Get("Mcp-Session-Id"); c.session == "" {
+			t.Fatal("initialize gave no Mcp-Session-Id")
+		}
+		c.version = "2025-11-25"
+		c.notify("notifications/initialized")
+		res, _ = c.call("tools/list", nil, nil)
+		if got := toolNames(result(t, res)); !slices.Equal(got, allTools) {
+			t.Fatalf("tools = %v, want %v", got, allTools)
+		}
+		// The question comes as an elicitation request on the call's stream.
+		var asked []string
+		res, _ = c.call("tools/call", map[string]any{"name": "agora_dispatch",
+			"arguments": map[string]any{"subagent": "chooser", "input": map[string]any{"task": "x"}}},
+			func(m rpcMsg) any {
+				var p struct {
+					Message string `json:"message"`
+				}
+				_ = json.Unmarshal(m.Params, &p)
+				asked = append(asked, m.Method+": "+p.Message)
+				return map[string]any{"action": "accept", "content": map[string]any{"answer": "B"}}
+			})
+		out := result(t, res)
+		if len(asked) != 1 || !strings.HasPrefix(asked[0], "elicitation/create: ") || !strings.Contains(asked[0], "Rewrite A or B?") {
+			t.Errorf("asked = %q, want one elicitation of the question", asked)
+		}
+		sc, _ := out["structuredContent"].(map[string]any)
+		if sc["status"] != "finished" || sc["output"].(map[string]any)["chose"] != "B" {
+			t.Fatalf("result = %v", out)
+		}
+		if q := question(t, e.sys.Client, sc["thread_id"].(string)); q.Answer != "B" || q.AnsweredBy != principal {
+			t.Errorf("question = %+v, want B answered by %s", q, principal)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, srv.URL, nil)
+		req.Header.Set("Authorization", "Bearer s3cret")
+		req.Header.Set("Mcp-Session-Id", c.session)
+		t.Logf("→ DELETE [Mcp-Session-Id: %s]", c.session)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		t.Logf("← %s", resp.Status)
+		if resp.StatusCode != http.StatusNoContent {
+			t.Errorf("ending the session: %s", resp.Status)
+		}
+	})
+
+	t.Run("2026-07-28 without a session", func(t *testing.T) {
+		c := &rawClient{t: t, url: srv.URL, token: "s3cret", version: "2026-07-28", meta: map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw-http-test", "version": "1"},
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}}},
+		}}
+		noSession := func(what string, h http.Header) {
+			t.Helper()
+			if s := h.Get("Mcp-Session-Id"); s != "" {
+				t.Errorf("%s gave Mcp-Session-Id %s; protocol 2026-07-28 has no sessions", what, s)
+			}
+		}
+		res, h := c.call("server/discover", nil, nil)
+		noSession("server/discover", h)
+		disc := result(t, res)
+		var versions []string
+		for _, v := range disc["supportedVersions"].([]any) {
+			versions = append(versions, v.(string))
+		}
+		if !slices.Contains(versions, "2026-07-28") || !slices.Contains(versions, "2025-11-25") {
+			t.Errorf("supportedVersions = %v, want 2026-07-28 and the older ones", versions)
+		}
+		res, h = c.call("tools/list", nil, nil)
+		noSession("tools/list", h)
+		if got := toolNames(result(t, res)); !slices.Equal(got, allTools) {
+			t.Fatalf("tools = %v, want %v", got, allTools)
+		}
+		args := map[string]any{"subagent": "chooser", "input": map[string]any{"task": "y"}}
+		res, h = c.call("tools/call", map[string]any{"name": "agora_dispatch", "arguments": args}, nil)
+		noSession("tools/call", h)
+		ir := result(t, res)
+		reqs, _ := ir["inputRequests"].(map[string]any)
+		st, _ := ir["requestState"].(string)
+		if ir["resultType"] != "input_required" || len(reqs) != 1 || !strings.HasPrefix(st, "v1.") {
+			t.Fatalf("want an input-required result with one request and a sealed requestState, got %v", ir)
+		}
+		var qid string
+		for id, r := range reqs {
+			qid = id
+			r := r.(map[string]any)
+			msg, _ := r["params"].(map[string]any)["message"].(string)
+			if r["method"] != "elicitation/create" || !strings.Contains(msg, "Rewrite A or B?") {
+				t.Errorf("input request %s = %v", id, r)
+			}
+		}
+		// The answer goes with the same call, made again: no session ties the
+		// two requests, only the sealed state.
+		res, h = c.call("tools/call", map[string]any{"name": "agora_dispatch", "arguments": args,
+			"inputResponses": map[string]any{qid: map[string]any{"action": "accept", "content": map[string]any{"answer": "A"}}},
+			"requestState":   st}, nil)
+		noSession("tools/call", h)
+		out := result(t, res)
+		sc, _ := out["structuredContent"].(map[string]any)
+		if sc["status"] != "finished" || sc["output"].(map[string]any)["chose"] != "A" {
+			t.Fatalf("result = %v", out)
+		}
+		if q := question(t, e.sys.Client, sc["thread_id"].(string)); q.QuestionID != qid || q.Answer != "A" || q.AnsweredBy != principal {
+			t.Errorf("question = %+v, want %s answered A by %s", q, qid, principal)
+		}
+	})
+}
