@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agora-dispatch/agora/pkg/client"
 )
 
 // checkListenAddr reports a listen address that is not HOST:PORT, naming
@@ -89,20 +90,20 @@ func (retentionFlag) Type() string { return "duration" }
 func registeredSubagents(ctx context.Context, g *globals) []string {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	kv, done, err := subagentKV(ctx, g, io.Discard)
+	c, done, err := subagentClient(g, io.Discard)
 	if err != nil {
 		return nil
 	}
 	defer done()
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
+	all, err := c.Subagents(ctx)
+	var ue *client.UndecodableError
+	if err != nil && !errors.As(err, &ue) {
 		return nil
 	}
 	var names []string
-	for k := range keys.Keys() {
-		names = append(names, k)
+	for _, sa := range all {
+		names = append(names, sa.Name)
 	}
-	slices.Sort(names)
 	return names
 }
 

@@ -13,12 +13,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
 )
@@ -36,24 +35,14 @@ prompt, timeout, env_allow, files, max_rounds, description.`,
 	return cmd
 }
 
-// subagentKV connects and opens the agora_subagents bucket; the func
-// returned closes the connection.
-func subagentKV(ctx context.Context, g *globals, diag io.Writer) (jetstream.KeyValue, func(), error) {
+// subagentClient connects for the sub-agent verbs; the func returned
+// closes the connection.
+func subagentClient(g *globals, diag io.Writer) (*client.Client, func(), error) {
 	c, err := g.connect(diag)
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(c.Conn())
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		c.Close()
-		return nil, nil, g.explain(fmt.Errorf("bucket %s: %w", lifecycle.BucketSubagents, err), "")
-	}
-	return kv, func() { _ = c.Close() }, nil
+	return c, func() { c.Close() }, nil
 }
 
 // applyResult is one line of `agora subagent apply --json`.
@@ -143,7 +132,7 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
-	kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+	c, done, err := subagentClient(g, cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -151,11 +140,14 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 	out := cmd.OutOrStdout()
 	jl := newJSONLines(out)
 	for _, p := range defs {
-		res, err := store(ctx, kv, p.def)
+		a, err := c.ApplySubagent(ctx, p.def)
+		if errors.Is(err, client.ErrSubagentChanged) {
+			err = errors.New("changed by someone else meanwhile; apply again")
+		}
 		if err != nil {
 			return g.explain(fmt.Errorf("sub-agent %s (%s): %w", p.def.Name, p.file, err), "")
 		}
-		res.File = p.file
+		res := applyResult{Name: a.Name, Revision: a.Revision, Result: a.Result, File: p.file}
 		if asJSON {
 			if err := jl.write(res); err != nil {
 				return err
@@ -308,22 +300,19 @@ func storedDefinition(cmd *cobra.Command, g *globals, name string) (subagent.Def
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 	defer cancel()
-	kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+	c, done, err := subagentClient(g, cmd.ErrOrStderr())
 	if err != nil {
 		return d, err
 	}
 	defer done()
-	e, err := kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	sa, err := c.Subagent(ctx, name)
+	if errors.Is(err, client.ErrNotFound) {
 		return d, errNotFound("sub-agent", name, fmt.Sprintf("`%s subagent list` lists them; -f FILE checks a file", g.cli(cmd)))
 	}
 	if err != nil {
 		return d, g.explain(err, "")
 	}
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		return d, fmt.Errorf("sub-agent %s: stored definition does not decode: %w", name, err)
-	}
-	return d, nil
+	return sa.Definition, nil
 }
 
 // checkSummary is the one-line gist of a check that found something.
@@ -417,39 +406,6 @@ func envFloor() (subagent.Floor, error) {
 	return f, nil
 }
 
-// store writes d when it differs from the stored definition, with a
-// compare-and-set so a concurrent apply is not lost silently.
-func store(ctx context.Context, kv jetstream.KeyValue, d subagent.Definition) (applyResult, error) {
-	b, err := json.Marshal(d)
-	if err != nil {
-		return applyResult{}, err
-	}
-	res := applyResult{Name: d.Name}
-	cur, err := kv.Get(ctx, d.Name)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		res.Revision, err = kv.Create(ctx, d.Name, b)
-		res.Result = "created"
-	case err != nil:
-		return res, err
-	case bytes.Equal(cur.Value(), b):
-		res.Revision, res.Result = cur.Revision(), "unchanged"
-		return res, nil
-	default:
-		res.Revision, err = kv.Update(ctx, d.Name, b, cur.Revision())
-		res.Result = "updated"
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
-		return res, fmt.Errorf("changed by someone else meanwhile; apply again")
-	}
-	return res, err
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
 // listedSubagent is one line of `agora subagent list --json`.
 type listedSubagent struct {
 	Name       string              `json:"name"`
@@ -470,30 +426,23 @@ revision, updated_at and the definition.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
-			kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+			c, done, err := subagentClient(g, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer done()
-			var list []listedSubagent
-			keys, err := kv.ListKeys(ctx)
-			if err != nil {
+			all, err := c.Subagents(ctx)
+			var ue *client.UndecodableError
+			if errors.As(err, &ue) {
+				for _, n := range ue.Names {
+					fmt.Fprintf(cmd.ErrOrStderr(), "sub-agent %s: stored definition does not decode\n", n)
+				}
+			} else if err != nil {
 				return g.explain(err, "")
 			}
-			for k := range keys.Keys() {
-				e, err := kv.Get(ctx, k)
-				if errors.Is(err, jetstream.ErrKeyNotFound) {
-					continue
-				}
-				if err != nil {
-					return g.explain(fmt.Errorf("sub-agent %s: %w", k, err), "")
-				}
-				var d subagent.Definition
-				if err := json.Unmarshal(e.Value(), &d); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "sub-agent %s: stored definition does not decode: %v\n", k, err)
-					continue
-				}
-				list = append(list, listedSubagent{Name: k, Revision: e.Revision(), UpdatedAt: e.Created(), Definition: d})
+			var list []listedSubagent
+			for _, sa := range all {
+				list = append(list, listedSubagent{Name: sa.Name, Revision: sa.Revision, UpdatedAt: sa.UpdatedAt, Definition: sa.Definition})
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -537,13 +486,13 @@ again with agora subagent apply -f.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
-			kv, done, err := subagentKV(ctx, g, cmd.ErrOrStderr())
+			c, done, err := subagentClient(g, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer done()
-			e, err := kv.Get(ctx, name)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
+			sa, err := c.Subagent(ctx, name)
+			if errors.Is(err, client.ErrNotFound) {
 				return errNotFound("sub-agent", name, fmt.Sprintf("`%s subagent list` lists them", g.cli(cmd)))
 			}
 			if err != nil {
@@ -551,14 +500,17 @@ again with agora subagent apply -f.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				var v json.RawMessage = e.Value()
-				return newJSONLines(out).write(v)
+				return newJSONLines(out).write(sa.Definition)
 			}
-			y, err := jsonToYAML(e.Value())
+			b, err := json.Marshal(sa.Definition)
 			if err != nil {
 				return fmt.Errorf("sub-agent %s: %w", name, err)
 			}
-			fmt.Fprintf(out, "# sub-agent %s, revision %d, stored %s\n%s", name, e.Revision(), e.Created().UTC().Format(time.RFC3339), y)
+			y, err := jsonToYAML(b)
+			if err != nil {
+				return fmt.Errorf("sub-agent %s: %w", name, err)
+			}
+			fmt.Fprintf(out, "# sub-agent %s, revision %d, stored %s\n%s", name, sa.Revision, sa.UpdatedAt.UTC().Format(time.RFC3339), y)
 			return nil
 		},
 	}
