@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,7 +14,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/mcpserver"
 )
 
@@ -59,7 +65,9 @@ func (c *rawClient) post(msg map[string]any) *http.Response {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	var hdrs []string
 	set := func(k, v string) {
 		if v != "" {
@@ -81,6 +89,16 @@ func (c *rawClient) post(msg map[string]any) *http.Response {
 		c.t.Fatal(err)
 	}
 	return resp
+}
+
+// newMeta is the _meta of every request of a protocol 2026-07-28 client
+// that can elicit.
+func newMeta() map[string]any {
+	return map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw-http-test", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}}},
+	}
 }
 
 // notify sends a notification; the server accepts it with 202.
@@ -282,11 +300,7 @@ func TestHTTPServesBothProtocolGenerations(t *testing.T) {
 	})
 
 	t.Run("2026-07-28 without a session", func(t *testing.T) {
-		c := &rawClient{t: t, url: srv.URL, token: "s3cret", version: "2026-07-28", meta: map[string]any{
-			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
-			"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw-http-test", "version": "1"},
-			"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}}},
-		}}
+		c := &rawClient{t: t, url: srv.URL, token: "s3cret", version: "2026-07-28", meta: newMeta()}
 		noSession := func(what string, h http.Header) {
 			t.Helper()
 			if s := h.Get("Mcp-Session-Id"); s != "" {
@@ -341,4 +355,59 @@ func TestHTTPServesBothProtocolGenerations(t *testing.T) {
 			t.Errorf("question = %+v, want %s answered A by %s", q, qid, principal)
 		}
 	})
+}
+
+// Without a session, a call lives as long as its HTTP request: a client
+// that goes away while agora_dispatch follows a thread stops the following
+// (the thread itself runs on). The MCP server has a connection of its own
+// here, so its NATS subscriptions show whether it still follows.
+func TestHTTPSessionlessCallEndsWithItsRequest(t *testing.T) {
+	sys := systemtest.Start(t, systemtest.Options{})
+	sys.Shell("long", "sleep 60")
+	c, err := client.New(sys.Server.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := mcpserver.New(t.Context(), mcpserver.Config{}, mcpserver.Deps{Client: c, Logger: systemtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	d, err := sys.Client.Dispatch(t.Context(), lifecycle.Request{Subagent: "long", Input: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = sys.Client.CancelThread(context.WithoutCancel(t.Context()), d.ThreadID) }()
+	subs := func() int { return c.Conn().NumSubscriptions() }
+	idle := subs()
+
+	ctx, hangUp := context.WithCancel(t.Context())
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{
+		"name": "agora_dispatch", "arguments": map[string]any{"thread_id": d.ThreadID}, "_meta": newMeta()}})
+	done := make(chan error, 1)
+	go func() {
+		// Not rawClient: it fails the test, which must not happen off the
+		// test's goroutine, and this request is meant to end in an error.
+		b := body
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, bytes.NewReader(b))
+		for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "agora_dispatch"} {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	t.Logf("→ POST [MCP-Protocol-Version: 2026-07-28; Mcp-Method: tools/call; Mcp-Name: agora_dispatch] %s", body)
+	testkit.Eventually(t, 10*time.Second, "agora_dispatch following the thread (a watch subscription)", func() bool { return subs() > idle })
+	hangUp()
+	t.Logf("the client hangs up: %v", <-done)
+	testkit.Eventually(t, 5*time.Second, "the call ending with its request (its watch unsubscribed)", func() bool { return subs() == idle })
+	if rec, err := sys.Client.Status(t.Context(), d.ThreadID); err != nil || rec.Status != lifecycle.KindStarted && rec.Status != lifecycle.KindAccepted {
+		t.Errorf("the thread after the client left: %+v %v, want it still running", rec, err)
+	}
 }

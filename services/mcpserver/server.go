@@ -150,7 +150,10 @@ func (s *Service) Handler() http.Handler {
 		return s.server(principalOf(r.Context()))
 	}
 	sessions := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log})
-	sessionless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log, Stateless: true})
+	// Without a session the POST is the whole call: when its client goes
+	// away, the call (an agora_dispatch following a thread, say) ends too.
+	sessionless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log, Stateless: true,
+		PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		principal := "local"
 		if len(s.cfg.APITokens) > 0 {
