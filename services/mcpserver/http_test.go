@@ -314,8 +314,8 @@ func TestHTTPServesBothProtocolGenerations(t *testing.T) {
 		for _, v := range disc["supportedVersions"].([]any) {
 			versions = append(versions, v.(string))
 		}
-		if !slices.Contains(versions, "2026-07-28") || !slices.Contains(versions, "2025-11-25") {
-			t.Errorf("supportedVersions = %v, want 2026-07-28 and the older ones", versions)
+		if want := []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}; !slices.Equal(versions, want) {
+			t.Errorf("supportedVersions = %v, want %v", versions, want)
 		}
 		res, h = c.call("tools/list", nil, nil)
 		noSession("tools/list", h)
@@ -353,6 +353,23 @@ func TestHTTPServesBothProtocolGenerations(t *testing.T) {
 		}
 		if q := question(t, e.sys.Client, sc["thread_id"].(string)); q.QuestionID != qid || q.Answer != "A" || q.AnsweredBy != principal {
 			t.Errorf("question = %+v, want %s answered A by %s", q, qid, principal)
+		}
+		// No session to end, nor a stream to open.
+		for _, method := range []string{http.MethodDelete, http.MethodGet} {
+			req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL, nil)
+			req.Header.Set("Authorization", "Bearer s3cret")
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+			t.Logf("→ %s [MCP-Protocol-Version: 2026-07-28]", method)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			t.Logf("← %s", resp.Status)
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s: %s, want 405", method, resp.Status)
+			}
 		}
 	})
 }
