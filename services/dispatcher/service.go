@@ -191,6 +191,19 @@ func (p *pool) Go(f func()) {
 	})
 }
 
+// Do runs f on the caller's goroutine once a slot is free and returns when
+// f has: the micro lanes (startMicro) handle a request where micro times
+// it, and share the door's bound with each other.
+func (p *pool) Do(f func()) {
+	p.sem <- struct{}{}
+	p.wg.Add(1)
+	defer func() {
+		<-p.sem
+		p.wg.Done()
+	}()
+	f()
+}
+
 // Run serves every door until ctx ends, then shuts down gracefully: it
 // stops taking requests (micro endpoints stopped, consumers drained, HTTP
 // listener closed), lets in-flight requests finish for up to
@@ -358,7 +371,19 @@ func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
 	}
 }
 
-// startMicro registers the micro service `agora` with its three endpoints.
+// maxMicroLanes bounds the endpoints per verb: every lane is a
+// subscription and a row of $SRV.INFO and $SRV.STATS, whose replies must
+// stay within a message.
+const maxMicroLanes = 64
+
+// startMicro registers the micro service `agora` with its three verbs
+// (docs/dispatcher.md, "The micro service"). micro times a request from
+// the handler's call to its return and counts an error when the handler
+// answered with Request.Error, and NATS delivers one subscription's
+// messages one at a time; so each verb is served by several endpoints,
+// lanes, on its subject in one queue group: a lane handles its request to
+// the end before it returns, while the others take the next requests. The
+// lanes of every verb share the pool, the door's bound.
 func (s *Service) startMicro(ctx context.Context, p *pool) (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name: "agora", Version: buildinfo.Version(),
@@ -369,15 +394,21 @@ func (s *Service) startMicro(ctx context.Context, p *pool) (micro.Service, error
 		return nil, fmt.Errorf("dispatcher: micro service: %w", err)
 	}
 	g := svc.AddGroup("agora.api")
-	for name, h := range map[string]func(context.Context, micro.Request){
-		"dispatch": s.microDispatch, "cancel": s.microCancel, "status": s.microStatus,
-	} {
-		err := g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
-			p.Go(func() { h(ctx, r) })
-		}))
-		if err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("dispatcher: micro endpoint %s: %w", name, err)
+	lanes := min(cap(p.sem), maxMicroLanes)
+	for _, v := range []struct {
+		name string
+		h    func(context.Context, micro.Request)
+	}{{"dispatch", s.microDispatch}, {"cancel", s.microCancel}, {"status", s.microStatus}} {
+		h := micro.HandlerFunc(func(r micro.Request) {
+			p.Do(func() { v.h(ctx, r) })
+		})
+		for lane := 1; lane <= lanes; lane++ {
+			err := g.AddEndpoint(fmt.Sprintf("%s-%d", v.name, lane), h, micro.WithEndpointSubject(v.name),
+				micro.WithEndpointMetadata(map[string]string{"verb": v.name, "lane": fmt.Sprintf("%d/%d", lane, lanes)}))
+			if err != nil {
+				_ = svc.Stop()
+				return nil, fmt.Errorf("dispatcher: micro endpoint %s lane %d: %w", v.name, lane, err)
+			}
 		}
 	}
 	return svc, nil

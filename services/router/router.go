@@ -304,22 +304,31 @@ func (s *Service) Run(ctx context.Context) error {
 		return fail(fmt.Errorf("router: micro service: %w", err))
 	}
 	stops = append(stops, func() { _ = msvc.Stop() })
-	answer := micro.HandlerFunc(func(r micro.Request) {
-		p.Go(func() { s.microAnswer(work, r) })
-	})
+	// Each endpoint is served by lanes in one queue group, each handling
+	// its request to the end before it returns, so micro's stats time the
+	// real handling and count the error replies while requests are still
+	// handled side by side (docs/dispatcher.md, "The micro service").
+	lanes := min(s.cfg.Concurrency, maxMicroLanes)
 	api := msvc.AddGroup("agora.api")
-	if err := api.AddEndpoint("answer", answer); err != nil {
-		return fail(fmt.Errorf("router: micro endpoint answer: %w", err))
-	}
-	// agora.api.answer.<route>: the route is the subject's last token.
-	if err := api.AddEndpoint("answer-route", answer, micro.WithEndpointSubject("answer.*")); err != nil {
-		return fail(fmt.Errorf("router: micro endpoint answer-route: %w", err))
-	}
-	questions := micro.HandlerFunc(func(r micro.Request) {
-		p.Go(func() { s.microQuestions(work, r) })
-	})
-	if err := api.AddEndpoint("questions", questions); err != nil {
-		return fail(fmt.Errorf("router: micro endpoint questions: %w", err))
+	for _, e := range []struct {
+		name, subject string
+		h             func(context.Context, micro.Request)
+	}{
+		{"answer", "answer", s.microAnswer},
+		// agora.api.answer.<route>: the route is the subject's last token.
+		{"answer-route", "answer.*", s.microAnswer},
+		{"questions", "questions", s.microQuestions},
+	} {
+		h := micro.HandlerFunc(func(r micro.Request) {
+			p.Do(func() { e.h(work, r) })
+		})
+		for lane := 1; lane <= lanes; lane++ {
+			err := api.AddEndpoint(fmt.Sprintf("%s-%d", e.name, lane), h, micro.WithEndpointSubject(e.subject),
+				micro.WithEndpointMetadata(map[string]string{"endpoint": e.name, "lane": fmt.Sprintf("%d/%d", lane, lanes)}))
+			if err != nil {
+				return fail(fmt.Errorf("router: micro endpoint %s lane %d: %w", e.name, lane, err))
+			}
+		}
 	}
 
 	var srv *http.Server
@@ -463,6 +472,23 @@ func (p *pool) Go(f func()) {
 		f()
 	})
 }
+
+// Do runs f on the caller's goroutine once a slot is free and returns when
+// f has: a micro lane handles its request where micro times it.
+func (p *pool) Do(f func()) {
+	p.sem <- struct{}{}
+	p.wg.Add(1)
+	defer func() {
+		<-p.sem
+		p.wg.Done()
+	}()
+	f()
+}
+
+// maxMicroLanes bounds the lanes per micro endpoint: every lane is a
+// subscription and a row of $SRV.INFO and $SRV.STATS, whose replies must
+// stay within a message.
+const maxMicroLanes = 64
 
 // action is what becomes of a stream message; decided in one place, settle.
 type action int
