@@ -114,6 +114,6 @@ func probe() string {
 		syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil
 	userns := inUserNS()
 	netns := userns && loopbackUp() == nil
-	_, serr := seccompProgram()
+	_, serr := seccompPrograms()
 	return "landlock=" + strconv.Itoa(abi) + " proc=" + b(proc) + " userns=" + b(userns) + " netns=" + b(netns) + " seccomp=" + b(serr == nil) + "\n"
 }

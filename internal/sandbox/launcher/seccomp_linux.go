@@ -45,11 +45,18 @@ var deniedSyscalls = []string{
 const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
-// seccompPolicy builds the filter's rules for the running architecture.
-func seccompPolicy() (seccomp.Policy, *arch.Info, error) {
+// seccompPolicies builds the filter's rules for the running architecture,
+// as several programs the kernel runs in turn (the most restrictive answer
+// wins). Each program holds at most one rule with argument conditions, and
+// holds it last: the assembler leaves an argument, not the system call
+// number, in the accumulator once a conditional rule does not match, so a
+// rule after it would compare that argument with system call numbers and
+// let the call through (docs/sandbox.md, "Attack → layer → test"). The
+// socket rules are therefore written as the calls to refuse.
+func seccompPolicies() ([]seccomp.Policy, *arch.Info, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
-		return seccomp.Policy{}, nil, err
+		return nil, nil, err
 	}
 	var denied []string
 	for _, n := range deniedSyscalls {
@@ -57,43 +64,52 @@ func seccompPolicy() (seccomp.Policy, *arch.Info, error) {
 			denied = append(denied, n)
 		}
 	}
+	// Comparisons are of all 64 bits: an argument with high bits set
+	// (which the kernel drops when it reads an int) never equals an
+	// allowed value, so it is refused.
 	eq := func(arg uint32, v uint64) seccomp.Condition {
 		return seccomp.Condition{Argument: arg, Operation: seccomp.Equal, Value: v}
 	}
-	socketOK := []seccomp.ArgumentConditions{
-		{eq(0, unix.AF_UNIX)},
-		{eq(0, unix.AF_NETLINK), eq(2, unix.NETLINK_ROUTE)},
+	ne := func(arg uint32, v uint64) seccomp.Condition {
+		return seccomp.Condition{Argument: arg, Operation: seccomp.NotEqual, Value: v}
+	}
+	bits := func(arg uint32, v uint64) seccomp.Condition {
+		return seccomp.Condition{Argument: arg, Operation: seccomp.BitsSet, Value: v}
+	}
+	// socket() is refused for a family other than AF_UNIX, AF_INET,
+	// AF_INET6 and AF_NETLINK; for netlink other than NETLINK_ROUTE; for
+	// AF_INET and AF_INET6 with a protocol other than 0, TCP and UDP, or a
+	// type whose low four bits are not SOCK_STREAM or SOCK_DGRAM (the
+	// flags SOCK_NONBLOCK and SOCK_CLOEXEC sit above them).
+	socketDenied := []seccomp.ArgumentConditions{
+		{ne(0, unix.AF_UNIX), ne(0, unix.AF_INET), ne(0, unix.AF_INET6), ne(0, unix.AF_NETLINK)},
+		{eq(0, unix.AF_NETLINK), ne(2, unix.NETLINK_ROUTE)},
 	}
 	for _, family := range []uint64{unix.AF_INET, unix.AF_INET6} {
-		for _, proto := range []uint64{0, unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
-			for _, typ := range []uint64{unix.SOCK_STREAM, unix.SOCK_DGRAM} {
-				// The type's low four bits are exactly typ (the
-				// flags SOCK_NONBLOCK and SOCK_CLOEXEC sit above).
-				socketOK = append(socketOK, seccomp.ArgumentConditions{
-					eq(0, family), eq(2, proto),
-					{Argument: 1, Operation: seccomp.BitsSet, Value: typ},
-					{Argument: 1, Operation: seccomp.BitsNotSet, Value: 0xf &^ typ},
-				})
-			}
-		}
+		socketDenied = append(socketDenied,
+			seccomp.ArgumentConditions{eq(0, family), ne(2, 0), ne(2, unix.IPPROTO_TCP), ne(2, unix.IPPROTO_UDP)},
+			seccomp.ArgumentConditions{eq(0, family), bits(1, 0xc)},                                             // type 4 to 15
+			seccomp.ArgumentConditions{eq(0, family), {Argument: 1, Operation: seccomp.BitsNotSet, Value: 0x3}}, // type 0
+			seccomp.ArgumentConditions{eq(0, family), bits(1, unix.SOCK_STREAM), bits(1, unix.SOCK_DGRAM)},      // type 3, SOCK_RAW
+		)
 	}
 	errno := func(e unix.Errno) seccomp.Action { return seccomp.ActionErrno | seccomp.Action(e) }
-	pol := seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Names: denied, Action: errno(unix.EPERM)},
-			{Names: []string{"clone3"}, Action: errno(unix.ENOSYS)},
-			{NamesWithCondtions: []seccomp.NameWithConditions{
-				{Name: "clone", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: namespaceFlags}}},
-			}, Action: errno(unix.EPERM)},
-			{NamesWithCondtions: withEach("socket", socketOK), Action: seccomp.ActionAllow},
-			{NamesWithCondtions: []seccomp.NameWithConditions{
-				{Name: "socketpair", Conditions: seccomp.ArgumentConditions{eq(0, unix.AF_UNIX)}},
-			}, Action: seccomp.ActionAllow},
-			{Names: []string{"socket", "socketpair"}, Action: errno(unix.EPERM)},
-		},
+	policy := func(groups ...seccomp.SyscallGroup) seccomp.Policy {
+		return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
 	}
-	return pol, info, nil
+	return []seccomp.Policy{
+		policy(
+			seccomp.SyscallGroup{Names: denied, Action: errno(unix.EPERM)},
+			seccomp.SyscallGroup{Names: []string{"clone3"}, Action: errno(unix.ENOSYS)},
+			seccomp.SyscallGroup{NamesWithCondtions: []seccomp.NameWithConditions{
+				{Name: "clone", Conditions: seccomp.ArgumentConditions{bits(0, namespaceFlags)}},
+			}, Action: errno(unix.EPERM)},
+		),
+		policy(seccomp.SyscallGroup{NamesWithCondtions: withEach("socket", socketDenied), Action: errno(unix.EPERM)}),
+		policy(seccomp.SyscallGroup{NamesWithCondtions: []seccomp.NameWithConditions{
+			{Name: "socketpair", Conditions: seccomp.ArgumentConditions{ne(0, unix.AF_UNIX)}},
+		}, Action: errno(unix.EPERM)}),
+	}, info, nil
 }
 
 // withEach makes one NameWithConditions per alternative: the group
@@ -106,46 +122,55 @@ func withEach(name string, alts []seccomp.ArgumentConditions) []seccomp.NameWith
 	return out
 }
 
-// seccompProgram assembles the filter, led by an architecture check that
-// kills a process calling through another ABI (the library's own check
-// would send it to the default action: allow).
-func seccompProgram() ([]bpf.RawInstruction, error) {
-	pol, info, err := seccompPolicy()
+// seccompPrograms assembles the filters, each led by an architecture
+// check that kills a process calling through another ABI (the library's
+// own check would send it to the default action: allow).
+func seccompPrograms() ([][]bpf.RawInstruction, error) {
+	pols, info, err := seccompPolicies()
 	if err != nil {
 		return nil, err
 	}
-	body, err := pol.Assemble()
-	if err != nil {
-		return nil, err
+	var progs [][]bpf.RawInstruction
+	for _, pol := range pols {
+		body, err := pol.Assemble()
+		if err != nil {
+			return nil, err
+		}
+		const archOffset = 4 // seccomp_data.arch
+		prog, err := bpf.Assemble(append([]bpf.Instruction{
+			bpf.LoadAbsolute{Off: archOffset, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+			bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
+		}, body...))
+		if err != nil {
+			return nil, err
+		}
+		progs = append(progs, prog)
 	}
-	const archOffset = 4 // seccomp_data.arch
-	prog := append([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: archOffset, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
-	}, body...)
-	return bpf.Assemble(prog)
+	return progs, nil
 }
 
 // loadSeccomp installs the filter on every thread of the process
 // (SECCOMP_FILTER_FLAG_TSYNC); children inherit it. no_new_privs must be
 // set on the calling thread (TSYNC then sets it on the others).
 func loadSeccomp() error {
-	raw, err := seccompProgram()
+	progs, err := seccompPrograms()
 	if err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, in := range raw {
-		filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
-	}
-	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	r, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
-	if e != 0 {
-		return fmt.Errorf("seccomp: %w", e)
-	}
-	if r != 0 {
-		return fmt.Errorf("seccomp: thread %d could not be synchronised", r)
+	for _, raw := range progs {
+		filter := make([]unix.SockFilter, len(raw))
+		for i, in := range raw {
+			filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+		}
+		prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		r, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+		if e != 0 {
+			return fmt.Errorf("seccomp: %w", e)
+		}
+		if r != 0 {
+			return fmt.Errorf("seccomp: thread %d could not be synchronised", r)
+		}
 	}
 	return nil
 }
