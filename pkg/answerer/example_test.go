@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/natsserver"
-	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/agoratest"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/router"
@@ -50,42 +48,38 @@ func Example() {
 	// stopped: <nil>
 }
 
-// startAgora runs an embedded JetStream server with Agora's streams and a
-// router; ask publishes a sub-agent's needs_input as a worker would.
+// startAgora runs an embedded, provisioned JetStream server with a router
+// (package agoratest); ask publishes a sub-agent's needs_input as a worker
+// would.
 func startAgora() (nc *nats.Conn, ask func(question string, options ...string), stop func()) {
-	dir, _ := os.MkdirTemp("", "agora-example")
-	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: dir})
+	ctx := context.Background()
+	// No dispatcher runs: the router asks at once instead of waiting for
+	// the asking dispatch's record.
+	a, err := agoratest.Start(ctx, agoratest.Options{Router: &router.Config{RecordWait: time.Millisecond}})
 	if err != nil {
 		panic(err)
 	}
-	nc, _ = nats.Connect(srv.ClientURL())
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := provision.Ensure(ctx, js, provision.Config{}); err != nil {
+	if nc, err = nats.Connect(a.URL); err != nil {
 		panic(err)
 	}
-	rt, err := router.New(router.Config{RecordWait: time.Millisecond}, router.Deps{Conn: nc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	js, err := jetstream.New(nc)
 	if err != nil {
 		panic(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = rt.Run(ctx); close(done) }()
-	<-rt.Ready()
 	ask = func(question string, options ...string) {
 		id := lifecycle.NewID()
 		ni := &lifecycle.NeedsInput{Common: lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "planner"},
 			QuestionID: lifecycle.QuestionID(id), Question: question, Options: options, Kind: "decision"}
-		_, m, _ := lifecycle.Message(lifecycle.Source("example", "worker"), ni)
+		_, m, err := lifecycle.Message(lifecycle.Source("example", "worker"), ni)
+		if err != nil {
+			panic(err)
+		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			panic(err)
 		}
 	}
 	return nc, ask, func() {
-		cancel()
-		<-done
 		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
+		a.Stop()
 	}
 }

@@ -7,13 +7,30 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agora-dispatch/agora/agoratest"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/dispatcher"
 )
 
 // The examples run against an embedded JetStream server with a dispatcher
 // and the sub-agent "planner" (startExampleAgora). No worker runs in them,
 // so a dispatch stays queued until it is cancelled.
+
+// startExampleAgora starts what an example runs against: an embedded,
+// provisioned JetStream server with the sub-agent "planner" and a
+// dispatcher (package agoratest). Stop ends it.
+func startExampleAgora() *agoratest.Agora {
+	a, err := agoratest.Start(context.Background(), agoratest.Options{
+		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second},
+		Subagents:  []subagent.Definition{{Name: "planner", Runtime: subagent.RuntimeExec, Command: []string{"./plan"}, MaxRounds: 5}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
 
 func ExampleClient_Dispatch() {
 	agora := startExampleAgora()

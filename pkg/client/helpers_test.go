@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -97,48 +95,3 @@ func (e *env) publishAsWorker(t *testing.T, d lifecycle.Data) {
 		t.Fatal(err)
 	}
 }
-
-// exampleAgora is what an Example runs against: an embedded JetStream
-// server in a temporary directory, provisioned, with the sub-agent
-// "planner" and a running dispatcher. No worker runs.
-type exampleAgora struct {
-	URL  string
-	stop func()
-}
-
-func startExampleAgora() *exampleAgora {
-	dir, err := os.MkdirTemp("", "agora-example-")
-	if err != nil {
-		panic(err)
-	}
-	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		panic(err)
-	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		panic(err)
-	}
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := provision.Ensure(ctx, js, provision.Config{}); err != nil {
-		panic(err)
-	}
-	if err := putDefinition(ctx, js, planner); err != nil {
-		panic(err)
-	}
-	stopDispatcher, err := runDispatcher(nc)
-	if err != nil {
-		panic(fmt.Sprint("dispatcher: ", err))
-	}
-	return &exampleAgora{URL: srv.ClientURL(), stop: func() {
-		stopDispatcher()
-		nc.Close()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}}
-}
-
-func (a *exampleAgora) Stop() { a.stop() }
