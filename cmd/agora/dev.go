@@ -36,7 +36,6 @@ import (
 	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/seal"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
@@ -481,22 +480,15 @@ func loadDefinitions(dir string, floor subagent.Floor) ([]subagent.Definition, e
 	return defs, errors.Join(errs...)
 }
 
-// applyDefinitions stores definitions in the agora_subagents bucket,
-// writing only those that changed (so revisions stay meaningful).
+// applyDefinitions registers definitions through the client, which
+// writes only those that changed (so revisions stay meaningful).
 func applyDefinitions(ctx context.Context, js jetstream.JetStream, defs []subagent.Definition) error {
-	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	c, err := client.New(js.Conn())
 	if err != nil {
 		return err
 	}
 	for _, d := range defs {
-		b, err := json.Marshal(d)
-		if err != nil {
-			return err
-		}
-		if cur, err := kv.Get(ctx, d.Name); err == nil && string(cur.Value()) == string(b) {
-			continue
-		}
-		if _, err := kv.Put(ctx, d.Name, b); err != nil {
+		if _, err := c.ApplySubagent(ctx, d); err != nil {
 			return fmt.Errorf("sub-agent %s: %w", d.Name, err)
 		}
 	}

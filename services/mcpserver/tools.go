@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,12 +14,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
-	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
 // mrtrProtocol is the first MCP protocol version with multi round-trip
@@ -556,7 +555,7 @@ func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in Questi
 	for _, q := range qs {
 		out.Questions = append(out.Questions, QuestionItem{QuestionID: q.QuestionID, Status: q.Status, Route: q.Route, Kind: q.Kind,
 			Question: q.Question, Options: q.Options, Context: clip.String(q.Context, 2000), Subagent: q.Subagent, ThreadID: q.ThreadID,
-			Round: q.Round, AskedAt: q.AskedAt.UTC().Format(time.RFC3339), Answer: cmpOr(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy})
+			Round: q.Round, AskedAt: q.AskedAt.UTC().Format(time.RFC3339), Answer: cmp.Or(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy})
 	}
 	return nil, out, nil
 }
@@ -751,34 +750,15 @@ type SubagentItem struct {
 }
 
 func (t *tools) subagents(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *SubagentList, error) {
-	js, err := jetstream.New(t.s.c.Conn())
-	if err != nil {
-		return nil, nil, err
-	}
-	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		return nil, nil, t.explain(fmt.Errorf("bucket %s: %w", lifecycle.BucketSubagents, err))
-	}
-	out := &SubagentList{Subagents: []SubagentItem{}}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
+	all, err := t.s.c.Subagents(ctx)
+	var ue *client.UndecodableError
+	if err != nil && !errors.As(err, &ue) {
 		return nil, nil, t.explain(err)
 	}
-	var names []string
-	for k := range keys.Keys() {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		e, err := kv.Get(ctx, n)
-		if err != nil {
-			continue
-		}
-		var d subagent.Definition
-		if json.Unmarshal(e.Value(), &d) != nil {
-			continue
-		}
-		out.Subagents = append(out.Subagents, SubagentItem{Name: d.Name, Description: d.Description, Runtime: d.Runtime,
+	out := &SubagentList{Subagents: []SubagentItem{}}
+	for _, sa := range all {
+		d := sa.Definition
+		out.Subagents = append(out.Subagents, SubagentItem{Name: sa.Name, Description: d.Description, Runtime: d.Runtime,
 			Timeout: d.TimeoutDuration().String(), MaxRounds: d.Rounds()})
 	}
 	return nil, out, nil
@@ -915,11 +895,4 @@ func rawToAny(b json.RawMessage) any {
 		return string(b)
 	}
 	return v
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

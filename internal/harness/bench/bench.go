@@ -508,13 +508,8 @@ func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir str
 
 // workerPathWith is workerPath with the worker's runtimes given in deps.
 func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, deps worker.Deps, viaDispatcher bool) (scenario, func(), error) {
-	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		return scenario{}, nil, err
-	}
 	def := subagent.Definition{Name: "bench", Runtime: subagent.RuntimeExec, Command: []string{"/bin/true"}}
-	b, _ := json.Marshal(def)
-	rev, err := kv.Put(ctx, def.Name, b)
+	rev, err := applyDef(ctx, js, def)
 	if err != nil {
 		return scenario{}, nil, err
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,12 +105,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 
 	// A sleep of an hour and a fraction no other process uses: the mark.
 	mark := fmt.Sprintf("3600.%d%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	defs, err := st.js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		return rep, err
-	}
-	def, _ := json.Marshal(subagent.Definition{Name: holdSubagent, Runtime: subagent.RuntimeExec, Command: []string{"/bin/sleep", mark}, Timeout: "2h"})
-	if _, err := defs.Put(ctx, holdSubagent, def); err != nil {
+	if _, err := applyDef(ctx, st.js, subagent.Definition{Name: holdSubagent, Runtime: subagent.RuntimeExec, Command: []string{"/bin/sleep", mark}, Timeout: "2h"}); err != nil {
 		return rep, err
 	}
 

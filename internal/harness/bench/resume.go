@@ -61,13 +61,8 @@ func (a *askRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result
 // dispatch's runtime started, through router, dispatcher and worker.
 func resume(ctx context.Context, url string, js jetstream.JetStream, dir string, samples int, phase func(string)) (Row, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		return Row{}, err
-	}
 	def := subagent.Definition{Name: "bench-ask", Runtime: subagent.RuntimeExec, Command: []string{"in-process"}}
-	b, _ := json.Marshal(def)
-	if _, err := kv.Put(ctx, def.Name, b); err != nil {
+	if _, err := applyDef(ctx, js, def); err != nil {
 		return Row{}, err
 	}
 	var conns []*nats.Conn

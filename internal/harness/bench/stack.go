@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ import (
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
@@ -110,12 +108,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	if err := provision.Ensure(ctx, st.js, provision.Config{Retention: cfg.Retention}); err != nil {
 		return nil, err
 	}
-	defs, err := st.js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		return nil, err
-	}
-	b, _ := json.Marshal(subagent.Definition{Name: askingSubagent, Runtime: subagent.RuntimeExec, Command: []string{"in-process"}})
-	if _, err := defs.Put(ctx, askingSubagent, b); err != nil {
+	if _, err := applyDef(ctx, st.js, subagent.Definition{Name: askingSubagent, Runtime: subagent.RuntimeExec, Command: []string{"in-process"}}); err != nil {
 		return nil, err
 	}
 
@@ -224,4 +217,15 @@ func idleCPU(d time.Duration) float64 {
 	cpu0, wall0 := procCPU(), time.Now()
 	time.Sleep(d)
 	return 100 * (procCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
+}
+
+// applyDef registers d through the client, as `agora subagent apply` does,
+// and returns its revision.
+func applyDef(ctx context.Context, js jetstream.JetStream, d subagent.Definition) (uint64, error) {
+	c, err := client.New(js.Conn())
+	if err != nil {
+		return 0, err
+	}
+	a, err := c.ApplySubagent(ctx, d)
+	return a.Revision, err
 }

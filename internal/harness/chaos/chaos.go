@@ -301,12 +301,11 @@ printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_
 	d := subagent.Definition{Name: "chaos", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", script},
 		Timeout: "60s", MaxRounds: 3, EnvAllow: []string{"SIDE"}}
 	d.Sandbox.WritePaths = []string{side}
-	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+	c, err := client.New(js.Conn())
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(d)
-	_, err = kv.Put(ctx, d.Name, b)
+	_, err = c.ApplySubagent(ctx, d)
 	return err
 }
 

@@ -5,7 +5,6 @@ package systemtest
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -14,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
@@ -50,10 +46,9 @@ type System struct {
 	Server *natstest.Server
 	Client *client.Client
 
-	t      *testing.T
-	ctx    context.Context
-	wg     *sync.WaitGroup
-	defsKV jetstream.KeyValue
+	t   *testing.T
+	ctx context.Context
+	wg  *sync.WaitGroup
 }
 
 // Start provisions a fresh server and runs the dispatcher, a worker and
@@ -104,13 +99,6 @@ func Start(t *testing.T, o Options) *System {
 	if s.Client, err = client.New(cconn); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(cconn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.defsKV, err = js.KeyValue(t.Context(), lifecycle.BucketSubagents); err != nil {
-		t.Fatal(err)
-	}
 	return s
 }
 
@@ -128,8 +116,8 @@ func (s *System) Go(name string, f func(context.Context) error) {
 // may set the variables envAllow names.
 func (s *System) Shell(name, script string, envAllow ...string) {
 	s.t.Helper()
-	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: envAllow})
-	if _, err := s.defsKV.Put(s.t.Context(), name, b); err != nil {
+	d := subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: envAllow}
+	if _, err := s.Client.ApplySubagent(s.t.Context(), d); err != nil {
 		s.t.Fatal(err)
 	}
 }
