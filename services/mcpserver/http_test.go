@@ -428,3 +428,33 @@ func TestHTTPSessionlessCallEndsWithItsRequest(t *testing.T) {
 		t.Errorf("the thread after the client left: %+v %v, want it still running", rec, err)
 	}
 }
+
+// A session belongs to the token that opened it: a request carrying its
+// id with another valid token is refused and acts as no one.
+func TestHTTPSessionRefusesAnotherToken(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{APITokens: []string{"alice-token", "bob-token"}})
+	srv := httptest.NewServer(e.svc.Handler())
+	defer srv.Close()
+	alice := &rawClient{t: t, url: srv.URL, token: "alice-token"}
+	_, h := alice.call("initialize", map[string]any{"protocolVersion": "2025-11-25",
+		"capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "raw-http-test", "version": "1"}}, nil)
+	if alice.session = h.Get("Mcp-Session-Id"); alice.session == "" {
+		t.Fatal("initialize gave no Mcp-Session-Id")
+	}
+	alice.version = "2025-11-25"
+	alice.notify("notifications/initialized")
+
+	bob := &rawClient{t: t, url: srv.URL, token: "bob-token", version: alice.version, session: alice.session}
+	resp := bob.post(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": map[string]any{}})
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("← %s %s", resp.Status, b)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("another token on alice's session: %s %s, want 403", resp.Status, b)
+	}
+	// Alice's own requests still work.
+	res, _ := alice.call("tools/list", nil, nil)
+	if got := toolNames(result(t, res)); !slices.Equal(got, allTools) {
+		t.Fatalf("alice's tools = %v", got)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -166,10 +167,19 @@ func (s *Service) Handler() http.Handler {
 			sum := sha256.Sum256([]byte(tok))
 			principal = "token-" + hex.EncodeToString(sum[:4])
 		}
-		h := sessions
+		var h http.Handler = sessions
 		// Versions are dates, so they compare as strings (as the SDK does).
 		if v := r.Header.Get("MCP-Protocol-Version"); v >= sessionlessProtocol {
 			h = sessionless
+		}
+		if principal != "local" {
+			// The SDK binds a session to the user of the request that made
+			// it and refuses the session to a request of another user (403
+			// "session user mismatch"); it learns the user from the token
+			// information its bearer middleware puts in the context.
+			h = auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
+				return &auth.TokenInfo{UserID: principal}, nil
+			}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
 	})
