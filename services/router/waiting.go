@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/internal/clip"
@@ -135,10 +134,11 @@ func parseWaitingCursor(c string) (askedKey, bool) {
 }
 
 // respondProblem answers a micro request with p as a micro error reply
-// (client.Problem.MicroReply, as the dispatcher answers).
+// (client.Problem.MicroReply, as the dispatcher answers), through micro's
+// Request.Error so that the service's stats count it.
 func (s *Service) respondProblem(req micro.Request, p *client.Problem) {
 	hdr, data := p.MicroReply()
-	if err := s.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: hdr, Data: data}); err != nil {
+	if err := req.Error(hdr.Get(micro.ErrorCodeHeader), hdr.Get(micro.ErrorHeader), data, micro.WithHeaders(micro.Headers(hdr))); err != nil {
 		s.log.Warn("micro: respond", "err", err)
 	}
 }

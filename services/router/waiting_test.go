@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/router"
@@ -126,5 +129,35 @@ func TestWaitingPages(t *testing.T) {
 		if json.Unmarshal(msg.Data, &p) != nil || p.Status != 422 || len(p.Errors) != 1 || p.Errors[0].Field != bad.field {
 			t.Errorf("%s: %s %s, want 422 naming %s", bad.body, msg.Header.Get("Nats-Service-Error-Code"), msg.Data, bad.field)
 		}
+	}
+
+	// What `nats micro stats agora-router` reads counts those six refusals
+	// as errors of the questions endpoints (micro records a request once
+	// its handler returned, after the reply: wait until all are counted).
+	statsSubj, err := micro.ControlSubject(micro.StatsVerb, "agora-router", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests, errs int
+	testkit.Eventually(t, 10*time.Second, "the refusals counted in $SRV.STATS", func() bool {
+		msg, err := e.nc.Request(statsSubj, nil, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st micro.Stats
+		if err := json.Unmarshal(msg.Data, &st); err != nil {
+			t.Fatalf("$SRV.STATS: %v: %s", err, msg.Data)
+		}
+		requests, errs = 0, 0
+		for _, ep := range st.Endpoints {
+			if ep.Subject == lifecycle.APIQuestions {
+				requests += ep.NumRequests
+				errs += ep.NumErrors
+			}
+		}
+		return errs >= 6
+	})
+	if errs != 6 || requests < 6 {
+		t.Errorf("questions endpoints: %d requests, %d errors counted; want the 6 refusals as errors", requests, errs)
 	}
 }
