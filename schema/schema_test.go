@@ -335,6 +335,13 @@ func TestTokenPatternMatchesValidToken(t *testing.T) {
 		if schemaOK != goOK {
 			t.Errorf("token %q: schema accepts = %v, lifecycle.ValidToken accepts = %v", tok, schemaOK, goOK)
 		}
+		// parent_id (optionalToken) is the same rule with "" allowed.
+		b, _ = json.Marshal(map[string]any{"dispatch_id": "d", "thread_id": "t", "parent_id": tok,
+			"round": 1, "subagent": "s", "by": "me"})
+		schemaOK = s.ValidateEvent(lifecycle.KindCancelled.Type(), b) == nil
+		if want := tok == "" || goOK; schemaOK != want {
+			t.Errorf("parent_id %q: schema accepts = %v, want %v", tok, schemaOK, want)
+		}
 	}
 }
 
