@@ -232,7 +232,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 }
 
 // Every /v1 route the handler registers is documented, and every
-// documented operation is registered.
+// documented /v1 operation is registered.
 func TestOpenAPICoversEveryRoute(t *testing.T) {
 	src, err := os.ReadFile("http.go")
 	if err != nil {
@@ -251,7 +251,11 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	}
 	documented := map[string]bool{}
 	for _, o := range k.ops {
-		documented[o.method+" "+o.template] = true
+		// The inbox's operations are held to the inbox elsewhere
+		// (docs/api.md).
+		if strings.HasPrefix(o.template, "/v1/") {
+			documented[o.method+" "+o.template] = true
+		}
 	}
 	for r := range registered {
 		if !documented[r] {
