@@ -137,9 +137,10 @@ func (s *Service) newRunSandbox(def subagent.Definition, timeout time.Duration) 
 	if l.CPUTime == 0 {
 		limits["cpu_time"] = subagent.Unlimited
 	}
-	if !rs.useCgroups {
-		// Without a cgroup the process count is not bounded (RLIMIT_NPROC
-		// counts every process of the user, the worker's included).
+	if !rs.useCgroups && !rs.nprocLimit() {
+		// Without a cgroup or a user namespace of its own the process
+		// count is not bounded (RLIMIT_NPROC would count every process
+		// of the user, the worker's included).
 		limits["processes"] = subagent.Unlimited
 	}
 	rs.report.Filesystem = host.LandlockABI >= 1
@@ -222,6 +223,9 @@ func (rs *runSandbox) prepare(ws string) error {
 		}
 	}
 	set("as", l.Memory)
+	if rs.nprocLimit() {
+		set("nproc", l.Processes)
+	}
 	set("nofile", l.OpenFiles)
 	set("fsize", l.FileSize)
 	if l.CPUTime > 0 {
@@ -232,6 +236,15 @@ func (rs *runSandbox) prepare(ws string) error {
 		return rs.makeCgroups()
 	}
 	return nil
+}
+
+// nprocLimit reports whether the run's processes are bounded by
+// RLIMIT_NPROC rather than a cgroup: a run in a user namespace of its own
+// without a cgroup (a worker that is not root). RLIMIT_NPROC counts the
+// tasks of a uid in its user namespace, which is the run's own
+// (docs/sandbox.md, "Limits").
+func (rs *runSandbox) nprocLimit() bool {
+	return rs.isolation == sandbox.ModeNamespaces && !rs.useCgroups && rs.limits.Processes > 0
 }
 
 // makeCgroups gives the run a cgroup of the worker's pool (v1 pids and

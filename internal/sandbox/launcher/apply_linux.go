@@ -27,6 +27,13 @@ func apply(p Policy, pid1 bool) ([]string, error) {
 			if name == "as" {
 				continue // set on the runtime itself (limitChild): the launcher's Go runtime already maps more
 			}
+			if name == "nproc" {
+				// The launcher counts among the run's tasks and
+				// must still make threads when the run has as many
+				// as it may: it keeps some room, and the runtime
+				// gets the limit itself (limitChild).
+				v += nprocLauncherRoom
+			}
 			res, ok := map[string]int{"as": unix.RLIMIT_AS, "nproc": unix.RLIMIT_NPROC, "nofile": unix.RLIMIT_NOFILE, "fsize": unix.RLIMIT_FSIZE, "cpu": unix.RLIMIT_CPU}[name]
 			if !ok {
 				return nil, fmt.Errorf("launcher: unknown rlimit %q", name)
@@ -81,16 +88,30 @@ func apply(p Policy, pid1 bool) ([]string, error) {
 	return applied, nil
 }
 
-// limitChild sets the address-space limit on the started runtime. It is
-// set right after the start rather than inherited, because the launcher's
-// own Go runtime maps more address space than a small limit allows; the
-// run's cgroup, where there is one, bounds memory from the first moment.
+// nprocLauncherRoom is how many tasks more than the run's process limit
+// the launcher itself may have: its own threads.
+const nprocLauncherRoom = 32
+
+// limitChild sets the address-space and process limits on the started
+// runtime. The address space is set right after the start rather than
+// inherited, because the launcher's own Go runtime maps more than a small
+// limit allows. RLIMIT_NPROC counts the tasks of the run's uid in the run's
+// own user namespace, that is the run's tasks, the launcher's threads
+// included: the launcher holds itself, and so what the runtime starts before
+// this call, to the limit and nprocLauncherRoom more; the runtime gets the
+// limit. The run's cgroup, where there is one, bounds memory and processes
+// from the first moment.
 func limitChild(p Policy, pid int) error {
-	v, ok := p.Rlimits["as"]
-	if !ok {
-		return nil
+	for name, res := range map[string]int{"as": unix.RLIMIT_AS, "nproc": unix.RLIMIT_NPROC} {
+		v, ok := p.Rlimits[name]
+		if !ok {
+			continue
+		}
+		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
+			return fmt.Errorf("launcher: rlimit %s=%d: %w", name, v, err)
+		}
 	}
-	return unix.Prlimit(pid, unix.RLIMIT_AS, &unix.Rlimit{Cur: v, Max: v}, nil)
+	return nil
 }
 
 // probe reports what this host lets a launcher apply, as "landlock=<abi>

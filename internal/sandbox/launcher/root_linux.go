@@ -22,6 +22,10 @@ const stageRoot = "/tmp"
 const (
 	defaultTmpSize = 64 << 20
 	shmSize        = 64 << 20
+	// tmpInodes bounds the files of /tmp and /dev/shm: an empty file
+	// takes no room of the size, but its inode is kernel memory
+	// (docs/sandbox.md, "Attack → layer → test").
+	tmpInodes = 65536
 )
 
 // devices are the nodes the run's /dev holds, bound from the host's.
@@ -89,7 +93,7 @@ func buildRoot(p Policy, fds []int) (wsFD int, err error) {
 	if err := mkdirIn(rootFD, "/tmp"); err != nil {
 		return wsFD, err
 	}
-	if err := unix.Mount("tmpfs", stageRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatUint(tmp, 10)+",nr_inodes=65536"); err != nil {
+	if err := unix.Mount("tmpfs", stageRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatUint(tmp, 10)+",nr_inodes="+strconv.Itoa(tmpInodes)); err != nil {
 		return wsFD, fmt.Errorf("root: /tmp: %w", err)
 	}
 	// The binds come last: one may lie under /tmp (a workspace root
@@ -151,7 +155,7 @@ func buildDev(rootFD int) error {
 	if err := mkdirIn(rootFD, "/dev/shm"); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+strconv.Itoa(shmSize)); err != nil {
+	if err := unix.Mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+strconv.Itoa(shmSize)+",nr_inodes="+strconv.Itoa(tmpInodes)); err != nil {
 		return fmt.Errorf("root: /dev/shm: %w", err)
 	}
 	if err := unix.MountSetattr(unix.AT_FDCWD, dev, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
