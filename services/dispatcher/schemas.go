@@ -13,7 +13,7 @@ import (
 )
 
 // httpOpenAPI serves GET /v1/openapi.json: the HTTP API's OpenAPI 3.1
-// document, bundled with the event schemas it refers to.
+// document, which holds the event schemas it refers to (docs/api.md).
 func (s *Service) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
 	b, err := servedOpenAPI()
 	if err != nil {
@@ -27,7 +27,7 @@ func (s *Service) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// servedOpenAPI is the bundle with info.version set to the build's version
+// servedOpenAPI is the document with info.version set to the build's version
 // (internal/buildinfo), built once.
 var servedOpenAPI = sync.OnceValues(func() ([]byte, error) {
 	b, err := schema.OpenAPI()
