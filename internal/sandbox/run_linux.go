@@ -614,8 +614,12 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		}
 	}
 	if lnFD >= 0 {
-		ln, lerr := net.FileListener(os.NewFile(uintptr(lnFD), "proxy"))
-		syscall.Close(lnFD)
+		// FileListener dups the descriptor: the file is closed through
+		// itself, never by its number, or its finalizer would close the
+		// number again, whatever holds it by then.
+		lf := os.NewFile(uintptr(lnFD), "proxy")
+		ln, lerr := net.FileListener(lf)
+		lf.Close()
 		if lerr == nil && s.Proxy != nil {
 			pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 			proxyDone := make(chan struct{})
