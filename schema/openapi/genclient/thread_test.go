@@ -9,7 +9,9 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/schema/openapi/genclient"
 )
 
@@ -161,10 +163,16 @@ func TestGeneratedClientAgainstAgora(t *testing.T) {
 
 		// Round 2 finishes.
 		awaitEvent(t, events, "dev.agora.dispatch.finished")
-		th, err := s.api.GetThreadWithResponse(ctx, thread)
-		if err != nil || th.JSON200 == nil {
-			t.Fatalf("thread: %v %d %s", err, th.StatusCode(), th.Body)
-		}
+		// The records follow the events (the dispatcher's projection):
+		// the thread reads finished once it has caught up.
+		var th *genclient.GetThreadResponse
+		testkit.Eventually(t, 10*time.Second, "the thread record to read finished", func() bool {
+			th, err = s.api.GetThreadWithResponse(ctx, thread)
+			if err != nil || th.JSON200 == nil {
+				t.Fatalf("thread: %v %d %s", err, th.StatusCode(), th.Body)
+			}
+			return th.JSON200.Status == genclient.KindFinished
+		})
 		if th.JSON200.Status != genclient.KindFinished || len(th.JSON200.Rounds) != 3 {
 			t.Fatalf("thread %s: %s with %d rounds, want finished with 3", thread, th.JSON200.Status, len(th.JSON200.Rounds))
 		}
