@@ -31,11 +31,14 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
 // Defaults for the zero values of [Config].
@@ -386,11 +389,11 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 // allows reports whether a rule allows the normalized target.
 func (p *Proxy) allows(host string, port uint16, literal bool) bool {
 	for _, r := range p.rules {
-		if r.port != port {
+		if r.d.Port != port {
 			continue
 		}
 		if literal {
-			if r.addr.IsValid() && r.addr == netip.MustParseAddr(host) {
+			if r.d.Addr.IsValid() && r.d.Addr == netip.MustParseAddr(host) {
 				return true
 			}
 		} else if r.matchName(host) {
@@ -472,16 +475,18 @@ func parseTarget(s string) (host string, port uint16, literal bool, err error) {
 	if err != nil {
 		return "", 0, false, errors.New("not host:port")
 	}
-	if port, err = parsePort(ps); err != nil {
-		return "", 0, false, err
+	n, perr := strconv.ParseUint(ps, 10, 16)
+	if perr != nil || n == 0 {
+		return "", 0, false, fmt.Errorf("port %q is not a number from 1 to 65535", ps)
 	}
+	port = uint16(n)
 	if a, err := netip.ParseAddr(h); err == nil {
 		if a.Zone() != "" {
 			return "", 0, false, errors.New("an address with a zone")
 		}
 		return a.Unmap().String(), port, true, nil
 	}
-	if host, err = normalizeName(h); err != nil {
+	if host, err = subagent.HostName(h); err != nil {
 		return "", 0, false, err
 	}
 	return host, port, false, nil

@@ -2,22 +2,21 @@ package egress
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
 // Rule is one entry of the allow-list: a destination a run may reach. It is
 // built by [ParseRule]; the zero Rule matches nothing.
 type Rule struct {
-	name     string     // lower-case host name, or the domain of a wildcard
-	addr     netip.Addr // set instead of name for an IP literal
-	wildcard bool       // name's subdomains, not name itself
-	port     uint16
+	d subagent.Destination
 }
 
-// ParseRule parses one allow-list entry:
+// ParseRule parses one allow-list entry, as sandbox.network.allow writes
+// it (subagent.ParseDestination):
 //
 //   - "host:port" allows exactly that host name on that port
 //     ("api.anthropic.com:443");
@@ -33,62 +32,26 @@ type Rule struct {
 // port is required, a number from 1 to 65535. An allowed destination must
 // still pass the private-address check ([Config.AllowPrivate]).
 func ParseRule(s string) (Rule, error) {
-	bad := func(why string) (Rule, error) {
-		return Rule{}, fmt.Errorf("egress: rule %q: %s (want host:port or *.domain:port)", s, why)
-	}
 	if strings.TrimSpace(s) == "" {
-		return bad("empty")
+		return Rule{}, fmt.Errorf("egress: rule %q: empty (want host:port, *.domain:port or ip:port)", s)
 	}
-	host, portStr, err := net.SplitHostPort(s)
+	d, err := subagent.ParseDestination(s)
 	if err != nil {
-		if strings.Contains(err.Error(), "missing port") {
-			return bad("missing port")
-		}
-		return bad("not host:port")
+		return Rule{}, fmt.Errorf("egress: rule %w", err)
 	}
-	port, err := parsePort(portStr)
-	if err != nil {
-		return bad(err.Error())
-	}
-	if rest, ok := strings.CutPrefix(host, "*."); ok {
-		if _, err := netip.ParseAddr(rest); err == nil {
-			return bad("a wildcard needs a domain, not an address")
-		}
-		name, err := normalizeName(rest)
-		if err != nil {
-			return bad(err.Error())
-		}
-		if !strings.Contains(name, ".") {
-			return bad("a wildcard needs a domain with at least two labels")
-		}
-		return Rule{name: name, wildcard: true, port: port}, nil
-	}
-	if strings.Contains(host, "*") {
-		return bad(`"*" is allowed only as the first label ("*.example.com")`)
-	}
-	if addr, err := netip.ParseAddr(host); err == nil {
-		if addr.Zone() != "" {
-			return bad("an address with a zone")
-		}
-		return Rule{addr: addr.Unmap(), port: port}, nil
-	}
-	name, err := normalizeName(host)
-	if err != nil {
-		return bad(err.Error())
-	}
-	return Rule{name: name, port: port}, nil
+	return Rule{d: d}, nil
 }
 
 // Match reports whether the rule allows host (a name or an IP literal,
 // without brackets) on port.
 func (r Rule) Match(host string, port int) bool {
-	if port < 1 || port > 65535 || uint16(port) != r.port {
+	if port < 1 || port > 65535 || uint16(port) != r.d.Port {
 		return false
 	}
 	if addr, err := netip.ParseAddr(host); err == nil {
-		return r.addr.IsValid() && addr.Zone() == "" && addr.Unmap() == r.addr
+		return r.d.Addr.IsValid() && addr.Zone() == "" && addr.Unmap() == r.d.Addr
 	}
-	name, err := normalizeName(host)
+	name, err := subagent.HostName(host)
 	if err != nil {
 		return false
 	}
@@ -98,62 +61,23 @@ func (r Rule) Match(host string, port int) bool {
 // matchName matches a normalized host name.
 func (r Rule) matchName(name string) bool {
 	switch {
-	case r.name == "":
+	case r.d.Name == "":
 		return false
-	case r.wildcard:
-		return strings.HasSuffix(name, "."+r.name)
+	case r.d.Wildcard:
+		return strings.HasSuffix(name, "."+r.d.Name)
 	default:
-		return name == r.name
+		return name == r.d.Name
 	}
 }
 
 // String returns the rule in the form ParseRule reads.
 func (r Rule) String() string {
 	switch {
-	case r.addr.IsValid():
-		return netip.AddrPortFrom(r.addr, r.port).String()
-	case r.wildcard:
-		return "*." + r.name + ":" + strconv.Itoa(int(r.port))
+	case r.d.Addr.IsValid():
+		return netip.AddrPortFrom(r.d.Addr, r.d.Port).String()
+	case r.d.Wildcard:
+		return "*." + r.d.Name + ":" + strconv.Itoa(int(r.d.Port))
 	default:
-		return r.name + ":" + strconv.Itoa(int(r.port))
+		return r.d.Name + ":" + strconv.Itoa(int(r.d.Port))
 	}
-}
-
-func parsePort(s string) (uint16, error) {
-	if s == "" {
-		return 0, fmt.Errorf("missing port")
-	}
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
-	}
-	return uint16(n), nil
-}
-
-// normalizeName checks a DNS host name (ASCII letters, digits, '-' and '_'
-// in dot-separated labels) and returns it in lower case without a trailing
-// dot.
-func normalizeName(s string) (string, error) {
-	s = strings.TrimSuffix(s, ".")
-	switch {
-	case s == "":
-		return "", fmt.Errorf("empty host")
-	case len(s) > 253:
-		return "", fmt.Errorf("host longer than 253 characters")
-	}
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" {
-			return "", fmt.Errorf("host %q has an empty label", s)
-		}
-		if len(label) > 63 {
-			return "", fmt.Errorf("host %q has a label longer than 63 characters", s)
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return "", fmt.Errorf("host %q has a character other than letters, digits, '-' and '_'", s)
-			}
-		}
-	}
-	return strings.ToLower(s), nil
 }

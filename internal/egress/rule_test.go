@@ -37,7 +37,7 @@ func TestParseRuleErrors(t *testing.T) {
 				t.Fatalf("ParseRule(%q) succeeded", tc.rule)
 			}
 			msg := err.Error()
-			if !strings.Contains(msg, tc.want) || !strings.HasPrefix(msg, "egress: rule ") || !strings.Contains(msg, "want host:port or *.domain:port") {
+			if !strings.Contains(msg, tc.want) || !strings.HasPrefix(msg, "egress: rule ") || !strings.Contains(msg, "want host:port, *.domain:port or ip:port") {
 				t.Errorf("ParseRule(%q) = %q, want it to contain %q and the expected form", tc.rule, msg, tc.want)
 			}
 		})

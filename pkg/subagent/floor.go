@@ -103,7 +103,7 @@ func (f Floor) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %q must be the only entry", AllowHostsSetting, None))
 		case h == None:
 		default:
-			if _, err := parseDestination(h); err != nil {
+			if _, err := ParseDestination(h); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %v", AllowHostsSetting, err))
 			}
 		}
@@ -187,7 +187,7 @@ func hostAllowed(patterns []string, entry string) bool {
 	if len(patterns) == 0 {
 		return true
 	}
-	d, err := parseDestination(entry)
+	d, err := ParseDestination(entry)
 	if err != nil {
 		return false
 	}
@@ -195,7 +195,7 @@ func hostAllowed(patterns []string, entry string) bool {
 		if p == None {
 			return false
 		}
-		if op, err := parseDestination(p); err == nil && op.covers(d) {
+		if op, err := ParseDestination(p); err == nil && op.covers(d) {
 			return true
 		}
 	}
@@ -230,39 +230,44 @@ func (n Network) validate(bad func(field, format string, a ...any)) {
 		bad("sandbox.network.allow", "has %d entries; the limit is %d", len(n.Allow), MaxNetworkAllow)
 	}
 	for _, a := range n.Allow {
-		if _, err := parseDestination(a); err != nil {
+		if _, err := ParseDestination(a); err != nil {
 			bad("sandbox.network.allow", "%v", err)
 		}
 	}
 }
 
-// destination is one network.allow entry, parsed as the egress proxy
-// parses its rules (internal/egress.ParseRule).
-type destination struct {
-	name     string     // lower-case host name, or the domain of a wildcard
-	addr     netip.Addr // set instead of name for an IP literal
-	wildcard bool       // name's subdomains, not name itself
-	port     uint16
+// Destination is one sandbox.network.allow entry, parsed: how the
+// operator's floor compares entries and the egress proxy matches them
+// (docs/sandbox.md, "Egress proxy").
+type Destination struct {
+	Name     string     // lower-case host name, or the domain of a wildcard
+	Addr     netip.Addr // set instead of Name for an IP literal (IPv4-mapped unmapped)
+	Wildcard bool       // Name's subdomains, at any depth, not Name itself
+	Port     uint16
 }
 
 // covers reports whether d, an operator's pattern, allows every
 // destination e allows.
-func (d destination) covers(e destination) bool {
+func (d Destination) covers(e Destination) bool {
 	switch {
-	case d.port != e.port:
+	case d.Port != e.Port:
 		return false
-	case d.addr.IsValid() || e.addr.IsValid():
-		return d.addr.IsValid() && e.addr == d.addr
-	case d.wildcard:
-		return e.name == d.name && e.wildcard || strings.HasSuffix(e.name, "."+d.name)
+	case d.Addr.IsValid() || e.Addr.IsValid():
+		return d.Addr.IsValid() && e.Addr == d.Addr
+	case d.Wildcard:
+		return e.Name == d.Name && e.Wildcard || strings.HasSuffix(e.Name, "."+d.Name)
 	}
-	return !e.wildcard && e.name == d.name
+	return !e.Wildcard && e.Name == d.Name
 }
 
-// parseDestination reads "host:port", "*.domain:port" or "ip:port".
-func parseDestination(s string) (destination, error) {
-	bad := func(why string) (destination, error) {
-		return destination{}, fmt.Errorf("%q: %s (want host:port, *.domain:port or ip:port)", s, why)
+// ParseDestination reads "host:port", "*.domain:port" or "ip:port" (an
+// IPv6 address in brackets). The port is a number from 1 to 65535; a host
+// name is ASCII letters, digits, '-' and '_' in dot-separated labels, kept
+// in lower case without a trailing dot; "*" stands only as the first label
+// of a domain of two labels or more.
+func ParseDestination(s string) (Destination, error) {
+	bad := func(why string) (Destination, error) {
+		return Destination{}, fmt.Errorf("%q: %s (want host:port, *.domain:port or ip:port)", s, why)
 	}
 	host, portStr, err := net.SplitHostPort(s)
 	if err != nil {
@@ -270,6 +275,9 @@ func parseDestination(s string) (destination, error) {
 			return bad("missing port")
 		}
 		return bad("not host:port")
+	}
+	if portStr == "" {
+		return bad("missing port")
 	}
 	n, err := strconv.ParseUint(portStr, 10, 16)
 	if err != nil || n == 0 {
@@ -280,14 +288,14 @@ func parseDestination(s string) (destination, error) {
 		if _, err := netip.ParseAddr(rest); err == nil {
 			return bad("a wildcard needs a domain, not an address")
 		}
-		name, err := hostName(rest)
+		name, err := HostName(rest)
 		if err != nil {
 			return bad(err.Error())
 		}
 		if !strings.Contains(name, ".") {
 			return bad("a wildcard needs a domain with at least two labels")
 		}
-		return destination{name: name, wildcard: true, port: port}, nil
+		return Destination{Name: name, Wildcard: true, Port: port}, nil
 	}
 	if strings.Contains(host, "*") {
 		return bad(`"*" is allowed only as the first label ("*.example.com")`)
@@ -296,19 +304,19 @@ func parseDestination(s string) (destination, error) {
 		if addr.Zone() != "" {
 			return bad("an address with a zone")
 		}
-		return destination{addr: addr.Unmap(), port: port}, nil
+		return Destination{Addr: addr.Unmap(), Port: port}, nil
 	}
-	name, err := hostName(host)
+	name, err := HostName(host)
 	if err != nil {
 		return bad(err.Error())
 	}
-	return destination{name: name, port: port}, nil
+	return Destination{Name: name, Port: port}, nil
 }
 
-// hostName checks a DNS host name (ASCII letters, digits, '-' and '_' in
+// HostName checks a DNS host name (ASCII letters, digits, '-' and '_' in
 // dot-separated labels) and returns it in lower case without a trailing
 // dot.
-func hostName(s string) (string, error) {
+func HostName(s string) (string, error) {
 	s = strings.TrimSuffix(s, ".")
 	switch {
 	case s == "":
