@@ -8,7 +8,6 @@ package agoratest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +20,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
@@ -85,17 +84,13 @@ func Start(ctx context.Context, opts Options) (_ *Agora, err error) {
 		return nil, fmt.Errorf("agoratest: provision: %w", err)
 	}
 	if len(opts.Subagents) > 0 {
-		kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
+		c, err := client.New(nc)
 		if err != nil {
 			return nil, fmt.Errorf("agoratest: %w", err)
 		}
 		for _, d := range opts.Subagents {
-			data, err := json.Marshal(d)
-			if err != nil {
-				return nil, fmt.Errorf("agoratest: sub-agent %s: %w", d.Name, err)
-			}
-			if _, err := kv.Put(ctx, d.Name, data); err != nil {
-				return nil, fmt.Errorf("agoratest: sub-agent %s: %w", d.Name, err)
+			if _, err := c.ApplySubagent(ctx, d); err != nil {
+				return nil, fmt.Errorf("agoratest: %w", err)
 			}
 		}
 	}
