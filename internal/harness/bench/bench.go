@@ -25,6 +25,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/sandbox"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
@@ -200,16 +201,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 
 	for _, rt := range []struct {
 		name, runtime string
-		viaDispatcher bool
+		door          door
 		baseline      int
 	}{
-		{"agora worker path (dispatch message → worker), no-op runtime", "noop", false, 0},
-		{"agora end to end (request → dispatcher → worker), no-op runtime", "noop", true, 0},
-		{"agora worker path (dispatch message → worker), exec /bin/true through the sandbox launcher", "exec", false, 1},
-		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", true, 1},
+		{"agora worker path (dispatch message → worker), no-op runtime", "noop", doorWork, 0},
+		{"agora end to end (request → dispatcher → worker), no-op runtime", "noop", doorStream, 0},
+		{"agora end to end (agora.api.dispatch request/reply → dispatcher → worker), no-op runtime", "noop", doorMicro, 0},
+		{"agora worker path (dispatch message → worker), exec /bin/true through the sandbox launcher", "exec", doorWork, 1},
+		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", doorStream, 1},
 	} {
 		peak := mem.window()
-		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, wsRoot, cfg.Concurrency, rt.runtime, rt.viaDispatcher)
+		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, wsRoot, cfg.Concurrency, rt.runtime, rt.door)
 		if err != nil {
 			return Report{}, err
 		}
@@ -470,7 +472,7 @@ func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir
 	raw.PeakRSSMiB = peak()
 
 	peak = mem.window()
-	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", worker.Deps{Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: artifactRuntime{data}}}, false)
+	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", worker.Deps{Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: artifactRuntime{data}}}, doorWork)
 	if err != nil {
 		return nil, err
 	}
@@ -497,17 +499,20 @@ type noopRuntime struct{}
 func (noopRuntime) Run(context.Context, worker.Invocation) worker.Result { return worker.Result{} }
 
 // workerPath runs a real worker (own connection) and measures a dispatch
-// message on agora.dispatch.* → worker → `finished` observed.
-func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, viaDispatcher bool) (scenario, func(), error) {
+// entering at door in (a work message on agora.dispatch.*, or through a
+// dispatcher of its own at either of its doors) → worker → `finished`
+// observed.
+func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, in door) (scenario, func(), error) {
 	var deps worker.Deps
 	if runtime == "noop" {
 		deps.Runtimes = map[string]worker.Runtime{subagent.RuntimeExec: noopRuntime{}}
 	}
-	return workerPathWith(ctx, url, js, dir, conc, runtime, deps, viaDispatcher)
+	return workerPathWith(ctx, url, js, dir, conc, runtime, deps, in)
 }
 
 // workerPathWith is workerPath with the worker's runtimes given in deps.
-func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, deps worker.Deps, viaDispatcher bool) (scenario, func(), error) {
+func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, deps worker.Deps, in door) (scenario, func(), error) {
+	viaDispatcher := in != doorWork
 	def := subagent.Definition{Name: "bench", Runtime: subagent.RuntimeExec, Command: []string{"/bin/true"}}
 	rev, err := applyDef(ctx, js, def)
 	if err != nil {
@@ -572,6 +577,22 @@ func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir
 		return scenario{}, nil, err
 	}
 	stop := func() { cancel(); <-done; onc.Close(); wnc.Close() }
+	if in == doorMicro {
+		cl, err := client.New(onc)
+		if err != nil {
+			stop()
+			return scenario{}, nil, err
+		}
+		return scenario{do: func(ctx context.Context, id string) error {
+			ch := wt.expect(id)
+			// A client's dispatch: it returns once the dispatcher
+			// answered that it accepted and queued the request.
+			if _, err := cl.Dispatch(ctx, lifecycle.Request{DispatchID: id, Subagent: def.Name, Input: json.RawMessage(`{}`)}); err != nil {
+				return err
+			}
+			return wait(ctx, ch)
+		}}, stop, nil
+	}
 	src := lifecycle.Source("bench", "client")
 	subj, _ := lifecycle.DispatchSubject(def.Name)
 	if viaDispatcher {
@@ -598,6 +619,15 @@ func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir
 		return wait(ctx, ch)
 	}}, stop, nil
 }
+
+// door is where a bench row's dispatches enter.
+type door int
+
+const (
+	doorWork   door = iota // a work message straight on agora.dispatch.*, no dispatcher
+	doorStream             // a request on agora.requests.* (the stream door)
+	doorMicro              // client.Dispatch: agora.api.dispatch request/reply (the micro door)
+)
 
 // reconcileLookback is the benches' dispatchers' first reconcile pass:
 // not the default week, which would have each scenario's dispatcher read

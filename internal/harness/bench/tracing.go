@@ -148,7 +148,7 @@ func traced(ctx context.Context, url string, js jetstream.JetStream, dir string,
 		serialFrom, serialTo time.Time
 	)
 	sink, err := withTracing(ctx, func() error {
-		sc, stop, err := workerPath(ctx, url, js, dir, cfg.Concurrency, "noop", true)
+		sc, stop, err := workerPath(ctx, url, js, dir, cfg.Concurrency, "noop", doorStream)
 		if err != nil {
 			return err
 		}
