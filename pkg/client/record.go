@@ -171,17 +171,3 @@ type StatusRequest struct {
 	DispatchID string `json:"dispatch_id,omitempty"`
 	ThreadID   string `json:"thread_id,omitempty"`
 }
-
-// CancelThreadPrefix prefixes the core subject on which the dispatcher asks
-// the router to end a thread paused on a question:
-// agora.control.cancel-thread.<thread_id>, with a CancelRequest body whose
-// DispatchID is the paused dispatch.
-const CancelThreadPrefix = "agora.control.cancel-thread."
-
-// CancelThreadSubject returns agora.control.cancel-thread.<thread_id>.
-func CancelThreadSubject(threadID string) (string, error) {
-	if err := lifecycle.ValidToken(threadID); err != nil {
-		return "", err
-	}
-	return CancelThreadPrefix + threadID, nil
-}

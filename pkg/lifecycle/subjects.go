@@ -147,6 +147,17 @@ func CancelSubject(dispatchID string) (string, error) {
 	return join("agora", "control", "cancel", dispatchID)
 }
 
+// CancelThreadPrefix prefixes the core subject on which the dispatcher asks
+// the routers to end a thread paused on a question:
+// agora.control.cancel-thread.<thread_id>, with the body of a dispatch's
+// cancel whose dispatch_id is the paused dispatch (docs/design.md §2).
+const CancelThreadPrefix = "agora.control.cancel-thread."
+
+// CancelThreadSubject is agora.control.cancel-thread.<thread_id>.
+func CancelThreadSubject(threadID string) (string, error) {
+	return join("agora", "control", "cancel-thread", threadID)
+}
+
 // LifecycleAddr is a parsed lifecycle subject.
 type LifecycleAddr struct {
 	Kind       Kind

@@ -170,7 +170,7 @@ func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec clien
 		// changed nothing.
 		rec.Outcome = client.OutcomeAlreadyEnded
 	}
-	subj, err := client.CancelThreadSubject(rec.ThreadID)
+	subj, err := lifecycle.CancelThreadSubject(rec.ThreadID)
 	if err != nil {
 		return rec, err
 	}

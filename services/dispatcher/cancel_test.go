@@ -221,7 +221,7 @@ func TestCancelThreadPausedOnAQuestion(t *testing.T) {
 	d := h.dispatchMicro(lifecycle.Request{DispatchID: "paused", Subagent: "planner"})
 	ni := h.publishAsWorker(&lifecycle.NeedsInput{Common: d.Record.Common(), QuestionID: "q-paused", Question: "A or B?"})
 	h.projected(d.ID, ni.ID())
-	hook := h.subscribeCore(client.CancelThreadPrefix + "paused")
+	hook := h.subscribeCore(lifecycle.CancelThreadPrefix + "paused")
 	th, err := h.cl.CancelThread(t.Context(), "paused", client.CancelBy("dave", "no longer needed"))
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestCancelThreadWhileTheProjectionLags(t *testing.T) {
 				t.Fatalf("the record should lag: %s", rec.Status)
 			}
 
-			hook := h.subscribeCore(client.CancelThreadPrefix + d.ThreadID)
+			hook := h.subscribeCore(lifecycle.CancelThreadPrefix + d.ThreadID)
 			th, err := h.cl.CancelThread(t.Context(), d.ThreadID, client.CancelBy("erin", "wrong task"))
 			if err != nil {
 				t.Fatal(err)

@@ -294,7 +294,7 @@ func TestCancelWhilePaused(t *testing.T) {
 	e.waitQuestionEvents(qid, 1)
 	rec, _ := e.record(qid)
 	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice", Reason: "not needed"})
-	subj, _ := client.CancelThreadSubject(rec.ThreadID)
+	subj, _ := lifecycle.CancelThreadSubject(rec.ThreadID)
 	if err := e.nc.Publish(subj, body); err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func TestCancelWithTwoReplicas(t *testing.T) {
 	e.waitQuestionEvents(qid, 1)
 	rec, _ := e.record(qid)
 	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice"})
-	subj, _ := client.CancelThreadSubject(rec.ThreadID)
+	subj, _ := lifecycle.CancelThreadSubject(rec.ThreadID)
 	for range 3 {
 		if err := e.nc.Publish(subj, body); err != nil {
 			t.Fatal(err)

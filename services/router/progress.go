@@ -282,7 +282,7 @@ func (s *Service) expire(r *record, now time.Time) error {
 // onCancelThread withdraws the pending question of a thread cancelled
 // while paused (core message agora.control.cancel-thread.<thread_id>).
 func (s *Service) onCancelThread(ctx context.Context, m *nats.Msg) {
-	thread := strings.TrimPrefix(m.Subject, client.CancelThreadPrefix)
+	thread := strings.TrimPrefix(m.Subject, lifecycle.CancelThreadPrefix)
 	if lifecycle.ValidToken(thread) != nil {
 		return
 	}

@@ -80,7 +80,6 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
-	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -271,11 +270,11 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Cancels of paused threads are core messages: subscribe before the
 	// consumers start so no question is asked for a thread cancelled now.
-	csub, err := s.nc.Subscribe(client.CancelThreadPrefix+"*", func(m *nats.Msg) {
+	csub, err := s.nc.Subscribe(lifecycle.CancelThreadPrefix+"*", func(m *nats.Msg) {
 		p.Go(func() { s.onCancelThread(work, m) })
 	})
 	if err != nil {
-		return fail(fmt.Errorf("router: subscribe %s*: %w", client.CancelThreadPrefix, err))
+		return fail(fmt.Errorf("router: subscribe %s*: %w", lifecycle.CancelThreadPrefix, err))
 	}
 	_ = csub.SetPendingLimits(-1, -1)
 	stops = append(stops, func() { _ = csub.Unsubscribe() })
