@@ -145,11 +145,21 @@ func Streams(cfg Config) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		base(lifecycle.StreamRequests, "Agora dispatch requests from clients and the router", lifecycle.SubjectRequestsAll, jetstream.WorkQueuePolicy, 0),
 		base(lifecycle.StreamDispatch, "Agora accepted work for workers", lifecycle.SubjectDispatchAll, jetstream.WorkQueuePolicy, 0),
-		base(lifecycle.StreamLifecycle, "Agora lifecycle CloudEvents", lifecycle.SubjectLifecycleAll, jetstream.LimitsPolicy, cfg.LifecycleMaxAge),
+		lifecycleStream(base(lifecycle.StreamLifecycle, "Agora lifecycle CloudEvents", lifecycle.SubjectLifecycleAll, jetstream.LimitsPolicy, cfg.LifecycleMaxAge)),
 		base(lifecycle.StreamQuestions, "Agora question CloudEvents for answerers", lifecycle.SubjectQuestionsAll, jetstream.LimitsPolicy, cfg.QuestionsMaxAge),
 		base(lifecycle.StreamAnswers, "Agora answers from answerers", lifecycle.SubjectAnswersAll, jetstream.WorkQueuePolicy, 0),
 		progressStream(base(lifecycle.StreamProgress, "Agora progress reports of running sub-agents", lifecycle.SubjectProgressAll, jetstream.LimitsPolicy, cfg.LifecycleMaxAge)),
 	}
+}
+
+// lifecycleStream answers reads of AGORA_LIFECYCLE (a dispatch's last
+// event: the fence, cancel, acceptance's and the router's checks) by direct
+// get, served inline by any replica instead of the leader's JetStream API
+// queue. Why each read stays safe when a replica lags: docs/design.md §2,
+// "Reads by direct get".
+func lifecycleStream(c jetstream.StreamConfig) jetstream.StreamConfig {
+	c.AllowDirect = true
+	return c
 }
 
 // ProgressPerDispatch is how many progress reports AGORA_PROGRESS keeps per
@@ -304,6 +314,9 @@ func streamDiff(have, want jetstream.StreamConfig) string {
 	if have.Replicas != want.Replicas {
 		d = append(d, fmt.Sprintf("replicas %d → %d", have.Replicas, want.Replicas))
 	}
+	if have.AllowDirect != want.AllowDirect {
+		d = append(d, fmt.Sprintf("direct get %t → %t", have.AllowDirect, want.AllowDirect))
+	}
 	if len(d) == 0 {
 		return "description, subjects or policy"
 	}
@@ -314,6 +327,7 @@ func streamMatches(have, want jetstream.StreamConfig) bool {
 	return reflect.DeepEqual(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
 		have.MaxAge == want.MaxAge && have.Storage == want.Storage && have.Replicas == want.Replicas &&
 		have.Duplicates == want.Duplicates && have.Description == want.Description && have.Discard == want.Discard &&
+		have.AllowDirect == want.AllowDirect &&
 		(have.MaxBytes == want.MaxBytes || (want.MaxBytes == 0 && have.MaxBytes == -1))
 }
 
