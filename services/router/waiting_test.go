@@ -71,7 +71,16 @@ func TestWaitingPages(t *testing.T) {
 		t.Fatalf("answer: %+v", rep)
 	}
 	e.waitStatus(asked[5], "answered")
-	time.Sleep(200 * time.Millisecond) // the index sees both through its watch
+	// The index learns of both through its watch: wait until a whole page
+	// shows the late one and not the answered one.
+	testkit.Eventually(t, waitFor, "the index to show the late question and drop the answered one", func() bool {
+		var late1, answered bool
+		for _, q := range page(client.QuestionFilter{}, 100, "").Questions {
+			late1 = late1 || q.QuestionID == late
+			answered = answered || q.QuestionID == asked[5]
+		}
+		return late1 && !answered
+	})
 	got := append([]lifecycle.Question{}, first.Questions...)
 	for cursor, n := first.NextCursor, 0; cursor != ""; n++ {
 		if n > 5 {
