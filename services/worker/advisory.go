@@ -51,7 +51,9 @@ func (s *Service) onMaxDeliveries(m *nats.Msg) {
 	}
 	c := lifecycle.Common{DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round, Subagent: req.Subagent}
 	j := &job{req: req, common: c, trace: lifecycle.Traceparent(ev), log: log.With("dispatch_id", req.DispatchID, "thread_id", req.ThreadID)}
-	last, err := s.lastEvent(ctx, c)
+	// From the leader: a publish refused below is taken as the dispatch
+	// having moved on, so the read must not be a lagging replica's.
+	last, err := s.lastEventOnLeader(ctx, c)
 	if err != nil {
 		j.log.Warn("max deliveries: cannot read the dispatch's events", "err", err)
 		return

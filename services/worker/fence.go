@@ -54,7 +54,12 @@ func (l lastEvent) ownedBy(workerID string, attempt int, kind func(lifecycle.Kin
 // its work message took the dispatch over.
 var errFenced = errors.New("worker: fenced: a newer attempt took the dispatch over")
 
-// lastEvent reads the dispatch's last lifecycle event.
+// lastEvent reads the dispatch's last lifecycle event by direct get: any
+// replica answers, and one that lags may answer an older event of the
+// chain. That is safe for every use but the max-deliveries advisory's
+// (docs/worker.md#fencing): each event is published on condition, checked
+// by the stream leader, that the chain's last event is the one read, so a
+// stale read costs a refused publish and a second read.
 func (s *Service) lastEvent(ctx context.Context, c lifecycle.Common) (lastEvent, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -65,19 +70,47 @@ func (s *Service) lastEvent(ctx context.Context, c lifecycle.Common) (lastEvent,
 	if err != nil {
 		return lastEvent{}, fmt.Errorf("read the dispatch's last event: %w", err)
 	}
-	last := lastEvent{seq: raw.Sequence}
-	a, err := lifecycle.ParseLifecycleSubject(raw.Subject)
+	return readLast(raw.Subject, raw.Sequence, raw.Header, raw.Data), nil
+}
+
+// lastEventOnLeader is lastEvent read from the stream leader (the
+// JetStream API's STREAM.MSG.GET, never a direct get): the latest event
+// stored, for a caller that acts on a refused publish as on a chain that
+// moved on (docs/worker.md#fencing).
+func (s *Service) lastEventOnLeader(ctx context.Context, c lifecycle.Common) (lastEvent, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// The older JetStream API reads through the leader unless asked
+	// for a direct get.
+	ljs, err := s.js.Conn().JetStream()
 	if err != nil {
-		return last, nil
+		return lastEvent{}, fmt.Errorf("read the dispatch's last event: %w", err)
+	}
+	raw, err := ljs.GetLastMsg(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter("", c.ThreadID, c.DispatchID), nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return lastEvent{}, nil
+	}
+	if err != nil {
+		return lastEvent{}, fmt.Errorf("read the dispatch's last event: %w", err)
+	}
+	return readLast(raw.Subject, raw.Sequence, raw.Header, raw.Data), nil
+}
+
+// readLast decodes a dispatch's last event, stored at seq on subject.
+func readLast(subject string, seq uint64, header nats.Header, data []byte) lastEvent {
+	last := lastEvent{seq: seq}
+	a, err := lifecycle.ParseLifecycleSubject(subject)
+	if err != nil {
+		return last
 	}
 	last.kind = a.Kind
-	ev, err := lifecycle.Decode(raw.Header, raw.Data)
+	ev, err := lifecycle.Decode(header, data)
 	if err != nil {
-		return last, nil
+		return last
 	}
 	d, err := lifecycle.Parse(ev)
 	if err != nil {
-		return last, nil
+		return last
 	}
 	switch x := d.(type) {
 	case *lifecycle.Started:
@@ -91,7 +124,7 @@ func (s *Service) lastEvent(ctx context.Context, c lifecycle.Common) (lastEvent,
 	case *lifecycle.Cancelled:
 		last.attempt, last.workerID = x.Attempt, x.WorkerID
 	}
-	return last, nil
+	return last
 }
 
 // fencedMsg builds the message for d, to be stored only while the chain's

@@ -411,9 +411,10 @@ func (s *Service) ack(j *job) {
 	if j.span != nil {
 		_, span = telemetry.Tracer().Start(trace.ContextWithSpan(context.Background(), j.span), "agora.run.ack")
 	}
-	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := j.msg.DoubleAck(actx)
+	// A plain ack, not DoubleAck's round trip: the ack follows the
+	// dispatch's terminal event, so a lost one costs a redelivery that the
+	// fence read acks and skips (docs/worker.md#fencing).
+	err := j.msg.Ack()
 	telemetry.End(span, err)
 	if err != nil {
 		j.log.Warn("ack failed; the dispatch will be redelivered and skipped as terminal", "err", err)
