@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
@@ -435,12 +436,18 @@ func (s *Service) unknown(ctx context.Context, qid string) client.AnswerReply {
 		return client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"}
 	}
 	// No dispatch record: a needs_input event published without the
-	// dispatcher may still be waiting for the router.
-	_, err = s.events.GetLastMsgForSubject(ctx, lifecycle.LifecycleFilter(lifecycle.KindNeedsInput, "", did))
+	// dispatcher may still be waiting for the router. Read from the
+	// stream leader (the older JetStream API's STREAM.MSG.GET, not a
+	// direct get): a lagging replica's "none" would be answered as final
+	// (docs/design.md §2, "Reads by direct get").
+	ljs, err := s.js.Conn().JetStream()
+	if err == nil {
+		_, err = ljs.GetLastMsg(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter(lifecycle.KindNeedsInput, "", did), nats.Context(ctx))
+	}
 	switch {
 	case err == nil:
 		return soon
-	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case errors.Is(err, nats.ErrMsgNotFound):
 		return notFound
 	}
 	return client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"}
