@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,7 @@ func TestDefinitionFiles(t *testing.T) {
 			h := newHarness(t, provision.Config{})
 			cfg := h.workerConfig()
 			cfg.KeepWorkspaces = keep
-			h.startWorker(cfg, worker.Deps{})
+			svc := h.startWorker(cfg, worker.Deps{})
 			h.shell("files", inspectWorkspace, func(d *subagent.Definition) { d.Files = defFiles })
 			out := t.TempDir()
 			id := h.dispatch(lifecycle.Request{Subagent: "files", Input: json.RawMessage(`{"k":"v"}`), Env: map[string]string{"OUT": out}})
@@ -98,8 +99,11 @@ func TestDefinitionFiles(t *testing.T) {
 				return
 			}
 			ws := h.workspaceOf(id, 1)
-			// Kept: still there after the ack, still private.
-			time.Sleep(200 * time.Millisecond)
+			// Kept: still there once the run's cleanup is over (the in-flight
+			// gauge drops after it), still private.
+			metrics := httptest.NewServer(svc.Handler())
+			defer metrics.Close()
+			waitMetrics(t, metrics.URL, map[string]float64{`agora_worker_in_flight`: 0})
 			fi, err := os.Stat(ws)
 			if err != nil {
 				t.Fatalf("KeepWorkspaces: workspace %s: %v", ws, err)
