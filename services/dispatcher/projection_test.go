@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -65,7 +66,13 @@ func TestProjection(t *testing.T) {
 		if rec.Status != lifecycle.KindFailed || rec.Result.Reason != lifecycle.ReasonRejected || rec.Request != nil || rec.Queued {
 			t.Errorf("record: %+v", rec)
 		}
-		th, err := h.cl.Thread(t.Context(), "refused-1")
+		// The projection indexes the thread after it wrote the record.
+		var th *client.Thread
+		var err error
+		h.eventually("thread refused-1 to be indexed", func() bool {
+			th, err = h.cl.Thread(t.Context(), "refused-1")
+			return !errors.Is(err, client.ErrNotFound)
+		})
 		if err != nil || len(th.Rounds) != 1 || len(th.Rounds[0].Events) != 1 {
 			t.Errorf("thread: %+v %v", th, err)
 		}
