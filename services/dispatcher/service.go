@@ -173,37 +173,6 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // stop tells long-lived handlers (Server-Sent Events) to end.
 func (s *Service) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
-// pool runs handlers on goroutines, at most n at once, and waits for them.
-type pool struct {
-	sem chan struct{}
-	wg  sync.WaitGroup
-}
-
-func newPool(n int) *pool { return &pool{sem: make(chan struct{}, n)} }
-
-// Go runs f once a slot is free; it blocks the caller until then, which
-// pushes back on the NATS subscription that feeds it.
-func (p *pool) Go(f func()) {
-	p.sem <- struct{}{}
-	p.wg.Go(func() {
-		defer func() { <-p.sem }()
-		f()
-	})
-}
-
-// Do runs f on the caller's goroutine once a slot is free and returns when
-// f has: the micro lanes (startMicro) handle a request where micro times
-// it, and share the door's bound with each other.
-func (p *pool) Do(f func()) {
-	p.sem <- struct{}{}
-	p.wg.Add(1)
-	defer func() {
-		<-p.sem
-		p.wg.Done()
-	}()
-	f()
-}
-
 // Run serves every door until ctx ends, then shuts down gracefully: it
 // stops taking requests (micro endpoints stopped, consumers drained, HTTP
 // listener closed), lets in-flight requests finish for up to
@@ -250,7 +219,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.closeConn()
 		return err
 	}
-	intakePool := newPool(s.cfg.Concurrency)
+	intakePool := svc.NewPool(s.cfg.Concurrency)
 	intake, err := b.requests.Consume(func(m jetstream.Msg) {
 		intakePool.Go(func() { s.handleIntake(work, b, m) })
 	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second),
@@ -260,7 +229,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.closeConn()
 		return fmt.Errorf("dispatcher: consume %s: %w", lifecycle.StreamRequests, err)
 	}
-	microPool := newPool(s.cfg.Concurrency)
+	microPool := svc.NewPool(s.cfg.Concurrency)
 	msvc, err := s.startMicro(work, microPool)
 	if err != nil {
 		intake.Stop()
@@ -326,8 +295,8 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() {
 		<-intake.Closed()
 		proj.wait()
-		intakePool.wg.Wait()
-		microPool.wg.Wait()
+		intakePool.Wait()
+		microPool.Wait()
 		close(done)
 	}()
 	select {
@@ -371,11 +340,6 @@ func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
 	}
 }
 
-// maxMicroLanes bounds the endpoints per verb: every lane is a
-// subscription and a row of $SRV.INFO and $SRV.STATS, whose replies must
-// stay within a message.
-const maxMicroLanes = 64
-
 // startMicro registers the micro service `agora` with its three verbs
 // (docs/dispatcher.md, "The micro service"). micro times a request from
 // the handler's call to its return and counts an error when the handler
@@ -384,8 +348,8 @@ const maxMicroLanes = 64
 // lanes, on its subject in one queue group: a lane handles its request to
 // the end before it returns, while the others take the next requests. The
 // lanes of every verb share the pool, the door's bound.
-func (s *Service) startMicro(ctx context.Context, p *pool) (micro.Service, error) {
-	svc, err := micro.AddService(s.nc, micro.Config{
+func (s *Service) startMicro(ctx context.Context, p *svc.Pool) (micro.Service, error) {
+	ms, err := micro.AddService(s.nc, micro.Config{
 		Name: "agora", Version: buildinfo.Version(),
 		Description: "Agora dispatcher: dispatch, cancel and status",
 		Metadata:    map[string]string{"instance": s.cfg.ID, "source": s.source},
@@ -393,25 +357,17 @@ func (s *Service) startMicro(ctx context.Context, p *pool) (micro.Service, error
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: micro service: %w", err)
 	}
-	g := svc.AddGroup("agora.api")
-	lanes := min(cap(p.sem), maxMicroLanes)
+	g := ms.AddGroup("agora.api")
 	for _, v := range []struct {
 		name string
 		h    func(context.Context, micro.Request)
 	}{{"dispatch", s.microDispatch}, {"cancel", s.microCancel}, {"status", s.microStatus}} {
-		h := micro.HandlerFunc(func(r micro.Request) {
-			p.Do(func() { v.h(ctx, r) })
-		})
-		for lane := 1; lane <= lanes; lane++ {
-			err := g.AddEndpoint(fmt.Sprintf("%s-%d", v.name, lane), h, micro.WithEndpointSubject(v.name),
-				micro.WithEndpointMetadata(map[string]string{"verb": v.name, "lane": fmt.Sprintf("%d/%d", lane, lanes)}))
-			if err != nil {
-				_ = svc.Stop()
-				return nil, fmt.Errorf("dispatcher: micro endpoint %s lane %d: %w", v.name, lane, err)
-			}
+		if err := svc.AddLanes(g, p, v.name, v.name, map[string]string{"verb": v.name}, func(r micro.Request) { v.h(ctx, r) }); err != nil {
+			_ = ms.Stop()
+			return nil, fmt.Errorf("dispatcher: %w", err)
 		}
 	}
-	return svc, nil
+	return ms, nil
 }
 
 // action is what becomes of a stream message; decided in one place, settle.

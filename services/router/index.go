@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/kvwatch"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/client"
 )
 
@@ -216,7 +217,7 @@ const cancelSweepEvery = 10 * time.Minute
 // for cancelled threads at start, after each reconnect and every
 // cancelSweepEvery; the actions it starts run with work, so a stop lets
 // them finish.
-func (s *Service) scanLoop(loop, work context.Context, p *pool) {
+func (s *Service) scanLoop(loop, work context.Context, p *svc.Pool) {
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
 	reconnected := s.nc.StatusChanged(nats.CONNECTED)
@@ -246,7 +247,7 @@ func (s *Service) scanLoop(loop, work context.Context, p *pool) {
 // disconnected): the dispatcher's mark on the paused dispatch's record
 // says so. Without the sweep such a question would wait for its next
 // answer or deadline.
-func (s *Service) sweepCancels(loop, work context.Context, p *pool) {
+func (s *Service) sweepCancels(loop, work context.Context, p *svc.Pool) {
 	for _, qid := range s.idx.askedIDs() {
 		if loop.Err() != nil {
 			return
@@ -275,7 +276,7 @@ func (s *Service) checkCancel(ctx context.Context, qid string) {
 	}
 }
 
-func (s *Service) scan(loop, work context.Context, p *pool) {
+func (s *Service) scan(loop, work context.Context, p *svc.Pool) {
 	for _, qid := range s.idx.dueAt(time.Now()) {
 		if loop.Err() != nil {
 			return

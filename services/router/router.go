@@ -250,7 +250,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// work outlives ctx by ShutdownTimeout so in-flight work finishes.
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	p := newPool(s.cfg.Concurrency)
+	p := svc.NewPool(s.cfg.Concurrency)
 
 	var stops []func()
 	fail := func(err error) error {
@@ -307,7 +307,6 @@ func (s *Service) Run(ctx context.Context) error {
 	// its request to the end before it returns, so micro's stats time the
 	// real handling and count the error replies while requests are still
 	// handled side by side (docs/dispatcher.md, "The micro service").
-	lanes := min(s.cfg.Concurrency, maxMicroLanes)
 	api := msvc.AddGroup("agora.api")
 	for _, e := range []struct {
 		name, subject string
@@ -318,15 +317,8 @@ func (s *Service) Run(ctx context.Context) error {
 		{"answer-route", "answer.*", s.microAnswer},
 		{"questions", "questions", s.microQuestions},
 	} {
-		h := micro.HandlerFunc(func(r micro.Request) {
-			p.Do(func() { e.h(work, r) })
-		})
-		for lane := 1; lane <= lanes; lane++ {
-			err := api.AddEndpoint(fmt.Sprintf("%s-%d", e.name, lane), h, micro.WithEndpointSubject(e.subject),
-				micro.WithEndpointMetadata(map[string]string{"endpoint": e.name, "lane": fmt.Sprintf("%d/%d", lane, lanes)}))
-			if err != nil {
-				return fail(fmt.Errorf("router: micro endpoint %s lane %d: %w", e.name, lane, err))
-			}
+		if err := svc.AddLanes(api, p, e.name, e.subject, map[string]string{"endpoint": e.name}, func(r micro.Request) { e.h(work, r) }); err != nil {
+			return fail(fmt.Errorf("router: %w", err))
 		}
 	}
 
@@ -386,7 +378,7 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() {
 		<-asks.Closed()
 		<-answers.Closed()
-		p.wg.Wait()
+		p.Wait()
 		close(done)
 	}()
 	select {
@@ -453,41 +445,6 @@ func (s *Service) lock(qid string) *sync.Mutex {
 	_, _ = h.Write([]byte(qid))
 	return &s.locks[h.Sum32()%uint32(len(s.locks))]
 }
-
-// pool runs work on goroutines, at most n at once, and waits for them.
-type pool struct {
-	sem chan struct{}
-	wg  sync.WaitGroup
-}
-
-func newPool(n int) *pool { return &pool{sem: make(chan struct{}, n)} }
-
-// Go runs f once a slot is free; it blocks the caller until then, which
-// pushes back on the subscription that feeds it.
-func (p *pool) Go(f func()) {
-	p.sem <- struct{}{}
-	p.wg.Go(func() {
-		defer func() { <-p.sem }()
-		f()
-	})
-}
-
-// Do runs f on the caller's goroutine once a slot is free and returns when
-// f has: a micro lane handles its request where micro times it.
-func (p *pool) Do(f func()) {
-	p.sem <- struct{}{}
-	p.wg.Add(1)
-	defer func() {
-		<-p.sem
-		p.wg.Done()
-	}()
-	f()
-}
-
-// maxMicroLanes bounds the lanes per micro endpoint: every lane is a
-// subscription and a row of $SRV.INFO and $SRV.STATS, whose replies must
-// stay within a message.
-const maxMicroLanes = 64
 
 // action is what becomes of a stream message; decided in one place, settle.
 type action int
