@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/answerers/agent"
-	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"

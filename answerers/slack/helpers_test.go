@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agora-dispatch/agora/answerers/slack"
-	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"

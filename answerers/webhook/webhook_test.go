@@ -17,7 +17,7 @@ import (
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/answerers/webhook"
-	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agora-dispatch/agora/internal/harness/bench"
+	"github.com/agora-dispatch/agora/harness/bench"
 )
 
 func newBenchCmd() *cobra.Command {

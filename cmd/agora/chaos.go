@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/harness/chaos"
 	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/harness/chaos"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"

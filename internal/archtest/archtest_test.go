@@ -26,6 +26,26 @@ var pkgFloorPending = map[string]bool{
 	"pkg/answerer internal/inprogress": true,
 }
 
+// topFloor are the folders of what assembles or drives a whole Agora:
+// the CLI, the test Agora of the SDK users, the one assembler and the
+// harness (benchmark, chaos audit, system tests).
+var topFloor = []string{"cmd", "agoratest", "stack", "harness"}
+
+// under reports whether the module-relative path rel is dir or inside it.
+func under(rel, dir string) bool { return rel == dir || strings.HasPrefix(rel, dir+"/") }
+
+// banned describes the import of d (drel relative to the module) by
+// importer when drel is under one of dirs.
+func banned(importer, d, drel, rule string, dirs ...string) []string {
+	var out []string
+	for _, dir := range dirs {
+		if under(drel, dir) {
+			out = append(out, importer+" imports "+d+": "+rule+" "+dir+"/")
+		}
+	}
+	return out
+}
+
 // violations applies the import rules to pkgs of module and describes every
 // broken one.
 func violations(module string, pkgs []pkg) []string {
@@ -36,7 +56,6 @@ func violations(module string, pkgs []pkg) []string {
 		rel, ok = strings.CutPrefix(path, module+"/")
 		return rel, ok
 	}
-	under := func(rel, dir string) bool { return rel == dir || strings.HasPrefix(rel, dir+"/") }
 	// service returns X for services/X/...
 	service := func(rel string) string {
 		if !under(rel, "services") {
@@ -73,21 +92,18 @@ func violations(module string, pkgs []pkg) []string {
 				}
 			}
 			switch {
-			case under(rel, "internal/harness"):
-				if under(drel, "cmd") {
-					out = append(out, p.ImportPath+" imports "+d+": internal/harness never imports cmd/")
-				}
+			case under(rel, "harness"):
+				out = append(out, banned(p.ImportPath, d, drel, "harness/ never imports", "cmd")...)
+			case under(rel, "stack"):
+				out = append(out, banned(p.ImportPath, d, drel, "stack/ never imports", "cmd", "harness", "agoratest")...)
+			case under(rel, "agoratest"):
+				out = append(out, banned(p.ImportPath, d, drel, "agoratest/ never imports", "cmd", "harness")...)
 			case under(rel, "internal"):
 				// Runtime helpers sit below the services that use them.
-				for _, banned := range []string{"services", "answerers", "cmd", "internal/harness"} {
-					if under(drel, banned) {
-						out = append(out, p.ImportPath+" imports "+d+": internal/ runtime helpers never import "+banned+"/")
-					}
-				}
-			case under(rel, "services"), under(rel, "answerers"), under(rel, "pkg"):
-				if under(drel, "internal/harness") {
-					out = append(out, p.ImportPath+" imports "+d+": only cmd/ and tests import internal/harness/")
-				}
+				out = append(out, banned(p.ImportPath, d, drel, "internal/ runtime helpers never import", append([]string{"services", "answerers"}, topFloor...)...)...)
+			case under(rel, "services"), under(rel, "answerers"):
+				// What assembles or drives the whole system sits above it.
+				out = append(out, banned(p.ImportPath, d, drel, "nothing below the top floor imports", topFloor...)...)
 			}
 			if x, y := service(rel), service(drel); x != "" && y != "" && x != y {
 				out = append(out, p.ImportPath+" imports "+d+": services never import each other")
@@ -114,17 +130,30 @@ func TestViolations(t *testing.T) {
 		{"other modules are not ours", []pkg{{"other.org/services/a", []string{"other.org/services/b"}}}, 0},
 		{"prefix lookalike", []pkg{{m + "/internal/provision", []string{m + "/servicesx/a", m + "/cmdline"}}}, 0},
 
-		{"harness imports services and answerers", []pkg{{m + "/internal/harness/bench", []string{m + "/services/worker", m + "/answerers/inbox", m + "/internal/config"}}}, 0},
-		{"cmd imports a harness", []pkg{{m + "/cmd/agora", []string{m + "/internal/harness/chaos"}}}, 0},
+		{"harness imports stack, services and answerers", []pkg{{m + "/harness/bench", []string{m + "/stack", m + "/services/worker", m + "/answerers/inbox", m + "/internal/config"}}}, 0},
+		{"cmd imports stack and a harness", []pkg{{m + "/cmd/agora", []string{m + "/stack", m + "/harness/chaos"}}}, 0},
+		{"stack imports services, answerers, internal and pkg", []pkg{{m + "/stack", []string{m + "/services/dispatcher", m + "/answerers/inbox", m + "/internal/natsserver", m + "/pkg/client"}}}, 0},
+		{"agoratest imports stack", []pkg{{m + "/agoratest", []string{m + "/stack", m + "/services/router"}}}, 0},
+		{"top-floor lookalike", []pkg{{m + "/services/worker", []string{m + "/stacks/x", m + "/harnessx", m + "/agoratestkit"}}}, 0},
 		{"runtime helper imports pkg", []pkg{{m + "/internal/provision", []string{m + "/pkg/lifecycle", m + "/internal/config"}}}, 0},
 
 		{"runtime helper imports a service", []pkg{{m + "/internal/provision", []string{m + "/services/dispatcher"}}}, 1},
 		{"runtime helper imports an answerer", []pkg{{m + "/internal/telemetry", []string{m + "/answerers/inbox"}}}, 1},
-		{"runtime helper imports a harness", []pkg{{m + "/internal/natstest", []string{m + "/internal/harness/systemtest"}}}, 1},
+		{"runtime helper imports a harness", []pkg{{m + "/internal/natstest", []string{m + "/harness/systemtest"}}}, 1},
+		{"runtime helper imports stack", []pkg{{m + "/internal/svc", []string{m + "/stack"}}}, 1},
+		{"runtime helper imports agoratest", []pkg{{m + "/internal/testkit", []string{m + "/agoratest"}}}, 1},
 		{"runtime helper imports cmd", []pkg{{m + "/internal/config", []string{m + "/cmd/agora"}}}, 1},
-		{"service imports a harness", []pkg{{m + "/services/worker", []string{m + "/internal/harness/bench"}}}, 1},
-		{"answerer imports a harness", []pkg{{m + "/answerers/slack", []string{m + "/internal/harness/systemtest"}}}, 1},
-		{"harness imports cmd", []pkg{{m + "/internal/harness/chaos", []string{m + "/cmd/agora"}}}, 1},
+		{"service imports a harness", []pkg{{m + "/services/worker", []string{m + "/harness/bench"}}}, 1},
+		{"answerer imports a harness", []pkg{{m + "/answerers/slack", []string{m + "/harness/systemtest"}}}, 1},
+		{"service main imports stack", []pkg{{m + "/services/router/cmd/router", []string{m + "/services/router", m + "/stack"}}}, 1},
+		{"answerer imports agoratest", []pkg{{m + "/answerers/sqldb", []string{m + "/agoratest"}}}, 1},
+		{"service imports cmd", []pkg{{m + "/services/dispatcher", []string{m + "/cmd/agora"}}}, 1},
+		{"harness imports cmd", []pkg{{m + "/harness/chaos", []string{m + "/cmd/agora"}}}, 1},
+		{"stack imports a harness", []pkg{{m + "/stack", []string{m + "/harness/bench"}}}, 1},
+		{"stack imports cmd", []pkg{{m + "/stack", []string{m + "/cmd/agora"}}}, 1},
+		{"stack imports agoratest", []pkg{{m + "/stack", []string{m + "/agoratest"}}}, 1},
+		{"agoratest imports a harness", []pkg{{m + "/agoratest", []string{m + "/harness/systemtest"}}}, 1},
+		{"pkg imports stack", []pkg{{m + "/pkg/client", []string{m + "/stack"}}}, 1},
 		{"service imports another service", []pkg{{m + "/services/worker", []string{m + "/services/dispatcher"}}}, 1},
 		{"service main imports another service", []pkg{{m + "/services/worker/cmd/worker", []string{m + "/services/worker", m + "/services/router/routes"}}}, 1},
 		{"sentinel imports lifecycle", []pkg{{m + "/pkg/sentinel", []string{m + "/pkg/lifecycle"}}}, 1},

@@ -1,6 +1,13 @@
-// Package archtest holds no code, only a test that keeps the module's import
-// direction true (STYLE "Shape"): services never import each other,
-// pkg/sentinel imports nothing from the module, and the packages under pkg/
-// import nothing under services/, answerers/ or cmd/. It reads the import
-// graph from `go list`.
+// Package archtest holds no code, only tests that keep the module's floors
+// true (STYLE "Shape", docs/design.md §1). Top-down: cmd/, agoratest/,
+// stack/ and harness/ assemble or drive a whole Agora; services/ and
+// answerers/ below them; the runtime helpers of internal/ below those; pkg/
+// at the bottom. Nothing imports a floor above its own: no service,
+// answerer, runtime helper or public package imports the top floor; the
+// harness never imports cmd/; stack/ imports none of cmd/, harness/ or
+// agoratest/. Services never import each other, pkg/sentinel imports
+// nothing from the module, and the packages under pkg/ import nothing of
+// the module outside pkg/. The rules read the import graph from `go list`;
+// a second test keeps every init from taking over a process but the
+// sandbox launcher's.
 package archtest

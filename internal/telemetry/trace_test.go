@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"

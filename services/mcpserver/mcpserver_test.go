@@ -16,7 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/mcpserver"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/harness/systemtest"
+	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agora-dispatch/agora/internal/harness/bench"
+	"github.com/agora-dispatch/agora/harness/bench"
 )
 
 // The history scenario runs, and after the retention the buckets hold no

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agora-dispatch/agora/internal/harness/bench"
+	"github.com/agora-dispatch/agora/harness/bench"
 )
 
 // A small run measures every row, and the traced row's spans reach the
