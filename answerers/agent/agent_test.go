@@ -68,13 +68,13 @@ func TestAgentAnswersAndThreadResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var kinds []string
-	end, err := s.c.WaitThread(ctx, d.ThreadID, func(_ lifecycle.Event, dt lifecycle.Data) {
-		if l, ok := dt.(lifecycle.Lifecycle); ok {
+	end, err := s.c.Follow(ctx, d.ThreadID, func(it client.Item) {
+		if l := it.Data; l != nil {
 			kinds = append(kinds, string(l.LifecycleKind())+"@"+string(rune('0'+l.Base().Round)))
 		}
 	})
 	if err != nil {
-		t.Fatalf("WaitThread: %v (events %v)", err, kinds)
+		t.Fatalf("Follow: %v (events %v)", err, kinds)
 	}
 	fin, ok := end.Data.(*lifecycle.Finished)
 	if !ok {
@@ -175,7 +175,7 @@ func TestAgentDeclines(t *testing.T) {
 			if _, err := s.c.Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "alice"}); err != nil {
 				t.Fatal(err)
 			}
-			end, err := s.c.WaitThread(ctx, d.ThreadID, nil)
+			end, err := s.c.Follow(ctx, d.ThreadID, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -290,9 +290,9 @@ func (s *system) finished(threadID string) map[string]json.RawMessage {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(s.t.Context(), waitFor)
 	defer cancel()
-	end, err := s.c.WaitThread(ctx, threadID, nil)
+	end, err := s.c.Follow(ctx, threadID, nil)
 	if err != nil {
-		s.t.Fatalf("WaitThread %s: %v", threadID, err)
+		s.t.Fatalf("Follow %s: %v", threadID, err)
 	}
 	fin, ok := end.Data.(*lifecycle.Finished)
 	if !ok {

@@ -621,7 +621,7 @@ func waitThread(t *testing.T, c *client.Client, threadID string) lifecycle.Data 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	end, err := c.WaitThread(ctx, threadID, nil)
+	end, err := c.Follow(ctx, threadID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestDatabaseAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, err := c.WaitThread(wctx, found.ThreadID, nil)
+	end, err := c.Follow(wctx, found.ThreadID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

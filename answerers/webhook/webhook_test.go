@@ -233,7 +233,7 @@ func TestPostsSignedQuestionWithLinksThatAnswer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	end, err := sys.Client.WaitThread(ctx, id, nil)
+	end, err := sys.Client.Follow(ctx, id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

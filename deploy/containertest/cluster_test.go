@@ -82,8 +82,8 @@ func TestRoundTrip(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var started []*lifecycle.Started
-	end, err := c.WaitThread(wctx, d.ThreadID, func(_ lifecycle.Event, data lifecycle.Data) {
-		if s, ok := data.(*lifecycle.Started); ok {
+	end, err := c.Follow(wctx, d.ThreadID, func(it agora.Item) {
+		if s, ok := it.Data.(*lifecycle.Started); ok {
 			started = append(started, s)
 		}
 	})
@@ -137,8 +137,8 @@ func TestWorkerKilledMidDispatch(t *testing.T) {
 	var started []*lifecycle.Started
 	victim := ""
 	var killErr error
-	end, err := c.WaitThread(wctx, d.ThreadID, func(_ lifecycle.Event, data lifecycle.Data) {
-		s, ok := data.(*lifecycle.Started)
+	end, err := c.Follow(wctx, d.ThreadID, func(it agora.Item) {
+		s, ok := it.Data.(*lifecycle.Started)
 		if !ok {
 			return
 		}
@@ -247,7 +247,7 @@ func TestNATSNodeRestart(t *testing.T) {
 
 	for _, th := range threads {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		end, err := c.WaitThread(wctx, th, nil)
+		end, err := c.Follow(wctx, th, nil)
 		cancel()
 		if err != nil {
 			t.Fatalf("thread %s: %v", th, err)
@@ -316,7 +316,7 @@ func TestRouterRestartWithPendingQuestions(t *testing.T) {
 	}
 	for i, d := range ds {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		end, err := c.WaitThread(wctx, d.ThreadID, nil)
+		end, err := c.Follow(wctx, d.ThreadID, nil)
 		cancel()
 		if err != nil {
 			t.Fatalf("thread %s: %v", d.ThreadID, err)

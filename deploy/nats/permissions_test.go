@@ -406,7 +406,7 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("answer as answerer-human: %v", err)
 		}
-		end, err := c.WaitThread(tctx, dsp.ThreadID, nil)
+		end, err := c.Follow(tctx, dsp.ThreadID, nil)
 		if err != nil {
 			t.Fatalf("wait as client: %v; violations %q", err, e.all())
 		}

@@ -249,7 +249,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 				}
 				time.Sleep(500 * time.Millisecond) // the dispatcher is being restarted
 			}
-			if _, err := c.WaitThread(ctx, id, nil); err != nil {
+			if _, err := c.Follow(ctx, id, nil); err != nil {
 				tmu.Lock()
 				rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("thread %s did not end: %v", id, err))
 				tmu.Unlock()

@@ -94,7 +94,7 @@ func waitThread(t *testing.T, sys *systemtest.System, threadID string) client.It
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	end, err := sys.Client.WaitThread(ctx, threadID, nil)
+	end, err := sys.Client.Follow(ctx, threadID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,7 +160,7 @@ func TestTwoRoundThreadIsOneTrace(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	end, err := sys.Client.WaitThread(ctx, d.ThreadID, nil)
+	end, err := sys.Client.Follow(ctx, d.ThreadID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestExportOverHTTP(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if _, err := sys.Client.WaitThread(ctx, d.ThreadID, nil); err != nil {
+	if _, err := sys.Client.Follow(ctx, d.ThreadID, nil); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)

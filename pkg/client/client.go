@@ -306,7 +306,8 @@ func (it Item) Kind() lifecycle.Kind {
 // Wait blocks until this dispatch has its terminal event (finished,
 // needs_input, failed or cancelled) and returns it. It reads the lifecycle
 // stream from its start, so it never misses an event that came before the
-// call. Wait covers one round: use WaitThread to follow the answers.
+// call. Wait covers one round: Follow (or Result) follows the thread
+// through its answers.
 func (d *Dispatch) Wait(ctx context.Context) (Item, error) {
 	for it, err := range d.c.Watch(ctx, Filter{ThreadID: d.ThreadID, DispatchID: d.DispatchID, FromStart: true}) {
 		if err != nil {
@@ -317,24 +318,6 @@ func (d *Dispatch) Wait(ctx context.Context) (Item, error) {
 		}
 	}
 	return Item{}, ctx.Err()
-}
-
-// WaitThread follows a thread across its rounds until it ends: it calls
-// onEvent (when not nil) for every lifecycle event of the thread, oldest
-// first, and returns the first terminal event that is not needs_input. A
-// needs_input only pauses the thread: the router re-dispatches into it
-// once the question is answered. WaitThread blocks until then or until ctx
-// ends; onEvent runs on the calling goroutine.
-//
-// Follow does the same with a callback that takes the Item type Watch
-// yields; WaitThread keeps its (event, data) callback for the code that
-// uses it.
-func (c *Client) WaitThread(ctx context.Context, threadID string, onEvent func(lifecycle.Event, lifecycle.Data)) (Item, error) {
-	var f func(Item)
-	if onEvent != nil {
-		f = func(it Item) { onEvent(it.Event, it.Data) }
-	}
-	return c.Follow(ctx, threadID, f)
 }
 
 // Follow follows a thread across its rounds until it ends, calling onItem
@@ -360,7 +343,7 @@ func (c *Client) Follow(ctx context.Context, threadID string, onItem func(Item))
 	return Item{}, ctx.Err()
 }
 
-// ThreadError is the error Result returns for a thread that ended failed
+// ThreadError is the error Dispatch.Result returns for a thread that ended failed
 // or cancelled: the kind, the failure reason (empty for cancelled), the
 // detail (or who cancelled and why) and the dispatch that ended it.
 type ThreadError struct {
@@ -382,12 +365,14 @@ func (e *ThreadError) Error() string {
 	return s
 }
 
-// Result waits for a thread to end, in the manner of a workflow run's Get:
-// when it finished, the sub-agent's output (.agora/output.json) is decoded
-// into out (a pointer; nil skips decoding; a run that wrote no output
-// leaves out as it is); when it failed or was cancelled, Result returns a
-// *ThreadError. It blocks until the thread ends or ctx does.
-func (c *Client) Result(ctx context.Context, threadID string, out any) error {
+// Result waits for this dispatch's thread to end, in the manner of a
+// workflow run's Get: when it finished, the sub-agent's output
+// (.agora/output.json) is decoded into out (a pointer; nil skips decoding;
+// a run that wrote no output leaves out as it is); when it failed or was
+// cancelled, Result returns a *ThreadError. It blocks until the thread
+// ends or ctx does. It is Follow with the decoding done.
+func (d *Dispatch) Result(ctx context.Context, out any) error {
+	c, threadID := d.c, d.ThreadID
 	end, err := c.Follow(ctx, threadID, nil)
 	if err != nil {
 		return err
@@ -407,12 +392,6 @@ func (c *Client) Result(ctx context.Context, threadID string, out any) error {
 		return &ThreadError{ThreadID: threadID, DispatchID: d.DispatchID, Kind: lifecycle.KindCancelled, Detail: strings.TrimSpace(d.By + ": " + d.Reason)}
 	}
 	return fmt.Errorf("client: thread %s ended with %T", threadID, end.Data)
-}
-
-// Result waits for this dispatch's thread to end and decodes its output
-// into out; see Client.Result.
-func (d *Dispatch) Result(ctx context.Context, out any) error {
-	return d.c.Result(ctx, d.ThreadID, out)
 }
 
 // CancelOption adjusts a Cancel or CancelThread call.

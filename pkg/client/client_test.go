@@ -122,26 +122,24 @@ func TestWaitAndCancel(t *testing.T) {
 	}
 }
 
-// TestWaitThreadFollowsRounds checks WaitThread's following logic with the
+// TestFollowFollowsRounds checks Follow's following logic with the
 // dispatcher and events the test publishes in place of a worker (the
 // needs_input) and of the router (the round-1 dispatch). It is not a round
 // trip: that test waits for services/worker and services/router.
-func TestWaitThreadFollowsRounds(t *testing.T) {
+func TestFollowFollowsRounds(t *testing.T) {
 	e := newEnv(t)
 	root, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kinds []string
 	type result struct {
 		it  client.Item
 		err error
 	}
+	seen := make(chan client.Item, 16)
 	done := make(chan result, 1)
 	go func() {
-		it, err := e.c.WaitThread(t.Context(), root.ThreadID, func(ev lifecycle.Event, d lifecycle.Data) {
-			kinds = append(kinds, string(d.(lifecycle.Lifecycle).LifecycleKind()))
-		})
+		it, err := e.c.Follow(t.Context(), root.ThreadID, func(it client.Item) { seen <- it })
 		done <- result{it, err}
 	}()
 	e.publishAsWorker(t, &lifecycle.NeedsInput{Common: root.Record.Common(), QuestionID: lifecycle.QuestionID(root.ID), Question: "A or B?"})
@@ -149,10 +147,24 @@ func TestWaitThreadFollowsRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done:
-		t.Fatal("WaitThread ended at needs_input")
-	case <-time.After(200 * time.Millisecond):
+	var kinds []string
+	next := func() client.Item {
+		t.Helper()
+		select {
+		case it := <-seen:
+			kinds = append(kinds, string(it.Kind()))
+			return it
+		case r := <-done:
+			t.Fatalf("Follow returned %s %v after %v, before the thread ended", r.it.Kind(), r.err, kinds)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Follow saw only %v", kinds)
+		}
+		return client.Item{}
+	}
+	// Follow has handed over the needs_input and the round-1 accepted that
+	// comes after it, and has not returned: a needs_input only pauses a
+	// thread.
+	for it := next(); it.Kind() != lifecycle.KindAccepted || it.Data.Base().Round != 1; it = next() {
 	}
 	if _, err := e.c.Cancel(t.Context(), r1.ID); err != nil {
 		t.Fatal(err)
@@ -163,7 +175,10 @@ func TestWaitThreadFollowsRounds(t *testing.T) {
 			t.Errorf("final: %+v %v", r.it, r.err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("WaitThread did not return")
+		t.Fatal("Follow did not return")
+	}
+	for len(seen) > 0 {
+		kinds = append(kinds, string((<-seen).Kind()))
 	}
 	if got := strings.Join(kinds, ","); got != "accepted,needs_input,accepted,cancelled" {
 		t.Errorf("events seen: %s", got)
@@ -176,8 +191,8 @@ func TestWaitThreadFollowsRounds(t *testing.T) {
 	if err != nil || th.Status != lifecycle.KindCancelled {
 		t.Errorf("cancel an ended thread: %+v %v", th, err)
 	}
-	if _, err := e.c.WaitThread(t.Context(), "bad.id", nil); err == nil {
-		t.Error("WaitThread accepted an invalid id")
+	if _, err := e.c.Follow(t.Context(), "bad.id", nil); err == nil {
+		t.Error("Follow accepted an invalid id")
 	}
 }
 

@@ -115,37 +115,6 @@ func ExampleDispatch_Wait() {
 	// Output: cancelled by ops
 }
 
-func ExampleClient_WaitThread() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	if _, err := c.CancelThread(ctx, d.ThreadID); err != nil {
-		fmt.Println(err)
-		return
-	}
-	final, err := c.WaitThread(ctx, d.ThreadID, func(e lifecycle.Event, data lifecycle.Data) {
-		fmt.Println("event:", data.(lifecycle.Lifecycle).LifecycleKind())
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("thread ended:", final.Kind())
-	// Output:
-	// event: accepted
-	// event: cancelled
-	// thread ended: cancelled
-}
-
 func ExampleClient_Watch() {
 	agora := startExampleAgora()
 	defer agora.Stop()
@@ -292,7 +261,7 @@ func ExampleClient_Follow() {
 	// thread ended: cancelled
 }
 
-func ExampleClient_Result() {
+func ExampleDispatch_Result() {
 	agora := startExampleAgora()
 	defer agora.Stop()
 	c, _ := client.Connect(agora.URL)

@@ -66,8 +66,8 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var kinds []string
-	final, err := e.c.WaitThread(ctx, d.ThreadID, func(_ lifecycle.Event, data lifecycle.Data) {
-		kinds = append(kinds, string(data.(lifecycle.Lifecycle).LifecycleKind()))
+	final, err := e.c.Follow(ctx, d.ThreadID, func(it client.Item) {
+		kinds = append(kinds, string(it.Kind()))
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -89,7 +89,7 @@ func TestThroughDispatcher(t *testing.T) {
 	if _, err := c.Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "B", AnsweredBy: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	end, err := c.WaitThread(ctx, d.ThreadID, nil)
+	end, err := c.Follow(ctx, d.ThreadID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,14 +151,14 @@ func waitAsked(ctx context.Context, t *testing.T, c *client.Client, thread strin
 }
 
 // checkThreadCancelled checks, with the real services, how a thread
-// cancelled by by while paused on question q ends: WaitThread returns
+// cancelled by by while paused on question q ends: Follow returns
 // cancelled (by, reason) on the thread's next dispatch, the question is
 // withdrawn, a later answer is refused, and no dispatch of the thread has
 // more than one terminal event.
 func (e *env) checkThreadCancelled(ctx context.Context, c *client.Client, d *client.Dispatch, q lifecycle.Question, by, reason string) {
 	t := e.t
 	t.Helper()
-	end, err := c.WaitThread(ctx, d.ThreadID, nil)
+	end, err := c.Follow(ctx, d.ThreadID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
