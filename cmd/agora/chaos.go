@@ -1,23 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agora-dispatch/agora/harness/chaos"
-	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/logging"
-	"github.com/agora-dispatch/agora/services/dispatcher"
-	"github.com/agora-dispatch/agora/services/router"
-	"github.com/agora-dispatch/agora/services/worker"
 )
 
 func newChaosCmd() *cobra.Command {
@@ -66,57 +56,4 @@ It exits 1 on any anomaly. --short is the CI form (about a minute).`,
 	f.DurationVar(&cfg.Deadline, "deadline", 0, "bound on the whole run (default 10m)")
 	f.BoolVar(&asJSON, "json", false, "print the audit as JSON")
 	return cmd
-}
-
-// newServiceCmd runs one service from its AGORA_* settings, as its own main
-// does: `agora chaos` starts its processes with it.
-func newServiceCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:       "service worker|router|dispatcher",
-		Short:     "Run one service from its AGORA_* settings",
-		Hidden:    true,
-		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"worker", "router", "dispatcher"},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			log, err := logging.New(os.Stderr)
-			if err != nil {
-				return err
-			}
-			switch args[0] {
-			case "worker":
-				var cfg worker.Config
-				if err := config.Load(&cfg); err != nil {
-					return err
-				}
-				s, err := worker.New(cfg, worker.Deps{Logger: log})
-				if err != nil {
-					return err
-				}
-				return s.Run(ctx)
-			case "router":
-				var cfg router.Config
-				if err := config.Load(&cfg); err != nil {
-					return err
-				}
-				s, err := router.New(cfg, router.Deps{Logger: log})
-				if err != nil {
-					return err
-				}
-				return s.Run(ctx)
-			case "dispatcher":
-				var cfg dispatcher.Config
-				if err := config.Load(&cfg); err != nil {
-					return err
-				}
-				s, err := dispatcher.New(cfg, dispatcher.Deps{Logger: log})
-				if err != nil {
-					return err
-				}
-				return s.Run(ctx)
-			}
-			return errors.New("service: want worker, router or dispatcher")
-		},
-	}
 }

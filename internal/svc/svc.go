@@ -1,5 +1,6 @@
-// Package svc holds the wiring every Agora service repeats: connecting to
-// NATS from its settings and choosing where its metrics go.
+// Package svc holds the wiring every Agora service repeats: its main
+// (Main: signals, logging, settings, tracing, build, run, reload),
+// connecting to NATS from its settings and choosing where its metrics go.
 package svc
 
 import (

@@ -17,75 +17,54 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
-	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/logging"
-	"github.com/agora-dispatch/agora/internal/telemetry"
+	"github.com/agora-dispatch/agora/internal/svc"
 )
 
-func main() { os.Exit(run()) }
-
-func run() int {
+func main() {
 	if len(os.Args) > 1 {
 		if os.Args[1] != "hash-password" {
 			fmt.Fprintf(os.Stderr, "inbox: unknown command %q (the only one is hash-password; settings come from AGORA_* variables)\n", os.Args[1])
-			return 2
+			os.Exit(2)
 		}
-		return hashPassword()
+		os.Exit(hashPassword())
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log, lerr := logging.New(os.Stderr)
-	if lerr != nil {
-		fmt.Fprintln(os.Stderr, "inbox:", lerr)
-		return 1
-	}
-	stopTraces, terr := telemetry.Start(ctx, "agora-inbox", log)
-	if terr != nil {
-		fmt.Fprintln(os.Stderr, "inbox:", terr)
-		return 1
-	}
-	defer stopTraces()
-	var cfg inbox.Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "inbox:", err)
-		return 1
-	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = "127.0.0.1:8081"
-	}
-	s, err := inbox.New(cfg, inbox.Deps{Logger: log})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if tok := s.DevToken(); tok != "" {
-		scheme := "http"
-		if cfg.TLSCert != "" {
-			scheme = "https"
+	os.Exit(svc.Main("inbox", func(_ context.Context, cfg inbox.Config, log *slog.Logger) (svc.Runner, error) {
+		if cfg.HTTPAddr == "" {
+			cfg.HTTPAddr = "127.0.0.1:8081"
 		}
-		fmt.Fprintf(os.Stderr, "inbox: sign in at %s://%s%s/login?token=%s\n", scheme, cfg.HTTPAddr, inbox.Prefix, tok)
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for range hup {
-			if err := s.ReloadUsers(); err != nil {
-				log.Error("users file not reloaded; keeping the previous users", "err", err)
+		s, err := inbox.New(cfg, inbox.Deps{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		if tok := s.DevToken(); tok != "" {
+			scheme := "http"
+			if cfg.TLSCert != "" {
+				scheme = "https"
 			}
+			fmt.Fprintf(os.Stderr, "inbox: sign in at %s://%s%s/login?token=%s\n", scheme, cfg.HTTPAddr, inbox.Prefix, tok)
 		}
-	}()
-	if err := s.Run(ctx); err != nil {
-		log.Error("inbox failed", "err", err)
-		return 1
+		return reloader{s, log}, nil
+	}))
+}
+
+// reloader rereads the inbox's users file on SIGHUP; an invalid file keeps
+// the previous users.
+type reloader struct {
+	*inbox.Server
+	log *slog.Logger
+}
+
+func (r reloader) Reload() error {
+	err := r.ReloadUsers()
+	if err != nil {
+		r.log.Error("users file not reloaded; keeping the previous users", "err", err)
 	}
-	return 0
+	return err
 }
 
 func hashPassword() int {

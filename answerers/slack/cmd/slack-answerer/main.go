@@ -14,49 +14,18 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/agora-dispatch/agora/answerers/slack"
-	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/logging"
-	"github.com/agora-dispatch/agora/internal/telemetry"
+	"github.com/agora-dispatch/agora/internal/svc"
 )
 
-func main() { os.Exit(run()) }
-
-func run() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log, lerr := logging.New(os.Stderr)
-	if lerr != nil {
-		fmt.Fprintln(os.Stderr, "slack-answerer:", lerr)
-		return 1
-	}
-	stopTraces, terr := telemetry.Start(ctx, "agora-slack-answerer", log)
-	if terr != nil {
-		fmt.Fprintln(os.Stderr, "slack-answerer:", terr)
-		return 1
-	}
-	defer stopTraces()
-	var cfg slack.Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "slack-answerer:", err)
-		return 1
-	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = "127.0.0.1:8082"
-	}
-	s, err := slack.New(cfg, slack.Deps{Logger: log})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "slack-answerer:", err)
-		return 1
-	}
-	if err := s.Run(ctx); err != nil {
-		log.Error("slack answerer failed", "err", err)
-		return 1
-	}
-	return 0
+func main() {
+	os.Exit(svc.Main("slack-answerer", func(_ context.Context, cfg slack.Config, log *slog.Logger) (svc.Runner, error) {
+		if cfg.HTTPAddr == "" {
+			cfg.HTTPAddr = "127.0.0.1:8082"
+		}
+		return slack.New(cfg, slack.Deps{Logger: log})
+	}))
 }

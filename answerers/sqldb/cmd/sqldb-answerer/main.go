@@ -9,17 +9,12 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/agora-dispatch/agora/answerers/sqldb"
-	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/svc"
-	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 )
 
@@ -34,42 +29,20 @@ type settings struct {
 	Timeout     time.Duration `envconfig:"SQLDB_TIMEOUT" default:"10s"`
 }
 
-func main() { os.Exit(run()) }
-
-func run() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log, lerr := logging.New(os.Stderr)
-	if lerr != nil {
-		fmt.Fprintln(os.Stderr, "sqldb-answerer:", lerr)
-		return 1
-	}
-	stopTraces, terr := telemetry.Start(ctx, "agora-sqldb-answerer", log)
-	if terr != nil {
-		fmt.Fprintln(os.Stderr, "sqldb-answerer:", terr)
-		return 1
-	}
-	defer stopTraces()
-	var s settings
-	if err := config.Load(&s); err != nil {
-		fmt.Fprintln(os.Stderr, "sqldb-answerer:", err)
-		return 1
-	}
-	a, err := sqldb.Open(sqldb.Config{DSN: s.DSN, Driver: s.Driver, Query: s.Query, Timeout: s.Timeout})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sqldb-answerer:", err)
-		return 1
-	}
-	defer a.Close()
-	nc, err := svc.Connect("sqldb-answerer", "", s.NATSURL, s.NATSCreds, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer nc.Drain()
-	if err := answerer.Serve(ctx, nc, s.Route, a, answerer.WithLogger(log), answerer.WithConcurrency(s.Concurrency)); err != nil {
-		log.Error("sqldb answerer failed", "err", err)
-		return 1
-	}
-	return 0
+func main() {
+	os.Exit(svc.Main("sqldb-answerer", func(_ context.Context, s settings, log *slog.Logger) (svc.Runner, error) {
+		a, err := sqldb.Open(sqldb.Config{DSN: s.DSN, Driver: s.Driver, Query: s.Query, Timeout: s.Timeout})
+		if err != nil {
+			return nil, err
+		}
+		return svc.RunFunc(func(ctx context.Context) error {
+			defer a.Close()
+			nc, err := svc.Connect("sqldb-answerer", "", s.NATSURL, s.NATSCreds, log)
+			if err != nil {
+				return err
+			}
+			defer nc.Drain()
+			return answerer.Serve(ctx, nc, s.Route, a, answerer.WithLogger(log), answerer.WithConcurrency(s.Concurrency))
+		}), nil
+	}))
 }

@@ -10,46 +10,15 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/agora-dispatch/agora/answerers/webhook"
-	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/logging"
-	"github.com/agora-dispatch/agora/internal/telemetry"
+	"github.com/agora-dispatch/agora/internal/svc"
 )
 
-func main() { os.Exit(run()) }
-
-func run() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log, lerr := logging.New(os.Stderr)
-	if lerr != nil {
-		fmt.Fprintln(os.Stderr, "webhook-answerer:", lerr)
-		return 1
-	}
-	stopTraces, terr := telemetry.Start(ctx, "agora-webhook-answerer", log)
-	if terr != nil {
-		fmt.Fprintln(os.Stderr, "webhook-answerer:", terr)
-		return 1
-	}
-	defer stopTraces()
-	var cfg webhook.Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "webhook-answerer:", err)
-		return 1
-	}
-	s, err := webhook.New(cfg, webhook.Deps{Logger: log})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := s.Run(ctx); err != nil {
-		log.Error("webhook failed", "err", err)
-		return 1
-	}
-	return 0
+func main() {
+	os.Exit(svc.Main("webhook-answerer", func(_ context.Context, cfg webhook.Config, log *slog.Logger) (svc.Runner, error) {
+		return webhook.New(cfg, webhook.Deps{Logger: log})
+	}))
 }

@@ -10,60 +10,15 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/logging"
-	"github.com/agora-dispatch/agora/internal/telemetry"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/services/router"
 )
 
-func main() { os.Exit(run()) }
-
-func run() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log, lerr := logging.New(os.Stderr)
-	if lerr != nil {
-		fmt.Fprintln(os.Stderr, "router:", lerr)
-		return 1
-	}
-	stopTraces, terr := telemetry.Start(ctx, "agora-router", log)
-	if terr != nil {
-		fmt.Fprintln(os.Stderr, "router:", terr)
-		return 1
-	}
-	defer stopTraces()
-
-	var cfg router.Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "router:", err)
-		return 1
-	}
-	svc, err := router.New(cfg, router.Deps{Logger: log})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = svc.Reload() // logged by Reload; the old routes stay
-			}
-		}
-	}()
-	if err := svc.Run(ctx); err != nil {
-		log.Error("router failed", "err", err)
-		return 1
-	}
-	return 0
+func main() {
+	os.Exit(svc.Main("router", func(_ context.Context, cfg router.Config, log *slog.Logger) (svc.Runner, error) {
+		return router.New(cfg, router.Deps{Logger: log})
+	}))
 }
