@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/agora-dispatch/agora/pkg/client"
 )
 
@@ -64,18 +66,7 @@ type LoginReply struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-func writeProblem(w http.ResponseWriter, r *http.Request, p *client.Problem) {
-	out := *p
-	if out.Instance == "" {
-		out.Instance = r.URL.Path
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(out.Status)
-	_ = json.NewEncoder(w).Encode(out)
-}
-
-func problem(status int, detail string) *client.Problem {
+func statusProblem(status int, detail string) *client.Problem {
 	p := &client.Problem{Status: status, Title: http.StatusText(status), Detail: detail}
 	switch status {
 	case http.StatusNotFound:
@@ -109,11 +100,11 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 	status := query.Get("status")
 	keep, ok := listStatuses[status]
 	if !ok {
-		writeProblem(w, r, client.Invalid(client.FieldError{Field: "status", Message: "want pending, answered, expired, withdrawn, closed or all"}))
+		problem.Write(w, r, problem.Invalid(client.FieldError{Field: "status", Message: "want pending, answered, expired, withdrawn, closed or all"}))
 		return
 	}
 	if !s.awaitReady(r.Context()) {
-		writeProblem(w, r, problem(http.StatusServiceUnavailable, "the inbox is still loading the questions"))
+		problem.Write(w, r, statusProblem(http.StatusServiceUnavailable, "the inbox is still loading the questions"))
 		return
 	}
 	f := filterFrom(query)
@@ -128,7 +119,7 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 		if pendingOnly && cursor != "" {
 			k, ok := parsePendingCursor(cursor)
 			if !ok {
-				writeProblem(w, r, client.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor this inbox gave"}))
+				problem.Write(w, r, problem.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor this inbox gave"}))
 				return
 			}
 			after = &k
@@ -150,11 +141,11 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 	var p *client.Problem
 	switch {
 	case errors.As(err, &p):
-		writeProblem(w, r, p)
+		problem.Write(w, r, p)
 		return
 	case err != nil:
 		s.log.Warn("history list", "err", err)
-		writeProblem(w, r, problem(http.StatusServiceUnavailable, "the questions bucket could not be read; try again"))
+		problem.Write(w, r, statusProblem(http.StatusServiceUnavailable, "the questions bucket could not be read; try again"))
 		return
 	}
 	out.Questions = append(out.Questions, page.Rows...)
@@ -196,7 +187,7 @@ func parsePendingCursor(c string) (pendingKey, bool) {
 func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
 	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
 	if status != http.StatusOK {
-		writeProblem(w, r, problem(status, msg))
+		problem.Write(w, r, statusProblem(status, msg))
 		return
 	}
 	d := Detail{Question: q, Earlier: []*Question{}}
@@ -215,12 +206,12 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
 func (s *Server) apiAnswer(w http.ResponseWriter, r *http.Request, id *identity) {
 	var in answerInput
 	if p := decodeBody(w, r, &in); p != nil {
-		writeProblem(w, r, p)
+		problem.Write(w, r, p)
 		return
 	}
 	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
 	if status != http.StatusOK {
-		writeProblem(w, r, problem(status, msg))
+		problem.Write(w, r, statusProblem(status, msg))
 		return
 	}
 	rep, code := s.submit(r.Context(), id.user, q, in)
@@ -230,13 +221,13 @@ func (s *Server) apiAnswer(w http.ResponseWriter, r *http.Request, id *identity)
 func (s *Server) apiLogin(w http.ResponseWriter, r *http.Request) {
 	var in LoginRequest
 	if p := decodeBody(w, r, &in); p != nil {
-		writeProblem(w, r, p)
+		problem.Write(w, r, p)
 		return
 	}
 	if wait, why, ok := s.logins.check(r, in.Name, time.Now()); !ok {
 		s.metrics.logins.WithLabelValues("limited").Inc()
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		writeProblem(w, r, &client.Problem{Type: ProblemTooManyLogins, Title: "Too many failed sign-ins", Status: http.StatusTooManyRequests,
+		problem.Write(w, r, &client.Problem{Type: ProblemTooManyLogins, Title: "Too many failed sign-ins", Status: http.StatusTooManyRequests,
 			Detail: why + " " + waitText(wait)})
 		return
 	}
@@ -244,14 +235,14 @@ func (s *Server) apiLogin(w http.ResponseWriter, r *http.Request) {
 	s.logins.result(r, in.Name, ok, time.Now())
 	if !ok {
 		s.metrics.logins.WithLabelValues("refused").Inc()
-		writeProblem(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
+		problem.Write(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
 			Detail: "wrong name or password (or dev token)"})
 		return
 	}
 	tok, sess, err := s.sessions.create(r.Context(), u.name)
 	if err != nil {
 		s.log.Error("sign-in failed", "user", u.name, "err", err)
-		writeProblem(w, r, problem(http.StatusServiceUnavailable, "the session could not be stored; try again in a moment"))
+		problem.Write(w, r, statusProblem(http.StatusServiceUnavailable, "the session could not be stored; try again in a moment"))
 		return
 	}
 	s.metrics.logins.WithLabelValues("ok").Inc()
@@ -267,14 +258,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *client.Problem {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		return problem(http.StatusRequestEntityTooLarge, "the body is larger than 64 KiB")
+		return statusProblem(http.StatusRequestEntityTooLarge, "the body is larger than 64 KiB")
 	case errors.Is(err, io.EOF):
-		return client.Invalid(client.FieldError{Field: "request", Message: "the body is empty; want a JSON object"})
+		return problem.Invalid(client.FieldError{Field: "request", Message: "the body is empty; want a JSON object"})
 	case err != nil:
-		return client.Invalid(client.FieldError{Field: "request", Message: "not a valid JSON body: " + err.Error()})
+		return problem.Invalid(client.FieldError{Field: "request", Message: "not a valid JSON body: " + err.Error()})
 	}
 	if dec.More() {
-		return client.Invalid(client.FieldError{Field: "request", Message: "want one JSON object"})
+		return problem.Invalid(client.FieldError{Field: "request", Message: "want one JSON object"})
 	}
 	return nil
 }

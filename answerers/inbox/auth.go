@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -217,13 +219,13 @@ func (s *Server) api(h func(http.ResponseWriter, *http.Request, *identity)) http
 		id, ok := s.authenticate(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agora-inbox"`)
-			writeProblem(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
+			problem.Write(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
 				Detail: "sign in: the session cookie, or Authorization: Bearer <token> (the dev token, or a token from POST " + Prefix + "/api/login)"})
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !id.bearer && !equal(r.Header.Get(CSRFHeader), id.csrf()) {
 			s.metrics.csrfRefused.Inc()
-			writeProblem(w, r, &client.Problem{Type: ProblemForbidden, Title: "Forbidden", Status: http.StatusForbidden,
+			problem.Write(w, r, &client.Problem{Type: ProblemForbidden, Title: "Forbidden", Status: http.StatusForbidden,
 				Detail: "a request made with the session cookie needs the " + CSRFHeader + " header (the csrf-token of the page)"})
 			return
 		}

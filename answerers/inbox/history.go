@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -82,7 +84,7 @@ func (s *Server) history(ctx context.Context, cursor string, limit int, keep fun
 	if cursor != "" {
 		n, err := strconv.ParseUint(cursor, 10, 64)
 		if err != nil || n == 0 {
-			return historyPage{}, client.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor this inbox gave"})
+			return historyPage{}, problem.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor this inbox gave"})
 		}
 		after = n
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/clip"
@@ -237,21 +239,21 @@ type LinksReply struct {
 // free text is allowed. The caller must be allowed to answer the route.
 func (s *Server) apiLinks(w http.ResponseWriter, r *http.Request, id *identity) {
 	if s.links == nil {
-		writeProblem(w, r, problem(http.StatusNotFound, "answer links are off: this inbox has no AGORA_ANSWER_LINK_KEY"))
+		problem.Write(w, r, statusProblem(http.StatusNotFound, "answer links are off: this inbox has no AGORA_ANSWER_LINK_KEY"))
 		return
 	}
 	var in LinksRequest
 	if p := decodeBody(w, r, &in); p != nil {
-		writeProblem(w, r, p)
+		problem.Write(w, r, p)
 		return
 	}
 	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
 	if status != http.StatusOK {
-		writeProblem(w, r, problem(status, msg))
+		problem.Write(w, r, statusProblem(status, msg))
 		return
 	}
 	if !q.Pending() {
-		writeProblem(w, r, problem(http.StatusConflict, "the question is "+q.Status+"; links are only for pending questions"))
+		problem.Write(w, r, statusProblem(http.StatusConflict, "the question is "+q.Status+"; links are only for pending questions"))
 		return
 	}
 	now := time.Now()
@@ -259,14 +261,14 @@ func (s *Server) apiLinks(w http.ResponseWriter, r *http.Request, id *identity) 
 	if in.TTL != "" {
 		d, err := time.ParseDuration(in.TTL)
 		if err != nil || d <= 0 || d > answerlink.MaxTTL {
-			writeProblem(w, r, client.Invalid(client.FieldError{Field: "ttl", Message: fmt.Sprintf("%q: want a duration between 1s and %s, as 72h", in.TTL, answerlink.MaxTTL)}))
+			problem.Write(w, r, problem.Invalid(client.FieldError{Field: "ttl", Message: fmt.Sprintf("%q: want a duration between 1s and %s, as 72h", in.TTL, answerlink.MaxTTL)}))
 			return
 		}
 		exp = now.Add(d)
 	}
 	links, err := s.links.m.ForQuestion(s.baseURL(r), q.Question, in.Audience, exp)
 	if err != nil {
-		writeProblem(w, r, client.Invalid(client.FieldError{Field: "audience", Message: strings.TrimPrefix(err.Error(), "answerlink: ")}))
+		problem.Write(w, r, problem.Invalid(client.FieldError{Field: "audience", Message: strings.TrimPrefix(err.Error(), "answerlink: ")}))
 		return
 	}
 	s.log.Info("answer links minted", "question_id", q.QuestionID, "audience", in.Audience, "by", id.user.name, "links", len(links))

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
@@ -58,7 +60,7 @@ func (s *Server) routesHandler() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"/a/{token}", s.linkPage)
 	mux.HandleFunc("POST "+Prefix+"/a/{token}", s.linkAnswer)
 	mux.HandleFunc(Prefix+"/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: "no such API call: " + r.Method + " " + r.URL.Path})
+		problem.Write(w, r, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: "no such API call: " + r.Method + " " + r.URL.Path})
 	})
 	mux.Handle(Prefix+"/", s.page(func(w http.ResponseWriter, r *http.Request, id *identity) {
 		s.errorPage(w, r, id, http.StatusNotFound, "Page not found", "There is nothing at "+r.URL.Path+".")

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/internal/clip"
@@ -31,7 +33,7 @@ func (s *Service) microQuestions(ctx context.Context, req micro.Request) {
 	if in.Cursor != "" {
 		k, ok := parseWaitingCursor(in.Cursor)
 		if !ok {
-			s.respondProblem(req, client.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor the router gave"}))
+			s.respondProblem(req, problem.Invalid(client.FieldError{Field: "cursor", Message: "not a cursor the router gave"}))
 			return
 		}
 		after = &k
@@ -103,15 +105,15 @@ func decodeWaiting(data []byte) (client.WaitingRequest, *client.Problem) {
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
 			if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				return in, client.Invalid(client.FieldError{Field: strings.Trim(name, `"`),
+				return in, problem.Invalid(client.FieldError{Field: strings.Trim(name, `"`),
 					Message: "unknown field: a page request has route, thread_id, dispatch_id, subagent, limit and cursor"})
 			}
-			return in, client.Invalid(client.FieldError{Field: "body", Message: "not a JSON page request: " + clip.String(err.Error(), 200)})
+			return in, problem.Invalid(client.FieldError{Field: "body", Message: "not a JSON page request: " + clip.String(err.Error(), 200)})
 		}
 	}
 	switch {
 	case in.Limit < 0 || in.Limit > client.MaxWaitingLimit:
-		return in, client.Invalid(client.FieldError{Field: "limit", Message: fmt.Sprintf("%d: want 1 to %d (0 for %d)", in.Limit, client.MaxWaitingLimit, client.DefaultWaitingLimit)})
+		return in, problem.Invalid(client.FieldError{Field: "limit", Message: fmt.Sprintf("%d: want 1 to %d (0 for %d)", in.Limit, client.MaxWaitingLimit, client.DefaultWaitingLimit)})
 	case in.Limit == 0:
 		in.Limit = client.DefaultWaitingLimit
 	}
@@ -134,10 +136,10 @@ func parseWaitingCursor(c string) (askedKey, bool) {
 }
 
 // respondProblem answers a micro request with p as a micro error reply
-// (client.Problem.MicroReply, as the dispatcher answers), through micro's
+// (problem.MicroReply, as the dispatcher answers), through micro's
 // Request.Error so that the service's stats count it.
 func (s *Service) respondProblem(req micro.Request, p *client.Problem) {
-	hdr, data := p.MicroReply()
+	hdr, data := problem.MicroReply(p)
 	if err := req.Error(hdr.Get(micro.ErrorCodeHeader), hdr.Get(micro.ErrorHeader), data, micro.WithHeaders(micro.Headers(hdr))); err != nil {
 		s.log.Warn("micro: respond", "err", err)
 	}
