@@ -424,7 +424,7 @@ func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
 // Handler serves /metrics and /healthz.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
+	mux.Handle("GET /metrics", svc.MetricsHandler(s.gatherer))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		st := s.nc.Status()

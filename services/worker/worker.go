@@ -412,7 +412,7 @@ func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
 // Handler serves /metrics and /healthz.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
+	mux.Handle("GET /metrics", svc.MetricsHandler(s.gatherer))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if s.nc.Status() != nats.CONNECTED {
