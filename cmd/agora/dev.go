@@ -5,24 +5,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -34,14 +28,15 @@ import (
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/retention"
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/internal/telemetry"
-	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/seal"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/mcpserver"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
+	"github.com/agora-dispatch/agora/stack"
 )
 
 type devOptions struct {
@@ -135,7 +130,9 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if o.workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", o.workers)
 	}
-	store := ""
+	// Everything kept beside the store: the data folder's parent, or
+	// temporary folders with --memory.
+	store, state := "", ""
 	if !o.memory {
 		if store, err = filepath.Abs(o.data); err != nil {
 			return err
@@ -143,6 +140,7 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		if err := os.MkdirAll(store, 0o700); err != nil {
 			return fmt.Errorf("--data %s: %w", o.data, err)
 		}
+		state = filepath.Dir(store)
 	}
 	if err := checkListenAddr("--http", o.http); err != nil {
 		return err
@@ -152,43 +150,61 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 		return listenError("--http", o.http, "agora dev", err)
 	}
 	defer ln.Close()
-	srv, err := natsserver.Start(natsserver.Config{Host: host, Port: port, StoreDir: store, Memory: o.memory, Token: o.natsToken})
+	httpURL := "http://" + ln.Addr().String()
+	opts, err := devStackOptions(o, state, httpURL, log)
 	if err != nil {
-		return fmt.Errorf("embedded NATS on %s: %w (is another agora dev or nats-server running? use --nats-listen)", o.natsListen, err)
+		return err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
-	if o.natsToken != "" {
-		// What a client in another shell needs (AGORA_NATS_URL).
-		url = strings.Replace(url, "nats://", "nats://"+o.natsToken+"@", 1)
+	opts.Server = natsserver.Config{Host: host, Port: port, StoreDir: store, Memory: o.memory, Token: o.natsToken}
+	st, err := stack.Start(ctx, opts)
+	switch {
+	case errors.Is(err, stack.ErrServer):
+		return fmt.Errorf("%w (is another agora dev or nats-server running? use --nats-listen)", err)
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintln(cmd.ErrOrStderr(), "agora dev: stopping…")
+		return nil
+	case err != nil:
+		return err
 	}
+	svc.ReloadOnHangup(ctx, st.Reload)
+	hs := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	st.Go("http", func(context.Context) error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	printBanner(cmd, st.URL(), httpURL, store, st.DevToken())
+	err = st.Wait(ctx)
+	fmt.Fprintln(cmd.ErrOrStderr(), "agora dev: stopping (in-flight runs get the shutdown timeout)…")
+	var stopping sync.WaitGroup
+	stopping.Go(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	})
+	_ = st.Close()
+	stopping.Wait()
+	return err
+}
 
-	nc, err := nats.Connect(url, nats.Name("agora dev"))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	pcfg := provision.Config{Memory: o.memory, Retention: o.retention, Changed: func(what string) { log.Info("provisioned: " + what) }}
-	if err := provision.Ensure(ctx, js, pcfg); err != nil {
-		return err
-	}
-	binDir := filepath.Join(os.TempDir(), "agora-dev-bin")
-	if !o.memory {
-		binDir = filepath.Join(filepath.Dir(store), "bin")
+// devStackOptions are the services agora dev runs and their settings:
+// state is the folder kept beside the data folder (empty with --memory),
+// httpURL where the shared listener is reached.
+func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (stack.Options, error) {
+	binDir, wsRoot := filepath.Join(os.TempDir(), "agora-dev-bin"), filepath.Join(os.TempDir(), "agora-dev-workspaces")
+	if state != "" {
+		binDir, wsRoot = filepath.Join(state, "bin"), filepath.Join(state, "workspaces")
 	}
 	// The operator's floor (docs/sandbox.md): the dispatcher and the
 	// worker enforce it, and the definitions dev applies must meet it.
 	floor, err := envFloor()
 	if err != nil {
-		return err
+		return stack.Options{}, err
 	}
 	demo, err := demoDefinition(binDir)
 	if err != nil {
-		return err
+		return stack.Options{}, err
 	}
 	if floor.ModeOrDefault() == subagent.SandboxStrict {
 		demo.Sandbox.Mode = subagent.SandboxStrict // it needs no network and nothing of /etc
@@ -197,184 +213,74 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if o.subagents != "" {
 		more, err := loadDefinitions(o.subagents, floor)
 		if err != nil {
-			return err
+			return stack.Options{}, err
 		}
 		defs = append(defs, more...)
 	}
-	if err := applyDefinitions(ctx, js, defs); err != nil {
-		return err
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	wcfg := worker.Config{Concurrency: o.workers, WorkspaceRoot: filepath.Join(os.TempDir(), "agora-dev-workspaces"),
-		SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}
-	if !o.memory {
-		wcfg.WorkspaceRoot = filepath.Join(filepath.Dir(store), "workspaces")
-	}
-	w, err := worker.New(wcfg, worker.Deps{Conn: nc, Logger: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-
 	tokens := splitList(os.Getenv("AGORA_API_TOKENS"))
 	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, ID: "dev", Retention: o.retention,
 		SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}
 	if err := dcfg.Validate(); err != nil {
-		return fmt.Errorf("--http: %w", err)
+		return stack.Options{}, fmt.Errorf("--http: %w", err)
 	}
-	dcfg.HTTPAddr = "" // served on the shared listener below
-	d, err := dispatcher.New(dcfg, dispatcher.Deps{Conn: nc, Logger: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-	r, err := router.New(router.Config{RoutesFile: o.routes, ID: "dev"}, router.Deps{Conn: nc, Logger: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
+	dcfg.HTTPAddr = "" // served on the shared listener
 	// The inbox: a users file when AGORA_INBOX_USERS is set, else one dev
-	// login token printed in the banner.
-	// Announced over NATS, so links the CLI prints in other shells point
-	// here whatever port it is.
-	icfg := inbox.Config{UsersFile: os.Getenv("AGORA_INBOX_USERS"), PublicURL: "http://" + ln.Addr().String() + inbox.Prefix}
+	// login token printed in the banner. Its public URL is announced over
+	// NATS, so links the CLI prints in other shells point here whatever
+	// port it is.
+	icfg := inbox.Config{UsersFile: os.Getenv("AGORA_INBOX_USERS"), PublicURL: httpURL + inbox.Prefix}
 	icfg.DevToken = icfg.UsersFile == ""
 	// Signed answer links (/inbox/a/<token>): AGORA_ANSWER_LINK_KEY, or a
-	// key kept in the data folder (one per run with --memory).
+	// key kept beside the data folder (one per run with --memory).
 	if icfg.LinkKey = os.Getenv("AGORA_ANSWER_LINK_KEY"); icfg.LinkKey == "" {
-		icfg.LinkKey = seal.NewKey()
-		if !o.memory {
-			if icfg.LinkKey, err = stateKey(filepath.Join(filepath.Dir(store), "answer-link.key")); err != nil {
-				return err
-			}
+		if icfg.LinkKey, err = stateKey(state, "answer-link.key"); err != nil {
+			return stack.Options{}, err
 		}
-	}
-	ib, err := inbox.New(icfg, inbox.Deps{Conn: nc, Logger: log, Registerer: reg})
-	if err != nil {
-		return err
 	}
 	// MCP for orchestrator agents at /mcp, with the API's tokens. Its
 	// requestState key lasts as long as the data folder.
 	mcfg := mcpserver.Config{APITokens: tokens}
-	if !o.memory {
-		if mcfg.StateKey, err = stateKey(filepath.Join(filepath.Dir(store), "mcp-state.key")); err != nil {
-			return err
+	if state != "" {
+		if mcfg.StateKey, err = stateKey(state, "mcp-state.key"); err != nil {
+			return stack.Options{}, err
 		}
 	}
-	mc, err := client.New(nc)
-	if err != nil {
-		return err
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opts := stack.Options{
+		Provision: &provision.Config{Memory: o.memory, Retention: o.retention, Changed: func(what string) { log.Info("provisioned: " + what) }},
+		Subagents: defs,
+		Workers: []worker.Config{{Concurrency: o.workers, WorkspaceRoot: wsRoot,
+			SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}},
+		Dispatcher: &dcfg,
+		Router:     &router.Config{RoutesFile: o.routes, ID: "dev"},
+		Inbox:      &icfg,
+		MCP:        &mcfg,
+		Logger:     log,
+		Registerer: reg,
 	}
-	ms, err := mcpserver.New(ctx, mcfg, mcpserver.Deps{Client: mc, Logger: log})
-	if err != nil {
-		return err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/inbox/", ib.Handler())
-	mux.Handle("/mcp", ms.Handler())
 	// The Slack answerer, when AGORA_SLACK_SETTINGS names a settings file
-	// (docs/slack.md); its interactivity is served on this listener.
-	var sa *slackanswerer.Server
+	// (docs/slack.md); its interactivity is served on the shared listener.
 	if os.Getenv("AGORA_SLACK_SETTINGS") != "" {
 		var scfg slackanswerer.Config
 		if err := config.Load(&scfg); err != nil {
-			return err
+			return stack.Options{}, err
 		}
 		scfg.HTTPAddr = ""
-		if scfg.InboxURL == "" {
-			scfg.InboxURL = "http://" + ln.Addr().String() + inbox.Prefix
-		}
-		if sa, err = slackanswerer.New(scfg, slackanswerer.Deps{Conn: nc, Logger: log, Registerer: reg}); err != nil {
-			return err
-		}
-		mux.Handle("/slack/", sa.Handler())
+		scfg.InboxURL = cmp.Or(scfg.InboxURL, httpURL+inbox.Prefix)
+		opts.Slack = &scfg
 	}
-	mux.Handle("/", d.Handler()) // /v1/…, /metrics (the shared registry)
-	mux.Handle("GET /healthz", healthOf(map[string]http.Handler{
-		"dispatcher": d.Handler(), "worker": w.Handler(), "router": r.Handler(), "inbox": ib.Handler(),
-	}, map[string]string{"inbox": "/inbox/healthz"}))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-
-	var wg sync.WaitGroup
-	errs := make(chan error, 5)
-	wg.Go(func() {
-		if err := w.Run(ctx); err != nil {
-			errs <- fmt.Errorf("worker: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := d.Run(ctx); err != nil {
-			errs <- fmt.Errorf("dispatcher: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := r.Run(ctx); err != nil {
-			errs <- fmt.Errorf("router: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := ib.Run(ctx); err != nil {
-			errs <- fmt.Errorf("inbox: %w", err)
-		}
-	})
-	if sa != nil {
-		wg.Go(func() {
-			if err := sa.Run(ctx); err != nil {
-				errs <- fmt.Errorf("slack: %w", err)
-			}
-		})
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for range hup {
-			if err := r.Reload(); err != nil {
-				log.Error("routing file not reloaded; keeping the previous routes", "err", err)
-			} else {
-				log.Info("routing file reloaded")
-			}
-			if err := ib.ReloadUsers(); err != nil {
-				log.Error("inbox users file not reloaded; keeping the previous users", "err", err)
-			}
-		}
-	}()
-	ready := make(chan struct{})
-	go func() {
-		<-d.Ready()
-		<-r.Ready()
-		<-ib.Ready()
-		if sa != nil {
-			<-sa.Ready()
-		}
-		close(ready)
-	}()
-	select {
-	case <-ready:
-		wg.Go(func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errs <- fmt.Errorf("http: %w", err)
-			}
-		})
-		printBanner(cmd, url, "http://"+ln.Addr().String(), store, ib.DevToken())
-		select {
-		case <-ctx.Done():
-		case err = <-errs:
-		}
-	case err = <-errs:
-	case <-ctx.Done():
-	}
-	fmt.Fprintln(cmd.ErrOrStderr(), "agora dev: stopping (in-flight runs get the shutdown timeout)…")
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = hs.Shutdown(sctx)
-	cancel()
-	wg.Wait()
-	return err
+	return opts, nil
 }
 
-// stateKey reads a key kept in path (the MCP requestState key, the
+// stateKey reads a key kept in dir/name (the MCP requestState key, the
 // answer link key), making it (32 random bytes, base64, mode 0600) when
-// there is none.
-func stateKey(path string) (string, error) {
+// there is none. With no dir the key is new and kept nowhere.
+func stateKey(dir, name string) (string, error) {
+	if dir == "" {
+		return seal.NewKey(), nil
+	}
+	path := filepath.Join(dir, name)
 	b, err := os.ReadFile(path)
 	if err == nil {
 		return strings.TrimSpace(string(b)), nil
@@ -387,37 +293,6 @@ func stateKey(path string) (string, error) {
 		return "", fmt.Errorf("key %s: %w", path, err)
 	}
 	return key, nil
-}
-
-// healthOf serves agora dev's /healthz: every service's own health
-// report under "services", and 200 only when all of them say ok (503
-// otherwise, naming which do not). paths maps a service to its health
-// path when it is not /healthz.
-func healthOf(services map[string]http.Handler, paths map[string]string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		out := map[string]any{}
-		var down []string
-		for name, h := range services {
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequestWithContext(r.Context(), http.MethodGet, cmp.Or(paths[name], "/healthz"), nil))
-			var body any
-			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
-				body = map[string]any{"status": "unavailable", "error": strings.TrimSpace(rec.Body.String())}
-			}
-			out[name] = body
-			if rec.Code != http.StatusOK {
-				down = append(down, name)
-			}
-		}
-		code, status := http.StatusOK, "ok"
-		if len(down) > 0 {
-			slices.Sort(down)
-			code, status = http.StatusServiceUnavailable, "unavailable: "+strings.Join(down, ", ")
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "services": out})
-	})
 }
 
 // loopbackHost reports whether a listen host is reachable only from this
@@ -478,21 +353,6 @@ func loadDefinitions(dir string, floor subagent.Floor) ([]subagent.Definition, e
 		defs = append(defs, d)
 	}
 	return defs, errors.Join(errs...)
-}
-
-// applyDefinitions registers definitions through the client, which
-// writes only those that changed (so revisions stay meaningful).
-func applyDefinitions(ctx context.Context, js jetstream.JetStream, defs []subagent.Definition) error {
-	c, err := client.New(js.Conn())
-	if err != nil {
-		return err
-	}
-	for _, d := range defs {
-		if _, err := c.ApplySubagent(ctx, d); err != nil {
-			return fmt.Errorf("sub-agent %s: %w", d.Name, err)
-		}
-	}
-	return nil
 }
 
 // splitList splits a comma-separated setting, dropping empty items.
