@@ -134,7 +134,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	if s.nc, err = s.connect("agora"); err != nil {
+	if s.nc, err = s.connect("agora stack"); err != nil {
 		return nil, err
 	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
@@ -206,7 +206,7 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 		if len(o.Workers) > 1 {
 			name = fmt.Sprintf("worker-%d", i+1)
 		}
-		nc, err := s.connect(name)
+		nc, err := s.connect("agora-" + name)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -217,7 +217,7 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 		svcs, health[name] = append(svcs, service{name: name, run: w.Run}), w.Handler()
 	}
 	if o.Dispatcher != nil {
-		nc, err := s.connect("dispatcher")
+		nc, err := s.connect("agora-dispatcher")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -229,7 +229,7 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 		mux.Handle("/", d.Handler()) // /v1/…, /metrics
 	}
 	if o.Router != nil {
-		nc, err := s.connect("router")
+		nc, err := s.connect("agora-router")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -239,7 +239,7 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 		svcs, health["router"] = append(svcs, service{"router", s.router.Run, s.router.Ready()}), s.router.Handler()
 	}
 	if o.Inbox != nil {
-		nc, err := s.connect("inbox")
+		nc, err := s.connect("agora-inbox")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -250,7 +250,7 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 		mux.Handle(inbox.Prefix+"/", s.inbox.Handler())
 	}
 	if o.Slack != nil {
-		nc, err := s.connect("slack")
+		nc, err := s.connect("agora-slack")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -272,12 +272,12 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 	return svcs, mux, nil
 }
 
-// connect opens a connection for one service that reconnects forever;
-// Close closes it after the services stop.
+// connect opens a connection named name that reconnects forever; Close
+// closes it after the services stop.
 func (s *Stack) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(s.url, nats.Name("agora-"+name), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(s.url, nats.Name(name), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("stack: %s: connect: %w", name, err)
+		return nil, fmt.Errorf("stack: connect %s: %w", name, err)
 	}
 	s.mu.Lock()
 	s.conns = append(s.conns, nc)

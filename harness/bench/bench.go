@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/worker"
+	"github.com/agora-dispatch/agora/stack"
 )
 
 // Config sets the size of a run.
@@ -148,23 +148,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		return Report{}, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: dir})
+	// The server only: each scenario runs the services it measures.
+	st, err := stack.Start(ctx, stack.Options{Server: natsserver.Config{Port: -1, StoreDir: dir}, Provision: &provision.Config{}})
 	if err != nil {
 		return Report{}, err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		return Report{}, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return Report{}, err
-	}
-	if err := provision.Ensure(ctx, js, provision.Config{}); err != nil {
-		return Report{}, err
-	}
+	defer st.Close()
+	url, nc, js := st.URL(), st.Conn(), st.JetStream()
 	say := sayer(progress)
 
 	rep := Report{Concurrency: cfg.Concurrency}
@@ -211,7 +201,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", doorStream, 1},
 	} {
 		peak := mem.window()
-		sc, stop, err := workerPath(ctx, srv.ClientURL(), js, wsRoot, cfg.Concurrency, rt.runtime, rt.door)
+		sc, stop, err := workerPath(ctx, url, js, wsRoot, cfg.Concurrency, rt.runtime, rt.door)
 		if err != nil {
 			return Report{}, err
 		}
@@ -227,14 +217,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	say("measuring the end-to-end no-op path with tracing on")
 	peak := mem.window()
-	trow, spans, stages, err := traced(ctx, srv.ClientURL(), js, wsRoot, cfg)
+	trow, spans, stages, err := traced(ctx, url, js, wsRoot, cfg)
 	if err != nil {
 		return Report{}, err
 	}
 	trow.PeakRSSMiB = peak()
 	rep.Rows, rep.TracedSpans, rep.Stages, rep.breakdown = append(rep.Rows, trow), spans, stages, cfg.Breakdown
 	say("measuring artifact upload")
-	arts, err := artifactUpload(ctx, srv.ClientURL(), js, wsRoot, cfg, &mem)
+	arts, err := artifactUpload(ctx, url, js, wsRoot, cfg, &mem)
 	if err != nil {
 		return Report{}, err
 	}
@@ -245,7 +235,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		samples = 20
 	}
 	peak = mem.window()
-	row, err := resume(ctx, srv.ClientURL(), js, wsRoot, samples, nil)
+	row, err := resume(ctx, url, js, wsRoot, samples, nil)
 	if err != nil {
 		return Report{}, err
 	}
@@ -258,7 +248,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if cfg.Breakdown {
 		say("measuring resume latency with tracing on, for its stages")
 		peak = mem.window()
-		if rep.ResumeStages, err = tracedResume(ctx, srv.ClientURL(), js, wsRoot, samples); err != nil {
+		if rep.ResumeStages, err = tracedResume(ctx, url, js, wsRoot, samples); err != nil {
 			return Report{}, err
 		}
 		peak()
@@ -472,7 +462,7 @@ func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir
 	raw.PeakRSSMiB = peak()
 
 	peak = mem.window()
-	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", worker.Deps{Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: artifactRuntime{data}}}, doorWork)
+	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", map[string]worker.Runtime{subagent.RuntimeExec: artifactRuntime{data}}, doorWork)
 	if err != nil {
 		return nil, err
 	}
@@ -503,68 +493,46 @@ func (noopRuntime) Run(context.Context, worker.Invocation) worker.Result { retur
 // dispatcher of its own at either of its doors) → worker → `finished`
 // observed.
 func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, in door) (scenario, func(), error) {
-	var deps worker.Deps
+	var runtimes map[string]worker.Runtime
 	if runtime == "noop" {
-		deps.Runtimes = map[string]worker.Runtime{subagent.RuntimeExec: noopRuntime{}}
+		runtimes = map[string]worker.Runtime{subagent.RuntimeExec: noopRuntime{}}
 	}
-	return workerPathWith(ctx, url, js, dir, conc, runtime, deps, in)
+	return workerPathWith(ctx, url, js, dir, conc, runtime, runtimes, in)
 }
 
-// workerPathWith is workerPath with the worker's runtimes given in deps.
-func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, deps worker.Deps, in door) (scenario, func(), error) {
+// workerPathWith is workerPath with the worker's runtimes given.
+func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, runtimes map[string]worker.Runtime, in door) (scenario, func(), error) {
 	viaDispatcher := in != doorWork
 	def := subagent.Definition{Name: "bench", Runtime: subagent.RuntimeExec, Command: []string{"/bin/true"}}
 	rev, err := applyDef(ctx, js, def)
 	if err != nil {
 		return scenario{}, nil, err
 	}
-	wnc, err := nats.Connect(url)
-	if err != nil {
-		return scenario{}, nil, err
-	}
-	deps.Conn, deps.Logger = wnc, slog.New(slog.NewTextHandler(io.Discard, nil))
-	w, err := worker.New(worker.Config{Concurrency: conc, WorkspaceRoot: dir + "/ws-" + runtime, ID: "bench-" + runtime, PullExpiry: 500 * time.Millisecond}, deps)
-	if err != nil {
-		return scenario{}, nil, err
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	var running sync.WaitGroup
-	running.Go(func() { _ = w.Run(wctx) })
+	o := stack.Options{URL: url, Runtimes: runtimes, ReadyTimeout: 30 * time.Second,
+		Workers: []worker.Config{{Concurrency: conc, WorkspaceRoot: dir + "/ws-" + runtime, ID: "bench-" + runtime, PullExpiry: 500 * time.Millisecond}}}
 	if viaDispatcher {
-		dnc, err := nats.Connect(url)
-		if err != nil {
-			cancel()
-			return scenario{}, nil, err
-		}
-		d, err := dispatcher.New(dispatcher.Config{ID: "bench", Concurrency: 4 * conc, ReconcileLookback: reconcileLookback}, dispatcher.Deps{Conn: dnc, Logger: deps.Logger})
-		if err != nil {
-			cancel()
-			return scenario{}, nil, err
-		}
-		running.Go(func() { _ = d.Run(wctx); dnc.Close() })
-		select {
-		case <-d.Ready():
-		case <-time.After(30 * time.Second):
-			cancel()
-			return scenario{}, nil, fmt.Errorf("dispatcher not ready within 30s")
-		}
-		// The worker-path rows publish events of dispatches the
-		// dispatcher never saw; its projection reads them all when it
-		// first starts. Measured during that catch-up, the first
-		// end-to-end row came out slower than later ones.
+		o.Dispatcher = &dispatcher.Config{ID: "bench", Concurrency: 4 * conc, ReconcileLookback: reconcileLookback}
+	}
+	st, err := stack.Start(ctx, o)
+	if err != nil {
+		return scenario{}, nil, err
+	}
+	// The worker-path rows publish events of dispatches the dispatcher
+	// never saw; its projection reads them all when it first starts.
+	// Measured during that catch-up, the first end-to-end row came out
+	// slower than later ones.
+	if viaDispatcher {
 		if err := projectionCaughtUp(ctx, js, 60*time.Second); err != nil {
-			cancel()
+			_ = st.Close()
 			return scenario{}, nil, err
 		}
 	}
-	done := make(chan struct{})
-	go func() { running.Wait(); close(done) }()
-
 	onc, err := nats.Connect(url)
 	if err != nil {
-		cancel()
+		_ = st.Close()
 		return scenario{}, nil, err
 	}
+	stop := func() { _ = st.Close(); onc.Close() }
 	wt := newWaiter()
 	_, err = onc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
 		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
@@ -573,10 +541,9 @@ func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir
 		}
 	})
 	if err != nil {
-		cancel()
+		stop()
 		return scenario{}, nil, err
 	}
-	stop := func() { cancel(); <-done; onc.Close(); wnc.Close() }
 	if in == doorMicro {
 		cl, err := client.New(onc)
 		if err != nil {

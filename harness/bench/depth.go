@@ -81,7 +81,7 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	say("one thread of %d rounds: each round asks, the bench answers", cfg.Rounds)
-	d, err := st.client.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent, MaxRounds: cfg.Rounds})
+	d, err := st.Client().Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent, MaxRounds: cfg.Rounds})
 	if err != nil {
 		return DepthReport{}, err
 	}
@@ -99,11 +99,11 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 		}
 		if round == 0 || (round+1)%10 == 0 || round == cfg.Rounds-2 {
 			p := DepthPoint{Round: round}
-			if p.StatusMS, err = medianMS(9, func() error { _, err := st.client.Status(ctx, id); return err }); err != nil {
+			if p.StatusMS, err = medianMS(9, func() error { _, err := st.Client().Status(ctx, id); return err }); err != nil {
 				return rep, err
 			}
 			if p.ThreadMS, err = medianMS(9, func() error {
-				th, err := st.client.Thread(ctx, d.ThreadID)
+				th, err := st.Client().Thread(ctx, d.ThreadID)
 				if err == nil {
 					p.Rounds = len(th.Rounds)
 				}
@@ -117,7 +117,7 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 		// The router records the question just after the event: an answer
 		// before that is told to come again.
 		for try := 0; ; try++ {
-			_, err := st.client.Answer(ctx, lifecycle.QuestionID(id), lifecycle.Answer{Answer: "yes", AnsweredBy: "bench"})
+			_, err := st.Client().Answer(ctx, lifecycle.QuestionID(id), lifecycle.Answer{Answer: "yes", AnsweredBy: "bench"})
 			if err == nil {
 				break
 			}

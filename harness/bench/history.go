@@ -98,7 +98,7 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		return HistoryReport{}, err
 	}
 	defer st.close()
-	js, nc, c := st.js, st.nc, st.client
+	js, nc, c := st.JetStream(), st.nc, st.Client()
 
 	point := func(name string) (HistoryPoint, error) {
 		p := HistoryPoint{Point: name}

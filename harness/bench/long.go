@@ -105,7 +105,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 
 	// A sleep of an hour and a fraction no other process uses: the mark.
 	mark := fmt.Sprintf("3600.%d%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	if _, err := applyDef(ctx, st.js, subagent.Definition{Name: holdSubagent, Runtime: subagent.RuntimeExec, Command: []string{"/bin/sleep", mark}, Timeout: "2h"}); err != nil {
+	if _, err := applyDef(ctx, st.JetStream(), subagent.Definition{Name: holdSubagent, Runtime: subagent.RuntimeExec, Command: []string{"/bin/sleep", mark}, Timeout: "2h"}); err != nil {
 		return rep, err
 	}
 
@@ -129,7 +129,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	say("starting %d worker processes of %d slots", cfg.Workers, slots)
 	for i := range cfg.Workers {
 		w := exec.Command(cfg.Exe, "service", "worker")
-		w.Env = append(os.Environ(), "AGORA_NATS_URL="+st.srv.ClientURL(), "AGORA_LOG_LEVEL=warn",
+		w.Env = append(os.Environ(), "AGORA_NATS_URL="+st.Server().ClientURL(), "AGORA_LOG_LEVEL=warn",
 			"AGORA_WORKER_ID=bench-long-"+strconv.Itoa(i), "AGORA_WORKER_CONCURRENCY="+strconv.Itoa(slots),
 			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws-"+strconv.Itoa(i)))
 		w.Stdout, w.Stderr = logf, logf
@@ -143,7 +143,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 		pids[i] = w.Process.Pid
 	}
 	// Ready: every worker has a pull request waiting on the work queue.
-	ci, err := st.js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
+	ci, err := st.JetStream().Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
 	if err != nil {
 		return rep, err
 	}
@@ -195,7 +195,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	say("starting %d dispatches of a sleeping sub-agent", cfg.Running)
 	t0 := time.Now()
 	for i := range cfg.Running {
-		if _, err := st.client.Dispatch(ctx, lifecycle.Request{Subagent: holdSubagent, Timeout: "1h"}); err != nil {
+		if _, err := st.Client().Dispatch(ctx, lifecycle.Request{Subagent: holdSubagent, Timeout: "1h"}); err != nil {
 			return rep, fmt.Errorf("dispatch %d: %w", i, err)
 		}
 	}
@@ -227,7 +227,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	}
 	rep.HeartbeatPeriod = inprogress.Period(info.Config.AckWait).String()
 	say("all %d running; counting heartbeats and server traffic for %s", cfg.Running, cfg.Window)
-	v0, err := st.srv.Varz(&server.VarzOptions{})
+	v0, err := st.Server().Varz(&server.VarzOptions{})
 	if err != nil {
 		return rep, err
 	}
@@ -238,7 +238,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 		return rep, ctx.Err()
 	}
 	el := time.Since(w0).Seconds()
-	v1, err := st.srv.Varz(&server.VarzOptions{})
+	v1, err := st.Server().Varz(&server.VarzOptions{})
 	if err != nil {
 		return rep, err
 	}

@@ -92,7 +92,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		return PendingReport{}, err
 	}
 	defer st.close()
-	web := httptest.NewServer(st.inbox.Handler())
+	web := httptest.NewServer(st.Handler())
 	defer web.Close()
 	rep := PendingReport{Questions: cfg.Questions}
 	rep.StartHeapMiB, rep.StartRSSMiB, _ = memory()
@@ -140,7 +140,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		case <-ctx.Done():
 			return rep, ctx.Err()
 		}
-		if _, err := st.client.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
+		if _, err := st.Client().Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
 			return rep, fmt.Errorf("dispatch %d: %w", i, err)
 		}
 		select {
@@ -151,7 +151,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	}
 	// Every question asked, recorded by the router and shown by the inbox.
 	for {
-		n, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 1)
+		n, _, err := inboxList(ctx, web.URL, st.DevToken(), 1)
 		if err != nil {
 			return rep, err
 		}
@@ -184,14 +184,14 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	say("timing the lists")
 	var qs []lifecycle.Question
 	if rep.ClientListMS, err = medianMS(5, func() (err error) {
-		qs, err = st.client.Questions(ctx, client.QuestionFilter{Status: "asked"})
+		qs, err = st.Client().Questions(ctx, client.QuestionFilter{Status: "asked"})
 		return err
 	}); err != nil {
 		return rep, err
 	}
 	rep.ClientListCount = len(qs)
 	if rep.ClientPageMS, err = medianMS(20, func() error {
-		p, err := st.client.Waiting(ctx, client.QuestionFilter{}, 50, "")
+		p, err := st.Client().Waiting(ctx, client.QuestionFilter{}, 50, "")
 		if err == nil {
 			rep.ClientPageCount = p.Count
 		}
@@ -199,17 +199,17 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	}); err != nil {
 		return rep, err
 	}
-	if rep.InboxPageMS, err = medianMS(20, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 50); return err }); err != nil {
+	if rep.InboxPageMS, err = medianMS(20, func() error { _, _, err := inboxList(ctx, web.URL, st.DevToken(), 50); return err }); err != nil {
 		return rep, err
 	}
-	if rep.InboxAllMS, err = medianMS(5, func() error { _, _, err := inboxList(ctx, web.URL, st.inbox.DevToken(), 10000); return err }); err != nil {
+	if rep.InboxAllMS, err = medianMS(5, func() error { _, _, err := inboxList(ctx, web.URL, st.DevToken(), 10000); return err }); err != nil {
 		return rep, err
 	}
-	if rep.InboxHTMLMS, err = medianMS(20, func() error { return inboxPage(ctx, web.URL+inbox.Prefix+"/", st.inbox.DevToken(), "") }); err != nil {
+	if rep.InboxHTMLMS, err = medianMS(20, func() error { return inboxPage(ctx, web.URL+inbox.Prefix+"/", st.DevToken(), "") }); err != nil {
 		return rep, err
 	}
 	if rep.InboxLiveMS, err = medianMS(20, func() error {
-		return inboxPage(ctx, web.URL+inbox.Prefix+"/events", st.inbox.DevToken(), "sync")
+		return inboxPage(ctx, web.URL+inbox.Prefix+"/events", st.DevToken(), "sync")
 	}); err != nil {
 		return rep, err
 	}
@@ -222,7 +222,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		finished[q.ThreadID] = ch
 		mu.Unlock()
 		t := time.Now()
-		if _, err := st.client.Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "bench"}); err != nil {
+		if _, err := st.Client().Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "bench"}); err != nil {
 			return rep, fmt.Errorf("answer %s: %w", q.QuestionID, err)
 		}
 		select {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -13,13 +11,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
+	"github.com/agora-dispatch/agora/stack"
 )
 
 // askRuntime asks on round 0 and, on a resumed round, reports the moment
@@ -60,70 +58,24 @@ func (a *askRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result
 // resume measures answer submitted (agora.api.answer) → the resumed
 // dispatch's runtime started, through router, dispatcher and worker.
 func resume(ctx context.Context, url string, js jetstream.JetStream, dir string, samples int, phase func(string)) (Row, error) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	def := subagent.Definition{Name: "bench-ask", Runtime: subagent.RuntimeExec, Command: []string{"in-process"}}
-	if _, err := applyDef(ctx, js, def); err != nil {
-		return Row{}, err
-	}
-	var conns []*nats.Conn
-	conn := func() (*nats.Conn, error) {
-		nc, err := nats.Connect(url)
-		if err == nil {
-			conns = append(conns, nc)
-		}
-		return nc, err
-	}
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
 	rt := &askRuntime{started: map[string]chan time.Time{}}
-	wnc, err := conn()
+	st, err := stack.Start(ctx, stack.Options{
+		URL:        url,
+		Subagents:  []subagent.Definition{def},
+		Workers:    []worker.Config{{Concurrency: 4, WorkspaceRoot: dir + "/ws-resume", ID: "bench-resume", PullExpiry: 500 * time.Millisecond}},
+		Dispatcher: &dispatcher.Config{ID: "bench-resume", ReconcileLookback: reconcileLookback},
+		Router:     &router.Config{ID: "bench-resume"},
+		Runtimes:   map[string]worker.Runtime{subagent.RuntimeExec: rt},
+	})
 	if err != nil {
 		return Row{}, err
 	}
-	w, err := worker.New(worker.Config{Concurrency: 4, WorkspaceRoot: dir + "/ws-resume", ID: "bench-resume", PullExpiry: 500 * time.Millisecond},
-		worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: rt}})
-	if err != nil {
-		return Row{}, err
-	}
-	dnc, err := conn()
-	if err != nil {
-		return Row{}, err
-	}
-	d, err := dispatcher.New(dispatcher.Config{ID: "bench-resume", ReconcileLookback: reconcileLookback}, dispatcher.Deps{Conn: dnc, Logger: quiet})
-	if err != nil {
-		return Row{}, err
-	}
-	rnc, err := conn()
-	if err != nil {
-		return Row{}, err
-	}
-	r, err := router.New(router.Config{ID: "bench-resume"}, router.Deps{Conn: rnc, Logger: quiet})
-	if err != nil {
-		return Row{}, err
-	}
-	sctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{w.Run, d.Run, r.Run} {
-		wg.Go(func() { _ = run(sctx) })
-	}
-	defer func() { stop(); wg.Wait() }()
-	<-d.Ready()
-	<-r.Ready()
+	defer st.Close()
 	if err := projectionCaughtUp(ctx, js, 60*time.Second); err != nil {
 		return Row{}, err
 	}
-
-	cnc, err := conn()
-	if err != nil {
-		return Row{}, err
-	}
-	c, err := client.New(cnc)
-	if err != nil {
-		return Row{}, err
-	}
+	cnc, c := st.Conn(), st.Client()
 	asked := map[string]chan struct{}{}
 	var mu sync.Mutex
 	askedCh := func(qid string) chan struct{} {

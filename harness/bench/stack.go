@@ -2,17 +2,13 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,6 +21,7 @@ import (
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
+	"github.com/agora-dispatch/agora/stack"
 )
 
 // askingSubagent is the sub-agent of the scale scenarios: its runtime
@@ -43,16 +40,13 @@ func (askingRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result
 	return worker.Result{}
 }
 
-// stack is the whole of Agora in this process, as `agora dev` runs it —
+// scale is the whole of Agora in this process, as `agora dev` runs it —
 // dispatcher, worker, router and inbox — on an embedded file-store server
-// of its own, for the scale scenarios.
-type stack struct {
-	srv    *server.Server
-	js     jetstream.JetStream
-	nc     *nats.Conn // the scenario's own connection
-	client *client.Client
-	inbox  *inbox.Server
-	close  func()
+// of its own (stack.Start), for the scale scenarios.
+type scale struct {
+	*stack.Stack
+	nc    *nats.Conn // the scenario's own connection
+	close func()
 }
 
 type stackConfig struct {
@@ -68,129 +62,54 @@ type stackConfig struct {
 }
 
 // startStack starts the stack and returns when every service is ready.
-func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
-	st := &stack{}
-	var cleanups []func()
-	st.close = func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
-	defer func() {
-		if err != nil {
-			st.close()
-		}
-	}()
+func startStack(ctx context.Context, cfg stackConfig) (*scale, error) {
 	dir, err := os.MkdirTemp("", "agora-bench-scale-")
 	if err != nil {
 		return nil, err
 	}
-	cleanups = append(cleanups, func() { os.RemoveAll(dir) })
-	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		return nil, err
+	o := stack.Options{
+		Server:     natsserver.Config{Port: -1, StoreDir: dir},
+		Provision:  &provision.Config{Retention: cfg.Retention},
+		Subagents:  []subagent.Definition{{Name: askingSubagent, Runtime: subagent.RuntimeExec, Command: []string{"in-process"}}},
+		Dispatcher: &dispatcher.Config{ID: "bench-scale", Retention: cfg.Retention},
+		Router:     &router.Config{ID: "bench-scale"},
+		Inbox:      &inbox.Config{DevToken: true},
+		Runtimes:   map[string]worker.Runtime{subagent.RuntimeExec: cfg.Runtime},
 	}
-	st.srv = srv
-	cleanups = append(cleanups, func() { srv.Shutdown(); srv.WaitForShutdown() })
-	conn := func() (*nats.Conn, error) {
-		nc, err := nats.Connect(srv.ClientURL())
-		if err == nil {
-			cleanups = append(cleanups, nc.Close)
-		}
-		return nc, err
-	}
-	if st.nc, err = conn(); err != nil {
-		return nil, err
-	}
-	if st.js, err = jetstream.New(st.nc); err != nil {
-		return nil, err
-	}
-	if err := provision.Ensure(ctx, st.js, provision.Config{Retention: cfg.Retention}); err != nil {
-		return nil, err
-	}
-	if _, err := applyDef(ctx, st.js, subagent.Definition{Name: askingSubagent, Runtime: subagent.RuntimeExec, Command: []string{"in-process"}}); err != nil {
-		return nil, err
-	}
-
 	if cfg.Runtime == nil {
-		cfg.Runtime = askingRuntime{}
+		o.Runtimes[subagent.RuntimeExec] = askingRuntime{}
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var services []func(context.Context) error
-	var readies []<-chan struct{}
-	workers := max(cfg.Workers, 1)
-	if cfg.NoWorkers {
-		workers = 0
-	}
-	for i := range workers {
-		wnc, err := conn()
-		if err != nil {
-			return nil, err
-		}
-		w, err := worker.New(worker.Config{Concurrency: cfg.Slots, WorkspaceRoot: fmt.Sprintf("%s/ws-%d", dir, i), ID: fmt.Sprintf("bench-scale-%d", i), PullExpiry: 500 * time.Millisecond},
-			worker.Deps{Conn: wnc, Logger: quiet, Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: cfg.Runtime}})
-		if err != nil {
-			return nil, err
-		}
-		services = append(services, w.Run)
-	}
-	dnc, err := conn()
-	if err != nil {
-		return nil, err
-	}
-	d, err := dispatcher.New(dispatcher.Config{ID: "bench-scale", Retention: cfg.Retention}, dispatcher.Deps{Conn: dnc, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	services, readies = append(services, d.Run), append(readies, d.Ready())
-	rnc, err := conn()
-	if err != nil {
-		return nil, err
-	}
-	r, err := router.New(router.Config{ID: "bench-scale"}, router.Deps{Conn: rnc, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	services, readies = append(services, r.Run), append(readies, r.Ready())
-	inc, err := conn()
-	if err != nil {
-		return nil, err
-	}
-	if st.inbox, err = inbox.New(inbox.Config{DevToken: true}, inbox.Deps{Conn: inc, Logger: quiet}); err != nil {
-		return nil, err
-	}
-	services, readies = append(services, st.inbox.Run), append(readies, st.inbox.Ready())
-	cnc, err := conn()
-	if err != nil {
-		return nil, err
-	}
-	if st.client, err = client.New(cnc); err != nil {
-		return nil, err
-	}
-	for _, extra := range cfg.Extra {
-		services = append(services, func(ctx context.Context) error { return extra(ctx, st.client, quiet) })
-	}
-	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	for _, run := range services {
-		wg.Go(func() { _ = run(sctx) })
-	}
-	cleanups = append(cleanups, func() { stop(); wg.Wait() })
-	for _, ready := range readies {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Minute):
-			return nil, errors.New("bench: a service was not ready within a minute")
+	if !cfg.NoWorkers {
+		for i := range max(cfg.Workers, 1) {
+			o.Workers = append(o.Workers, worker.Config{Concurrency: cfg.Slots, WorkspaceRoot: fmt.Sprintf("%s/ws-%d", dir, i),
+				ID: fmt.Sprintf("bench-scale-%d", i), PullExpiry: 500 * time.Millisecond})
 		}
 	}
-	return st, nil
+	st, err := stack.Start(ctx, o)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	nc, err := nats.Connect(st.URL())
+	if err != nil {
+		_ = st.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	for i, extra := range cfg.Extra {
+		st.Go(fmt.Sprintf("extra-%d", i), func(ctx context.Context) error { return extra(ctx, st.Client(), quiet) })
+	}
+	return &scale{Stack: st, nc: nc, close: func() {
+		nc.Close()
+		_ = st.Close()
+		os.RemoveAll(dir)
+	}}, nil
 }
 
 // bucketKeys counts the keys of a KV bucket.
-func (st *stack) bucketKeys(ctx context.Context, bucket string) (uint64, error) {
-	s, err := st.js.Stream(ctx, "KV_"+bucket)
+func (st *scale) bucketKeys(ctx context.Context, bucket string) (uint64, error) {
+	s, err := st.JetStream().Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return 0, err
 	}

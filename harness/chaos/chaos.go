@@ -24,7 +24,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/natsserver"
@@ -32,6 +31,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/stack"
 )
 
 // Config sizes a run. The zero value is the full form.
@@ -142,23 +142,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if err := errors.Join(os.Chmod(dir, 0o711), os.Chmod(side, 0o1777)); err != nil {
 		return rep, err
 	}
-	srv, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	// The server only: the services run as processes of their own.
+	st, err := stack.Start(ctx, stack.Options{Server: natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")},
+		Provision: &provision.Config{WorkAckWait: ackWait, WorkMaxDeliver: 20}})
 	if err != nil {
 		return rep, err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-	if err != nil {
-		return rep, err
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if err := provision.Ensure(ctx, js, provision.Config{WorkAckWait: ackWait, WorkMaxDeliver: 20}); err != nil {
-		return rep, err
-	}
+	defer st.Close()
+	url, js, c := st.URL(), st.JetStream(), st.Client()
 	marker := "agora-chaos-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if err := define(ctx, js, marker, side); err != nil {
+	if err := define(ctx, c, marker, side); err != nil {
 		return rep, err
 	}
 
@@ -190,10 +183,6 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 			p.signal(syscall.SIGKILL)
 		}
 	}()
-	c, err := client.New(nc)
-	if err != nil {
-		return rep, err
-	}
 
 	// Faults, while the threads are dispatched and for a window after.
 	soak, stopSoak := context.WithCancel(ctx)
@@ -288,7 +277,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 }
 
 // define registers the chaos sub-agent.
-func define(ctx context.Context, js jetstream.JetStream, marker, side string) error {
+func define(ctx context.Context, c *client.Client, marker, side string) error {
 	script := `n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 sleep 0.$((n % 9 + 1))
 if [ $((n % 5)) -eq 0 ]; then setsid sh -c 'sleep 300; :' "` + marker + `" >/dev/null 2>&1 </dev/null & fi
@@ -301,11 +290,7 @@ printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_
 	d := subagent.Definition{Name: "chaos", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", script},
 		Timeout: "60s", MaxRounds: 3, EnvAllow: []string{"SIDE"}}
 	d.Sandbox.WritePaths = []string{side}
-	c, err := client.New(js.Conn())
-	if err != nil {
-		return err
-	}
-	_, err = c.ApplySubagent(ctx, d)
+	_, err := c.ApplySubagent(ctx, d)
 	return err
 }
 

@@ -1,6 +1,7 @@
 // Package systemtest starts the real Agora services — dispatcher, worker
-// and router — on a test's in-process JetStream server, so answerers and
-// SDKs are tested against the whole system rather than pieces of it.
+// and router — on a test's in-process JetStream server (through stack), so
+// answerers and SDKs are tested against the whole system rather than
+// pieces of it.
 package systemtest
 
 import (
@@ -9,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
+	"github.com/agora-dispatch/agora/stack"
 )
 
 // Logger discards logs unless the test runs with -v.
@@ -46,13 +47,13 @@ type System struct {
 	Server *natstest.Server
 	Client *client.Client
 
-	t   *testing.T
-	ctx context.Context
-	wg  *sync.WaitGroup
+	t  *testing.T
+	st *stack.Stack
 }
 
 // Start provisions a fresh server and runs the dispatcher, a worker and
-// the router on it, each on its own connection, until the test ends.
+// the router on it, each on its own connection, until the test ends; an
+// error a service returns fails the test.
 func Start(t *testing.T, o Options) *System {
 	t.Helper()
 	srv := natstest.StartProvisioned(t, provision.Config{Retention: o.Retention})
@@ -66,50 +67,29 @@ func Start(t *testing.T, o Options) *System {
 	if o.WorkerConcurrency == 0 {
 		o.WorkerConcurrency = 4
 	}
-	// Connections first: cleanups run last-in first-out, so the services
-	// stop before their connections close.
-	dconn, wconn, rconn, cconn := srv.Conn(t), srv.Conn(t), srv.Conn(t), srv.Conn(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &System{Server: srv, t: t, ctx: ctx, wg: &sync.WaitGroup{}}
-	t.Cleanup(func() { cancel(); s.wg.Wait() })
-
-	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second, Retention: o.Retention}, dispatcher.Deps{Conn: dconn, Logger: Logger()})
+	st, err := stack.Start(t.Context(), stack.Options{
+		URL:        srv.URL,
+		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, Retention: o.Retention},
+		Workers: []worker.Config{{WorkspaceRoot: t.TempDir(), Concurrency: o.WorkerConcurrency, PullExpiry: 500 * time.Millisecond,
+			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}},
+		Router: &router.Config{RoutesFile: routes, Tick: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		Logger: Logger(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Go("dispatcher", d.Run)
-	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: o.WorkerConcurrency, PullExpiry: 500 * time.Millisecond,
-		KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, worker.Deps{Conn: wconn, Logger: Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Go("worker", w.Run)
-	r, err := router.New(router.Config{RoutesFile: routes, Tick: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, router.Deps{Conn: rconn, Logger: Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Go("router", r.Run)
-	for _, ready := range []<-chan struct{}{d.Ready(), r.Ready()} {
-		select {
-		case <-ready:
-		case <-time.After(time.Minute):
-			t.Fatal("systemtest: services not ready within a minute")
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Error(err)
 		}
-	}
-	if s.Client, err = client.New(cconn); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	})
+	return &System{Server: srv, Client: st.Client(), t: t, st: st}
 }
 
 // Go runs f (an answerer, say) until the test ends; an error it returns
 // fails the test.
 func (s *System) Go(name string, f func(context.Context) error) {
-	s.wg.Go(func() {
-		if err := f(s.ctx); err != nil {
-			s.t.Errorf("%s: %v", name, err)
-		}
-	})
+	s.st.Go(name, f)
 }
 
 // Shell registers an exec sub-agent that runs script with sh -c; requests
