@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/schema/openapi/genclient"
 )
@@ -112,7 +113,7 @@ func refusals(t *testing.T, s *stack, thread, lastRound string) {
 		if err != nil || arts.JSON200 == nil || len(arts.JSON200.Artifacts) != 1 {
 			t.Fatalf("artifacts: %v", err)
 		}
-		obs, err := s.srv.JetStream(t).ObjectStore(ctx, lifecycle.BucketArtifacts)
+		obs, err := s.agora.JetStream().ObjectStore(ctx, lifecycle.BucketArtifacts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func refusals(t *testing.T, s *stack, thread, lastRound string) {
 			t.Fatalf("a short link: %v", err)
 		}
 		su, _ := url.Parse(short.JSON200.Links[0].Url)
-		eventually(t, "the short link expired", func() bool {
+		testkit.Eventually(t, waitFor, "the short link expired", func() bool {
 			p, err := s.inbox.GetAnswerLinkWithResponse(ctx, path.Base(su.Path))
 			return err == nil && p.StatusCode() == http.StatusGone
 		})
@@ -199,7 +200,7 @@ func refusals(t *testing.T, s *stack, thread, lastRound string) {
 		// withdrawn, and what answers it now is refused.
 		ct, err := s.api.CancelThreadWithResponse(ctx, "gen-ask-2", genclient.CancelBody{By: ptr("gen")})
 		expect(t, "cancel the waiting thread", ct, err, http.StatusOK)
-		eventually(t, "the question withdrawn", func() bool {
+		testkit.Eventually(t, waitFor, "the question withdrawn", func() bool {
 			g, err := s.inbox.GetQuestionWithResponse(ctx, q.QuestionId)
 			return err == nil && g.JSON200 != nil && g.JSON200.Question.Status != "asked"
 		})

@@ -9,19 +9,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
-	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
-	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/schema/openapi/genclient"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
+	agorastack "github.com/agora-dispatch/agora/stack"
 )
 
 // waitFor bounds every wait: generous, the machine is shared.
@@ -52,14 +51,14 @@ func logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// stack is a whole Agora as agora dev serves it: a real in-process
-// JetStream server, the dispatcher, a worker, the router and the inbox (dev
-// token, answer links on), with the dispatcher's /v1 API and the inbox
-// under /inbox on one HTTP listener. api and inbox are generated clients
-// for it whose every exchange the contract checks.
+// stack is a whole Agora as agora dev serves it (package stack): a real
+// in-process JetStream server, the dispatcher, a worker, the router and the
+// inbox (dev token, answer links on), with the dispatcher's /v1 API and the
+// inbox under /inbox on one HTTP listener. api and inbox are generated
+// clients for it whose every exchange the contract checks.
 type stack struct {
 	t        *testing.T
-	srv      *natstest.Server
+	agora    *agorastack.Stack
 	web      *httptest.Server
 	contract *contract
 	api      *genclient.ClientWithResponses // the dispatcher's token
@@ -69,73 +68,39 @@ type stack struct {
 
 func start(t *testing.T) *stack {
 	t.Helper()
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	// Connections first: cleanups run last-in first-out, so the services
-	// stop before their connections close.
-	dconn, wconn, rconn, iconn, cconn := srv.Conn(t), srv.Conn(t), srv.Conn(t), srv.Conn(t), srv.Conn(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	run := func(name string, f func(context.Context) error) {
-		wg.Go(func() {
-			if err := f(ctx); err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
-	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second, APITokens: []string{apiToken}}, dispatcher.Deps{Conn: dconn, Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("dispatcher", d.Run)
-	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: 4, PullExpiry: 500 * time.Millisecond, KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
-		worker.Deps{Conn: wconn, Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("worker", w.Run)
-	r, err := router.New(router.Config{Tick: 100 * time.Millisecond, RecordWait: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
-		router.Deps{Conn: rconn, Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("router", r.Run)
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	in, err := inbox.New(inbox.Config{DevToken: true, LinkKey: base64.StdEncoding.EncodeToString(key)}, inbox.Deps{Conn: iconn, Logger: logger()})
+	var defs []subagent.Definition
+	for name, script := range map[string]string{"asker": asker, "sleeper": sleeper} {
+		defs = append(defs, subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: []string{"ASK_ROUNDS"}})
+	}
+	agora, err := agorastack.Start(t.Context(), agorastack.Options{
+		Server:     natsserver.Config{Port: -1, StoreDir: t.TempDir()},
+		Provision:  &provision.Config{},
+		Subagents:  defs,
+		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, APITokens: []string{apiToken}},
+		Workers: []worker.Config{{WorkspaceRoot: t.TempDir(), Concurrency: 4, PullExpiry: 500 * time.Millisecond,
+			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}},
+		Router:       &router.Config{Tick: 100 * time.Millisecond, RecordWait: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		Inbox:        &inbox.Config{DevToken: true, LinkKey: base64.StdEncoding.EncodeToString(key)},
+		Logger:       logger(),
+		ReadyTimeout: waitFor,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run("inbox", in.Run)
-	for _, ready := range []<-chan struct{}{d.Ready(), r.Ready(), in.Ready()} {
-		select {
-		case <-ready:
-		case <-time.After(waitFor):
-			t.Fatal("services not ready")
+	t.Cleanup(func() {
+		if err := agora.Close(); err != nil {
+			t.Errorf("stack: %v", err)
 		}
-	}
-	mux := http.NewServeMux()
-	mux.Handle(inbox.Prefix+"/", in.Handler())
-	mux.Handle("/", d.Handler())
-	web := httptest.NewServer(mux)
+	})
+	web := httptest.NewServer(agora.Handler())
 	// Close the web server before the services stop (cleanups run in reverse).
 	t.Cleanup(web.Close)
 
-	c, err := client.New(cconn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, script := range map[string]string{"asker": asker, "sleeper": sleeper} {
-		def := subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: []string{"ASK_ROUNDS"}}
-		if _, err := c.ApplySubagent(t.Context(), def); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	k := newContract(t, web.URL)
-	s := &stack{t: t, srv: srv, web: web, contract: k, devToken: in.DevToken()}
+	s := &stack{t: t, agora: agora, web: web, contract: newContract(t, web.URL), devToken: agora.DevToken()}
 	s.api = s.client(apiToken)
-	s.inbox = s.client(in.DevToken())
+	s.inbox = s.client(s.devToken)
 	return s
 }
 
@@ -155,19 +120,4 @@ func (s *stack) client(token string) *genclient.ClientWithResponses {
 		s.t.Fatal(err)
 	}
 	return c
-}
-
-// eventually polls cond until it holds, failing the test after waitFor.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(waitFor)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("gave up waiting for %s", what)
-		case <-tick.C:
-		}
-	}
 }

@@ -64,7 +64,7 @@ func awaitEvent(t *testing.T, types <-chan string, want string) {
 func pendingQuestion(t *testing.T, s *stack, thread string) genclient.InboxQuestion {
 	t.Helper()
 	var q genclient.InboxQuestion
-	eventually(t, "a pending question of thread "+thread, func() bool {
+	testkit.Eventually(t, waitFor, "a pending question of thread "+thread, func() bool {
 		r, err := s.inbox.ListQuestionsWithResponse(t.Context(), &genclient.ListQuestionsParams{Thread: &thread})
 		if err != nil || r.JSON200 == nil {
 			t.Fatalf("list questions: %v %v", err, r)
