@@ -30,6 +30,7 @@ import (
 	slackanswerer "github.com/agora-dispatch/agora/answerers/slack"
 	"github.com/agora-dispatch/agora/answerers/webhook"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -165,6 +166,27 @@ func (e *env) stored(stream, subject string) uint64 {
 	return info.State.Subjects[subject]
 }
 
+// consumers counts the consumers of stream; pulling, only those with a
+// pull request waiting.
+func (e *env) consumers(stream string, pulling bool) int {
+	e.t.Helper()
+	s, err := e.js.Stream(e.t.Context(), stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var n int
+	l := s.ListConsumers(e.t.Context())
+	for ci := range l.Info() {
+		if !pulling || ci.NumWaiting > 0 {
+			n++
+		}
+	}
+	if err := l.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
 // jsPublish publishes through JetStream as user and returns its error.
 func (e *env) jsPublish(user, subject string) error {
 	e.t.Helper()
@@ -176,6 +198,30 @@ func (e *env) jsPublish(user, subject string) error {
 	defer cancel()
 	_, err = js.Publish(ctx, subject, []byte(`{}`))
 	return err
+}
+
+// run runs a service or answerer until the test ends, reporting an error
+// its Run returns, and waits until it is ready (ready nil: not waited
+// for).
+func (e *env) run(name string, run func(context.Context) error, ready <-chan struct{}) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := run(ctx); err != nil {
+			e.t.Errorf("%s: %v", name, err)
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-done })
+	if ready == nil {
+		return
+	}
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		e.t.Fatalf("%s not ready; violations %v", name, e.all())
+	}
 }
 
 func TestClusterConfigParses(t *testing.T) {
@@ -315,17 +361,9 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	for name, run := range map[string]func(context.Context) error{"dispatcher": d.Run, "worker": w.Run, "router": r.Run} {
-		wg.Go(func() {
-			if err := run(ctx); err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
-	<-d.Ready()
+	e.run("dispatcher", d.Run, d.Ready())
+	e.run("worker", w.Run, nil)
+	e.run("router", r.Run, r.Ready())
 	// Health checks work under the dispatcher's permissions too.
 	rec := httptest.NewRecorder()
 	d.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
@@ -537,16 +575,7 @@ func TestAnswerScoping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("router: %v", err)
-		}
-	})
-	<-r.Ready()
+	e.run("router", r.Run, r.Ready())
 
 	// A needs_input as the worker publishes it: a question on route human.
 	did := lifecycle.NewID()
@@ -709,10 +738,7 @@ func TestInboxAnnouncesItsURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { _ = ib.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	e.run("inbox", ib.Run, ib.Ready())
 
 	nc := e.conn("client")
 	var info micro.Info
@@ -755,15 +781,7 @@ func TestInboxSessionsAndLinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { _ = ib.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
-		select {
-		case <-ib.Ready():
-		case <-time.After(10 * time.Second):
-			t.Fatalf("inbox not ready; violations %v", e.all())
-		}
+		e.run("inbox", ib.Run, ib.Ready())
 		web := httptest.NewServer(ib.Handler())
 		t.Cleanup(web.Close)
 		replicas, urls = append(replicas, ib), append(urls, web.URL)
@@ -831,26 +849,22 @@ func TestSlackAnswererUser(t *testing.T) {
 		_, _ = w.Write([]byte(`{"ok":true,"channel":"C0123456789","ts":"1.000001"}`))
 	}))
 	t.Cleanup(api.Close)
+	sc := e.conn("answerer-slack")
 	sa, err := slackanswerer.New(slackanswerer.Config{BotToken: "xoxb-test", SigningSecret: "signing-secret-for-tests", SettingsFile: settings, APIURL: api.URL + "/"},
-		slackanswerer.Deps{Conn: e.conn("answerer-slack"), Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		slackanswerer.Deps{Conn: sc, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		if err := sa.Run(ctx); err != nil {
-			t.Errorf("slack Run: %v", err)
-		}
-		close(done)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-sa.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("slack answerer not ready; violations %v", e.all())
+	e.run("slack answerer", sa.Run, sa.Ready())
+	// Past Ready the answerer watches the question records and pulls the
+	// route's questions: wait until the server holds both, then for the
+	// server's replies on its connection, a refusal among them.
+	testkit.Eventually(t, 10*time.Second, "the Slack answerer's watch and pull", func() bool {
+		return e.consumers("KV_"+lifecycle.BucketQuestions, false) > 0 && e.consumers(lifecycle.StreamQuestions, true) > 0
+	})
+	if err := sc.Flush(); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the watches run
 	if v := e.seen("answerer-slack"); len(v) > 0 {
 		t.Errorf("answerer-slack was told of permission violations: %q", v)
 	}
@@ -880,20 +894,7 @@ func TestWebhookUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		if err := w.Run(ctx); err != nil {
-			t.Errorf("webhook Run: %v", err)
-		}
-		close(done)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-w.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("webhook not ready; violations %v", e.all())
-	}
+	e.run("webhook", w.Run, w.Ready())
 	if v := e.seen("answerer-webhook"); len(v) > 0 {
 		t.Errorf("answerer-webhook was told of permission violations: %q", v)
 	}
