@@ -15,6 +15,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -423,22 +424,12 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.cfg.Validate()
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
+			testkit.CheckErr(t, "Validate", err, tt.want...)
 			if err == nil {
-				t.Fatalf("Validate: nil error, want %q", tt.want)
+				return
 			}
 			if !strings.HasPrefix(err.Error(), "provision: ") {
 				t.Errorf("error %q lacks the package prefix", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
 			}
 			if got := len(strings.Split(err.Error(), "\n")); got != len(tt.want) {
 				t.Errorf("error lists %d problems, want %d:\n%v", got, len(tt.want), err)

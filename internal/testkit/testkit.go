@@ -1,9 +1,12 @@
 // Package testkit holds the small helpers many test packages share: waiting
-// for a condition and a log buffer safe for concurrent writers.
+// for a condition, running a service for the length of a test, checking a
+// validation error, and a log buffer safe for concurrent writers.
 package testkit
 
 import (
 	"bytes"
+	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +22,53 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 			t.Fatalf("%s: not within %s", what, within)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Go runs run (a service's Run) in a goroutine until the test ends: a
+// cleanup cancels its context and waits for it to return. An error it
+// returns fails the test, named by name.
+func Go(t testing.TB, name string, run func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := run(ctx); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// WaitReady waits until ready is closed (a service's Ready) and fails the
+// test naming what when within passes first.
+func WaitReady(t testing.TB, within time.Duration, what string, ready <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ready:
+	case <-time.After(within):
+		t.Fatalf("%s not ready within %s", what, within)
+	}
+}
+
+// CheckErr checks the error of a validation, op: with no want it must be
+// nil; otherwise it must be an error that mentions every string of want.
+func CheckErr(t testing.TB, op string, err error, want ...string) {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("%s: nil error, want %q", op, want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package testkit_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,7 +13,8 @@ import (
 	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
-// recorder is a testing.TB that records a failure instead of stopping.
+// recorder is a testing.TB that records a failure instead of stopping:
+// Fatalf records and panics (recover it), Errorf records.
 type recorder struct {
 	testing.TB
 	failed atomic.Value
@@ -22,6 +25,18 @@ func (r *recorder) Fatalf(format string, args ...any) {
 	r.failed.Store(fmt.Sprintf(format, args...))
 	panic(r)
 }
+func (r *recorder) Errorf(format string, args ...any) { r.failed.Store(fmt.Sprintf(format, args...)) }
+
+// failure runs f on a recorder and returns the failure it recorded.
+func failure(t *testing.T, f func(tb testing.TB)) string {
+	r := &recorder{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		f(r)
+	}()
+	msg, _ := r.failed.Load().(string)
+	return msg
+}
 
 func TestEventually(t *testing.T) {
 	n := 0
@@ -29,12 +44,9 @@ func TestEventually(t *testing.T) {
 	if n != 3 {
 		t.Fatalf("checked %d times, want 3", n)
 	}
-	r := &recorder{TB: t}
-	func() {
-		defer func() { _ = recover() }()
-		testkit.Eventually(r, 50*time.Millisecond, "a condition that never holds", func() bool { return false })
-	}()
-	msg, _ := r.failed.Load().(string)
+	msg := failure(t, func(tb testing.TB) {
+		testkit.Eventually(tb, 50*time.Millisecond, "a condition that never holds", func() bool { return false })
+	})
 	if !strings.Contains(msg, "a condition that never holds: not within 50ms") {
 		t.Fatalf("failure = %q", msg)
 	}
@@ -53,5 +65,61 @@ func TestBufferConcurrentWrites(t *testing.T) {
 	wg.Wait()
 	if got := len(b.String()); got != 800 {
 		t.Fatalf("len = %d, want 800", got)
+	}
+}
+
+func TestGoStopsWhenTheTestEnds(t *testing.T) {
+	var stopped atomic.Bool
+	t.Run("service", func(t *testing.T) {
+		testkit.Go(t, "svc", func(ctx context.Context) error {
+			<-ctx.Done()
+			stopped.Store(true)
+			return nil
+		})
+	})
+	if !stopped.Load() {
+		t.Fatal("Run still running after the test ended")
+	}
+	var msg string
+	t.Run("failing service", func(t *testing.T) {
+		r := &recorder{TB: t}
+		// Registered first, so it runs after Go's cleanup waited.
+		t.Cleanup(func() { msg, _ = r.failed.Load().(string) })
+		testkit.Go(r, "svc", func(context.Context) error { return errors.New("boom") })
+	})
+	if msg != "svc: boom" {
+		t.Fatalf("failure = %q, want svc: boom", msg)
+	}
+}
+
+func TestWaitReady(t *testing.T) {
+	ready := make(chan struct{})
+	close(ready)
+	testkit.WaitReady(t, time.Second, "closed", ready)
+	msg := failure(t, func(tb testing.TB) { testkit.WaitReady(tb, 50*time.Millisecond, "the service", make(chan struct{})) })
+	if msg != "the service not ready within 50ms" {
+		t.Fatalf("failure = %q", msg)
+	}
+}
+
+func TestCheckErr(t *testing.T) {
+	two := errors.New("a: first\na: second")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []string
+		fail string
+	}{
+		{"valid", nil, nil, ""},
+		{"every problem named", two, []string{"first", "second"}, ""},
+		{"unexpected error", two, nil, "Validate: a: first\na: second"},
+		{"no error", nil, []string{"first"}, `Validate: nil error, want ["first"]`},
+		{"a problem not named", two, []string{"first", "third"}, `error "a: first\na: second" does not mention "third"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := failure(t, func(tb testing.TB) { testkit.CheckErr(tb, "Validate", tc.err, tc.want...) }); got != tc.fail {
+				t.Errorf("failure = %q, want %q", got, tc.fail)
+			}
+		})
 	}
 }

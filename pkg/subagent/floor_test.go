@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -67,20 +68,13 @@ func TestCheckFloor(t *testing.T) {
 				t.Fatalf("floor: %v", err)
 			}
 			err := tt.box.CheckFloor(tt.floor)
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("CheckFloor: %v", err)
-				}
+			testkit.CheckErr(t, "CheckFloor", err, tt.want...)
+			if err == nil {
 				return
 			}
 			var fe *subagent.FloorError
 			if !errors.As(err, &fe) {
 				t.Fatalf("CheckFloor = %v, want a *FloorError", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
 			}
 			if n := len(tt.want); tt.name == "every problem at once" && len(fe.Problems) != n {
 				t.Errorf("%d problems, want %d: %q", len(fe.Problems), n, fe.Problems)
@@ -109,21 +103,7 @@ func TestFloorValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.floor.Validate()
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Validate: nil error, want %q", tt.want)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
+			testkit.CheckErr(t, "Validate", tt.floor.Validate(), tt.want...)
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -188,19 +189,9 @@ func TestValidate(t *testing.T) {
 			d := valid()
 			tt.change(&d)
 			err := d.Validate()
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
+			testkit.CheckErr(t, "Validate", err, tt.want...)
 			if err == nil {
-				t.Fatalf("Validate: nil error, want %q", tt.want)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
+				return
 			}
 			if !strings.HasPrefix(err.Error(), "subagent ") {
 				t.Errorf("error %q lacks the package prefix", err)
