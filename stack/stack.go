@@ -98,9 +98,8 @@ type Stack struct {
 	inbox   *inbox.Server
 	handler http.Handler
 
-	stopping  chan struct{} // closed when Close starts
-	stopOnce  sync.Once
-	running   sync.WaitGroup
+	stopping  chan struct{}  // closed when Close starts
+	tasks     sync.WaitGroup // the services' goroutines and their stoppers
 	mu        sync.Mutex
 	errs      []error       // of services that returned one, in order
 	failed    chan struct{} // closed at the first of errs
@@ -108,8 +107,8 @@ type Stack struct {
 	closeErr  error
 }
 
-// running is one service Start runs.
-type running struct {
+// task is one service (or function given to Go) running.
+type task struct {
 	name  string
 	ready <-chan struct{} // nil: nothing to wait for
 	done  chan struct{}   // closed when its Run returned
@@ -158,11 +157,14 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.handler = handler
-	var started []running
+	var tasks []task
 	for _, sv := range svcs {
-		started = append(started, s.run(sv.name, sv.run, sv.ready))
+		tasks = append(tasks, s.run(sv.name, sv.run, sv.ready))
 	}
-	return s, s.waitReady(ctx, started, cmp.Or(o.ReadyTimeout, time.Minute))
+	if err := s.waitReady(ctx, tasks, cmp.Or(o.ReadyTimeout, time.Minute)); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // startServer starts the embedded server, in a temporary store when cfg
@@ -286,17 +288,17 @@ func (s *Stack) connect(name string) (*nats.Conn, error) {
 }
 
 // run runs a service until Close, recording the error it returns.
-func (s *Stack) run(name string, run func(context.Context) error, ready <-chan struct{}) running {
-	r := running{name: name, ready: ready, done: make(chan struct{})}
+func (s *Stack) run(name string, run func(context.Context) error, ready <-chan struct{}) task {
+	r := task{name: name, ready: ready, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.running.Go(func() {
+	s.tasks.Go(func() {
 		select {
 		case <-s.stopping:
 			cancel()
 		case <-r.done:
 		}
 	})
-	s.running.Go(func() {
+	s.tasks.Go(func() {
 		defer close(r.done)
 		defer cancel()
 		if err := run(ctx); err != nil {
@@ -310,12 +312,11 @@ func (s *Stack) run(name string, run func(context.Context) error, ready <-chan s
 	return r
 }
 
-// waitReady waits until every started service that reports readiness is
-// ready, one fails, ctx ends or timeout passes.
-func (s *Stack) waitReady(ctx context.Context, started []running, timeout time.Duration) error {
+// waitReady waits until every task that reports readiness is ready, one fails, ctx ends or timeout passes.
+func (s *Stack) waitReady(ctx context.Context, tasks []task, timeout time.Duration) error {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	for _, r := range started {
+	for _, r := range tasks {
 		if r.ready == nil {
 			continue
 		}
@@ -390,7 +391,7 @@ func (s *Stack) Reload() error {
 func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stopping)
-		s.running.Wait()
+		s.tasks.Wait()
 		s.mu.Lock()
 		conns := s.conns
 		s.closeErr = errors.Join(s.errs...)
