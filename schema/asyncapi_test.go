@@ -403,16 +403,8 @@ func messageCompiler(t *testing.T) *jsonschema.Compiler {
 	c.DefaultDraft(jsonschema.Draft7)
 	c.AssertFormat()
 	c.UseLoader(offline{})
-	entries, err := fs.ReadDir(schema.FS(), schema.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, err := fs.ReadFile(schema.FS(), path.Join(schema.Dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddResource(lifecycle.SchemaBase+e.Name(), decode(t, b)); err != nil {
+	for name, b := range schemaFiles(t) {
+		if err := c.AddResource(lifecycle.SchemaBase+name, decode(t, b)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,9 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -175,12 +176,7 @@ func component(v any, self string) (any, error) {
 func rewriteRefs(v any, self string) error {
 	switch x := v.(type) {
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			if s, ok := x[k].(string); ok && k == "$ref" {
 				r, err := componentRef(s, self)
 				if err != nil {

@@ -3,9 +3,10 @@ package schema_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -36,12 +37,7 @@ func TestOpenAPIFileStandsAlone(t *testing.T) {
 	walk = func(v any, at string) {
 		switch x := v.(type) {
 		case map[string]any:
-			keys := make([]string, 0, len(x))
-			for k := range x {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
+			for _, k := range slices.Sorted(maps.Keys(x)) {
 				if k == "$defs" {
 					t.Errorf("%s/$defs: nested definitions; flatten them into components", at)
 				}

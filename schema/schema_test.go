@@ -360,13 +360,9 @@ func TestEveryTypeHasASchema(t *testing.T) {
 			t.Errorf("%s: no schema file: %v", typ, err)
 		}
 	}
-	entries, err := fs.ReadDir(schema.FS(), schema.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if !used[e.Name()] {
-			t.Errorf("%s/%s describes no event type", schema.Dir, e.Name())
+	for name := range schemaFiles(t) {
+		if !used[name] {
+			t.Errorf("%s/%s describes no event type", schema.Dir, name)
 		}
 	}
 	s := compile(t)
@@ -426,28 +422,36 @@ func TestSentinelAgreesWithParser(t *testing.T) {
 	}
 }
 
-func TestSchemaIDs(t *testing.T) {
+// schemaFiles reads every file of the embedded schema directory, by name.
+func schemaFiles(t *testing.T) map[string][]byte {
+	t.Helper()
 	entries, err := fs.ReadDir(schema.FS(), schema.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	files := make(map[string][]byte, len(entries))
 	for _, e := range entries {
-		b, err := fs.ReadFile(schema.FS(), path.Join(schema.Dir, e.Name()))
-		if err != nil {
+		if files[e.Name()], err = fs.ReadFile(schema.FS(), path.Join(schema.Dir, e.Name())); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return files
+}
+
+func TestSchemaIDs(t *testing.T) {
+	for name, b := range schemaFiles(t) {
 		var doc struct {
 			Schema string `json:"$schema"`
 			ID     string `json:"$id"`
 		}
 		if err := json.Unmarshal(b, &doc); err != nil {
-			t.Fatalf("%s: %v", e.Name(), err)
+			t.Fatalf("%s: %v", name, err)
 		}
-		if doc.ID != lifecycle.SchemaBase+e.Name() {
-			t.Errorf("%s: $id = %q, want %q", e.Name(), doc.ID, lifecycle.SchemaBase+e.Name())
+		if doc.ID != lifecycle.SchemaBase+name {
+			t.Errorf("%s: $id = %q, want %q", name, doc.ID, lifecycle.SchemaBase+name)
 		}
 		if doc.Schema != "https://json-schema.org/draft/2020-12/schema" {
-			t.Errorf("%s: $schema = %q, want draft 2020-12", e.Name(), doc.Schema)
+			t.Errorf("%s: $schema = %q, want draft 2020-12", name, doc.Schema)
 		}
 	}
 }
