@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/egress"
+	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
 func TestConnectRoundTrip(t *testing.T) {
@@ -76,7 +77,7 @@ func TestConnectRoundTrip(t *testing.T) {
 			if want := []string{"allowed.example"}; !slices.Equal(res.names(), want) {
 				t.Errorf("resolved %q, want %q", res.names(), want)
 			}
-			eventually(t, "the tunnel ends", func() bool { return px.Stats().Active == 0 })
+			testkit.Eventually(t, 10*time.Second, "the tunnel ends", func() bool { return px.Stats().Active == 0 })
 			st := px.Stats()
 			n := uint64(tc.size)
 			if st.Allowed != 1 || st.Denied != 0 || st.BytesOut != n || st.BytesIn != n {
@@ -89,7 +90,7 @@ func TestConnectRoundTrip(t *testing.T) {
 func TestDenied(t *testing.T) {
 	res := &resolver{m: map[string][]string{}}
 	var d loopbackDialer
-	var logs syncBuffer
+	var logs testkit.Buffer
 	px := startProxy(t, egress.Config{
 		Allow:        []string{"api.example.com:443", "*.cdn.example:443", "203.0.113.7:443"},
 		AllowPrivate: true, // a denial must not depend on the address check
@@ -108,11 +109,7 @@ func TestDenied(t *testing.T) {
 		{"127.0.0.1:22", "127.0.0.1:22"},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
-			_, _, resp := connect(t, px.addr, tc.target, nil)
-			body := readBody(t, resp)
-			if resp.StatusCode != http.StatusForbidden {
-				t.Fatalf("CONNECT %s: %s, want 403", tc.target, resp.Status)
-			}
+			resp, body := refused(t, px.addr, tc.target, http.StatusForbidden)
 			if !hasAll(body, tc.named, "sandbox.network.allow", "sub-agent definition") {
 				t.Errorf("403 body %q does not name %s and the setting that allows it", body, tc.named)
 			}
@@ -136,24 +133,6 @@ func TestDenied(t *testing.T) {
 	if want := `"target":"api.example.com:8443"`; !strings.Contains(logs.String(), want) {
 		t.Errorf("log does not name the normalized target %s:\n%s", want, logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer a logger may write to from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestRefusesPrivateDestinations(t *testing.T) {
@@ -194,11 +173,7 @@ func TestRefusesPrivateDestinations(t *testing.T) {
 		{"multicast.example:443", "224.0.0.1 is multicast"},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
-			_, _, resp := connect(t, px.addr, tc.target, nil)
-			body := readBody(t, resp)
-			if resp.StatusCode != http.StatusForbidden {
-				t.Fatalf("CONNECT %s: %s, want 403", tc.target, resp.Status)
-			}
+			_, body := refused(t, px.addr, tc.target, http.StatusForbidden)
 			if !hasAll(body, tc.target, tc.why) {
 				t.Errorf("403 body %q does not name %s and %q", body, tc.target, tc.why)
 			}
@@ -217,11 +192,7 @@ func TestDialsOnlyCheckedAddresses(t *testing.T) {
 	var d loopbackDialer
 	px := startProxy(t, egress.Config{Allow: []string{"mixed.example:443"}, Resolver: res.resolve, Dialer: d.dial})
 
-	_, _, resp := connect(t, px.addr, "mixed.example:443", nil)
-	body := readBody(t, resp)
-	if resp.StatusCode != http.StatusBadGateway {
-		t.Fatalf("CONNECT: %s, want 502", resp.Status)
-	}
+	_, body := refused(t, px.addr, "mixed.example:443", http.StatusBadGateway)
 	if !hasAll(body, "cannot connect to mixed.example:443") {
 		t.Errorf("502 body %q", body)
 	}
@@ -323,7 +294,7 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatalf("second CONNECT while the first is open: %s %q, want 503", resp.Status, body)
 	}
 	_ = first.Close()
-	eventually(t, "the first tunnel ends", func() bool { return px.Stats().Active == 0 })
+	testkit.Eventually(t, 10*time.Second, "the first tunnel ends", func() bool { return px.Stats().Active == 0 })
 	_, _, resp = connect(t, px.addr, target, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT after the first closed: %s, want 200", resp.Status)
@@ -360,7 +331,7 @@ func TestServeClosesEverythingOnCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idle.Close()
-	eventually(t, "every connection is being handled", func() bool { return px.Stats().Active == 4 })
+	testkit.Eventually(t, 10*time.Second, "every connection is being handled", func() bool { return px.Stats().Active == 4 })
 	if echo.open.Load() != 3 {
 		t.Fatalf("echo server has %d connections, want 3", echo.open.Load())
 	}
@@ -379,7 +350,7 @@ func TestServeClosesEverythingOnCancel(t *testing.T) {
 	if !closedByPeer(t, idle, idle) {
 		t.Error("connection without a header still open after Serve returned")
 	}
-	eventually(t, "the destination sees every tunnel closed", func() bool { return echo.open.Load() == 0 })
+	testkit.Eventually(t, 10*time.Second, "the destination sees every tunnel closed", func() bool { return echo.open.Load() == 0 })
 	if c, err := net.Dial("tcp", px.addr); err == nil {
 		_ = c.Close()
 		t.Error("the listener still accepts after Serve returned")

@@ -222,17 +222,16 @@ func readBody(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-// eventually waits for cond, polling, and fails the test if it does not hold
-// within 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
+// refused sends CONNECT target through the proxy at addr, which must
+// answer status; it returns the answer and its body.
+func refused(t *testing.T, addr, target string, status int) (*http.Response, string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still not true after 10s: %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	_, _, resp := connect(t, addr, target, nil)
+	body := readBody(t, resp)
+	if resp.StatusCode != status {
+		t.Fatalf("CONNECT %s: %s, want %d", target, resp.Status, status)
 	}
+	return resp, body
 }
 
 // closedByPeer reports whether reading c ends (EOF or a reset) rather than
