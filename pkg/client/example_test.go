@@ -32,6 +32,32 @@ func startExampleAgora() *agoratest.Agora {
 	return a
 }
 
+// exampleClient starts the example Agora and connects a client to it, as
+// ExampleClient_Dispatch shows; stop closes the client and the Agora.
+func exampleClient() (c *client.Client, stop func()) {
+	agora := startExampleAgora()
+	c, err := client.Connect(agora.URL)
+	if err != nil {
+		agora.Stop()
+		panic(err)
+	}
+	return c, func() { c.Close(); agora.Stop() }
+}
+
+// cancelledDispatch dispatches to "planner" and cancels its thread as
+// "ops", for "not needed": with no worker running, that is how a thread
+// ends in the examples.
+func cancelledDispatch(ctx context.Context, c *client.Client) (*client.Dispatch, error) {
+	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.CancelThread(ctx, d.ThreadID, client.CancelBy("ops", "not needed")); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
 func ExampleClient_Dispatch() {
 	agora := startExampleAgora()
 	defer agora.Stop()
@@ -63,10 +89,8 @@ func ExampleClient_Dispatch() {
 }
 
 func ExampleClient_Dispatch_invalid() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 
 	_, err := c.Dispatch(context.Background(), lifecycle.Request{
 		Subagent: "planner",
@@ -89,20 +113,15 @@ func ExampleClient_Dispatch_invalid() {
 }
 
 func ExampleDispatch_Wait() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	// No worker runs here: the dispatch is cancelled, so Wait has a
+	// terminal event.
+	d, err := cancelledDispatch(ctx, c)
 	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	// No worker runs here: cancel it, so Wait has a terminal event.
-	if _, err := c.Cancel(ctx, d.DispatchID, client.CancelBy("ops", "example")); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -116,10 +135,8 @@ func ExampleDispatch_Wait() {
 }
 
 func ExampleClient_Watch() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -141,10 +158,8 @@ func ExampleClient_Watch() {
 }
 
 func ExampleClient_Cancel() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 	ctx := context.Background()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
@@ -165,10 +180,8 @@ func ExampleClient_Cancel() {
 }
 
 func ExampleClient_Status() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 	ctx := context.Background()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{DispatchID: "status-1", Subagent: "planner", Target: "repo/app"})
@@ -186,10 +199,8 @@ func ExampleClient_Status() {
 }
 
 func ExampleClient_Questions() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 
 	pending, err := c.Questions(context.Background(), client.QuestionFilter{Status: "asked"})
 	if err != nil {
@@ -230,19 +241,13 @@ func ExampleClient_Answer() {
 }
 
 func ExampleClient_Follow() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	d, err := cancelledDispatch(ctx, c)
 	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	if _, err := c.CancelThread(ctx, d.ThreadID); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -262,19 +267,13 @@ func ExampleClient_Follow() {
 }
 
 func ExampleDispatch_Result() {
-	agora := startExampleAgora()
-	defer agora.Stop()
-	c, _ := client.Connect(agora.URL)
-	defer c.Close()
+	c, stop := exampleClient()
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	d, err := cancelledDispatch(ctx, c)
 	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	if _, err := c.CancelThread(ctx, d.ThreadID, client.CancelBy("ops", "not needed")); err != nil {
 		fmt.Println(err)
 		return
 	}
