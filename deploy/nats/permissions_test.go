@@ -205,22 +205,9 @@ func (e *env) jsPublish(user, subject string) error {
 // for).
 func (e *env) run(name string, run func(context.Context) error, ready <-chan struct{}) {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := run(ctx); err != nil {
-			e.t.Errorf("%s: %v", name, err)
-		}
-	}()
-	e.t.Cleanup(func() { cancel(); <-done })
-	if ready == nil {
-		return
-	}
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Second):
-		e.t.Fatalf("%s not ready; violations %v", name, e.all())
+	testkit.Go(e.t, name, run)
+	if ready != nil {
+		testkit.WaitReady(e.t, 10*time.Second, name, ready)
 	}
 }
 

@@ -1,8 +1,6 @@
 package client_test
 
 import (
-	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"testing"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -21,36 +20,30 @@ import (
 
 var planner = subagent.Definition{Name: "planner", Runtime: subagent.RuntimeExec, Command: []string{"./plan"}, MaxRounds: 5}
 
-func putDefinition(ctx context.Context, js jetstream.JetStream, d subagent.Definition) error {
-	kv, err := js.KeyValue(ctx, lifecycle.BucketSubagents)
-	if err != nil {
-		return err
+// define registers sub-agent definitions through the client.
+func (e *env) define(t *testing.T, defs ...subagent.Definition) {
+	t.Helper()
+	for _, d := range defs {
+		if _, err := e.c.ApplySubagent(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
 	}
-	data, _ := json.Marshal(d)
-	_, err = kv.Put(ctx, d.Name, data)
-	return err
 }
 
-// runDispatcher runs a dispatcher on nc until the returned stop is called.
-func runDispatcher(nc *nats.Conn) (stop func(), err error) {
+// startDispatcher runs a dispatcher on the env's server until the test
+// ends.
+func (e *env) startDispatcher(t *testing.T) {
+	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("AGORA_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	svc, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: nc, Logger: log})
+	svc, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.srv.Conn(t), Logger: log})
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		cancel()
-		return nil, err
-	}
-	return func() { cancel(); <-done }, nil
+	testkit.Go(t, "dispatcher", svc.Run)
+	testkit.WaitReady(t, 10*time.Second, "dispatcher", svc.Ready())
 }
 
 // env is a provisioned test server with a dispatcher and a client.
@@ -64,22 +57,13 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	srv := natstest.StartProvisioned(t, provision.Config{})
-	e := &env{srv: srv, nc: srv.Conn(t)}
+	e := &env{srv: srv, nc: srv.Conn(t), js: srv.JetStream(t)}
 	var err error
-	if e.js, err = jetstream.New(e.nc); err != nil {
-		t.Fatal(err)
-	}
-	if err := putDefinition(t.Context(), e.js, planner); err != nil {
-		t.Fatal(err)
-	}
-	stop, err := runDispatcher(srv.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
 	if e.c, err = client.New(e.nc); err != nil {
 		t.Fatal(err)
 	}
+	e.define(t, planner)
+	e.startDispatcher(t)
 	return e
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -23,10 +24,7 @@ func (e *env) startWorker(t *testing.T, concurrency int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = w.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testkit.Go(t, "worker", w.Run)
 }
 
 // TestRoundTripWithRealWorker runs the shell example sub-agent through the
@@ -40,9 +38,7 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := putDefinition(t.Context(), e.js, subagent.Definition{Name: "deployer", Runtime: subagent.RuntimeExec, Command: []string{"sh", script}}); err != nil {
-		t.Fatal(err)
-	}
+	e.define(t, subagent.Definition{Name: "deployer", Runtime: subagent.RuntimeExec, Command: []string{"sh", script}})
 	e.startWorker(t, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -124,14 +120,10 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 // the sub-agent would have ended.
 func TestCancelStopsARunningWorker(t *testing.T) {
 	e := newEnv(t)
-	for _, d := range []subagent.Definition{
-		{Name: "sleeper", Runtime: subagent.RuntimeExec, Command: []string{"sleep", "60"}},
-		{Name: "quick", Runtime: subagent.RuntimeExec, Command: []string{"true"}},
-	} {
-		if err := putDefinition(t.Context(), e.js, d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.define(t,
+		subagent.Definition{Name: "sleeper", Runtime: subagent.RuntimeExec, Command: []string{"sleep", "60"}},
+		subagent.Definition{Name: "quick", Runtime: subagent.RuntimeExec, Command: []string{"true"}},
+	)
 	e.startWorker(t, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -172,10 +164,8 @@ func TestCancelStopsARunningWorker(t *testing.T) {
 // events.
 func TestWatchYieldsProgress(t *testing.T) {
 	e := newEnv(t)
-	if err := putDefinition(t.Context(), e.js, subagent.Definition{Name: "reporter", Runtime: subagent.RuntimeExec,
-		Command: []string{"sh", "-c", `echo '{"message":"half way","percent":50}' >> "$AGORA_PROGRESS_FILE"; sleep 0.6`}}); err != nil {
-		t.Fatal(err)
-	}
+	e.define(t, subagent.Definition{Name: "reporter", Runtime: subagent.RuntimeExec,
+		Command: []string{"sh", "-c", `echo '{"message":"half way","percent":50}' >> "$AGORA_PROGRESS_FILE"; sleep 0.6`}})
 	e.startWorker(t, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
