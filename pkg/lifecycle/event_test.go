@@ -243,19 +243,26 @@ func TestEncode(t *testing.T) {
 				t.Errorf("body = %s, want %s", m.Data, want)
 			}
 
-			got, err := lifecycle.Decode(m.Header, m.Data)
-			if err != nil {
-				t.Fatalf("Decode: %v", err)
-			}
-			checkSameEvent(t, got, e)
-			d, err := lifecycle.Parse(got)
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
-			if !reflect.DeepEqual(d, s.data) {
-				t.Errorf("Parse = %+v, want %+v", d, s.data)
-			}
+			checkDecodes(t, m.Header, m.Data, e, s.data)
 		})
+	}
+}
+
+// checkDecodes checks that header and body decode to want and parse to
+// data.
+func checkDecodes(t *testing.T, header nats.Header, body []byte, want lifecycle.Event, data lifecycle.Data) {
+	t.Helper()
+	got, err := lifecycle.Decode(header, body)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	checkSameEvent(t, got, want)
+	d, err := lifecycle.Parse(got)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if !reflect.DeepEqual(d, data) {
+		t.Errorf("Parse = %+v, want %+v", d, data)
 	}
 }
 
@@ -287,18 +294,7 @@ func TestDecodeStructured(t *testing.T) {
 			}
 			h := nats.Header{}
 			h.Set("content-type", "application/cloudevents+json")
-			got, err := lifecycle.Decode(h, body)
-			if err != nil {
-				t.Fatalf("Decode: %v", err)
-			}
-			checkSameEvent(t, got, e)
-			d, err := lifecycle.Parse(got)
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
-			if !reflect.DeepEqual(d, s.data) {
-				t.Errorf("Parse = %+v, want %+v", d, s.data)
-			}
+			checkDecodes(t, h, body, e, s.data)
 		})
 	}
 }
