@@ -48,9 +48,6 @@ var (
 	questionRE = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,200}$`)
 )
 
-// errNoRecord reports a dispatch id with no record.
-var errNoRecord = errors.New("dispatcher: no such dispatch")
-
 // decodeRequest reads a request's JSON, naming the field at fault. An
 // unknown member is refused: a misspelt "inptu" would otherwise run the
 // sub-agent with no input.
@@ -353,7 +350,7 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	if err != nil {
 		var p *client.Problem
 		if errors.As(err, &p) && req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
-			first, _, rerr := s.record(ctx, b, req.DispatchID)
+			first, _, rerr := b.store.get(ctx, req.DispatchID)
 			switch {
 			case rerr == nil:
 				return s.repeat(ctx, b, first, req)
@@ -385,10 +382,6 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		// nothing to write for it.
 		rec.Events = []client.EventRef{{ID: lifecycle.AcceptedID(rec.DispatchID), Kind: lifecycle.KindAccepted, Time: now}}
 	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return client.Record{}, resultError, fmt.Errorf("dispatcher: encode record: %w", err)
-	}
 	// A root's thread index is written beside the record, not after it: a
 	// crash between the two leaves an entry without a record, which every
 	// reader skips and a retry completes (docs/dispatcher.md). A root's
@@ -397,40 +390,39 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	// later round is indexed after its record exists and is its own.
 	// (Its index is read beside the record's write, which saves that
 	// read's round trip.)
-	var pre indexRead
+	var pre *indexRead
 	indexed := make(chan error, 1)
 	rctx, rspan := telemetry.Tracer().Start(ctx, "agora.dispatch.record")
 	go func() {
 		if req.Round == 0 {
-			indexed <- s.indexThread(rctx, b, rec.ThreadID, rec.Round, rec.DispatchID)
+			indexed <- b.store.index(rctx, rec.ThreadID, rec.Round, rec.DispatchID)
 			return
 		}
-		pre.e, pre.err = b.dispatches.Get(rctx, threadKey(rec.ThreadID))
+		pre = b.store.readIndex(rctx, rec.ThreadID)
 		indexed <- nil
 	}()
-	created, err := b.dispatches.Create(rctx, rec.DispatchID, data)
+	created, err := b.store.create(rctx, &rec)
 	ierr := <-indexed
 	if req.Round > 0 && err == nil {
-		ierr = s.indexThreadFrom(rctx, b, rec.ThreadID, rec.Round, rec.DispatchID, &pre)
+		ierr = b.store.indexFrom(rctx, rec.ThreadID, rec.Round, rec.DispatchID, pre)
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if errors.Is(err, errConflict) {
 		telemetry.End(rspan, ierr) // a repeat: answered below
 	} else {
 		telemetry.End(rspan, errors.Join(err, ierr))
 	}
 	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return client.Record{}, resultError, fmt.Errorf("dispatcher: create record %s: %w", rec.DispatchID, err)
+		if !errors.Is(err, errConflict) {
+			return client.Record{}, resultError, err
 		}
 		// The id is taken (a retry, or another door won the race for
 		// it): answer its record.
-		first, _, err := s.record(ctx, b, rec.DispatchID)
+		first, _, err := b.store.get(ctx, rec.DispatchID)
 		if err != nil {
 			return client.Record{}, resultError, err
 		}
 		return s.repeat(ctx, b, first, req)
 	}
-	b.records.wrote(&rec, data, created)
 	if len(rec.Events) > 0 {
 		s.metrics.applied(lifecycle.KindAccepted, "") // listed by the record itself
 	}
@@ -490,7 +482,7 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, cr
 	}
 	fresh := created > 0
 	if !fresh {
-		if err := s.indexThread(ctx, b, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
+		if err := b.store.index(ctx, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
 			return rec, err
 		}
 	}
@@ -526,9 +518,9 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, cr
 	}
 	mctx, mspan := telemetry.Tracer().Start(ctx, "agora.dispatch.mark")
 	if fresh {
-		rec, err = s.updateFrom(mctx, b, rec, created, queued)
+		rec, err = b.store.updateFrom(mctx, rec, created, queued)
 	} else {
-		rec, err = s.update(mctx, b, rec.DispatchID, queued)
+		rec, err = b.store.update(mctx, rec.DispatchID, queued)
 	}
 	telemetry.End(mspan, err)
 	return rec, err
@@ -628,7 +620,7 @@ func (s *Service) parentCancel(ctx context.Context, b *bindings, rec client.Reco
 		return nil, nil
 	}
 	ctx, span := telemetry.Tracer().Start(ctx, "agora.dispatch.parent")
-	parent, _, err := s.record(ctx, b, rec.ParentID)
+	parent, _, err := b.store.get(ctx, rec.ParentID)
 	telemetry.End(span, ignoreNoRecord(err))
 	switch {
 	case errors.Is(err, errNoRecord):
@@ -697,151 +689,4 @@ func (s *Service) eventExists(ctx context.Context, b *bindings, k lifecycle.Kind
 		return false, nil
 	}
 	return false, fmt.Errorf("dispatcher: look up %s: %w", subj, err)
-}
-
-// record reads a dispatch record; errNoRecord when there is none.
-func (s *Service) record(ctx context.Context, b *bindings, id string) (client.Record, uint64, error) {
-	e, err := b.dispatches.Get(ctx, id)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
-		return client.Record{}, 0, fmt.Errorf("%w: %s", errNoRecord, id)
-	case err != nil:
-		return client.Record{}, 0, fmt.Errorf("dispatcher: read record %s: %w", id, err)
-	}
-	var rec client.Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
-	}
-	return rec, e.Revision(), nil
-}
-
-// conflict reports a lost compare-and-set.
-func conflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
-}
-
-const maxCAS = 64
-
-// update applies mutate to a record with compare-and-set, retrying on
-// conflict. mutate reports whether it changed anything; when it did not,
-// nothing is written.
-func (s *Service) update(ctx context.Context, b *bindings, id string, mutate func(*client.Record) bool) (client.Record, error) {
-	return s.updateFrom(ctx, b, client.Record{DispatchID: id}, 0, mutate)
-}
-
-// updateFrom is update starting from rec as read at revision rev, which
-// saves the read when nobody wrote the record since; rev 0 reads first.
-func (s *Service) updateFrom(ctx context.Context, b *bindings, known client.Record, rev uint64, mutate func(*client.Record) bool) (client.Record, error) {
-	id := known.DispatchID
-	for range maxCAS {
-		rec := known
-		if rev == 0 {
-			var err error
-			if rec, rev, err = s.record(ctx, b, id); err != nil {
-				return rec, err
-			}
-		}
-		if !mutate(&rec) {
-			return rec, nil
-		}
-		rec.UpdatedAt = time.Now().UTC()
-		data, err := json.Marshal(rec)
-		if err != nil {
-			return rec, fmt.Errorf("dispatcher: encode record: %w", err)
-		}
-		if n, err := s.write(ctx, b, id, data, rev, rec.ExpiresAt); err == nil {
-			b.records.wrote(&rec, data, n)
-			return rec, nil
-		} else if !conflict(err) {
-			return rec, fmt.Errorf("dispatcher: update record %s: %w", id, err)
-		}
-		rev = 0 // somebody wrote it: read again
-	}
-	return client.Record{}, fmt.Errorf("dispatcher: update record %s: %d conflicting writers", id, maxCAS)
-}
-
-// threadIndex is the value under thread.<thread_id> in agora_dispatches:
-// the thread's dispatches in round order.
-type threadIndex struct {
-	ThreadID   string        `json:"thread_id"`
-	Dispatches []threadEntry `json:"dispatches"`
-	// ExpiresAt is set when the thread ends (see client.Record.ExpiresAt).
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-}
-
-type threadEntry struct {
-	Round      int    `json:"round"`
-	DispatchID string `json:"dispatch_id"`
-}
-
-func threadKey(threadID string) string { return "thread." + threadID }
-
-// indexThread adds a dispatch to its thread's index, once.
-func (s *Service) indexThread(ctx context.Context, b *bindings, threadID string, round int, dispatchID string) error {
-	return s.indexThreadFrom(ctx, b, threadID, round, dispatchID, nil)
-}
-
-// indexRead is a read of a thread index made ahead of the write.
-type indexRead struct {
-	e   jetstream.KeyValueEntry
-	err error
-}
-
-// indexThreadFrom is indexThread starting from pre, a read of the index
-// made earlier (nil: read it), which saves the read when nobody wrote the
-// index since.
-func (s *Service) indexThreadFrom(ctx context.Context, b *bindings, threadID string, round int, dispatchID string, pre *indexRead) error {
-	key := threadKey(threadID)
-	if round == 0 {
-		// A root starts its thread: the index is most likely new.
-		data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
-		if _, err := b.dispatches.Create(ctx, key, data); err == nil {
-			return nil
-		} else if !conflict(err) {
-			return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
-		}
-	}
-	for range maxCAS {
-		var e jetstream.KeyValueEntry
-		var err error
-		if pre != nil {
-			e, err, pre = pre.e, pre.err, nil
-		} else {
-			e, err = b.dispatches.Get(ctx, key)
-		}
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
-			if _, err := b.dispatches.Create(ctx, key, data); err == nil {
-				return nil
-			} else if !conflict(err) {
-				return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
-		}
-		var idx threadIndex
-		if err := json.Unmarshal(e.Value(), &idx); err != nil {
-			return fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
-		}
-		if slices.ContainsFunc(idx.Dispatches, func(t threadEntry) bool { return t.DispatchID == dispatchID }) {
-			return nil
-		}
-		idx.Dispatches = append(idx.Dispatches, threadEntry{Round: round, DispatchID: dispatchID})
-		idx.ExpiresAt = nil // a new round: the thread goes on
-		slices.SortStableFunc(idx.Dispatches, func(a, b threadEntry) int {
-			if a.Round != b.Round {
-				return a.Round - b.Round
-			}
-			return strings.Compare(a.DispatchID, b.DispatchID)
-		})
-		data, _ := json.Marshal(idx)
-		if _, err := b.dispatches.Update(ctx, key, data, e.Revision()); err == nil {
-			return nil
-		} else if !conflict(err) {
-			return fmt.Errorf("dispatcher: update thread index %s: %w", threadID, err)
-		}
-	}
-	return fmt.Errorf("dispatcher: update thread index %s: %d conflicting writers", threadID, maxCAS)
 }

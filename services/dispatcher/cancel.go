@@ -41,7 +41,7 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 	if !idRE.MatchString(id) {
 		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
-	rec, _, err := s.record(ctx, b, id)
+	rec, _, err := b.store.get(ctx, id)
 	if errors.Is(err, errNoRecord) {
 		return rec, s.gone("dispatch", id)
 	}
@@ -151,7 +151,7 @@ func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec clien
 	}
 	mark := client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason}, At: time.Now().UTC()}
 	marked := false
-	rec, err := s.update(ctx, b, rec.DispatchID, func(r *client.Record) bool {
+	rec, err := b.store.update(ctx, rec.DispatchID, func(r *client.Record) bool {
 		if r.CancelRequested != nil {
 			return false // cancelled before: the first mark stands
 		}
@@ -279,18 +279,11 @@ func (s *Service) threadIndex(ctx context.Context, b *bindings, threadID string)
 	if !idRE.MatchString(threadID) {
 		return threadIndex{}, client.Invalid(client.FieldError{Field: "thread_id", Message: fmt.Sprintf("%q is not a valid thread id", short(threadID))})
 	}
-	e, err := b.dispatches.Get(ctx, threadKey(threadID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	idx, err := b.store.thread(ctx, threadID)
+	if errors.Is(err, errNoRecord) {
 		return threadIndex{}, s.gone("thread", threadID)
 	}
-	if err != nil {
-		return threadIndex{}, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
-	}
-	var idx threadIndex
-	if err := json.Unmarshal(e.Value(), &idx); err != nil {
-		return threadIndex{}, fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
-	}
-	return idx, nil
+	return idx, err
 }
 
 // status returns one dispatch's record.
@@ -298,7 +291,7 @@ func (s *Service) status(ctx context.Context, b *bindings, id string) (client.Re
 	if !idRE.MatchString(id) {
 		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
-	rec, _, err := s.record(ctx, b, id)
+	rec, _, err := b.store.get(ctx, id)
 	if errors.Is(err, errNoRecord) {
 		return rec, s.gone("dispatch", id)
 	}
@@ -317,7 +310,7 @@ func (s *Service) thread(ctx context.Context, b *bindings, threadID string) (cli
 	}
 	th := client.Thread{ThreadID: threadID, Rounds: []client.Round{}}
 	for _, ent := range idx.Dispatches {
-		rec, _, err := s.record(ctx, b, ent.DispatchID)
+		rec, _, err := b.store.get(ctx, ent.DispatchID)
 		if errors.Is(err, errNoRecord) {
 			continue
 		}

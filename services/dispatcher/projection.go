@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/logging"
-	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -118,7 +116,7 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 	// one whose accepted event it applies. An acceptance that listed its
 	// accepted event in the record indexed it before publishing the event.
 	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted && !listedAtAcceptance(rec, e.ID())) {
-		err = s.indexThread(ctx, b, c.ThreadID, c.Round, c.DispatchID)
+		err = b.store.index(ctx, c.ThreadID, c.Round, c.DispatchID)
 	}
 	if err == nil && endsThread(l.LifecycleKind()) {
 		err = s.expireThread(ctx, b, c.ThreadID, c.DispatchID, log)
@@ -147,9 +145,9 @@ func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l l
 	for i := range maxCAS {
 		var rev uint64
 		if i == 0 {
-			rec, rev, err = s.cachedRecord(ctx, b, c.DispatchID) // as last written here: no read
+			rec, rev, err = b.store.cached(ctx, c.DispatchID) // as last written here: no read
 		} else {
-			rec, rev, err = s.record(ctx, b, c.DispatchID)
+			rec, rev, err = b.store.get(ctx, c.DispatchID)
 		}
 		created = errors.Is(err, errNoRecord)
 		switch {
@@ -169,21 +167,12 @@ func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l l
 			exp := rec.UpdatedAt.Add(s.cfg.Retention).Truncate(time.Second)
 			rec.ExpiresAt = &exp
 		}
-		data, err := json.Marshal(rec)
-		if err != nil {
-			return rec, false, fmt.Errorf("dispatcher: encode record: %w", err)
-		}
-		var n uint64
-		switch {
-		case created && rec.ExpiresAt != nil:
-			n, err = b.dispatches.Create(ctx, c.DispatchID, data, jetstream.KeyTTL(retention.TTL(*rec.ExpiresAt)))
-		case created:
-			n, err = b.dispatches.Create(ctx, c.DispatchID, data)
-		default:
-			n, err = s.write(ctx, b, c.DispatchID, data, rev, rec.ExpiresAt)
+		if created {
+			_, err = b.store.create(ctx, &rec)
+		} else {
+			_, err = b.store.put(ctx, &rec, rev)
 		}
 		if err == nil {
-			b.records.wrote(&rec, data, n)
 			var reason lifecycle.Reason
 			if f, ok := l.(*lifecycle.Failed); ok {
 				reason = f.Reason
@@ -191,10 +180,11 @@ func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l l
 			s.metrics.applied(l.LifecycleKind(), reason)
 			return rec, created, nil
 		}
-		if !conflict(err) {
-			return rec, false, fmt.Errorf("dispatcher: write record %s: %w", c.DispatchID, err)
+		if !errors.Is(err, errConflict) {
+			return rec, false, err
 		}
-		b.records.drop(c.DispatchID) // someone else wrote it: the copy is stale
+		// Someone else wrote it: the copy is stale (put forgot it), read
+		// again.
 	}
 	return rec, false, fmt.Errorf("dispatcher: write record %s: %d conflicting writers", c.DispatchID, maxCAS)
 }

@@ -2,15 +2,10 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agora-dispatch/agora/internal/logging"
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // The reconciler (docs/design.md §2). An acceptance interrupted
@@ -48,70 +43,12 @@ func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {
 // reconcile completes the unqueued records written since `since` that are
 // older than grace.
 func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, grace time.Duration) error {
-	stream := "KV_" + lifecycle.BucketDispatches
-	prefix := "$KV." + lifecycle.BucketDispatches + "."
-	// One consumer for the whole pass, fetched from until nothing is
-	// pending. No subject filter: the bucket's stream holds only its
-	// keys, and nats-server counts a filtered consumer's pending messages
-	// over every key when it creates it (127 ms at 200,000 keys, against
-	// under 1 ms unfiltered). Not an ordered consumer either: its Fetch
-	// makes a new consumer for every batch, each counting again — at
-	// 30,000 paused threads, a pass after a busy minute took over a second
-	// of the server's CPU.
-	cons, err := b.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
-		OptStartTime:      &since,
-		AckPolicy:         jetstream.AckNonePolicy,
-		MemoryStorage:     true,
-		InactiveThreshold: time.Minute, // gone on its own if this pass dies
-	})
+	ids, err := b.store.unqueued(ctx, since)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = b.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
-	}()
-	candidates := map[string]bool{}
-	for pending := cons.CachedInfo().NumPending; pending > 0; {
-		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return err
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			key := strings.TrimPrefix(m.Subject(), prefix)
-			if md, err := m.Metadata(); err == nil {
-				pending = md.NumPending
-			}
-			if strings.HasPrefix(key, "thread.") {
-				continue
-			}
-			// Only what decides: a record is decoded into these fields
-			// alone.
-			var rec struct {
-				DispatchID string         `json:"dispatch_id"`
-				Status     lifecycle.Kind `json:"status"`
-				Queued     bool           `json:"queued"`
-			}
-			if json.Unmarshal(m.Data(), &rec) == nil && rec.DispatchID == key {
-				candidates[key] = !rec.Queued && !rec.Status.Terminal()
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		if n == 0 {
-			break
-		}
-	}
-	for id, unqueued := range candidates {
-		if !unqueued {
-			continue
-		}
-		rec, _, err := s.record(ctx, b, id)
+	for _, id := range ids {
+		rec, _, err := b.store.get(ctx, id)
 		if err != nil {
 			if errors.Is(err, errNoRecord) {
 				continue

@@ -1,9 +1,6 @@
 package dispatcher
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"sync"
 
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -17,14 +14,16 @@ const (
 	maxCachedRecord  = 64 << 10
 )
 
-// recordCache keeps, for the dispatches this dispatcher wrote last, the
-// record as written and its revision, so that the status projection
-// applies an event to it and writes with compare-and-set at that revision
-// without reading it first (docs/design.md §2, "The dispatch record and the reconciler"). It is only
-// ever a guess: a record someone else wrote since (another dispatcher, a
-// cancel) fails the compare-and-set, and the writer reads it again. A
-// dispatch's entry goes when its terminal event is applied; beyond that,
-// the older of two generations is dropped when the newer fills.
+// recordCache is the store's copy (store.go) of the dispatches this
+// dispatcher wrote last: the record as written and its revision, so that
+// the status projection applies an event to it and writes with
+// compare-and-set at that revision without reading it first
+// (docs/design.md §2, "The dispatch record and the reconciler"). It is
+// only ever a guess: a record someone else wrote since (another
+// dispatcher, a cancel) fails the compare-and-set, the entry is forgotten
+// and the writer reads it again. A dispatch's entry goes when its terminal
+// event is applied; beyond that, the older of two generations is dropped
+// when the newer fills.
 type recordCache struct {
 	mu            sync.Mutex
 	cur, old      map[string]cachedRecord
@@ -101,24 +100,4 @@ func (c *recordCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.cur) + len(c.old)
-}
-
-// cachedRecord returns the record of id as this dispatcher last wrote it,
-// or reads it when it has no copy. The revision is the one to write at;
-// when the copy is stale that write fails as a conflict and the caller
-// reads again with record.
-func (s *Service) cachedRecord(ctx context.Context, b *bindings, id string) (client.Record, uint64, error) {
-	if b.records != nil {
-		b.records.mu.Lock()
-		e, ok := b.records.get(id)
-		b.records.mu.Unlock()
-		if ok {
-			var rec client.Record
-			if err := json.Unmarshal(e.data, &rec); err != nil {
-				return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
-			}
-			return rec, e.rev, nil
-		}
-	}
-	return s.record(ctx, b, id)
 }

@@ -46,7 +46,7 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	kv := &countingKV{KeyValue: raw}
-	b := &bindings{js: js, dispatches: kv, records: newRecordCache(recordCacheSize, recordCacheBytes)}
+	b := &bindings{js: js, store: newStore(js, kv, nil)}
 
 	// accepted writes the record as acceptance does: created here, so the
 	// copy holds it.
@@ -62,7 +62,7 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.records.wrote(&rec, data, rev)
+		b.store.cache.wrote(&rec, data, rev)
 		return c
 	}
 	apply := func(d lifecycle.Lifecycle) client.Record {
@@ -105,7 +105,7 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 		if n := kv.gets.Load() - before; n != 0 {
 			t.Errorf("%d reads of the record, want 0", n)
 		}
-		if _, ok := b.records.get("own-1"); ok {
+		if _, ok := b.store.cache.get("own-1"); ok {
 			t.Error("an ended dispatch's record is still kept")
 		}
 	})

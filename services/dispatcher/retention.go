@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -29,20 +27,6 @@ func endsThread(k lifecycle.Kind) bool {
 	return k == lifecycle.KindFinished || k == lifecycle.KindFailed || k == lifecycle.KindCancelled
 }
 
-// write updates a record of agora_dispatches over rev: with a TTL when the
-// record is set to expire, so a late write (a redelivered event) keeps it
-// expiring.
-func (s *Service) write(ctx context.Context, b *bindings, key string, data []byte, rev uint64, expires *time.Time) (uint64, error) {
-	if expires == nil {
-		return b.dispatches.Update(ctx, key, data, rev)
-	}
-	n, err := retention.Update(ctx, b.js, lifecycle.BucketDispatches, key, data, rev, *expires)
-	if errors.Is(err, retention.ErrConflict) {
-		return 0, jetstream.ErrKeyExists
-	}
-	return n, err
-}
-
 // expireThread sets the TTL of everything the ended thread left. Every
 // step is idempotent: a redelivery of the ending event repeats none. ended
 // is the dispatch whose event ended the thread: its record got its TTL
@@ -50,7 +34,7 @@ func (s *Service) write(ctx context.Context, b *bindings, key string, data []byt
 // cancelled), so it has no question and no partial state to see to.
 func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended string, log *slog.Logger) error {
 	expires := time.Now().Add(s.cfg.Retention).UTC().Truncate(time.Second)
-	idx, err := s.expireIndex(ctx, b, threadID, expires)
+	idx, err := b.store.expireIndex(ctx, threadID, expires)
 	if errors.Is(err, errNoRecord) {
 		return nil // a refused request's thread: only its own record, which has no index
 	}
@@ -61,7 +45,7 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended
 		if t.DispatchID == ended {
 			continue
 		}
-		_, err := s.update(ctx, b, t.DispatchID, func(r *client.Record) bool {
+		_, err := b.store.update(ctx, t.DispatchID, func(r *client.Record) bool {
 			if r.ExpiresAt != nil {
 				return false
 			}
@@ -75,7 +59,7 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended
 		// show that yet (the projection applies the events of different
 		// dispatches in parallel), so the question is looked up whatever
 		// the record says; a round that asked nothing has none.
-		if err := s.expireQuestion(ctx, b, lifecycle.QuestionID(t.DispatchID), expires); err != nil {
+		if err := b.store.expireQuestion(ctx, lifecycle.QuestionID(t.DispatchID), expires); err != nil {
 			return err
 		}
 		// The round this question paused is over and the thread too: its
@@ -86,72 +70,6 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended
 	}
 	log.Debug("thread ended: its records expire", "thread_id", threadID, "expires_at", expires, "dispatches", len(idx.Dispatches))
 	return nil
-}
-
-// expireIndex writes the thread index again with its TTL.
-func (s *Service) expireIndex(ctx context.Context, b *bindings, threadID string, expires time.Time) (threadIndex, error) {
-	key := threadKey(threadID)
-	for range maxCAS {
-		e, err := b.dispatches.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return threadIndex{}, fmt.Errorf("%w: thread %s", errNoRecord, threadID)
-		}
-		if err != nil {
-			return threadIndex{}, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
-		}
-		var idx threadIndex
-		if err := json.Unmarshal(e.Value(), &idx); err != nil {
-			return threadIndex{}, fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
-		}
-		if idx.ExpiresAt != nil {
-			return idx, nil
-		}
-		idx.ExpiresAt = &expires
-		data, _ := json.Marshal(idx)
-		if _, err := s.write(ctx, b, key, data, e.Revision(), &expires); err == nil {
-			return idx, nil
-		} else if !conflict(err) {
-			return threadIndex{}, fmt.Errorf("dispatcher: write thread index %s: %w", threadID, err)
-		}
-	}
-	return threadIndex{}, fmt.Errorf("dispatcher: thread index %s: %d conflicting writers", threadID, maxCAS)
-}
-
-// expireQuestion writes a closed question record again with its TTL and
-// expires_at, which the router keeps on its own later writes. A question
-// still asked is left alone: nothing that waits expires.
-func (s *Service) expireQuestion(ctx context.Context, b *bindings, qid string, expires time.Time) error {
-	for range maxCAS {
-		e, err := b.questions.Get(ctx, qid)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("dispatcher: read question %s: %w", qid, err)
-		}
-		var q map[string]json.RawMessage
-		if err := json.Unmarshal(e.Value(), &q); err != nil {
-			return nil // not a record the router wrote: left alone
-		}
-		var status string
-		_ = json.Unmarshal(q["status"], &status)
-		if status == "asked" || string(q["expires_at"]) != "" {
-			return nil
-		}
-		q["expires_at"], _ = json.Marshal(expires)
-		data, err := json.Marshal(q)
-		if err != nil {
-			return fmt.Errorf("dispatcher: encode question %s: %w", qid, err)
-		}
-		_, err = retention.Update(ctx, b.js, lifecycle.BucketQuestions, qid, data, e.Revision(), expires)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, retention.ErrConflict) {
-			return fmt.Errorf("dispatcher: write question %s: %w", qid, err)
-		}
-	}
-	return fmt.Errorf("dispatcher: question %s: %d conflicting writers", qid, maxCAS)
 }
 
 // gone is the problem of a dispatch or thread that is not (or no longer)

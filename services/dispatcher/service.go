@@ -84,10 +84,8 @@ type bindings struct {
 	projection jetstream.Consumer
 	events     jetstream.Stream
 	subagents  jetstream.KeyValue
-	dispatches jetstream.KeyValue
-	questions  jetstream.KeyValue    // closed questions of ended threads get their TTL here
+	store      store                 // the dispatch records and thread indexes (store.go)
 	state      jetstream.ObjectStore // partial-state objects, deleted when their thread ends
-	records    *recordCache          // the records as this dispatcher last wrote them (records.go)
 }
 
 // New checks cfg and prepares a dispatcher. It connects to NATS when
@@ -141,7 +139,7 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
-	b := &bindings{js: js, records: newRecordCache(recordCacheSize, recordCacheBytes)}
+	b := &bindings{js: js}
 	if b.requests, err = js.Consumer(ctx, lifecycle.StreamRequests, lifecycle.ConsumerDispatcher); err != nil {
 		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamRequests, lifecycle.ConsumerDispatcher, err)
 	}
@@ -154,12 +152,15 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	if b.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketSubagents, err)
 	}
-	if b.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
+	dispatches, err := js.KeyValue(ctx, lifecycle.BucketDispatches)
+	if err != nil {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketDispatches, err)
 	}
-	if b.questions, err = js.KeyValue(ctx, lifecycle.BucketQuestions); err != nil {
+	questions, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
+	if err != nil {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketQuestions, err)
 	}
+	b.store = newStore(js, dispatches, questions)
 	if b.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
 		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
 	}

@@ -1,0 +1,437 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/retention"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// errNoRecord reports a dispatch id with no record (or a thread with no
+// index).
+var errNoRecord = errors.New("dispatcher: no such dispatch")
+
+// errConflict reports a lost compare-and-set: the key was written since it
+// was read, or a create found it taken. The caller reads again.
+var errConflict = errors.New("dispatcher: record changed concurrently")
+
+// maxCAS bounds the compare-and-set retries of one change.
+const maxCAS = 64
+
+// store is the one home of the dispatch records and thread indexes in
+// agora_dispatches (docs/design.md §2, "The dispatch record and the
+// reconciler"): every read and write of that bucket goes through it, and
+// so does the dispatcher's one write to agora_questions, the retention of a
+// closed question (docs/design.md §2, "Retention"). A record is the value
+// under its dispatch id; a thread's index, its dispatches in round order,
+// is the value under thread.<thread_id>. Writes over a revision are
+// compare-and-set; a record set to expire is written with its TTL.
+//
+// The store keeps the records this dispatcher wrote last (records.go), so
+// a writer can start from its own copy instead of a read. It is safe for
+// concurrent use; its zero cache (nil) keeps nothing.
+type store struct {
+	kv        jetstream.KeyValue  // agora_dispatches
+	questions jetstream.KeyValue  // agora_questions: closed questions get their TTL
+	js        jetstream.JetStream // TTL writes and the reconciler's scan
+	cache     *recordCache        // the records as this dispatcher last wrote them
+}
+
+func newStore(js jetstream.JetStream, dispatches, questions jetstream.KeyValue) store {
+	return store{kv: dispatches, questions: questions, js: js, cache: newRecordCache(recordCacheSize, recordCacheBytes)}
+}
+
+// conflict reports a lost compare-and-set of the bucket.
+func conflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// get reads a dispatch record and its revision; errNoRecord when there is
+// none.
+func (st store) get(ctx context.Context, id string) (client.Record, uint64, error) {
+	e, err := st.kv.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
+		return client.Record{}, 0, fmt.Errorf("%w: %s", errNoRecord, id)
+	case err != nil:
+		return client.Record{}, 0, fmt.Errorf("dispatcher: read record %s: %w", id, err)
+	}
+	var rec client.Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
+	}
+	return rec, e.Revision(), nil
+}
+
+// cached returns the record of id as this dispatcher last wrote it, or
+// reads it when it has no copy. The revision is the one to write at; when
+// the copy is stale that write fails as a conflict and the caller reads
+// again with get.
+func (st store) cached(ctx context.Context, id string) (client.Record, uint64, error) {
+	if st.cache != nil {
+		st.cache.mu.Lock()
+		e, ok := st.cache.get(id)
+		st.cache.mu.Unlock()
+		if ok {
+			var rec client.Record
+			if err := json.Unmarshal(e.data, &rec); err != nil {
+				return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
+			}
+			return rec, e.rev, nil
+		}
+	}
+	return st.get(ctx, id)
+}
+
+// create writes a new record as it is — with its TTL when it is set to
+// expire — and keeps it as written. It returns the record's revision, or
+// errConflict when the dispatch id is taken.
+func (st store) create(ctx context.Context, rec *client.Record) (uint64, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, fmt.Errorf("dispatcher: encode record: %w", err)
+	}
+	var opts []jetstream.KVCreateOpt
+	if rec.ExpiresAt != nil {
+		opts = append(opts, jetstream.KeyTTL(retention.TTL(*rec.ExpiresAt)))
+	}
+	rev, err := st.kv.Create(ctx, rec.DispatchID, data, opts...)
+	if conflict(err) {
+		return 0, fmt.Errorf("%w: %s exists", errConflict, rec.DispatchID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dispatcher: create record %s: %w", rec.DispatchID, err)
+	}
+	st.cache.wrote(rec, data, rev)
+	return rev, nil
+}
+
+// put writes rec as it is over revision rev and keeps it as written. It
+// returns the new revision, or errConflict when the record changed since
+// rev; a copy kept of it is then stale, and forgotten.
+func (st store) put(ctx context.Context, rec *client.Record, rev uint64) (uint64, error) {
+	id := rec.DispatchID
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, fmt.Errorf("dispatcher: encode record: %w", err)
+	}
+	n, err := st.write(ctx, id, data, rev, rec.ExpiresAt)
+	if conflict(err) {
+		st.cache.drop(id)
+		return 0, fmt.Errorf("%w: %s", errConflict, id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dispatcher: write record %s: %w", id, err)
+	}
+	st.cache.wrote(rec, data, n)
+	return n, nil
+}
+
+// write updates a key of agora_dispatches over rev: with a TTL when the
+// value is set to expire, so a late write (a redelivered event) keeps it
+// expiring (docs/design.md §2, "Retention"). A lost compare-and-set is
+// jetstream.ErrKeyExists or jetstream.ErrKeyRevisionMismatch (conflict).
+func (st store) write(ctx context.Context, key string, data []byte, rev uint64, expires *time.Time) (uint64, error) {
+	if expires == nil {
+		return st.kv.Update(ctx, key, data, rev)
+	}
+	n, err := retention.Update(ctx, st.js, lifecycle.BucketDispatches, key, data, rev, *expires)
+	if errors.Is(err, retention.ErrConflict) {
+		return 0, jetstream.ErrKeyExists
+	}
+	return n, err
+}
+
+// update applies mutate to a record with compare-and-set, retrying on
+// conflict. mutate reports whether it changed anything; when it did not,
+// nothing is written.
+func (st store) update(ctx context.Context, id string, mutate func(*client.Record) bool) (client.Record, error) {
+	return st.updateFrom(ctx, client.Record{DispatchID: id}, 0, mutate)
+}
+
+// updateFrom is update starting from rec as read at revision rev, which
+// saves the read when nobody wrote the record since; rev 0 reads first.
+func (st store) updateFrom(ctx context.Context, known client.Record, rev uint64, mutate func(*client.Record) bool) (client.Record, error) {
+	id := known.DispatchID
+	for range maxCAS {
+		rec := known
+		if rev == 0 {
+			var err error
+			if rec, rev, err = st.get(ctx, id); err != nil {
+				return rec, err
+			}
+		}
+		if !mutate(&rec) {
+			return rec, nil
+		}
+		rec.UpdatedAt = time.Now().UTC()
+		if _, err := st.put(ctx, &rec, rev); err == nil {
+			return rec, nil
+		} else if !errors.Is(err, errConflict) {
+			return rec, err
+		}
+		rev = 0 // somebody wrote it: read again
+	}
+	return client.Record{}, fmt.Errorf("dispatcher: update record %s: %d conflicting writers", id, maxCAS)
+}
+
+// threadIndex is the value under thread.<thread_id> in agora_dispatches:
+// the thread's dispatches in round order.
+type threadIndex struct {
+	ThreadID   string        `json:"thread_id"`
+	Dispatches []threadEntry `json:"dispatches"`
+	// ExpiresAt is set when the thread ends (see client.Record.ExpiresAt).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+type threadEntry struct {
+	Round      int    `json:"round"`
+	DispatchID string `json:"dispatch_id"`
+}
+
+// threadPrefix begins the key of every thread index.
+const threadPrefix = "thread."
+
+func threadKey(threadID string) string { return threadPrefix + threadID }
+
+// thread reads a thread's index; errNoRecord when there is none.
+func (st store) thread(ctx context.Context, threadID string) (threadIndex, error) {
+	e, err := st.kv.Get(ctx, threadKey(threadID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return threadIndex{}, fmt.Errorf("%w: thread %s", errNoRecord, threadID)
+	}
+	if err != nil {
+		return threadIndex{}, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
+	}
+	var idx threadIndex
+	if err := json.Unmarshal(e.Value(), &idx); err != nil {
+		return threadIndex{}, fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
+	}
+	return idx, nil
+}
+
+// index adds a dispatch to its thread's index, once.
+func (st store) index(ctx context.Context, threadID string, round int, dispatchID string) error {
+	return st.indexFrom(ctx, threadID, round, dispatchID, nil)
+}
+
+// indexRead is a read of a thread index made ahead of the write.
+type indexRead struct {
+	e   jetstream.KeyValueEntry
+	err error
+}
+
+// readIndex reads a thread's index ahead of indexFrom, beside other work.
+func (st store) readIndex(ctx context.Context, threadID string) *indexRead {
+	e, err := st.kv.Get(ctx, threadKey(threadID))
+	return &indexRead{e: e, err: err}
+}
+
+// indexFrom is index starting from pre, a read of the index made earlier
+// (nil: read it), which saves the read when nobody wrote the index since.
+func (st store) indexFrom(ctx context.Context, threadID string, round int, dispatchID string, pre *indexRead) error {
+	key := threadKey(threadID)
+	if round == 0 {
+		// A root starts its thread: the index is most likely new.
+		data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
+		if _, err := st.kv.Create(ctx, key, data); err == nil {
+			return nil
+		} else if !conflict(err) {
+			return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
+		}
+	}
+	for range maxCAS {
+		var e jetstream.KeyValueEntry
+		var err error
+		if pre != nil {
+			e, err, pre = pre.e, pre.err, nil
+		} else {
+			e, err = st.kv.Get(ctx, key)
+		}
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
+			if _, err := st.kv.Create(ctx, key, data); err == nil {
+				return nil
+			} else if !conflict(err) {
+				return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
+		}
+		var idx threadIndex
+		if err := json.Unmarshal(e.Value(), &idx); err != nil {
+			return fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
+		}
+		if slices.ContainsFunc(idx.Dispatches, func(t threadEntry) bool { return t.DispatchID == dispatchID }) {
+			return nil
+		}
+		idx.Dispatches = append(idx.Dispatches, threadEntry{Round: round, DispatchID: dispatchID})
+		idx.ExpiresAt = nil // a new round: the thread goes on
+		slices.SortStableFunc(idx.Dispatches, func(a, b threadEntry) int {
+			if a.Round != b.Round {
+				return a.Round - b.Round
+			}
+			return strings.Compare(a.DispatchID, b.DispatchID)
+		})
+		data, _ := json.Marshal(idx)
+		if _, err := st.kv.Update(ctx, key, data, e.Revision()); err == nil {
+			return nil
+		} else if !conflict(err) {
+			return fmt.Errorf("dispatcher: update thread index %s: %w", threadID, err)
+		}
+	}
+	return fmt.Errorf("dispatcher: update thread index %s: %d conflicting writers", threadID, maxCAS)
+}
+
+// expireIndex writes the thread index again with its TTL; errNoRecord
+// when the thread has no index.
+func (st store) expireIndex(ctx context.Context, threadID string, expires time.Time) (threadIndex, error) {
+	key := threadKey(threadID)
+	for range maxCAS {
+		e, err := st.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return threadIndex{}, fmt.Errorf("%w: thread %s", errNoRecord, threadID)
+		}
+		if err != nil {
+			return threadIndex{}, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
+		}
+		var idx threadIndex
+		if err := json.Unmarshal(e.Value(), &idx); err != nil {
+			return threadIndex{}, fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
+		}
+		if idx.ExpiresAt != nil {
+			return idx, nil
+		}
+		idx.ExpiresAt = &expires
+		data, _ := json.Marshal(idx)
+		if _, err := st.write(ctx, key, data, e.Revision(), &expires); err == nil {
+			return idx, nil
+		} else if !conflict(err) {
+			return threadIndex{}, fmt.Errorf("dispatcher: write thread index %s: %w", threadID, err)
+		}
+	}
+	return threadIndex{}, fmt.Errorf("dispatcher: thread index %s: %d conflicting writers", threadID, maxCAS)
+}
+
+// expireQuestion writes a closed question record again with its TTL and
+// expires_at, which the router keeps on its own later writes. A question
+// still asked is left alone: nothing that waits expires.
+func (st store) expireQuestion(ctx context.Context, qid string, expires time.Time) error {
+	for range maxCAS {
+		e, err := st.questions.Get(ctx, qid)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dispatcher: read question %s: %w", qid, err)
+		}
+		var q map[string]json.RawMessage
+		if err := json.Unmarshal(e.Value(), &q); err != nil {
+			return nil // not a record the router wrote: left alone
+		}
+		var status string
+		_ = json.Unmarshal(q["status"], &status)
+		if status == "asked" || string(q["expires_at"]) != "" {
+			return nil
+		}
+		q["expires_at"], _ = json.Marshal(expires)
+		data, err := json.Marshal(q)
+		if err != nil {
+			return fmt.Errorf("dispatcher: encode question %s: %w", qid, err)
+		}
+		_, err = retention.Update(ctx, st.js, lifecycle.BucketQuestions, qid, data, e.Revision(), expires)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, retention.ErrConflict) {
+			return fmt.Errorf("dispatcher: write question %s: %w", qid, err)
+		}
+	}
+	return fmt.Errorf("dispatcher: question %s: %d conflicting writers", qid, maxCAS)
+}
+
+// unqueued lists, sorted, the dispatch ids whose record was last written
+// since `since` as neither queued nor ended: the reconciler's candidates
+// (docs/design.md §2, "The dispatch record and the reconciler"). It reads
+// the records written since then from the bucket's own stream, not every
+// key: the scan is bounded by what changed.
+func (st store) unqueued(ctx context.Context, since time.Time) ([]string, error) {
+	stream := "KV_" + lifecycle.BucketDispatches
+	prefix := "$KV." + lifecycle.BucketDispatches + "."
+	// One consumer for the whole pass, fetched from until nothing is
+	// pending. No subject filter: the bucket's stream holds only its
+	// keys, and nats-server counts a filtered consumer's pending messages
+	// over every key when it creates it (127 ms at 200,000 keys, against
+	// under 1 ms unfiltered). Not an ordered consumer either: its Fetch
+	// makes a new consumer for every batch, each counting again — at
+	// 30,000 paused threads, a pass after a busy minute took over a second
+	// of the server's CPU.
+	cons, err := st.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
+		OptStartTime:      &since,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute, // gone on its own if this pass dies
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = st.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
+	}()
+	candidates := map[string]bool{}
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			key := strings.TrimPrefix(m.Subject(), prefix)
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+			if strings.HasPrefix(key, threadPrefix) {
+				continue
+			}
+			// Only what decides: a record is decoded into these fields
+			// alone.
+			var rec struct {
+				DispatchID string         `json:"dispatch_id"`
+				Status     lifecycle.Kind `json:"status"`
+				Queued     bool           `json:"queued"`
+			}
+			if json.Unmarshal(m.Data(), &rec) == nil && rec.DispatchID == key {
+				candidates[key] = !rec.Queued && !rec.Status.Terminal()
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	var ids []string
+	for _, id := range slices.Sorted(maps.Keys(candidates)) {
+		if candidates[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
