@@ -1,0 +1,273 @@
+package dispatcher
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// newTestStores returns two stores over one provisioned agora_dispatches,
+// as two dispatchers have, each with its own copy of what it wrote, and
+// the bucket itself to look behind them.
+func newTestStores(t *testing.T) (store, store, jetstream.KeyValue, jetstream.JetStream) {
+	t.Helper()
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	kv, err := js.KeyValue(t.Context(), lifecycle.BucketDispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	questions, err := js.KeyValue(t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newStore(js, kv, questions), newStore(js, kv, questions), kv, js
+}
+
+// The store is the records' one home (docs/design.md §2, "The dispatch
+// record and the reconciler"): these check what it promises against a
+// real JetStream, two stores standing for two dispatchers.
+func TestStore(t *testing.T) {
+	a, b, _, js := newTestStores(t)
+	ctx := t.Context()
+	newRecord := func(id string) *client.Record {
+		now := time.Now().UTC()
+		return &client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, UpdatedAt: now}
+	}
+
+	t.Run("get, create and a taken id", func(t *testing.T) {
+		if _, _, err := a.get(ctx, "nobody"); !errors.Is(err, errNoRecord) {
+			t.Errorf("get of a missing record = %v, want errNoRecord", err)
+		}
+		if _, _, err := a.get(ctx, "bad.id*"); !errors.Is(err, errNoRecord) {
+			t.Errorf("get of an invalid key = %v, want errNoRecord", err)
+		}
+		rev, err := a.create(ctx, newRecord("s-1"))
+		if err != nil || rev == 0 {
+			t.Fatalf("create = %d, %v", rev, err)
+		}
+		if _, err := b.create(ctx, newRecord("s-1")); !errors.Is(err, errConflict) {
+			t.Errorf("a second create of s-1 = %v, want errConflict", err)
+		}
+		got, grev, err := b.get(ctx, "s-1")
+		if err != nil || got.DispatchID != "s-1" || got.Subagent != "planner" || grev != rev {
+			t.Errorf("get = %+v at %d, %v; want s-1 at %d", got, grev, err, rev)
+		}
+	})
+
+	t.Run("concurrent updates through two stores converge by compare-and-set", func(t *testing.T) {
+		if _, err := a.create(ctx, newRecord("s-cas")); err != nil {
+			t.Fatal(err)
+		}
+		// 8 writers × 5 increments: 40 writes in all, so no writer can
+		// lose the compare-and-set maxCAS times.
+		const writers, each = 8, 5
+		var wg sync.WaitGroup
+		errs := make(chan error, writers*each)
+		for w := range writers {
+			st := a
+			if w%2 == 1 {
+				st = b
+			}
+			wg.Go(func() {
+				for range each {
+					if _, err := st.update(ctx, "s-cas", func(r *client.Record) bool { r.Attempt++; return true }); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		got, _, err := b.get(ctx, "s-cas")
+		if err != nil || got.Attempt != writers*each {
+			t.Errorf("attempt = %d, %v; want %d (every increment kept, none lost)", got.Attempt, err, writers*each)
+		}
+		// A mutation that changes nothing writes nothing.
+		_, before, _ := a.get(ctx, "s-cas")
+		if _, err := a.update(ctx, "s-cas", func(*client.Record) bool { return false }); err != nil {
+			t.Fatal(err)
+		}
+		if _, after, _ := a.get(ctx, "s-cas"); after != before {
+			t.Errorf("revision %d → %d after an update that changed nothing", before, after)
+		}
+	})
+
+	t.Run("a stale copy loses the compare-and-set and is forgotten", func(t *testing.T) {
+		if _, err := a.create(ctx, newRecord("s-copy")); err != nil {
+			t.Fatal(err)
+		}
+		stale, rev, err := a.cached(ctx, "s-copy")
+		if err != nil || rev == 0 {
+			t.Fatalf("cached = %d, %v", rev, err)
+		}
+		if _, err := b.update(ctx, "s-copy", func(r *client.Record) bool { r.WorkerID = "w-b"; return true }); err != nil {
+			t.Fatal(err)
+		}
+		stale.Attempt = 1
+		if _, err := a.put(ctx, &stale, rev); !errors.Is(err, errConflict) {
+			t.Fatalf("put over a stale revision = %v, want errConflict", err)
+		}
+		if _, ok := a.cache.get("s-copy"); ok {
+			t.Error("the stale copy is still kept after a lost compare-and-set")
+		}
+		// updateFrom with the stale copy reads again and keeps the other
+		// writer's change.
+		got, err := a.updateFrom(ctx, stale, rev, func(r *client.Record) bool { r.Attempt = 2; return true })
+		if err != nil || got.Attempt != 2 || got.WorkerID != "w-b" {
+			t.Errorf("updateFrom = attempt %d worker %q, %v; want 2 and w-b", got.Attempt, got.WorkerID, err)
+		}
+	})
+
+	t.Run("the index lists the thread's dispatches in round order, once each", func(t *testing.T) {
+		if _, err := a.thread(ctx, "th-none"); !errors.Is(err, errNoRecord) {
+			t.Errorf("thread of an unindexed thread = %v, want errNoRecord", err)
+		}
+		if err := a.index(ctx, "th-1", 0, "th-1"); err != nil {
+			t.Fatal(err)
+		}
+		// Later rounds indexed out of order, concurrently, through both
+		// stores, some twice.
+		entries := []threadEntry{{3, "d-3"}, {1, "d-1b"}, {2, "d-2"}, {1, "d-1a"}, {3, "d-3"}, {0, "th-1"}}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(entries))
+		for i, e := range entries {
+			st := a
+			if i%2 == 1 {
+				st = b
+			}
+			wg.Go(func() { errs <- st.index(ctx, "th-1", e.Round, e.DispatchID) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		// indexFrom with a read made before another writer's entry still
+		// keeps that entry.
+		pre := a.readIndex(ctx, "th-1")
+		if err := b.index(ctx, "th-1", 4, "d-4b"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.indexFrom(ctx, "th-1", 4, "d-4a", pre); err != nil {
+			t.Fatal(err)
+		}
+		idx, err := b.thread(ctx, "th-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []threadEntry{{0, "th-1"}, {1, "d-1a"}, {1, "d-1b"}, {2, "d-2"}, {3, "d-3"}, {4, "d-4a"}, {4, "d-4b"}}
+		if idx.ThreadID != "th-1" || !slices.Equal(idx.Dispatches, want) {
+			t.Errorf("index %s = %v, want %v", idx.ThreadID, idx.Dispatches, want)
+		}
+	})
+
+	t.Run("an ended thread's index expires until a new round is indexed", func(t *testing.T) {
+		if _, err := a.expireIndex(ctx, "th-none", time.Now().Add(time.Hour)); !errors.Is(err, errNoRecord) {
+			t.Errorf("expireIndex of an unindexed thread = %v, want errNoRecord", err)
+		}
+		if err := a.index(ctx, "th-exp", 0, "th-exp"); err != nil {
+			t.Fatal(err)
+		}
+		expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		if _, err := a.expireIndex(ctx, "th-exp", expires); err != nil {
+			t.Fatal(err)
+		}
+		idx, err := b.thread(ctx, "th-exp")
+		if err != nil || idx.ExpiresAt == nil || !idx.ExpiresAt.Equal(expires) {
+			t.Fatalf("index after expireIndex: expires %v, %v; want %v", idx.ExpiresAt, err, expires)
+		}
+		stream, err := js.Stream(ctx, "KV_"+lifecycle.BucketDispatches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := stream.GetLastMsgForSubject(ctx, "$KV."+lifecycle.BucketDispatches+"."+threadKey("th-exp"))
+		if err != nil || raw.Header.Get("Nats-TTL") == "" {
+			t.Errorf("the expiring index was written without a TTL (headers %v, %v)", raw.Header, err)
+		}
+		if err := b.index(ctx, "th-exp", 1, "th-exp-1"); err != nil {
+			t.Fatal(err)
+		}
+		if idx, err := a.thread(ctx, "th-exp"); err != nil || idx.ExpiresAt != nil || len(idx.Dispatches) != 2 {
+			t.Errorf("index after a new round = %+v, %v; want two rounds and no expiry", idx, err)
+		}
+	})
+
+	t.Run("unqueued lists the interrupted acceptances written since", func(t *testing.T) {
+		since := time.Now()
+		for _, r := range []struct {
+			id             string
+			queued, failed bool
+		}{{"u-2", false, false}, {"u-1", false, false}, {"u-queued", true, false}, {"u-ended", false, true}} {
+			rec := newRecord(r.id)
+			rec.Queued = r.queued
+			if r.failed {
+				rec.Status = lifecycle.KindFailed
+			}
+			if _, err := a.create(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.index(ctx, "u-1", 0, "u-1"); err != nil {
+			t.Fatal(err)
+		}
+		// u-2 is queued by a later write: its last write decides.
+		if _, err := b.update(ctx, "u-2", func(r *client.Record) bool { r.Queued = true; return true }); err != nil {
+			t.Fatal(err)
+		}
+		ids, err := a.unqueued(ctx, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"u-1"}; !slices.Equal(ids, want) {
+			t.Errorf("unqueued = %v, want %v", ids, want)
+		}
+	})
+}
+
+// Put keeps a record that is set to expire expiring: it is written with
+// its TTL (docs/design.md §2, "Retention").
+func TestStorePutKeepsTheTTL(t *testing.T) {
+	a, _, _, js := newTestStores(t)
+	ctx := t.Context()
+	now := time.Now().UTC()
+	rec := client.Record{DispatchID: "ttl-1", ThreadID: "ttl-1", Subagent: "planner", Status: lifecycle.KindFinished, CreatedAt: now, UpdatedAt: now}
+	rev, err := a.create(ctx, &rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := now.Add(time.Hour).Truncate(time.Second)
+	rec.ExpiresAt = &exp
+	if _, err := a.put(ctx, &rec, rev); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+lifecycle.BucketDispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetLastMsgForSubject(ctx, "$KV."+lifecycle.BucketDispatches+".ttl-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.Header.Get("Nats-TTL") == "" {
+		t.Errorf("headers %v: the expiring record was written without a TTL", raw.Header)
+	}
+	got, _, err := a.get(ctx, "ttl-1")
+	if err != nil || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
+		t.Errorf("record expires %v, %v; want %v", got.ExpiresAt, err, exp)
+	}
+}
