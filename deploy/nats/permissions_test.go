@@ -29,6 +29,7 @@ import (
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	slackanswerer "github.com/agora-dispatch/agora/answerers/slack"
 	"github.com/agora-dispatch/agora/answerers/webhook"
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
@@ -78,15 +79,7 @@ func start(t *testing.T, file string) *env {
 	opts.Cluster = server.ClusterOpts{}
 	opts.Routes = nil
 	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.StartOptions(t, opts)
 	e := &env{t: t, url: s.ClientURL(), violations: map[string][]string{}}
 	js, err := jetstream.New(e.conn("admin"))
 	if err != nil {

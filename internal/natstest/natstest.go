@@ -48,6 +48,24 @@ func StartProvisioned(t testing.TB, cfg provision.Config) *Server {
 	return s
 }
 
+// StartOptions starts a server with opts as they are (a configuration
+// file's, say, read with server.ProcessConfigFile) and waits until it
+// accepts connections. It is shut down when the test ends.
+func StartOptions(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("natstest: server not ready within 10s")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
 func (s *Server) start(t testing.TB, port int) {
 	t.Helper()
 	srv, err := natsserver.Start(natsserver.Config{Port: port, StoreDir: s.StoreDir})
