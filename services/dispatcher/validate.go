@@ -1,0 +1,293 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// Decoding and validating a dispatch request, the first step of every
+// door's acceptance (docs/dispatcher.md, "Three doors, one path";
+// docs/design.md §3.2).
+
+// Limits on a dispatch request.
+const (
+	// MaxRequestBytes bounds a whole request as received
+	// (lifecycle.MaxRequestBytes, which clients check before sending).
+	MaxRequestBytes = lifecycle.MaxRequestBytes
+	// MaxInputBytes bounds the input object (lifecycle.MaxInputBytes).
+	MaxInputBytes = lifecycle.MaxInputBytes
+	// MaxTargetBytes bounds the target string.
+	MaxTargetBytes = 4 << 10
+	// MaxEntries bounds the entries of env and of labels.
+	MaxEntries = 256
+	// MaxLabelBytes bounds a label key and a label value.
+	MaxLabelBytes = 1 << 10
+)
+
+var (
+	// Dispatch, thread and parent ids: subject tokens, KV keys and URL
+	// path segments.
+	idRE = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,128}$`)
+	// Question ids are derived from dispatch ids (q-<dispatch_id>).
+	questionRE = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,200}$`)
+)
+
+// decodeRequest reads a request's JSON, naming the field at fault. An
+// unknown member is refused: a misspelt "inptu" would otherwise run the
+// sub-agent with no input.
+func decodeRequest(data []byte) (lifecycle.Request, *client.Problem) {
+	var req lifecycle.Request
+	if len(bytes.TrimSpace(data)) == 0 {
+		return req, client.Invalid(client.FieldError{Field: "request", Message: `is empty: want a JSON object such as {"subagent": "planner", "input": {}}`})
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil {
+		return req, nil
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return req, client.Invalid(client.FieldError{Field: short(name), Message: "is not a field of a dispatch request (" + requestFields + ")"})
+	}
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return req, client.Invalid(client.FieldError{Field: te.Field, Message: fmt.Sprintf("must be %s, not a JSON %s", jsonKind(te.Type), te.Value)})
+	case errors.As(err, &te):
+		return req, client.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("must be a JSON object, not a JSON %s", te.Value)})
+	case errors.As(err, &se):
+		return req, client.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("is not valid JSON (at byte %d): %v", se.Offset, err)})
+	}
+	return req, client.Invalid(client.FieldError{Field: "request", Message: err.Error()})
+}
+
+// requestFields lists a dispatch request's fields, for the error that
+// refuses an unknown one.
+const requestFields = "known: dispatch_id, subagent, input, target, env, labels, timeout, max_rounds, thread_id, parent_id, round, question_id, subagent_revision, partial_state_ref"
+
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Bool:
+		return "a boolean"
+	}
+	return "a " + t.String()
+}
+
+// validate checks req against the contract and the registry, reporting
+// every field at fault at once as a 422 *client.Problem. Any other error is
+// temporary. It returns the definition and its KV revision.
+func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Request, size int) (subagent.Definition, uint64, error) {
+	var errs []client.FieldError
+	add := func(field, format string, a ...any) {
+		errs = append(errs, client.FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
+	}
+	if size > MaxRequestBytes {
+		add("request", "is %d bytes; the limit is %d", size, MaxRequestBytes)
+	}
+	switch {
+	case req.Subagent == "":
+		add("subagent", "is required")
+	case !subagent.ValidName(req.Subagent):
+		add("subagent", "%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", short(req.Subagent))
+	}
+	for _, f := range []struct{ name, v string }{{"dispatch_id", req.DispatchID}, {"thread_id", req.ThreadID}, {"parent_id", req.ParentID}} {
+		if f.v != "" && !idRE.MatchString(f.v) {
+			add(f.name, "%q is not a valid id: 1-128 letters, digits, '-', '_' or '='", short(f.v))
+		}
+	}
+	if req.QuestionID != "" && !questionRE.MatchString(req.QuestionID) {
+		add("question_id", "%q is not a valid id: 1-200 letters, digits, '-', '_' or '='", short(req.QuestionID))
+	}
+	switch {
+	case req.Round < 0:
+		add("round", "%d is negative", req.Round)
+	case req.Round == 0:
+		if req.ParentID != "" {
+			add("parent_id", "must be empty for a root dispatch (round 0)")
+		}
+		if req.ThreadID != "" && req.ThreadID != req.DispatchID {
+			add("thread_id", "a root dispatch (round 0) starts its own thread: leave thread_id empty or equal to dispatch_id")
+		}
+	default:
+		if req.ThreadID == "" {
+			add("thread_id", "is required when round > 0 (a re-dispatch continues a thread)")
+		}
+		if req.ParentID == "" {
+			add("parent_id", "is required when round > 0 (the dispatch whose question was answered)")
+		}
+	}
+	if in := bytes.TrimSpace(req.Input); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
+		if in[0] != '{' {
+			add("input", "must be a JSON object, not %s", jsonValueKind(in))
+		}
+		if len(in) > MaxInputBytes {
+			add("input", "is %d bytes; the limit is %d (pass large data by reference)", len(in), MaxInputBytes)
+		}
+	}
+	if req.Timeout != "" {
+		if d, err := time.ParseDuration(req.Timeout); err != nil || d <= 0 {
+			add("timeout", "%q is not a positive duration such as 30m or 1h30m", short(req.Timeout))
+		}
+	}
+	if req.MaxRounds < 0 {
+		add("max_rounds", "%d is negative", req.MaxRounds)
+	}
+	if len(req.Env) > MaxEntries {
+		add("env", "has %d entries; the limit is %d", len(req.Env), MaxEntries)
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		switch {
+		case !subagent.ValidEnvName(k):
+			add("env", "%q is not a valid variable name (letters, digits and '_', not starting with a digit)", short(k))
+		case subagent.Reserved(k):
+			add("env", "%q is reserved: a sub-agent never gets AGORA_* or NATS_* variables", k)
+		case strings.ContainsRune(req.Env[k], 0):
+			add("env", "the value of %s contains a NUL byte", k)
+		}
+	}
+	if len(req.Labels) > MaxEntries {
+		add("labels", "has %d entries; the limit is %d", len(req.Labels), MaxEntries)
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.Labels)) {
+		switch {
+		case k == "" || len(k) > MaxLabelBytes:
+			add("labels", "a key must be 1 to %d bytes", MaxLabelBytes)
+		case len(req.Labels[k]) > MaxLabelBytes:
+			add("labels", "the value of %q is longer than %d bytes", short(k), MaxLabelBytes)
+		}
+	}
+	if len(req.Target) > MaxTargetBytes {
+		add("target", "is %d bytes; the limit is %d", len(req.Target), MaxTargetBytes)
+	}
+	if r := req.PartialStateRef; r != "" && (len(r) > 1024 || !utf8.ValidString(r) || strings.ContainsFunc(r, func(c rune) bool { return c < 0x20 || c == 0x7f })) {
+		add("partial_state_ref", "must be a printable name of at most 1024 bytes")
+	}
+
+	var def subagent.Definition
+	var rev uint64
+	if subagent.ValidName(req.Subagent) {
+		d, err := s.lookup(ctx, b, req.Subagent, false)
+		if err == nil && d.rev > 0 && s.refuses(d.def, req) {
+			// A refusal names the stored revision, not a copy that may
+			// lag an apply made a moment ago.
+			d, err = s.lookup(ctx, b, req.Subagent, true)
+		}
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			add("subagent", "no sub-agent named %q is registered (agora subagent apply -f FILE)", req.Subagent)
+		case err != nil:
+			return def, 0, err
+		case d.err != nil:
+			add("subagent", "the registered definition of %q cannot be read: %v", req.Subagent, d.err)
+		default:
+			def, rev = d.def, d.rev
+		}
+	}
+	// The request may set only the variables the definition allows.
+	if rev > 0 {
+		for _, k := range envRefused(def, req.Env) {
+			what := "is not in"
+			if subagent.Hook(k) {
+				what = "is a loader or interpreter hook, and not in"
+			}
+			add("env", "%q %s the sub-agent's env_allow %v: a request may set only the variables its definition allows", k, what, def.EnvAllow)
+		}
+		if longer(def, req) {
+			add("timeout", "%q is longer than the sub-agent's timeout %s: a request can only shorten it", short(req.Timeout), defTimeout(def))
+		}
+		// The operator's floor: a definition stored before the floor was
+		// raised (or by a writer that skipped apply's check) never runs.
+		var fe *subagent.FloorError
+		if errors.As(def.Sandbox.CheckFloor(s.cfg.Floor()), &fe) {
+			for _, p := range fe.Problems {
+				add("subagent", "the registered definition of %q is below the operator's sandbox floor: %s", req.Subagent, p)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return def, 0, client.Invalid(errs...)
+	}
+	return def, rev, nil
+}
+
+// refuses reports whether def refuses req for a reason of the definition's
+// own (env, timeout, the operator's floor), which a refusal must name at
+// its stored revision.
+func (s *Service) refuses(def subagent.Definition, req *lifecycle.Request) bool {
+	return len(envRefused(def, req.Env)) > 0 || longer(def, req) || def.Sandbox.CheckFloor(s.cfg.Floor()) != nil
+}
+
+// longer reports whether a root request asks for a longer timeout than
+// its definition's: a request can only shorten it. A later round (the
+// router's re-dispatch carries the paused round's timeout, which a change
+// of the definition may have shortened since) is not refused but cut to
+// the definition's by complete.
+func longer(def subagent.Definition, req *lifecycle.Request) bool {
+	d, err := time.ParseDuration(req.Timeout)
+	return req.Round == 0 && err == nil && d > def.TimeoutDuration()
+}
+
+// defTimeout is the definition's timeout as a request records it: as the
+// definition says it, when it is valid, else the default.
+func defTimeout(def subagent.Definition) string {
+	if d, err := time.ParseDuration(def.Timeout); err == nil && d > 0 {
+		return def.Timeout
+	}
+	return def.TimeoutDuration().String()
+}
+
+// envRefused lists, sorted, the request's valid variables that def's
+// env_allow does not allow.
+func envRefused(def subagent.Definition, env map[string]string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if subagent.ValidEnvName(k) && !subagent.Reserved(k) && !slices.Contains(def.EnvAllow, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func jsonValueKind(b []byte) string {
+	switch b[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// short shortens a value quoted in an error message.
+func short(s string) string { return clip.String(s, 64) }
