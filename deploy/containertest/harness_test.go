@@ -23,20 +23,14 @@ import (
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	agora "github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
-// Passwords of the NATS users (deploy/nats/permissions.conf reads them from
-// NATS_PASS_<USER>).
-var users = map[string]string{
-	"admin": "NATS_PASS_ADMIN", "client": "NATS_PASS_CLIENT", "dispatcher": "NATS_PASS_DISPATCHER",
-	"worker": "NATS_PASS_WORKER", "router": "NATS_PASS_ROUTER", "answerer-human": "NATS_PASS_ANSWERER_HUMAN",
-	"answerer-data": "NATS_PASS_ANSWERER_DATA", "answerer-agents": "NATS_PASS_ANSWERER_AGENTS",
-	"answerer-slack": "NATS_PASS_ANSWERER_SLACK", "answerer-webhook": "NATS_PASS_ANSWERER_WEBHOOK",
-}
-
+// password is the test password of a NATS user of
+// deploy/nats/permissions.conf (natstest.DeployUsers).
 func password(user string) string { return "ct-" + user }
 
 var nodeNames = [3]string{"nats-1", "nats-2", "nats-3"}
@@ -223,7 +217,7 @@ type env struct {
 
 func natsEnv() map[string]string {
 	m := map[string]string{}
-	for u, v := range users {
+	for u, v := range natstest.DeployUsers {
 		m[v] = password(u)
 	}
 	return m

@@ -43,15 +43,8 @@ import (
 	"github.com/agora-dispatch/agora/services/worker"
 )
 
-// passwords are the test values of the NATS_PASS_* variables agora.conf
-// reads from the environment.
-var passwords = map[string]string{
-	"admin": "NATS_PASS_ADMIN", "client": "NATS_PASS_CLIENT", "dispatcher": "NATS_PASS_DISPATCHER",
-	"worker": "NATS_PASS_WORKER", "router": "NATS_PASS_ROUTER", "answerer-human": "NATS_PASS_ANSWERER_HUMAN",
-	"answerer-data": "NATS_PASS_ANSWERER_DATA", "answerer-agents": "NATS_PASS_ANSWERER_AGENTS",
-	"answerer-slack": "NATS_PASS_ANSWERER_SLACK", "answerer-webhook": "NATS_PASS_ANSWERER_WEBHOOK",
-}
-
+// password is the test value of user's NATS_PASS_* variable
+// (natstest.DeployUsers), which agora.conf reads from the environment.
 func password(user string) string { return "pw-" + user }
 
 // env is a server started from agora.conf, provisioned by admin.
@@ -66,7 +59,7 @@ type env struct {
 
 func start(t *testing.T, file string) *env {
 	t.Helper()
-	for user, v := range passwords {
+	for user, v := range natstest.DeployUsers {
 		t.Setenv(v, password(user))
 	}
 	t.Setenv("NATS_SERVER_NAME", "test-1")
@@ -206,7 +199,7 @@ func (e *env) run(name string, run func(context.Context) error, ready <-chan str
 
 func TestClusterConfigParses(t *testing.T) {
 	t.Setenv("NATS_SERVER_NAME", "nats-1")
-	for user, v := range passwords {
+	for user, v := range natstest.DeployUsers {
 		t.Setenv(v, password(user))
 	}
 	opts, err := server.ProcessConfigFile("cluster.conf")
@@ -216,8 +209,8 @@ func TestClusterConfigParses(t *testing.T) {
 	if opts.Cluster.Name != "agora" || len(opts.Routes) != 3 || !opts.JetStream || opts.ServerName != "nats-1" {
 		t.Errorf("cluster.conf: cluster %q, %d routes, jetstream %v, name %q", opts.Cluster.Name, len(opts.Routes), opts.JetStream, opts.ServerName)
 	}
-	if len(opts.Accounts) == 0 || len(opts.Users) != len(passwords) {
-		t.Errorf("cluster.conf: %d accounts, %d users, want the %d users of permissions.conf", len(opts.Accounts), len(opts.Users), len(passwords))
+	if len(opts.Accounts) == 0 || len(opts.Users) != len(natstest.DeployUsers) {
+		t.Errorf("cluster.conf: %d accounts, %d users, want the %d users of permissions.conf", len(opts.Accounts), len(opts.Users), len(natstest.DeployUsers))
 	}
 }
 
@@ -672,7 +665,7 @@ func (e *env) all() map[string][]string {
 // Ports and the store directory come from local.conf, which both node
 // configurations include: replacing it changes them and nothing else.
 func TestLocalConfigIncluded(t *testing.T) {
-	for user, v := range passwords {
+	for user, v := range natstest.DeployUsers {
 		t.Setenv(v, password(user))
 	}
 	t.Setenv("NATS_SERVER_NAME", "test-1")

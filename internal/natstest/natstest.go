@@ -17,6 +17,17 @@ import (
 	"github.com/agora-dispatch/agora/internal/provision"
 )
 
+// DeployUsers maps each NATS user of deploy/nats/permissions.conf to the
+// environment variable the configuration reads its password from. The
+// tests that run that configuration give every user a password through
+// these.
+var DeployUsers = map[string]string{
+	"admin": "NATS_PASS_ADMIN", "client": "NATS_PASS_CLIENT", "dispatcher": "NATS_PASS_DISPATCHER",
+	"worker": "NATS_PASS_WORKER", "router": "NATS_PASS_ROUTER", "answerer-human": "NATS_PASS_ANSWERER_HUMAN",
+	"answerer-data": "NATS_PASS_ANSWERER_DATA", "answerer-agents": "NATS_PASS_ANSWERER_AGENTS",
+	"answerer-slack": "NATS_PASS_ANSWERER_SLACK", "answerer-webhook": "NATS_PASS_ANSWERER_WEBHOOK",
+}
+
 // Server is a running test server.
 type Server struct {
 	*server.Server
