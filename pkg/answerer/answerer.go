@@ -28,15 +28,14 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -228,23 +227,18 @@ func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...
 		s.warnTakeover(sctx)
 	}
 
-	// run outlives ctx by the shutdown timeout so handlers can finish.
-	run, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	var wg sync.WaitGroup
-	for range o.concurrency {
-		wg.Go(func() { s.slot(ctx, run) })
-	}
 	s.log.Info("answerer serving", "durable", o.durable, "concurrency", o.concurrency)
-	<-ctx.Done()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(o.shutdown):
-		s.log.Warn("shutdown timeout passed: cancelling handlers")
-		stop()
-		<-done
+	shutdown := o.shutdown
+	if shutdown <= 0 {
+		shutdown = -1 // consume.Options: cancel the handlers at once
+	}
+	// One question per slot; the handler's verdict settles it, and the
+	// question is kept in progress while it is handled.
+	if err := consume.Run(ctx, s.cons, s.decide, consume.Options{
+		Slots: o.concurrency, PullExpiry: o.pullExpiry, KeepAlive: consume.KeepAliveEvery(o.ackWait),
+		ShutdownTimeout: shutdown, Logger: s.log,
+	}); err != nil {
+		return fmt.Errorf("answerer: %w", err)
 	}
 	if o.removeOnExit {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -286,64 +280,6 @@ type server struct {
 	records jetstream.KeyValue
 }
 
-// slot pulls one question at a time until ctx ends.
-func (s *server) slot(ctx, run context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		// The pull ends with ctx, so a stop does not wait for its expiry.
-		pctx, cancel := context.WithTimeout(ctx, s.o.pullExpiry)
-		m, err := s.cons.Next(jetstream.FetchContext(pctx))
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
-				continue
-			}
-			s.log.Warn("pull failed; retrying", "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		if ctx.Err() != nil {
-			_ = m.Nak() // pulled while stopping: hand it straight back
-			return
-		}
-		s.handle(run, m)
-	}
-}
-
-// action is what becomes of a question message; decided in handle only.
-type action struct {
-	ack   bool
-	term  bool
-	delay time.Duration
-}
-
-func (s *server) handle(ctx context.Context, m jetstream.Msg) {
-	a := s.decide(ctx, m)
-	var err error
-	switch {
-	case a.term:
-		err = m.Term()
-	case a.ack:
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err = m.DoubleAck(actx)
-		cancel()
-	default:
-		err = m.NakWithDelay(a.delay)
-	}
-	if err != nil {
-		s.log.Warn("settle question message", "subject", m.Subject(), "err", err)
-	}
-}
-
 func (s *server) backoff(attempt int) time.Duration {
 	d := s.o.backoffMin
 	for i := 1; i < attempt && d < s.o.backoffMax; i++ {
@@ -352,43 +288,36 @@ func (s *server) backoff(attempt int) time.Duration {
 	return min(d, s.o.backoffMax)
 }
 
-func (s *server) decide(ctx context.Context, m jetstream.Msg) action {
+// decide handles one asked event; its verdict settles the message.
+func (s *server) decide(ctx context.Context, m jetstream.Msg) consume.Verdict {
 	attempt := 1
 	if md, err := m.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
-	e, err := lifecycle.DecodeMsg(m)
+	q, traceparent, err := DecodeQuestion(m)
 	if err != nil {
 		s.log.Error("undecodable question terminated", "subject", m.Subject(), "err", err)
-		return action{term: true}
+		return consume.Term("")
 	}
-	d, err := lifecycle.Parse(e)
-	if err != nil {
-		s.log.Error("question with bad data terminated", "id", e.ID(), "err", err)
-		return action{term: true}
+	if q.Event != lifecycle.QuestionAsked {
+		return consume.DoubleAck()
 	}
-	q, ok := d.(*lifecycle.Question)
-	if !ok || q.Event != lifecycle.QuestionAsked {
-		return action{ack: true}
-	}
-	ctx, span := handleSpan(ctx, lifecycle.Traceparent(e), q, s.route, m.Subject(), attempt)
+	ctx, span := handleSpan(ctx, traceparent, q, s.route, m.Subject(), attempt)
 	defer span.End()
 	log := s.log.With("question_id", q.QuestionID, "attempt", attempt)
 	if !s.waiting(ctx, q.QuestionID) {
 		log.Debug("question no longer waits on this route: skipped")
-		return action{ack: true}
+		return consume.DoubleAck()
 	}
 
-	stopKeepAlive := inprogress.Start(m, inprogress.Period(s.o.ackWait), nil)
 	reply, herr := s.call(ctx, *q)
-	stopKeepAlive()
 	if herr != nil {
 		if ctx.Err() != nil {
-			return action{delay: s.o.backoffMin} // stopping: another process takes it
+			return consume.Nak(s.o.backoffMin) // stopping: another process takes it
 		}
 		if attempt < s.o.maxAttempts {
 			log.Warn("handler failed; will retry", "err", herr, "retry_in", s.backoff(attempt))
-			return action{delay: s.backoff(attempt)}
+			return consume.Nak(s.backoff(attempt))
 		}
 		log.Warn("handler failed on its last attempt: declining", "err", herr)
 		reply = Decline(fmt.Sprintf("answerer %s failed %d times: %v", s.route, attempt, herr))
@@ -402,17 +331,17 @@ func (s *server) decide(ctx context.Context, m jetstream.Msg) action {
 	}
 	if err != nil {
 		log.Warn("submit failed; will retry", "err", err)
-		return action{delay: s.backoff(attempt)}
+		return consume.Nak(s.backoff(attempt))
 	}
 	if rep.Status == client.AnswerRetry {
-		return action{delay: s.backoff(attempt)}
+		return consume.Nak(s.backoff(attempt))
 	}
 	log.Info("question settled", "declined", reply.Declined, "status", rep.Status, "reason", rep.Reason)
 	span.SetAttributes(attribute.String("agora.outcome", string(rep.Status)), attribute.Bool("agora.declined", reply.Declined))
 	if s.o.report != nil {
 		s.o.report(Report{Question: *q, Reply: reply, Status: rep.Status, Reason: rep.Reason, Err: herr})
 	}
-	return action{ack: true}
+	return consume.DoubleAck()
 }
 
 // waiting reports whether the question still waits for an answer on this
