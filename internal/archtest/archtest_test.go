@@ -22,9 +22,7 @@ type pkg struct {
 // are still to be moved: the JetStream keep-alive the answerer shares with
 // the worker and the Slack and webhook answerers moves with the one package
 // that is to own consuming a stream.
-var pkgFloorPending = map[string]bool{
-	"pkg/answerer internal/inprogress": true,
-}
+var pkgFloorPending = map[string]bool{}
 
 // topFloor are the folders of what assembles or drives a whole Agora:
 // the CLI, the test Agora of the SDK users, the one assembler and the
