@@ -11,8 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // ErrNotFound reports that the dispatch, thread or question does not exist.
@@ -71,17 +69,6 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
-// Invalid returns a 422 Problem listing errs.
-func Invalid(errs ...FieldError) *Problem {
-	p := &Problem{Type: ProblemInvalidRequest, Title: "Invalid request", Status: http.StatusUnprocessableEntity, Errors: errs}
-	parts := make([]string, len(errs))
-	for i, e := range errs {
-		parts[i] = e.Field + ": " + e.Message
-	}
-	p.Detail = strings.Join(parts, "; ")
-	return p
-}
-
 // Error implements error.
 func (p *Problem) Error() string {
 	s := "client: " + strings.ToLower(p.Title)
@@ -112,24 +99,6 @@ func (p *Problem) Field(field string) string {
 		}
 	}
 	return ""
-}
-
-// MicroReply encodes p as the micro error reply problemFromReply reads:
-// the micro error headers (code = the HTTP status, description = title and
-// detail on one line, at most 1 KiB) and the Problem as the body. The
-// services' NATS endpoints answer errors with it.
-func (p *Problem) MicroReply() (nats.Header, []byte) {
-	data, _ := json.Marshal(p)
-	desc := p.Title
-	if p.Detail != "" {
-		desc += ": " + p.Detail
-	}
-	desc = lifecycle.Clip(strings.NewReplacer("\r", " ", "\n", " ").Replace(desc), 1024)
-	return nats.Header{
-		micro.ErrorHeader:     []string{desc},
-		micro.ErrorCodeHeader: []string{strconv.Itoa(p.Status)},
-		"Content-Type":        []string{"application/problem+json"},
-	}, data
 }
 
 // problemFromReply turns a micro error reply into a *Problem; nil when msg

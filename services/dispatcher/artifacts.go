@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -81,12 +83,12 @@ func (s *Service) outputs(r *http.Request, b *bindings) (lifecycle.Outputs, erro
 func (s *Service) httpArtifact(w http.ResponseWriter, r *http.Request) {
 	b, err := s.bind(r.Context())
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	outs, err := s.outputs(r, b)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	name := r.PathValue("name")
@@ -97,7 +99,7 @@ func (s *Service) httpArtifact(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if a.Name == "" {
-		writeProblem(w, r, notFound("artifact", r.PathValue("id")+"/"+name))
+		problem.Write(w, r, notFound("artifact", r.PathValue("id")+"/"+name))
 		return
 	}
 	etag := `"` + a.SHA256 + `"`
@@ -108,17 +110,17 @@ func (s *Service) httpArtifact(w http.ResponseWriter, r *http.Request) {
 	}
 	obs, err := b.js.ObjectStore(r.Context(), lifecycle.BucketArtifacts)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	obj, err := obs.Get(r.Context(), a.Ref)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		writeProblem(w, r, &client.Problem{Type: problemExpired, Title: "Expired", Status: http.StatusGone,
+		problem.Write(w, r, &client.Problem{Type: problemExpired, Title: "Expired", Status: http.StatusGone,
 			Detail: fmt.Sprintf("artifact %s of dispatch %s has expired: artifacts are kept as long as the lifecycle history", name, r.PathValue("id"))})
 		return
 	}
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	defer obj.Close()
@@ -135,12 +137,12 @@ func (s *Service) httpArtifact(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !ok:
 		h.Set("Content-Range", fmt.Sprintf("bytes */%d", a.Size))
-		writeProblem(w, r, &client.Problem{Type: problemRange, Title: "Range not satisfiable", Status: http.StatusRequestedRangeNotSatisfiable,
+		problem.Write(w, r, &client.Problem{Type: problemRange, Title: "Range not satisfiable", Status: http.StatusRequestedRangeNotSatisfiable,
 			Detail: fmt.Sprintf("the artifact has %d bytes", a.Size)})
 		return
 	case start > 0 || end < a.Size:
 		if _, err := io.CopyN(io.Discard, obj, start); err != nil {
-			writeProblem(w, r, s.problem(err))
+			problem.Write(w, r, s.problem(err))
 			return
 		}
 		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end-1, a.Size))

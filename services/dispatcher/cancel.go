@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -39,7 +41,7 @@ func notFound(what, id string) *client.Problem {
 // thread is ended through the router.
 func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reason string) (client.Record, error) {
 	if !idRE.MatchString(id) {
-		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
+		return client.Record{}, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
 	rec, _, err := b.store.get(ctx, id)
 	if errors.Is(err, errNoRecord) {
@@ -277,7 +279,7 @@ func (s *Service) cancelThread(ctx context.Context, b *bindings, threadID, by, r
 // none.
 func (s *Service) threadIndex(ctx context.Context, b *bindings, threadID string) (threadIndex, error) {
 	if !idRE.MatchString(threadID) {
-		return threadIndex{}, client.Invalid(client.FieldError{Field: "thread_id", Message: fmt.Sprintf("%q is not a valid thread id", short(threadID))})
+		return threadIndex{}, problem.Invalid(client.FieldError{Field: "thread_id", Message: fmt.Sprintf("%q is not a valid thread id", short(threadID))})
 	}
 	idx, err := b.store.thread(ctx, threadID)
 	if errors.Is(err, errNoRecord) {
@@ -289,7 +291,7 @@ func (s *Service) threadIndex(ctx context.Context, b *bindings, threadID string)
 // status returns one dispatch's record.
 func (s *Service) status(ctx context.Context, b *bindings, id string) (client.Record, error) {
 	if !idRE.MatchString(id) {
-		return client.Record{}, client.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
+		return client.Record{}, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
 	rec, _, err := b.store.get(ctx, id)
 	if errors.Is(err, errNoRecord) {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -70,7 +72,7 @@ func (s *Service) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(s.tokens) > 0 && !s.authorized(r.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agora"`)
-			writeProblem(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
+			problem.Write(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
 				Detail: "send Authorization: Bearer <token> with one of the tokens in AGORA_API_TOKENS"})
 			return
 		}
@@ -95,16 +97,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeProblem(w http.ResponseWriter, r *http.Request, p *client.Problem) {
-	out := *p
-	if out.Instance == "" {
-		out.Instance = r.URL.Path
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(out.Status)
-	_ = json.NewEncoder(w).Encode(out)
 }
 
 // opContext detaches a request's work from the client connection (a
@@ -132,7 +124,7 @@ func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 	if !jsonBody(r) {
 		s.metrics.request(doorHTTP, resultRejected, start)
 		w.Header().Set("Accept-Post", "application/json")
-		writeProblem(w, r, &client.Problem{Type: problemMediaType, Title: "Unsupported media type", Status: http.StatusUnsupportedMediaType,
+		problem.Write(w, r, &client.Problem{Type: problemMediaType, Title: "Unsupported media type", Status: http.StatusUnsupportedMediaType,
 			Detail: fmt.Sprintf("the body is %q; send a JSON lifecycle request with Content-Type: application/json", r.Header.Get("Content-Type"))})
 		return
 	}
@@ -141,18 +133,18 @@ func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 		s.metrics.request(doorHTTP, resultRejected, start)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeProblem(w, r, &client.Problem{Type: client.ProblemTooLarge, Title: "Request too large", Status: http.StatusRequestEntityTooLarge,
+			problem.Write(w, r, &client.Problem{Type: client.ProblemTooLarge, Title: "Request too large", Status: http.StatusRequestEntityTooLarge,
 				Detail: fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes),
 				Errors: []client.FieldError{{Field: "request", Message: fmt.Sprintf("is larger than %d bytes; the limit is %d", maxBodyBytes, MaxRequestBytes)}}})
 			return
 		}
-		writeProblem(w, r, client.Invalid(client.FieldError{Field: "request", Message: "cannot read the body: " + err.Error()}))
+		problem.Write(w, r, problem.Invalid(client.FieldError{Field: "request", Message: "cannot read the body: " + err.Error()}))
 		return
 	}
 	req, p := decodeRequest(data)
 	if p != nil {
 		s.metrics.request(doorHTTP, resultRejected, start)
-		writeProblem(w, r, p)
+		problem.Write(w, r, p)
 		return
 	}
 	ctx, cancel := opContext(r)
@@ -160,14 +152,14 @@ func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 	b, err := s.bind(ctx)
 	if err != nil {
 		s.metrics.request(doorHTTP, resultError, start)
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	tp := r.Header.Get("traceparent")
 	rec, result, err := s.accept(ctx, b, req, len(data), tp, doorHTTP)
 	s.metrics.request(doorHTTP, result, start)
 	if err != nil {
-		writeProblem(w, r, refusal(s.requestLog(doorHTTP, req, tp), err))
+		problem.Write(w, r, refusal(s.requestLog(doorHTTP, req, tp), err))
 		return
 	}
 	status := http.StatusOK
@@ -193,7 +185,7 @@ func (s *Service) httpThread(w http.ResponseWriter, r *http.Request) {
 func (s *Service) httpCancel(w http.ResponseWriter, r *http.Request) {
 	by, reason, err := cancelBody(w, r)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	ctx, cancel := opContext(r)
@@ -204,7 +196,7 @@ func (s *Service) httpCancel(w http.ResponseWriter, r *http.Request) {
 func (s *Service) httpCancelThread(w http.ResponseWriter, r *http.Request) {
 	by, reason, err := cancelBody(w, r)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	ctx, cancel := opContext(r)
@@ -216,7 +208,7 @@ func (s *Service) httpCancelThread(w http.ResponseWriter, r *http.Request) {
 func cancelBody(w http.ResponseWriter, r *http.Request) (by, reason string, err error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err != nil {
-		return "", "", client.Invalid(client.FieldError{Field: "request", Message: "cannot read the body: " + err.Error()})
+		return "", "", problem.Invalid(client.FieldError{Field: "request", Message: "cannot read the body: " + err.Error()})
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return "", "", nil
@@ -229,9 +221,9 @@ func cancelBody(w http.ResponseWriter, r *http.Request) (by, reason string, err 
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return "", "", client.Invalid(client.FieldError{Field: short(strings.Trim(name, `"`)), Message: "is not a field of a cancel (known: by, reason)"})
+			return "", "", problem.Invalid(client.FieldError{Field: short(strings.Trim(name, `"`)), Message: "is not a field of a cancel (known: by, reason)"})
 		}
-		return "", "", client.Invalid(client.FieldError{Field: "request", Message: `must be empty or a JSON object {"by": "…", "reason": "…"}: ` + err.Error()})
+		return "", "", problem.Invalid(client.FieldError{Field: "request", Message: `must be empty or a JSON object {"by": "…", "reason": "…"}: ` + err.Error()})
 	}
 	return req.By, req.Reason, nil
 }
@@ -241,12 +233,12 @@ func cancelBody(w http.ResponseWriter, r *http.Request) (by, reason string, err 
 func (s *Service) serve(w http.ResponseWriter, r *http.Request, f func(*bindings) (any, error)) {
 	b, err := s.bind(r.Context())
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	v, err := f(b)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -316,7 +308,7 @@ func sseFilter(r *http.Request) (jetstream.OrderedConsumerConfig, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return cfg, client.Invalid(errs...)
+		return cfg, problem.Invalid(errs...)
 	}
 	return cfg, nil
 }

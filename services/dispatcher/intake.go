@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
@@ -65,7 +67,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 	}
 	req, p := decodeRequest(e.Data())
 	if p == nil && req.Subagent != "" && r.subagent != "" && req.Subagent != r.subagent {
-		p = client.Invalid(client.FieldError{Field: "subagent", Message: fmt.Sprintf("%q does not match the subject's sub-agent %q", short(req.Subagent), r.subagent)})
+		p = problem.Invalid(client.FieldError{Field: "subagent", Message: fmt.Sprintf("%q does not match the subject's sub-agent %q", short(req.Subagent), r.subagent)})
 	}
 	if p != nil {
 		r.from(req)

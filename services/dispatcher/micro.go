@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/internal/logging"
@@ -76,7 +78,7 @@ func (s *Service) microError(r micro.Request, err error) {
 	if r.Reply() == "" {
 		return
 	}
-	hdr, data := p.MicroReply()
+	hdr, data := problem.MicroReply(p)
 	desc := hdr.Get(micro.ErrorHeader)
 	if desc == "" {
 		desc = http.StatusText(p.Status)
@@ -143,10 +145,10 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 func decodeTarget(data []byte) (client.CancelRequest, error) {
 	var req client.CancelRequest
 	if err := json.Unmarshal(data, &req); err != nil {
-		return req, client.Invalid(client.FieldError{Field: "request", Message: "must be a JSON object with dispatch_id or thread_id: " + err.Error()})
+		return req, problem.Invalid(client.FieldError{Field: "request", Message: "must be a JSON object with dispatch_id or thread_id: " + err.Error()})
 	}
 	if (req.DispatchID == "") == (req.ThreadID == "") {
-		return req, client.Invalid(client.FieldError{Field: "dispatch_id", Message: "set exactly one of dispatch_id and thread_id"})
+		return req, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: "set exactly one of dispatch_id and thread_id"})
 	}
 	return req, nil
 }

@@ -7,6 +7,8 @@ import (
 	"path"
 	"sync"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/schema"
@@ -18,7 +20,7 @@ func (s *Service) httpOpenAPI(w http.ResponseWriter, r *http.Request) {
 	b, err := servedOpenAPI()
 	if err != nil {
 		s.log.Error("openapi document", "err", err)
-		writeProblem(w, r, &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusInternalServerError,
+		problem.Write(w, r, &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusInternalServerError,
 			Detail: "the OpenAPI document could not be built"})
 		return
 	}
@@ -57,7 +59,7 @@ func (s *Service) httpSchema(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := fs.ReadFile(schema.FS(), p)
 	if err != nil || path.Base(name) != name {
-		writeProblem(w, r, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound,
+		problem.Write(w, r, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound,
 			Detail: "no schema " + name + ": the names are those of the events' dataschema, and asyncapi.yaml"})
 		return
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -31,19 +33,19 @@ const sseWriteTimeout = 30 * time.Second
 func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 	cfg, err := sseFilter(r)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	want, err := sseTypes(r)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	b, err := s.bind(ctx)
 	if err != nil {
-		writeProblem(w, r, s.problem(err))
+		problem.Write(w, r, s.problem(err))
 		return
 	}
 	var sources []jetstream.MessagesContext
@@ -68,14 +70,14 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if want.lifecycle {
 		if err := open(lifecycle.StreamLifecycle, cfg); err != nil {
-			writeProblem(w, r, s.problem(err))
+			problem.Write(w, r, s.problem(err))
 			return
 		}
 	}
 	if want.progress {
 		pc := progressConfig(r, cfg)
 		if err := open(lifecycle.StreamProgress, pc); err != nil {
-			writeProblem(w, r, s.problem(err))
+			problem.Write(w, r, s.problem(err))
 			return
 		}
 	}
@@ -175,10 +177,10 @@ func sseTypes(r *http.Request) (sseKinds, error) {
 	case "progress", lifecycle.TypeProgress:
 		k.lifecycle, k.progress = false, true
 		if r.URL.Query().Get("kind") != "" {
-			return k, client.Invalid(client.FieldError{Field: "type", Message: "progress reports have no kind: leave out kind with type=progress"})
+			return k, problem.Invalid(client.FieldError{Field: "type", Message: "progress reports have no kind: leave out kind with type=progress"})
 		}
 	default:
-		return k, client.Invalid(client.FieldError{Field: "type", Message: fmt.Sprintf("%q: want lifecycle or progress (both when left out)", short(t))})
+		return k, problem.Invalid(client.FieldError{Field: "type", Message: fmt.Sprintf("%q: want lifecycle or progress (both when left out)", short(t))})
 	}
 	return k, nil
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agora-dispatch/agora/internal/problem"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/clip"
@@ -55,7 +57,7 @@ var (
 func decodeRequest(data []byte) (lifecycle.Request, *client.Problem) {
 	var req lifecycle.Request
 	if len(bytes.TrimSpace(data)) == 0 {
-		return req, client.Invalid(client.FieldError{Field: "request", Message: `is empty: want a JSON object such as {"subagent": "planner", "input": {}}`})
+		return req, problem.Invalid(client.FieldError{Field: "request", Message: `is empty: want a JSON object such as {"subagent": "planner", "input": {}}`})
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -65,19 +67,19 @@ func decodeRequest(data []byte) (lifecycle.Request, *client.Problem) {
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
-		return req, client.Invalid(client.FieldError{Field: short(name), Message: "is not a field of a dispatch request (" + requestFields + ")"})
+		return req, problem.Invalid(client.FieldError{Field: short(name), Message: "is not a field of a dispatch request (" + requestFields + ")"})
 	}
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te) && te.Field != "":
-		return req, client.Invalid(client.FieldError{Field: te.Field, Message: fmt.Sprintf("must be %s, not a JSON %s", jsonKind(te.Type), te.Value)})
+		return req, problem.Invalid(client.FieldError{Field: te.Field, Message: fmt.Sprintf("must be %s, not a JSON %s", jsonKind(te.Type), te.Value)})
 	case errors.As(err, &te):
-		return req, client.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("must be a JSON object, not a JSON %s", te.Value)})
+		return req, problem.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("must be a JSON object, not a JSON %s", te.Value)})
 	case errors.As(err, &se):
-		return req, client.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("is not valid JSON (at byte %d): %v", se.Offset, err)})
+		return req, problem.Invalid(client.FieldError{Field: "request", Message: fmt.Sprintf("is not valid JSON (at byte %d): %v", se.Offset, err)})
 	}
-	return req, client.Invalid(client.FieldError{Field: "request", Message: err.Error()})
+	return req, problem.Invalid(client.FieldError{Field: "request", Message: err.Error()})
 }
 
 // requestFields lists a dispatch request's fields, for the error that
@@ -234,7 +236,7 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 		}
 	}
 	if len(errs) > 0 {
-		return def, 0, client.Invalid(errs...)
+		return def, 0, problem.Invalid(errs...)
 	}
 	return def, rev, nil
 }
