@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/svc"
+
 	"github.com/agora-dispatch/agora/internal/problem"
 
 	"github.com/nats-io/nats.go"
@@ -61,7 +63,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /v1/events", s.auth(s.httpEvents))
 	mux.HandleFunc("GET /v1/schemas/{name}", s.httpSchema)
 	mux.HandleFunc("GET /v1/openapi.json", s.httpOpenAPI)
-	mux.Handle("GET /metrics", metricsHandler(s.gatherer))
+	mux.Handle("GET /metrics", svc.MetricsHandler(s.gatherer))
 	mux.HandleFunc("GET /healthz", s.httpHealth)
 	return mux
 }

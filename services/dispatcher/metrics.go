@@ -1,13 +1,11 @@
 package dispatcher
 
 import (
-	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -37,35 +35,19 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	r := svc.NewMetrics(reg, "dispatcher")
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "dispatcher", Name: "requests_total",
-			Help: "Dispatch requests handled, by door (stream, micro, http) and result (accepted, duplicate, rejected, conflict, max_rounds, error); a stream request counted as conflict was dropped (docs/dispatcher.md).",
-		}, []string{"door", "result"}),
-		accept: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "agora", Subsystem: "dispatcher", Name: "request_duration_seconds",
-			Help:    "Time to handle a dispatch request, by door.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}, []string{"door"}),
-		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "dispatcher", Name: "dispatches_total",
-			Help: "Dispatches that reached a terminal event, by kind and failure reason, counted once per dispatch by the status projection.",
-		}, []string{"kind", "reason"}),
-		projected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "dispatcher", Name: "events_projected_total",
-			Help: "Lifecycle events applied to dispatch records, by kind (redeliveries are not counted; accepted is counted when the record is created with it).",
-		}, []string{"kind"}),
+		requests: r.CounterVec("requests_total",
+			"Dispatch requests handled, by door (stream, micro, http) and result (accepted, duplicate, rejected, conflict, max_rounds, error); a stream request counted as conflict was dropped (docs/dispatcher.md).", "door", "result"),
+		accept: r.HistogramVec("request_duration_seconds", "Time to handle a dispatch request, by door.",
+			prometheus.ExponentialBuckets(0.0001, 4, 10), "door"),
+		dispatches: r.CounterVec("dispatches_total",
+			"Dispatches that reached a terminal event, by kind and failure reason, counted once per dispatch by the status projection.", "kind", "reason"),
+		projected: r.CounterVec("events_projected_total",
+			"Lifecycle events applied to dispatch records, by kind (redeliveries are not counted; accepted is counted when the record is created with it).", "kind"),
+		reconciled: r.Counter("reconciled_total", "Interrupted acceptances (records left unqueued) that the reconciler completed."),
 	}
-	m.reconciled = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "agora", Subsystem: "dispatcher", Name: "reconciled_total",
-		Help: "Interrupted acceptances (records left unqueued) that the reconciler completed.",
-	})
-	for _, c := range []prometheus.Collector{m.requests, m.accept, m.dispatches, m.projected, m.reconciled} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, r.Err()
 }
 
 func (m *metrics) request(door, result string, start time.Time) {
@@ -78,11 +60,4 @@ func (m *metrics) applied(k lifecycle.Kind, reason lifecycle.Reason) {
 	if k.Terminal() {
 		m.dispatches.WithLabelValues(string(k), string(reason)).Inc()
 	}
-}
-
-func metricsHandler(g prometheus.Gatherer) http.Handler {
-	if g == nil {
-		return http.NotFoundHandler()
-	}
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }
