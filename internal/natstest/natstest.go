@@ -15,6 +15,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
 )
 
 // DeployUsers maps each NATS user of deploy/nats/permissions.conf to the
@@ -118,6 +119,16 @@ func (s *Server) Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Client returns an Agora client on a new connection (Conn).
+func (s *Server) Client(t testing.TB, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(s.Conn(t), opts...)
+	if err != nil {
+		t.Fatalf("natstest: client: %v", err)
+	}
+	return c
 }
 
 // JetStream returns a JetStream context on a new connection.

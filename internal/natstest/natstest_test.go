@@ -25,3 +25,9 @@ func TestStartOptions(t *testing.T) {
 		t.Error("the server still runs after its test ended")
 	}
 }
+
+func TestClient(t *testing.T) {
+	if c := natstest.Start(t).Client(t); c == nil {
+		t.Fatal("Client returned nil")
+	}
+}

@@ -125,10 +125,7 @@ func TestAnswer(t *testing.T) {
 // agora.api.answer.<route>, naming the route in the body.
 func TestAnswerVia(t *testing.T) {
 	srv := natstest.Start(t)
-	c, err := client.New(srv.Conn(t), client.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := srv.Client(t, client.WithTimeout(2*time.Second))
 	type call struct {
 		subject string
 		answer  lifecycle.Answer

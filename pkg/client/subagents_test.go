@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -15,11 +13,7 @@ import (
 )
 
 func TestApplyListAndGetSubagents(t *testing.T) {
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	c, err := client.New(srv.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := natstest.StartProvisioned(t, provision.Config{}).Client(t)
 	ctx := t.Context()
 	if _, err := c.Subagent(ctx, "coder"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("Subagent of an unknown name: %v, want ErrNotFound", err)
@@ -53,12 +47,8 @@ func TestApplyListAndGetSubagents(t *testing.T) {
 }
 
 func TestApplySubagentRefusesWhatCannotRun(t *testing.T) {
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	c, err := client.New(srv.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.ApplySubagent(t.Context(), subagent.Definition{Name: "bad one", Runtime: "shell"})
+	c := natstest.StartProvisioned(t, provision.Config{}).Client(t)
+	_, err := c.ApplySubagent(t.Context(), subagent.Definition{Name: "bad one", Runtime: "shell"})
 	for _, want := range []string{"name:", "runtime:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("apply of an invalid definition: %v, want it to name %q", err, want)
@@ -71,16 +61,11 @@ func TestApplySubagentRefusesWhatCannotRun(t *testing.T) {
 
 func TestSubagentsNamesUndecodable(t *testing.T) {
 	srv := natstest.StartProvisioned(t, provision.Config{})
-	nc := srv.Conn(t)
-	c, err := client.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := srv.Client(t)
 	if _, err := c.ApplySubagent(t.Context(), subagent.Definition{Name: "good", Runtime: subagent.RuntimeExec, Command: []string{"./x"}}); err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+	kv, err := srv.JetStream(t).KeyValue(t.Context(), lifecycle.BucketSubagents)
 	if err != nil {
 		t.Fatal(err)
 	}
