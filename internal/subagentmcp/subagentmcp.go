@@ -49,6 +49,18 @@ func ServeIfAsked() {
 	os.Exit(0)
 }
 
+// ServeIfAskedInTest is ServeIfAsked for a test binary that the worker's
+// runs may start as their MCP server; its TestMain calls it first. Started
+// with EnvServe set to anything else, the binary exits (status 2) rather
+// than run its tests again in the child.
+func ServeIfAskedInTest() {
+	ServeIfAsked()
+	if os.Getenv(EnvServe) != "" {
+		fmt.Fprintln(os.Stderr, "test binary started with", EnvServe, "did not serve")
+		os.Exit(2)
+	}
+}
+
 // StopMessage is what the sub-agent is told once its question is written.
 const StopMessage = "Input requested. Stop now: end your turn without doing more work. You will be started again with the answer in your input file (.agora/input.json: \"answer\") and your partial_state."
 

@@ -3,7 +3,6 @@ package subagentmcp_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,13 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	subagentmcp.ServeIfAsked()
-	if os.Getenv(subagentmcp.EnvServe) != "" {
-		// Started as a server but not serving: never run the tests again
-		// in a child (each would start another).
-		fmt.Fprintln(os.Stderr, "test binary started with", subagentmcp.EnvServe, "did not serve")
-		os.Exit(2)
-	}
+	subagentmcp.ServeIfAskedInTest()
 	os.Exit(m.Run())
 }
 
