@@ -7,99 +7,51 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	slackapi "github.com/slack-go/slack"
 
-	"github.com/agora-dispatch/agora/internal/inprogress"
+	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // pull handles the route's asked events one at a time until ctx ends.
+// The posts use workCtx, which gets the shutdown timeout (Run).
 func (s *Server) pull(ctx context.Context, route string, c jetstream.Consumer) {
-	log := s.log.With("route", route)
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		m, err := c.Next(jetstream.FetchContext(pctx))
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
-				continue
-			}
-			log.Warn("pull failed; retrying", "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		s.settle(m, s.handle(s.workCtx, route, m))
-	}
-}
-
-// outcome is what becomes of an asked event; decided in handle only.
-type outcome struct {
-	ack   bool
-	term  bool
-	delay time.Duration
-}
-
-func (s *Server) settle(m jetstream.Msg, o outcome) {
-	var err error
-	switch {
-	case o.term:
-		err = m.Term()
-	case o.ack:
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = m.DoubleAck(ctx)
-		cancel()
-	default:
-		err = m.NakWithDelay(o.delay)
-	}
-	if err != nil {
-		s.log.Warn("settle question message", "subject", m.Subject(), "err", err)
-	}
+	_ = consume.Run(ctx, c, func(_ context.Context, m jetstream.Msg) consume.Verdict {
+		return s.handle(s.workCtx, route, m)
+	}, consume.Options{
+		PullExpiry: 5 * time.Second, KeepAlive: consume.KeepAliveEvery(questionAckWait),
+		ShutdownTimeout: -1, Logger: s.log.With("route", route),
+	})
 }
 
 // handle posts the question of an asked event, or declines it when it
 // cannot be posted.
-func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) outcome {
-	e, err := lifecycle.DecodeMsg(m)
+func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) consume.Verdict {
+	q, _, err := answerer.DecodeQuestion(m)
 	if err != nil {
 		s.log.Error("undecodable question terminated", "subject", m.Subject(), "err", err)
-		return outcome{term: true}
+		return consume.Term("")
 	}
-	d, err := lifecycle.Parse(e)
-	if err != nil {
-		s.log.Error("question with bad data terminated", "id", e.ID(), "err", err)
-		return outcome{term: true}
-	}
-	q, ok := d.(*lifecycle.Question)
-	if !ok || q.Event != lifecycle.QuestionAsked {
-		return outcome{ack: true}
+	if q.Event != lifecycle.QuestionAsked {
+		return consume.DoubleAck()
 	}
 	log := s.log.With("route", route, "question_id", q.QuestionID, "thread_id", q.ThreadID)
 	rec, err := s.record(ctx, q.QuestionID)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return outcome{ack: true}
+		return consume.DoubleAck()
 	case err != nil:
 		log.Warn("question record unreadable; will retry", "err", err)
-		return outcome{delay: 2 * time.Second}
+		return consume.Nak(2 * time.Second)
 	case rec.Status != "asked" || rec.Route != route:
 		log.Debug("question no longer waits on this route: skipped")
-		return outcome{ack: true}
+		return consume.DoubleAck()
 	}
 	if old, ok := s.index.get(msgKey(route, q.QuestionID)); ok && old.Escalation >= rec.Escalation {
-		return outcome{ack: true} // posted already (a redelivery)
+		return consume.DoubleAck() // posted already (a redelivery)
 	}
 	rs := s.settings.Routes[route]
 	dest, why := rs.destination(rec.Labels)
@@ -109,7 +61,6 @@ func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) outc
 		return s.decline(ctx, route, rec, "slack: "+why)
 	}
 
-	stop := inprogress.Start(m, inprogress.Period(questionAckWait), nil)
 	var channel, ts string
 	err = s.api.call(ctx, "chat.postMessage", s.api.attempts, func(ctx context.Context) error {
 		var err error
@@ -118,10 +69,9 @@ func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) outc
 			slackapi.MsgOptionBlocks(s.askedBlocks(rec, time.Now())...))
 		return err
 	})
-	stop()
 	if err != nil {
 		if ctx.Err() != nil {
-			return outcome{delay: time.Second} // stopping: post it after the restart
+			return consume.Nak(time.Second) // stopping: post it after the restart
 		}
 		s.metrics.postFailures.WithLabelValues(route, "api").Inc()
 		log.Error("question not posted to Slack: declining to the route's fallback", "destination", dest, "err", err)
@@ -137,14 +87,14 @@ func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) outc
 		// The message exists but is not remembered: it would never be
 		// updated. Post again later rather than leave a stale copy.
 		log.Error("message posted but not recorded; will post again", "channel", channel, "ts", ts, "err", err)
-		return outcome{delay: 5 * time.Second}
+		return consume.Nak(5 * time.Second)
 	}
 	s.index.put(msgKey(route, q.QuestionID), entry, rev)
 	log.Info("question posted to Slack", "channel", channel, "ts", ts)
 	// Answered or moved while it was being posted: the watch may have
 	// passed it already, so look again now.
 	s.enqueue(q.QuestionID)
-	return outcome{ack: true}
+	return consume.DoubleAck()
 }
 
 // record reads a question's record.
@@ -164,10 +114,10 @@ func (s *Server) record(ctx context.Context, qid string) (*lifecycle.Question, e
 
 // decline sends the question to the route's fallback through the route's
 // answer endpoint, with the body pkg/answerer sends for a decline.
-func (s *Server) decline(ctx context.Context, route string, q *lifecycle.Question, reason string) outcome {
+func (s *Server) decline(ctx context.Context, route string, q *lifecycle.Question, reason string) consume.Verdict {
 	subject, err := lifecycle.APIAnswerRoute(route)
 	if err != nil {
-		return outcome{term: true}
+		return consume.Term("")
 	}
 	reason, _ = truncate(reason, 1000)
 	body, _ := json.Marshal(struct {
@@ -186,8 +136,8 @@ func (s *Server) decline(ctx context.Context, route string, q *lifecycle.Questio
 	}
 	if err != nil || rep.Status == client.AnswerRetry || rep.Status == "" {
 		s.log.Warn("decline not delivered; will retry", "route", route, "question_id", q.QuestionID, "err", err, "status", rep.Status)
-		return outcome{delay: 5 * time.Second}
+		return consume.Nak(5 * time.Second)
 	}
 	s.log.Info("question declined", "route", route, "question_id", q.QuestionID, "status", rep.Status, "reason", rep.Reason)
-	return outcome{ack: true}
+	return consume.DoubleAck()
 }

@@ -35,10 +35,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agora-dispatch/agora/internal/clip"
-	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -196,59 +197,31 @@ func (s *Server) Handler() http.Handler {
 // POST) is kept alive with in-progress acks.
 const ackWait = 30 * time.Second
 
-// pull handles the route's asked events one at a time until ctx ends.
+// pull handles the route's asked events one at a time until ctx ends. A
+// delivery in flight is stopped with ctx and its question handed back.
 func (s *Server) pull(ctx context.Context, route string, c jetstream.Consumer) {
 	log := s.log.With("route", route)
-	for ctx.Err() == nil {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		m, err := c.Next(jetstream.FetchContext(pctx))
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoHeartbeat) {
-				log.Warn("pull failed; retrying", "err", err)
-				sleep(ctx, time.Second)
-			}
-			continue
-		}
-		s.handle(ctx, route, m, log)
-	}
+	_ = consume.Run(ctx, c, func(ctx context.Context, m jetstream.Msg) consume.Verdict {
+		return s.handle(ctx, route, m, log)
+	}, consume.Options{PullExpiry: 5 * time.Second, KeepAlive: consume.KeepAliveEvery(ackWait), ShutdownTimeout: -1, Logger: log})
 }
 
-// handle delivers one asked event and settles its message.
-func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg, log *slog.Logger) {
-	e, err := lifecycle.DecodeMsg(m)
-	var q *lifecycle.Question
-	if err == nil {
-		var d lifecycle.Data
-		if d, err = lifecycle.Parse(e); err == nil {
-			var ok bool
-			if q, ok = d.(*lifecycle.Question); !ok {
-				err = fmt.Errorf("not a question event: %T", d)
-			}
-		}
-	}
+// handle delivers one asked event; its verdict settles the message.
+func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg, log *slog.Logger) consume.Verdict {
+	q, _, err := answerer.DecodeQuestion(m)
 	if err != nil {
 		log.Error("undecodable question terminated", "subject", m.Subject(), "err", err)
-		_ = m.Term()
-		return
+		return consume.Term("")
 	}
 	log = log.With("question_id", q.QuestionID)
-	stop := inprogress.Start(m, inprogress.Period(ackWait), nil)
-	result := s.deliver(ctx, route, q, log)
-	stop()
-	switch result {
+	switch result := s.deliver(ctx, route, q, log); result {
 	case resultStopping:
-		_ = m.NakWithDelay(time.Second)
-		return
+		return consume.Nak(time.Second)
 	case resultDeclineFailed:
-		_ = m.NakWithDelay(5 * time.Second)
-		return
-	}
-	s.metrics.deliveries.WithLabelValues(route, result).Inc()
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := m.DoubleAck(actx); err != nil {
-		log.Warn("ack question message", "err", err)
+		return consume.Nak(5 * time.Second)
+	default:
+		s.metrics.deliveries.WithLabelValues(route, result).Inc()
+		return consume.DoubleAck()
 	}
 }
 
