@@ -248,19 +248,26 @@ func TestEncode(t *testing.T) {
 	}
 }
 
+// decodeParse decodes an event from header and body and parses its data.
+func decodeParse(t *testing.T, header nats.Header, body []byte) (lifecycle.Event, lifecycle.Data) {
+	t.Helper()
+	e, err := lifecycle.Decode(header, body)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	d, err := lifecycle.Parse(e)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return e, d
+}
+
 // checkDecodes checks that header and body decode to want and parse to
 // data.
 func checkDecodes(t *testing.T, header nats.Header, body []byte, want lifecycle.Event, data lifecycle.Data) {
 	t.Helper()
-	got, err := lifecycle.Decode(header, body)
-	if err != nil {
-		t.Fatalf("Decode: %v", err)
-	}
+	got, d := decodeParse(t, header, body)
 	checkSameEvent(t, got, want)
-	d, err := lifecycle.Parse(got)
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
 	if !reflect.DeepEqual(d, data) {
 		t.Errorf("Parse = %+v, want %+v", d, data)
 	}
@@ -400,14 +407,7 @@ func TestRawJSONSurvives(t *testing.T) {
 			if !bytes.Contains(m.Data, want) {
 				t.Errorf("body %s does not hold %s verbatim", m.Data, want)
 			}
-			e, err := lifecycle.Decode(m.Header, m.Data)
-			if err != nil {
-				t.Fatalf("Decode: %v", err)
-			}
-			d, err := lifecycle.Parse(e)
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
+			e, d := decodeParse(t, m.Header, m.Data)
 			if got := tt.get(d); !bytes.Equal(got, want) {
 				t.Errorf("after round trip = %s, want %s", got, want)
 			}
@@ -417,14 +417,7 @@ func TestRawJSONSurvives(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e2, err := lifecycle.Decode(nats.Header{"content-type": {"application/cloudevents+json"}}, body)
-			if err != nil {
-				t.Fatalf("Decode structured: %v", err)
-			}
-			d2, err := lifecycle.Parse(e2)
-			if err != nil {
-				t.Fatalf("Parse structured: %v", err)
-			}
+			_, d2 := decodeParse(t, nats.Header{"content-type": {"application/cloudevents+json"}}, body)
 			if got := tt.get(d2); !bytes.Equal(got, want) {
 				t.Errorf("after structured round trip = %s, want %s", got, want)
 			}

@@ -55,10 +55,7 @@ func FuzzParse(f *testing.F) {
 			}
 			t.Fatalf("Write: %v", err)
 		}
-		res, err := sentinel.Resolve(ws)
-		if err != nil {
-			t.Fatalf("Resolve: %v", err)
-		}
+		res := resolve(t, ws)
 		if res.Status != sentinel.Valid {
 			t.Fatalf("Resolve after Write: %v %v", res.Status, res.Err)
 		}
@@ -104,10 +101,7 @@ func FuzzWriteResolve(f *testing.F) {
 		if werr != nil {
 			t.Fatalf("Validate passed but Write = %v", werr)
 		}
-		res, err := sentinel.Resolve(ws)
-		if err != nil {
-			t.Fatalf("Resolve: %v", err)
-		}
+		res := resolve(t, ws)
 		if res.Status != sentinel.Valid {
 			t.Fatalf("Resolve after Write: %v %v", res.Status, res.Err)
 		}
