@@ -38,6 +38,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -371,40 +372,21 @@ func (s *Service) startMicro(ctx context.Context, p *svc.Pool) (micro.Service, e
 	return ms, nil
 }
 
-// action is what becomes of a stream message; decided in one place, settle.
-type action int
-
-const (
-	actAck  action = iota // done (or a duplicate)
-	actNak                // a temporary failure: redeliver after a delay
-	actTerm               // poison: never redeliver
-)
-
-type verdict struct {
-	act   action
-	delay time.Duration
-	why   string
-}
+// verdict is what becomes of a stream message (pkg/consume's verdict),
+// decided by the message's handler and applied in one place, settle.
+type verdict = consume.Verdict
 
 var (
-	ack       = verdict{act: actAck}
-	retryLate = verdict{act: actNak, delay: 2 * time.Second}
+	ack       = consume.Ack()                // done (or a duplicate)
+	retryLate = consume.Nak(2 * time.Second) // a temporary failure: redeliver after a delay
 )
 
-func term(why string) verdict { return verdict{act: actTerm, why: why} }
+// term: poison; never redeliver.
+func term(why string) verdict { return consume.Term(why) }
 
 func (s *Service) settle(m jetstream.Msg, v verdict, log *slog.Logger) {
-	var err error
-	switch v.act {
-	case actAck:
-		err = m.Ack()
-	case actNak:
-		err = m.NakWithDelay(v.delay)
-	case actTerm:
-		err = m.TermWithReason(v.why)
-	}
-	if err != nil {
-		log.Warn("settle message", "err", err, "action", v.act)
+	if err := consume.Settle(context.Background(), m, v); err != nil {
+		log.Warn("settle message", "err", err, "action", v.String())
 	}
 }
 

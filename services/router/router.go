@@ -80,6 +80,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -446,37 +447,21 @@ func (s *Service) lock(qid string) *sync.Mutex {
 	return &s.locks[h.Sum32()%uint32(len(s.locks))]
 }
 
-// action is what becomes of a stream message; decided in one place, settle.
-type action int
+// verdict is what becomes of a stream message (pkg/consume's verdict),
+// decided by the message's handler and applied in one place, settle.
+type verdict = consume.Verdict
 
-const (
-	actAck  action = iota // done (or nothing to do)
-	actNak                // a temporary failure: redeliver after a delay
-	actTerm               // poison: never redeliver
-)
+// ack: done (or nothing to do).
+var ack = consume.Ack()
 
-type verdict struct {
-	act   action
-	delay time.Duration
-	why   string
-}
+// retryIn: a temporary failure; redeliver after d.
+func retryIn(d time.Duration) verdict { return consume.Nak(d) }
 
-var ack = verdict{act: actAck}
-
-func retryIn(d time.Duration) verdict { return verdict{act: actNak, delay: d} }
-func term(why string) verdict         { return verdict{act: actTerm, why: why} }
+// term: poison; never redeliver.
+func term(why string) verdict { return consume.Term(why) }
 
 func (s *Service) settle(m jetstream.Msg, v verdict) {
-	var err error
-	switch v.act {
-	case actAck:
-		err = m.Ack()
-	case actNak:
-		err = m.NakWithDelay(v.delay)
-	case actTerm:
-		err = m.TermWithReason(v.why)
-	}
-	if err != nil {
+	if err := consume.Settle(context.Background(), m, v); err != nil {
 		s.log.Warn("settle message", "subject", m.Subject(), "err", err)
 	}
 }
