@@ -18,10 +18,7 @@ const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 func TestDispatch(t *testing.T) {
 	e := newEnv(t)
-	d, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)}, client.WithTraceparent(trace))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)}, client.WithTraceparent(trace))
 	if d.ID == "" || d.ThreadID != d.ID || d.Record.Status != lifecycle.KindAccepted || !d.Record.Queued {
 		t.Fatalf("handle: %+v", d)
 	}
@@ -78,10 +75,7 @@ func TestNoDispatcher(t *testing.T) {
 
 func TestWaitAndCancel(t *testing.T) {
 	e := newEnv(t)
-	d, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner"})
 	type result struct {
 		it  client.Item
 		err error
@@ -110,10 +104,7 @@ func TestWaitAndCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	d2, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d2 := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner"})
 	if _, err := d2.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("wait on a dispatch nothing ends: %v", err)
 	}
@@ -128,10 +119,7 @@ func TestWaitAndCancel(t *testing.T) {
 // trip: that test waits for services/worker and services/router.
 func TestFollowFollowsRounds(t *testing.T) {
 	e := newEnv(t)
-	root, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner"})
 	type result struct {
 		it  client.Item
 		err error
@@ -143,10 +131,7 @@ func TestFollowFollowsRounds(t *testing.T) {
 		done <- result{it, err}
 	}()
 	e.publishAsWorker(t, &lifecycle.NeedsInput{Common: root.Record.Common(), QuestionID: lifecycle.QuestionID(root.ID), Question: "A or B?"})
-	r1, err := e.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "planner", ThreadID: root.ThreadID, ParentID: root.ID, Round: 1, QuestionID: lifecycle.QuestionID(root.ID)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r1 := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner", ThreadID: root.ThreadID, ParentID: root.ID, Round: 1, QuestionID: lifecycle.QuestionID(root.ID)})
 	var kinds []string
 	next := func() client.Item {
 		t.Helper()
@@ -216,10 +201,7 @@ func TestWatch(t *testing.T) {
 
 	var ids []string
 	for range 3 {
-		d, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := e.dispatch(ctx, t, lifecycle.Request{Subagent: "planner"})
 		ids = append(ids, d.ID)
 		if _, err := e.c.Cancel(ctx, d.ID); err != nil {
 			t.Fatal(err)

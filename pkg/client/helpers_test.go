@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"testing"
@@ -28,6 +29,17 @@ func (e *env) define(t *testing.T, defs ...subagent.Definition) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// dispatch dispatches req through the env's client and fails the test on
+// an error.
+func (e *env) dispatch(ctx context.Context, t *testing.T, req lifecycle.Request, opts ...client.DispatchOption) *client.Dispatch {
+	t.Helper()
+	d, err := e.c.Dispatch(ctx, req, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // startDispatcher runs a dispatcher on the env's server until the test

@@ -43,10 +43,7 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 
-	d, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "deployer", Input: json.RawMessage(`{"task":"demo"}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.dispatch(ctx, t, lifecycle.Request{Subagent: "deployer", Input: json.RawMessage(`{"task":"demo"}`)})
 	it, err := d.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +54,7 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	}
 
 	in, _ := json.Marshal(map[string]any{"task": "demo", "answer": ni.Options[0], "partial_state": ni.PartialState})
-	d1, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "deployer", Input: in, ThreadID: d.ThreadID, ParentID: d.ID, Round: 1, QuestionID: ni.QuestionID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d1 := e.dispatch(ctx, t, lifecycle.Request{Subagent: "deployer", Input: in, ThreadID: d.ThreadID, ParentID: d.ID, Round: 1, QuestionID: ni.QuestionID})
 	var kinds []string
 	final, err := e.c.Follow(ctx, d.ThreadID, func(it client.Item) {
 		kinds = append(kinds, string(it.Kind()))
@@ -128,10 +122,7 @@ func TestCancelStopsARunningWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	d, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "sleeper"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.dispatch(ctx, t, lifecycle.Request{Subagent: "sleeper"})
 	for it, err := range e.c.Watch(ctx, client.Filter{DispatchID: d.ID, Kind: lifecycle.KindStarted, FromStart: true}) {
 		if err != nil {
 			t.Fatal(err)
@@ -148,10 +139,7 @@ func TestCancelStopsARunningWorker(t *testing.T) {
 		t.Fatalf("wait: %+v %v", it.Data, err)
 	}
 	start := time.Now()
-	q, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "quick"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := e.dispatch(ctx, t, lifecycle.Request{Subagent: "quick"})
 	if it, err := q.Wait(ctx); err != nil || it.Kind() != lifecycle.KindFinished {
 		t.Fatalf("the next dispatch: %v %v", it.Kind(), err)
 	}
@@ -169,10 +157,7 @@ func TestWatchYieldsProgress(t *testing.T) {
 	e.startWorker(t, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	d, err := e.c.Dispatch(ctx, lifecycle.Request{Subagent: "reporter"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.dispatch(ctx, t, lifecycle.Request{Subagent: "reporter"})
 	var kinds []string
 	var progress []string
 	for it, err := range e.c.Watch(ctx, client.Filter{ThreadID: d.ThreadID, FromStart: true, Progress: true}) {
