@@ -1,29 +1,28 @@
 package clip_test
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/agora-dispatch/agora/internal/clip"
 )
 
-// String is lifecycle.Clip, whose test covers it; Prefix is the same cut
-// without the mark.
+// Prefix keeps, for every n, the longest prefix of at most n bytes that
+// ends on a character boundary. (String is lifecycle.Clip, tested there.)
 func TestPrefix(t *testing.T) {
-	for _, tc := range []struct {
-		s    string
-		n    int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"exactly", 7, "exactly"},
-		{"abcdef", 3, "abc"},
-		{"héllo", 2, "h"}, // é is two bytes: not split
-		{"日本語", 4, "日"},
-		{"日本語", 0, ""},
-		{"abc", -1, ""},
-	} {
-		if got := clip.Prefix(tc.s, tc.n); got != tc.want {
-			t.Errorf("Prefix(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+	for _, s := range []string{"", "short", "exactly", "abcdef", "héllo", "日本語", "a日b"} {
+		for n := -1; n <= len(s)+1; n++ {
+			got := clip.Prefix(s, n)
+			if !strings.HasPrefix(s, got) || !utf8.ValidString(got) || len(got) > max(n, 0) {
+				t.Errorf("Prefix(%q, %d) = %q: not a whole-character prefix of at most %d bytes", s, n, got, max(n, 0))
+				continue
+			}
+			if rest := s[len(got):]; rest != "" {
+				if _, size := utf8.DecodeRuneInString(rest); len(got)+size <= n {
+					t.Errorf("Prefix(%q, %d) = %q: the next character fits too", s, n, got)
+				}
+			}
 		}
 	}
 }
