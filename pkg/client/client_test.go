@@ -73,17 +73,19 @@ func TestNoDispatcher(t *testing.T) {
 	}
 }
 
+// itemErr is what a Wait or Follow run in a goroutine sends back.
+type itemErr struct {
+	it  client.Item
+	err error
+}
+
 func TestWaitAndCancel(t *testing.T) {
 	e := newEnv(t)
 	d := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner"})
-	type result struct {
-		it  client.Item
-		err error
-	}
-	waited := make(chan result, 1)
+	waited := make(chan itemErr, 1)
 	go func() {
 		it, err := d.Wait(t.Context())
-		waited <- result{it, err}
+		waited <- itemErr{it, err}
 	}()
 	rec, err := e.c.Cancel(t.Context(), d.ID, client.CancelBy("ops", "test"))
 	if err != nil || rec.Status != lifecycle.KindCancelled {
@@ -120,15 +122,11 @@ func TestWaitAndCancel(t *testing.T) {
 func TestFollowFollowsRounds(t *testing.T) {
 	e := newEnv(t)
 	root := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner"})
-	type result struct {
-		it  client.Item
-		err error
-	}
 	seen := make(chan client.Item, 16)
-	done := make(chan result, 1)
+	done := make(chan itemErr, 1)
 	go func() {
 		it, err := e.c.Follow(t.Context(), root.ThreadID, func(it client.Item) { seen <- it })
-		done <- result{it, err}
+		done <- itemErr{it, err}
 	}()
 	e.publishAsWorker(t, &lifecycle.NeedsInput{Common: root.Record.Common(), QuestionID: lifecycle.QuestionID(root.ID), Question: "A or B?"})
 	r1 := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner", ThreadID: root.ThreadID, ParentID: root.ID, Round: 1, QuestionID: lifecycle.QuestionID(root.ID)})
