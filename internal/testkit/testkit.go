@@ -1,6 +1,7 @@
 // Package testkit holds the small helpers many test packages share: waiting
 // for a condition, running a service for the length of a test, checking a
-// validation error, and a log buffer safe for concurrent writers.
+// validation error, comparing served routes with the API document, and a
+// log buffer safe for concurrent writers.
 package testkit
 
 import (
@@ -68,6 +69,22 @@ func CheckErr(t testing.TB, op string, err error, want ...string) {
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+}
+
+// SameRoutes fails the test for every route ("GET /v1/x") served but not
+// in the API document and every route documented but not served.
+func SameRoutes(t testing.TB, served, documented map[string]bool) {
+	t.Helper()
+	for r := range served {
+		if !documented[r] {
+			t.Errorf("%s is served but not in the OpenAPI document", r)
+		}
+	}
+	for d := range documented {
+		if !served[d] {
+			t.Errorf("%s is documented but not served", d)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,4 +123,27 @@ func TestCheckErr(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSameRoutes(t *testing.T) {
+	testkit.SameRoutes(t, map[string]bool{"GET /a": true}, map[string]bool{"GET /a": true})
+	var got []string
+	r := &routeRecorder{TB: t, got: &got}
+	testkit.SameRoutes(r, map[string]bool{"GET /a": true, "GET /b": true}, map[string]bool{"GET /a": true, "PUT /c": true})
+	slices.Sort(got)
+	want := []string{"GET /b is served but not in the OpenAPI document", "PUT /c is documented but not served"}
+	if !slices.Equal(got, want) {
+		t.Errorf("failures %q, want %q", got, want)
+	}
+}
+
+// routeRecorder records every Errorf.
+type routeRecorder struct {
+	testing.TB
+	got *[]string
+}
+
+func (r *routeRecorder) Helper() {}
+func (r *routeRecorder) Errorf(format string, args ...any) {
+	*r.got = append(*r.got, fmt.Sprintf(format, args...))
 }

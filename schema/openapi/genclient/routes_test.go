@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
 // Every route of the inbox that a program calls — its JSON API under
@@ -34,14 +36,5 @@ func TestDocumentCoversInboxAPI(t *testing.T) {
 			documented[method+" "+p] = true
 		}
 	}
-	for r := range registered {
-		if !documented[r] {
-			t.Errorf("%s is served but not in the OpenAPI document", r)
-		}
-	}
-	for d := range documented {
-		if !registered[d] {
-			t.Errorf("%s is documented but not served", d)
-		}
-	}
+	testkit.SameRoutes(t, registered, documented)
 }
