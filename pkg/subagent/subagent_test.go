@@ -205,34 +205,30 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidNames(t *testing.T) {
-	for _, n := range []string{"a", "A", "0", "planner", "data-lookup", "data_lookup", "x9"} {
-		if !subagent.ValidName(n) {
-			t.Errorf("ValidName(%q) = false", n)
+	for _, tc := range []struct {
+		name    string
+		f       func(string) bool
+		yes, no []string
+	}{
+		{"ValidName", subagent.ValidName,
+			[]string{"a", "A", "0", "planner", "data-lookup", "data_lookup", "x9"},
+			[]string{"", "_a", "-a", "a.b", "a b", "a/b", "a>", "é"}},
+		{"ValidEnvName", subagent.ValidEnvName,
+			[]string{"A", "_", "a_1", "PATH"},
+			[]string{"", "1A", "A-B", "A=B", "A B"}},
+		{"Reserved", subagent.Reserved,
+			[]string{"AGORA_X", "agora_x", "NATS_URL", "Nats_Creds"},
+			[]string{"AGORA", "NATS", "MY_AGORA_X", "ANTHROPIC_API_KEY", "NATSX"}},
+	} {
+		for _, n := range tc.yes {
+			if !tc.f(n) {
+				t.Errorf("%s(%q) = false", tc.name, n)
+			}
 		}
-	}
-	for _, n := range []string{"", "_a", "-a", "a.b", "a b", "a/b", "a>", "é"} {
-		if subagent.ValidName(n) {
-			t.Errorf("ValidName(%q) = true", n)
-		}
-	}
-	for _, n := range []string{"A", "_", "a_1", "PATH"} {
-		if !subagent.ValidEnvName(n) {
-			t.Errorf("ValidEnvName(%q) = false", n)
-		}
-	}
-	for _, n := range []string{"", "1A", "A-B", "A=B", "A B"} {
-		if subagent.ValidEnvName(n) {
-			t.Errorf("ValidEnvName(%q) = true", n)
-		}
-	}
-	for _, n := range []string{"AGORA_X", "agora_x", "NATS_URL", "Nats_Creds"} {
-		if !subagent.Reserved(n) {
-			t.Errorf("Reserved(%q) = false", n)
-		}
-	}
-	for _, n := range []string{"AGORA", "NATS", "MY_AGORA_X", "ANTHROPIC_API_KEY", "NATSX"} {
-		if subagent.Reserved(n) {
-			t.Errorf("Reserved(%q) = true", n)
+		for _, n := range tc.no {
+			if tc.f(n) {
+				t.Errorf("%s(%q) = true", tc.name, n)
+			}
 		}
 	}
 }
