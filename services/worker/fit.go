@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -277,7 +278,7 @@ func (s *Service) giveUp(j *job, cause error) Outcome {
 	stored, last, err := s.publishFenced(ctx, j, f)
 	if err != nil {
 		j.log.Error("permanent failure, and its failed event was not stored: work message terminated, never redelivered", "err", err, "cause", cause)
-		_ = j.msg.TermWithReason("can never be published: " + clip.String(cause.Error(), 200))
+		_ = consume.Settle(ctx, j.msg, consume.Term("can never be published: "+clip.String(cause.Error(), 200)))
 		s.metrics.outcome("", "terminated")
 		return Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
 	}

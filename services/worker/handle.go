@@ -20,9 +20,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/clip"
-	"github.com/agora-dispatch/agora/internal/inprogress"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/telemetry"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -69,7 +69,7 @@ func (s *Service) Handle(ctx context.Context, msg jetstream.Msg) Outcome {
 		// Not a dispatch we can name: nothing to report it on. Drop it
 		// for good rather than redeliver poison.
 		s.log.Error("undecodable work message terminated", "subject", msg.Subject(), "err", err, "type", fmt.Sprintf("%T", d))
-		_ = msg.TermWithReason("undecodable dispatch request")
+		_ = consume.Settle(ctx, msg, consume.Term("undecodable dispatch request"))
 		s.metrics.outcome("", "undecodable")
 		return Outcome{Kind: "", ExitCode: -1}
 	}
@@ -174,7 +174,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	go func() { resCh <- rt.Run(runCtx, inv) }()
 	j.log.Info("running", "runtime", def.Runtime, "timeout", timeout)
 
-	tick := time.NewTicker(inprogress.Period(s.ackWait))
+	tick := time.NewTicker(consume.KeepAliveEvery(s.ackWait))
 	defer tick.Stop()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -414,7 +414,7 @@ func (s *Service) ack(j *job) {
 	// A plain ack, not DoubleAck's round trip: the ack follows the
 	// dispatch's terminal event, so a lost one costs a redelivery that the
 	// fence read acks and skips (docs/worker.md#fencing).
-	err := j.msg.Ack()
+	err := consume.Settle(context.Background(), j.msg, consume.Ack())
 	telemetry.End(span, err)
 	if err != nil {
 		j.log.Warn("ack failed; the dispatch will be redelivered and skipped as terminal", "err", err)
@@ -430,7 +430,7 @@ func (s *Service) retryLater(j *job, err error) Outcome {
 		return s.giveUp(j, err)
 	}
 	j.log.Warn("transient failure: message returned for redelivery", "err", err)
-	_ = j.msg.NakWithDelay(time.Second)
+	_ = consume.Settle(context.Background(), j.msg, consume.Nak(time.Second))
 	s.metrics.outcome("", "retried")
 	return Outcome{DispatchID: j.req.DispatchID, ExitCode: -1}
 }

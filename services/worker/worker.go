@@ -29,6 +29,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -101,8 +102,8 @@ type Outcome struct {
 // sweepInterval is how often a worker removes abandoned workspaces.
 const sweepInterval = 5 * time.Minute
 
-// ErrShutdown is the cause given to runs cancelled because the worker is
-// stopping and the shutdown timeout passed.
+// ErrShutdown is the cause a run ends with when it is cancelled because
+// the worker is stopping and the shutdown timeout passed.
 var ErrShutdown = errors.New("worker: shutting down")
 
 var (
@@ -251,9 +252,6 @@ func (s *Service) Run(ctx context.Context) error {
 		}()
 	}
 
-	// runCtx outlives ctx by ShutdownTimeout so in-flight runs can finish.
-	runCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer stopRuns(nil)
 	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable(),
 		"landlock_abi", s.launcher.Host().LandlockABI, "private_proc", s.launcher.Host().PrivateProc, "cgroups", s.cgroups)
 
@@ -283,21 +281,25 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 
-	var wg sync.WaitGroup
-	for i := range s.cfg.Concurrency {
-		wg.Go(func() { s.slot(ctx, runCtx, i) })
-	}
+	// Each slot pulls one message at a time (docs/worker.md); a run in
+	// flight when ctx ends may finish for ShutdownTimeout, then its
+	// context is cancelled and it ends cancelled (handle.go). Handle
+	// settles its message itself, at the point the dispatch's events
+	// allow, and keeps it in progress while the runtime runs.
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		_ = consume.Run(ctx, s.work, func(ctx context.Context, m jetstream.Msg) consume.Verdict {
+			s.Handle(ctx, m)
+			return consume.Leave()
+		}, consume.Options{
+			Slots: s.cfg.Concurrency, PullExpiry: s.cfg.PullExpiry, FinishPulls: true, KeepAlive: -1,
+			ShutdownTimeout: s.cfg.ShutdownTimeout, Logger: s.log,
+		})
+	}()
 	<-ctx.Done()
 	s.log.Info("worker stopping: no new work; waiting for in-flight runs", "shutdown_timeout", s.cfg.ShutdownTimeout.String())
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(s.cfg.ShutdownTimeout):
-		s.log.Warn("shutdown timeout passed: cancelling in-flight runs")
-		stopRuns(ErrShutdown)
-		<-done
-	}
+	<-consumed
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = srv.Shutdown(sctx)
@@ -329,37 +331,6 @@ func (s *Service) closeConn() {
 	}
 }
 
-// slot pulls one message at a time until ctx ends.
-func (s *Service) slot(ctx, runCtx context.Context, n int) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
-		if err != nil {
-			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoHeartbeat) {
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Warn("pull failed; retrying", "slot", n, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		if ctx.Err() != nil {
-			// Pulled while stopping: hand it straight back.
-			_ = msg.Nak()
-			return
-		}
-		s.Handle(runCtx, msg)
-	}
-}
-
 // RunOnce handles exactly one dispatch and returns how it ended: the mode
 // for one-shot workers in Kubernetes Jobs. It waits for work until ctx
 // ends. A dispatch that was already terminal is acked, reported as
@@ -381,7 +352,7 @@ func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
 		msg, err := s.work.Next(jetstream.FetchMaxWait(s.cfg.PullExpiry))
 		if ctx.Err() != nil {
 			if err == nil {
-				_ = msg.Nak()
+				_ = consume.Settle(ctx, msg, consume.Nak(0)) // pulled while stopping: hand it back
 			}
 			return Outcome{}, ctx.Err()
 		}
