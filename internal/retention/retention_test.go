@@ -2,6 +2,7 @@ package retention_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/retention"
+	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
 // A closing write expires with nothing older reappearing, whether the
@@ -49,11 +51,10 @@ func TestUpdateExpiresWhole(t *testing.T) {
 		if got := raw.Header.Get(jetstream.MsgRollup) != ""; got != c.wantRollup || string(raw.Data) != "answered" {
 			t.Errorf("history %d: closing write %q with roll-up %v, want %v", c.history, raw.Data, got, c.wantRollup)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("history %d: the closing write to expire", c.history), func() bool {
 			e, err := kv.Get(t.Context(), "q-1")
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				break
+				return true
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -61,10 +62,7 @@ func TestUpdateExpiresWhole(t *testing.T) {
 			if v := string(e.Value()); v != "answered" {
 				t.Fatalf("history %d: an older revision %q reappeared", c.history, v)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("history %d: the closing write never expired", c.history)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return false
+		})
 	}
 }

@@ -88,18 +88,11 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	}
 
 	// The projection caught up with the worker's events.
-	deadline := time.Now().Add(10 * time.Second)
 	var th *client.Thread
-	for {
+	testkit.Eventually(t, 10*time.Second, "the thread's status to read finished", func() bool {
 		th, err = e.c.Thread(ctx, d.ThreadID)
-		if err == nil && th.Status == lifecycle.KindFinished {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread status: %+v %v", th, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && th.Status == lifecycle.KindFinished
+	})
 	r0, r1 := th.Rounds[0].Record, th.Rounds[1].Record
 	if r0.Status != lifecycle.KindNeedsInput || r0.Result.QuestionID != ni.QuestionID || r0.Attempt != 1 || r0.WorkerID == "" {
 		t.Errorf("round 0 record: %+v %+v", r0, r0.Result)
