@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/agora-dispatch/agora/internal/inprogress"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -225,7 +225,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	if err != nil {
 		return rep, err
 	}
-	rep.HeartbeatPeriod = inprogress.Period(info.Config.AckWait).String()
+	rep.HeartbeatPeriod = consume.KeepAliveEvery(info.Config.AckWait).String()
 	say("all %d running; counting heartbeats and server traffic for %s", cfg.Running, cfg.Window)
 	v0, err := st.Server().Varz(&server.VarzOptions{})
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/inprogress"
+	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -291,7 +291,7 @@ func hasArtifacts(ws string) bool {
 // heartbeat runs f while telling JetStream every AckWait/3 that the
 // delivery is still in progress, so a long upload is not redelivered.
 func (s *Service) heartbeat(j *job, f func() (lifecycle.Outputs, error)) (lifecycle.Outputs, error) {
-	stop := inprogress.Start(j.msg, inprogress.Period(s.ackWait), func(err error) { j.log.Warn("in-progress ack failed", "err", err) })
+	stop := consume.KeepAlive(j.msg, consume.KeepAliveEvery(s.ackWait), func(err error) { j.log.Warn("in-progress ack failed", "err", err) })
 	defer stop()
 	return f()
 }
