@@ -481,16 +481,10 @@ func TestRoundTrip(t *testing.T) {
 			}
 		}
 		// The status projection follows the events: poll it.
-		for {
+		testkit.Eventually(t, 30*time.Second, "the status as client to read finished", func() bool {
 			rec, err := c.Status(tctx, fin.DispatchID)
-			if err == nil && rec.Status == lifecycle.KindFinished {
-				break
-			}
-			if tctx.Err() != nil {
-				t.Fatalf("status as client: %+v, %v", rec, err)
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
+			return err == nil && rec.Status == lifecycle.KindFinished
+		})
 	}
 	if n := e.stored("OBJ_"+lifecycle.BucketState, ""); n == 0 {
 		t.Error("big-asker's partial state did not go through the object store")
@@ -586,16 +580,10 @@ func TestAnswerScoping(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := questions.Get(t.Context(), qid); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the router never asked the question")
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "the router to ask the question", func() bool {
+		_, err := questions.Get(t.Context(), qid)
+		return err == nil
+	})
 	if read(); rec.Route != "human" {
 		t.Fatalf("question route %q, want human", rec.Route)
 	}
