@@ -11,9 +11,10 @@
 // lets the handlers in flight finish for up to a shutdown timeout, then
 // cancels their context and waits for them to return.
 //
-// The package is the one place where Agora's services and answerers pull
-// and settle messages; it imports nothing of Agora and may be used on any
-// JetStream consumer with explicit acks.
+// Agora's services and answerers settle every message through this
+// package, and its worker and answerers pull through Run. It imports
+// nothing of Agora and may be used on any JetStream consumer with explicit
+// acks.
 package consume
 
 import (
