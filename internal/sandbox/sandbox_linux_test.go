@@ -18,6 +18,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/sandbox/launcher"
+	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
 // A test binary started with this variable acts as a worker: it runs the
@@ -119,13 +120,7 @@ func alive(pid int) bool {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d outlived its run", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("process %d to end with its run", pid), func() bool { return !alive(pid) })
 }
 
 // hostPID finds the host pid of a process by a unique marker in its argv
@@ -325,17 +320,12 @@ func spareLaunchers(pid int) []int {
 // them.
 func waitSpares(t *testing.T, pid, n int) []int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s := spareLaunchers(pid)
-		if len(s) >= n {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d has spare launchers %v, want at least %d", pid, s, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var s []int
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("process %d to have at least %d spare launchers", pid, n), func() bool {
+		s = spareLaunchers(pid)
+		return len(s) >= n
+	})
+	return s
 }
 
 // A run starts spare launchers; a later run works when its spare was
@@ -371,23 +361,12 @@ func TestSpareLaunchers(t *testing.T) {
 		run()
 		waitSpares(t, os.Getpid(), 1)
 		l.Close()
-		deadline := time.Now().Add(5 * time.Second)
-		for len(spareLaunchers(os.Getpid())) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("spare launchers %v left after Close", spareLaunchers(os.Getpid()))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		noSpares := func() bool { return len(spareLaunchers(os.Getpid())) == 0 }
+		testkit.Eventually(t, 5*time.Second, "Close to end the spare launchers", noSpares)
 		run()
 		// The run's own launcher exits just after its report; a spare
 		// would stay.
-		deadline = time.Now().Add(5 * time.Second)
-		for len(spareLaunchers(os.Getpid())) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("a closed launcher started spares %v", spareLaunchers(os.Getpid()))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.Eventually(t, 5*time.Second, "the run's own launcher to exit, leaving no spares after Close", noSpares)
 	})
 }
 
