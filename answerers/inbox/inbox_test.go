@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
@@ -260,10 +262,10 @@ func TestPendingPage(t *testing.T) {
 	}
 	s.waitQuestion(q2, func(q *inbox.Question) bool { return q.Status == "answered" })
 	var after page
-	deadline := time.Now().Add(10 * time.Second)
-	for after = b.get("/inbox/"); strings.Contains(after.body, `data-id="`+q2+`"`) && time.Now().Before(deadline); after = b.get("/inbox/") {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the pending page without "+q2, func() bool {
+		after = b.get("/inbox/")
+		return !strings.Contains(after.body, `data-id="`+q2+`"`)
+	})
 	mustContain(t, "after the answer", after.body, `<span class="count" id="pending-count">3</span>`, `data-id="`+q4+`"`,
 		`<option value="approval">Approval</option>`, `<option value="decision">Decision</option>`,
 		`<option value="asker">asker</option>`, `<option value="ops-asker">ops-asker</option>`, `<option value="ops">ops</option>`)
@@ -341,12 +343,11 @@ func TestAnswerResumesThread(t *testing.T) {
 	mustContain(t, "history", b.get("/inbox/history").body, `data-id="`+qid+`"`, `<strong class="answer-text">B</strong>`,
 		`<span class="answered-by">alice</span>`, "status-answered")
 	// The thread view follows the resumed round to its end.
-	det := s.waitQuestion(qid, func(*inbox.Question) bool { return true })
-	deadline := time.Now().Add(waitFor)
-	for (det.Thread == nil || det.Thread.Status != "finished") && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	var det *inbox.Question
+	testkit.Eventually(t, waitFor, "the thread view to show the thread finished", func() bool {
 		det = s.waitQuestion(qid, func(*inbox.Question) bool { return true })
-	}
+		return det.Thread != nil && det.Thread.Status == "finished"
+	})
 	if det.Thread == nil || len(det.Thread.Rounds) != 2 || det.Thread.Rounds[1].Status != "finished" {
 		t.Errorf("thread = %+v", det.Thread)
 	}
@@ -453,16 +454,10 @@ func TestRoutes(t *testing.T) {
 		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
 		return resp.StatusCode, sb.String()
 	}
-	deadline := time.Now().Add(waitFor)
-	for {
-		if st, _ := get("/inbox/api/questions/" + qOps); st == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ops inbox never showed the ops question")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, waitFor, "the ops inbox to show the ops question", func() bool {
+		st, _ := get("/inbox/api/questions/" + qOps)
+		return st == http.StatusOK
+	})
 	if st, _ := get("/inbox/api/questions/" + qHuman); st != http.StatusNotFound {
 		t.Errorf("the ops inbox on a human question: %d", st)
 	}

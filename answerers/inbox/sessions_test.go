@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
+
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/crypto/bcrypt"
 
@@ -80,17 +82,10 @@ func TestSignOutEverywhere(t *testing.T) {
 		t.Fatal("the other replica's live stream still runs 10s after signing out")
 	}
 	br.base = bb.web.URL
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, "the other replica to stop serving the signed-out session", func() bool {
 		p := br.get("/inbox/")
-		if p.status == http.StatusSeeOther && p.location == "/inbox/login?next=%2Finbox%2F" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the other replica still serves the signed-out session: %d %s", p.status, p.location)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return p.status == http.StatusSeeOther && p.location == "/inbox/login?next=%2Finbox%2F"
+	})
 }
 
 // Failed sign-ins are limited per name and per address; the refusal says
