@@ -431,8 +431,13 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			if err != nil {
 				continue
 			}
-			var r client.Record
-			if json.Unmarshal(e.Value(), &r) == nil && !r.Queued && !r.Terminal() {
+			// The stored record: queued is the dispatcher's own field,
+			// not part of client.Record.
+			var r struct {
+				Status lifecycle.Kind `json:"status"`
+				Queued bool           `json:"queued"`
+			}
+			if json.Unmarshal(e.Value(), &r) == nil && !r.Queued && !r.Status.Terminal() {
 				bad("record %s stayed unqueued", k)
 			}
 		}

@@ -19,8 +19,20 @@ const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 func TestDispatch(t *testing.T) {
 	e := newEnv(t)
 	d := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)}, client.WithTraceparent(trace))
-	if d.ID == "" || d.ThreadID != d.ID || d.Record.Status != lifecycle.KindAccepted || !d.Record.Queued {
+	if d.ID == "" || d.ThreadID != d.ID || d.Record.Status != lifecycle.KindAccepted {
 		t.Fatalf("handle: %+v", d)
+	}
+	// The dispatcher answers once the work is queued; queued is its
+	// stored record's, not the client's.
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketDispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored struct {
+		Queued bool `json:"queued"`
+	}
+	if ent, err := kv.Get(t.Context(), d.ID); err != nil || json.Unmarshal(ent.Value(), &stored) != nil || !stored.Queued {
+		t.Fatalf("the stored record of %s is not queued (%v)", d.ID, err)
 	}
 	if lifecycle.TraceID(d.Record.Traceparent) != lifecycle.TraceID(trace) {
 		t.Errorf("traceparent %q does not continue %q", d.Record.Traceparent, trace)

@@ -79,11 +79,11 @@ func ExampleClient_Dispatch() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(d.DispatchID, d.Record.Status, d.Record.Queued)
+	fmt.Println(d.DispatchID, d.Record.Status)
 	fmt.Println("thread:", d.ThreadID)
 	fmt.Println("timeout:", d.Record.Request.Timeout, "max rounds:", d.Record.Request.MaxRounds)
 	// Output:
-	// release-plan-42 accepted true
+	// release-plan-42 accepted
 	// thread: release-plan-42
 	// timeout: 30m0s max rounds: 5
 }

@@ -7,10 +7,12 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// Record is a dispatch record: the value the dispatcher keeps under the
-// dispatch id in the agora_dispatches bucket, and what the dispatch, cancel
-// and status calls return. The dispatcher writes it when it accepts a
-// request and keeps it current from the lifecycle stream.
+// Record is a dispatch record: what the dispatch, cancel and status calls
+// return, and the public part of the value the dispatcher keeps under the
+// dispatch id in the agora_dispatches bucket (beside it, the dispatcher
+// stores bookkeeping of its own that no call returns). The dispatcher
+// writes it when it accepts a request and keeps it current from the
+// lifecycle stream.
 type Record struct {
 	DispatchID       string `json:"dispatch_id"`
 	ThreadID         string `json:"thread_id"`
@@ -21,10 +23,6 @@ type Record struct {
 	// Status is the latest lifecycle kind: accepted, then started, then one
 	// terminal kind, which never changes again.
 	Status lifecycle.Kind `json:"status"`
-	// Queued reports that the work message is on AGORA_DISPATCH. A record
-	// found with Queued false belongs to an acceptance that was interrupted;
-	// the dispatcher finishes it when the same request comes again.
-	Queued bool `json:"queued"`
 	// Attempt is the highest delivery attempt a worker reported as started.
 	Attempt  int    `json:"attempt,omitempty"`
 	WorkerID string `json:"worker_id,omitempty"`

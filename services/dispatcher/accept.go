@@ -48,13 +48,13 @@ func complete(req *lifecycle.Request, def subagent.Definition, rev uint64) {
 // refused request answers a *client.Problem; any other error is temporary
 // and the request may be retried as it is. door names where it came in,
 // for its span (docs/tracing.md).
-func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent, door string) (rec client.Record, result string, err error) {
+func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent, door string) (answer client.Record, result string, err error) {
 	ctx, span := intakeSpan(ctx, traceparent, door, req)
 	defer func() {
 		if span.IsRecording() {
 			span.SetAttributes(telemetry.KeyOutcome.String(result))
-			if rec.DispatchID != "" {
-				span.SetAttributes(telemetry.Dispatch(rec.Common())...)
+			if answer.DispatchID != "" {
+				span.SetAttributes(telemetry.Dispatch(answer.Common())...)
 			}
 		}
 		// A refusal is an answer, not a failure of the span; the request's
@@ -92,11 +92,11 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		traceparent = lifecycle.NewTraceparent()
 	}
 	now := time.Now().UTC()
-	rec = client.Record{
+	rec := record{Record: client.Record{
 		DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round,
 		Subagent: req.Subagent, SubagentRevision: rev, Status: lifecycle.KindAccepted,
 		Traceparent: traceparent, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
-	}
+	}}
 	result = resultAccepted
 	if req.Round > req.MaxRounds {
 		rec.Status, rec.AcceptedAt, rec.EndedAt = lifecycle.KindFailed, nil, &now
@@ -154,21 +154,21 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		s.metrics.applied(lifecycle.KindAccepted, "") // listed by the record itself
 	}
 	if ierr != nil {
-		return rec, result, withID(ierr, rec.DispatchID) // a retry finds the record and indexes it
+		return rec.Record, result, withID(ierr, rec.DispatchID) // a retry finds the record and indexes it
 	}
-	rec, err = s.finish(ctx, b, rec, created)
-	return rec, result, withID(err, rec.DispatchID)
+	answer, err = s.finish(ctx, b, rec, created)
+	return answer, result, withID(err, answer.DispatchID)
 }
 
 // repeat answers a request whose dispatch id has a record: the record,
 // once its acceptance is complete, or a conflict when the request differs
 // from the recorded one.
-func (s *Service) repeat(ctx context.Context, b *bindings, first client.Record, req lifecycle.Request) (client.Record, string, error) {
+func (s *Service) repeat(ctx context.Context, b *bindings, first record, req lifecycle.Request) (client.Record, string, error) {
 	if err := requestConflict(first.Request, req); err != nil {
 		return client.Record{}, resultConflict, err
 	}
-	first, err := s.finish(ctx, b, first, 0)
-	return first, resultDuplicate, withID(err, first.DispatchID)
+	answer, err := s.finish(ctx, b, first, 0)
+	return answer, resultDuplicate, withID(err, answer.DispatchID)
 }
 
 // idError is a temporary failure after the dispatch got its id: the answer
@@ -202,41 +202,42 @@ func resultOf(err error) string {
 // request and mark the record queued. Every step is idempotent, so finish
 // runs again safely when a retry finds a record that is not queued.
 // created is the revision of a record created just now, already indexed
-// (nothing was published for it before); 0 for a record found.
-func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, created uint64) (client.Record, error) {
+// (nothing was published for it before); 0 for a record found. It returns
+// the record as a door answers it.
+func (s *Service) finish(ctx context.Context, b *bindings, rec record, created uint64) (client.Record, error) {
 	if rec.Request == nil {
-		return rec, nil // made by the projection from a refused request: nothing to queue
+		return rec.Record, nil // made by the projection from a refused request: nothing to queue
 	}
 	fresh := created > 0
 	if !fresh {
 		if err := b.store.index(ctx, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
-			return rec, err
+			return rec.Record, err
 		}
 	}
 	if rec.Result != nil && rec.Result.Reason == lifecycle.ReasonMaxRounds && rec.AcceptedAt == nil {
 		if !fresh {
-			if ok, err := s.eventExists(ctx, b, lifecycle.KindFailed, rec); err != nil || ok {
-				return rec, err
+			if ok, err := s.eventExists(ctx, b, lifecycle.KindFailed, rec.Record); err != nil || ok {
+				return rec.Record, err
 			}
 		}
 		d := &lifecycle.Failed{Common: rec.Common(), Reason: lifecycle.ReasonMaxRounds, Detail: rec.Result.Detail}
 		_, _, err := s.emit(ctx, b, d, rec.Traceparent)
-		return rec, err
+		return rec.Record, err
 	}
 	if rec.Queued || rec.Terminal() {
-		return rec, nil // done, or cancelled before it was queued: a worker would skip it
+		return rec.Record, nil // done, or cancelled before it was queued: a worker would skip it
 	}
-	mark, err := s.parentCancel(ctx, b, rec)
+	mark, err := s.parentCancel(ctx, b, rec.Record)
 	if err != nil {
-		return rec, err
+		return rec.Record, err
 	}
 	if mark != nil {
-		return s.cancelOnAcceptance(ctx, b, rec, fresh, mark)
+		return s.cancelOnAcceptance(ctx, b, rec.Record, fresh, mark)
 	}
-	if err := s.publish(ctx, b, rec, fresh); err != nil {
-		return rec, err
+	if err := s.publish(ctx, b, rec.Record, fresh); err != nil {
+		return rec.Record, err
 	}
-	queued := func(r *client.Record) bool {
+	queued := func(r *record) bool {
 		if r.Queued {
 			return false
 		}
@@ -250,7 +251,7 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec client.Record, cr
 		rec, err = b.store.update(mctx, rec.DispatchID, queued)
 	}
 	telemetry.End(mspan, err)
-	return rec, err
+	return rec.Record, err
 }
 
 // acceptedPending reports whether the accepted event of rec is still to

@@ -38,8 +38,9 @@ func (h *harness) dispatchVia(door string, id string, body string) client.Record
 			if !h.hasRecord(id) {
 				return false
 			}
-			rec, _ = h.record(id)
-			return rec.Queued
+			st, _ := h.record(id)
+			rec = st.Record
+			return st.Queued
 		})
 		return rec
 	case "micro":
@@ -47,24 +48,34 @@ func (h *harness) dispatchVia(door string, id string, body string) client.Record
 		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 			h.t.Fatalf("micro dispatch: %s %s", code, m.Data)
 		}
-		var rec client.Record
-		if err := json.Unmarshal(m.Data, &rec); err != nil {
-			h.t.Fatal(err)
-		}
-		return rec
+		return h.answeredRecord(m.Data)
 	case "http":
 		resp, data := h.do(http.MethodPost, "/v1/dispatches", body, "", "traceparent", testTrace)
 		if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
 			h.t.Fatalf("http dispatch: %d %s", resp.StatusCode, data)
 		}
-		var rec client.Record
-		if err := json.Unmarshal(data, &rec); err != nil {
-			h.t.Fatal(err)
-		}
-		return rec
+		return h.answeredRecord(data)
 	}
 	h.t.Fatalf("no door %q", door)
 	return client.Record{}
+}
+
+// answeredRecord decodes the record a door answered, which carries no
+// "queued": that flag is the stored record's, not the API's.
+func (h *harness) answeredRecord(data []byte) client.Record {
+	h.t.Helper()
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(data, &keys); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, ok := keys["queued"]; ok {
+		h.t.Errorf("the answered record has a \"queued\" key: %s", data)
+	}
+	var rec client.Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		h.t.Fatal(err)
+	}
+	return rec
 }
 
 var doors = []string{"stream", "micro", "http"}
@@ -82,8 +93,9 @@ func TestAcceptThroughEachDoor(t *testing.T) {
 				h.eventually("queued", func() bool { return h.hasRecord(id) && func() bool { r, _ := h.record(id); return r.Queued }() })
 			} else {
 				rec := h.dispatchVia(door, id, body)
-				if !rec.Queued || rec.Status != lifecycle.KindAccepted {
-					t.Fatalf("answered record: status %q queued %v", rec.Status, rec.Queued)
+				// The door answers once the record is queued.
+				if st, _ := h.record(id); !st.Queued || rec.Status != lifecycle.KindAccepted {
+					t.Fatalf("answered record: status %q, stored queued %v", rec.Status, st.Queued)
 				}
 			}
 			rec, _ := h.record(id)
@@ -423,8 +435,8 @@ func TestMaxRounds(t *testing.T) {
 	})
 	t.Run("at the limit", func(t *testing.T) {
 		d := h.dispatchMicro(redispatch("mr-3", 3, 0))
-		if d.Record.Status != lifecycle.KindAccepted || !d.Record.Queued {
-			t.Errorf("record: %+v", d.Record)
+		if st, _ := h.record("mr-3"); d.Record.Status != lifecycle.KindAccepted || !st.Queued {
+			t.Errorf("record: %+v, stored queued %v", d.Record, st.Queued)
 		}
 	})
 	t.Run("the request's own limit", func(t *testing.T) {
@@ -463,8 +475,8 @@ func (h *harness) interruptedRecord(id string) {
 	now := time.Now().UTC()
 	req := lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`),
 		SubagentRevision: def.Revision(), Timeout: "5m", MaxRounds: 3}
-	rec := client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: def.Revision(), Status: lifecycle.KindAccepted,
-		Traceparent: testTrace, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now}
+	rec := stored{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: def.Revision(), Status: lifecycle.KindAccepted,
+		Traceparent: testTrace, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now}, Queued: false}
 	data, _ := json.Marshal(rec)
 	dk, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketDispatches)
 	if err != nil {
@@ -501,9 +513,9 @@ func TestCrashSafeAcceptance(t *testing.T) {
 	}
 	t.Run("micro retry", func(t *testing.T) {
 		h.interruptedRecord("crash-micro")
-		d := h.dispatchMicro(lifecycle.Request{DispatchID: "crash-micro", Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`)})
-		if !d.Record.Queued {
-			t.Errorf("the retry answered an unqueued record")
+		h.dispatchMicro(lifecycle.Request{DispatchID: "crash-micro", Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`)})
+		if st, _ := h.record("crash-micro"); !st.Queued {
+			t.Errorf("the retry answered before the record was queued")
 		}
 		verify(t, "crash-micro")
 	})
@@ -514,9 +526,9 @@ func TestCrashSafeAcceptance(t *testing.T) {
 	})
 	t.Run("http retry", func(t *testing.T) {
 		h.interruptedRecord("crash-http")
-		rec := h.dispatchVia("http", "crash-http", `{"dispatch_id":"crash-http","subagent":"planner","input":{"from":"first"},"timeout":"300s"}`)
-		if !rec.Queued {
-			t.Errorf("the retry answered an unqueued record")
+		h.dispatchVia("http", "crash-http", `{"dispatch_id":"crash-http","subagent":"planner","input":{"from":"first"},"timeout":"300s"}`)
+		if st, _ := h.record("crash-http"); !st.Queued {
+			t.Errorf("the retry answered before the record was queued")
 		}
 		verify(t, "crash-http")
 	})

@@ -43,13 +43,14 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 	if !idRE.MatchString(id) {
 		return client.Record{}, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
-	rec, _, err := b.store.get(ctx, id)
+	stored, _, err := b.store.get(ctx, id)
 	if errors.Is(err, errNoRecord) {
-		return rec, s.gone("dispatch", id)
+		return client.Record{}, s.gone("dispatch", id)
 	}
 	if err != nil {
-		return rec, err
+		return client.Record{}, err
 	}
+	rec := stored.Record
 	if by == "" {
 		by = defaultCanceller
 	}
@@ -92,9 +93,10 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 			return rec, err
 		}
 	}
-	if rec, _, err = s.apply(ctx, b, e, l); err != nil {
-		return rec, err
+	if stored, _, err = s.apply(ctx, b, e, l); err != nil {
+		return stored.Record, err
 	}
+	rec = stored.Record
 	if l.LifecycleKind() == lifecycle.KindNeedsInput {
 		// Paused on a question the record did not show yet.
 		return s.cancelPausedThread(ctx, b, rec, by, reason)
@@ -153,7 +155,7 @@ func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec clien
 	}
 	mark := client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason}, At: time.Now().UTC()}
 	marked := false
-	rec, err := b.store.update(ctx, rec.DispatchID, func(r *client.Record) bool {
+	stored, err := b.store.update(ctx, rec.DispatchID, func(r *record) bool {
 		if r.CancelRequested != nil {
 			return false // cancelled before: the first mark stands
 		}
@@ -162,6 +164,7 @@ func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec clien
 		marked = true
 		return true
 	})
+	rec = stored.Record
 	if err != nil {
 		return rec, err
 	}
@@ -295,9 +298,9 @@ func (s *Service) status(ctx context.Context, b *bindings, id string) (client.Re
 	}
 	rec, _, err := b.store.get(ctx, id)
 	if errors.Is(err, errNoRecord) {
-		return rec, s.gone("dispatch", id)
+		return client.Record{}, s.gone("dispatch", id)
 	}
-	return rec, err
+	return rec.Record, err
 }
 
 // thread returns every round of a thread with its lifecycle events.
@@ -319,7 +322,7 @@ func (s *Service) thread(ctx context.Context, b *bindings, threadID string) (cli
 		if err != nil {
 			return client.Thread{}, err
 		}
-		th.Rounds = append(th.Rounds, client.Round{Record: rec, Events: events[ent.DispatchID]})
+		th.Rounds = append(th.Rounds, client.Round{Record: rec.Record, Events: events[ent.DispatchID]})
 	}
 	if r := th.Latest(); r != nil {
 		th.Status = r.Status

@@ -101,15 +101,15 @@ func TestOperatorFloor(t *testing.T) {
 		h.putSubagent(def("fine", subagent.Sandbox{Mode: subagent.SandboxStrict, ReadPaths: []string{"/srv"}, WritePaths: []string{"/srv/out"},
 			Network: subagent.Network{Allow: []string{"api.example.com:443", "*.cdn.example.com:443"}}}))
 		d := h.dispatchMicro(lifecycle.Request{Subagent: "fine"})
-		if d.Record.Status != lifecycle.KindAccepted || !d.Record.Queued {
-			t.Errorf("record: %+v", d.Record)
+		if st, _ := h.record(d.DispatchID); d.Record.Status != lifecycle.KindAccepted || !st.Queued {
+			t.Errorf("record: %+v, stored queued %v", d.Record, st.Queued)
 		}
 	})
 	t.Run("a definition fixed is accepted at once", func(t *testing.T) {
 		h.putSubagent(def("loose", subagent.Sandbox{}))
 		d := h.dispatchMicro(lifecycle.Request{Subagent: "loose"})
-		if d.Record.Status != lifecycle.KindAccepted || !d.Record.Queued {
-			t.Errorf("record: %+v", d.Record)
+		if st, _ := h.record(d.DispatchID); d.Record.Status != lifecycle.KindAccepted || !st.Queued {
+			t.Errorf("record: %+v, stored queued %v", d.Record, st.Queued)
 		}
 	})
 }

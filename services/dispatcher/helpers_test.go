@@ -305,8 +305,16 @@ func (h *harness) queued(id string) []lifecycle.Request {
 	return out
 }
 
-// record reads a dispatch record and its KV revision.
-func (h *harness) record(id string) (client.Record, uint64) {
+// stored is a dispatch record as the dispatcher keeps it in
+// agora_dispatches: the public client.Record and, beside it, the
+// dispatcher's own queued flag, which no door answers.
+type stored struct {
+	client.Record
+	Queued bool `json:"queued"`
+}
+
+// record reads a dispatch record as stored, and its KV revision.
+func (h *harness) record(id string) (stored, uint64) {
 	h.t.Helper()
 	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketDispatches)
 	if err != nil {
@@ -316,7 +324,7 @@ func (h *harness) record(id string) (client.Record, uint64) {
 	if err != nil {
 		h.t.Fatalf("record %s: %v", id, err)
 	}
-	var rec client.Record
+	var rec stored
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		h.t.Fatal(err)
 	}
@@ -345,10 +353,10 @@ func (h *harness) eventually(what string, cond func() bool) {
 	}
 }
 
-// projected waits until the record lists the event.
-func (h *harness) projected(id, eventID string) client.Record {
+// projected waits until the stored record lists the event.
+func (h *harness) projected(id, eventID string) stored {
 	h.t.Helper()
-	var rec client.Record
+	var rec stored
 	h.eventually("record "+id+" to apply "+eventID, func() bool {
 		if !h.hasRecord(id) {
 			return false

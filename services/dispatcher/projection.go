@@ -115,7 +115,7 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 	// here, before its thread's end below looks for it in the index; so is
 	// one whose accepted event it applies. An acceptance that listed its
 	// accepted event in the record indexed it before publishing the event.
-	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted && !listedAtAcceptance(rec, e.ID())) {
+	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted && !listedAtAcceptance(rec.Record, e.ID())) {
 		err = b.store.index(ctx, c.ThreadID, c.Round, c.DispatchID)
 	}
 	if err == nil && endsThread(l.LifecycleKind()) {
@@ -139,7 +139,7 @@ func listedAtAcceptance(rec client.Record, id string) bool {
 // compare-and-set, once: an event whose id the record lists is a
 // redelivery and changes nothing. A dispatch without a record (a request
 // refused on the stream) gets one. created reports that.
-func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l lifecycle.Lifecycle) (rec client.Record, created bool, err error) {
+func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l lifecycle.Lifecycle) (rec record, created bool, err error) {
 	c := l.Base()
 	ref := client.EventRef{ID: e.ID(), Kind: l.LifecycleKind(), Time: e.Time().UTC()}
 	for i := range maxCAS {
@@ -152,14 +152,14 @@ func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l l
 		created = errors.Is(err, errNoRecord)
 		switch {
 		case created:
-			rec = client.Record{DispatchID: c.DispatchID, ThreadID: c.ThreadID, ParentID: c.ParentID, Round: c.Round, Subagent: c.Subagent, CreatedAt: ref.Time}
+			rec = record{Record: client.Record{DispatchID: c.DispatchID, ThreadID: c.ThreadID, ParentID: c.ParentID, Round: c.Round, Subagent: c.Subagent, CreatedAt: ref.Time}}
 		case err != nil:
 			return rec, false, err
 		}
 		if slices.ContainsFunc(rec.Events, func(r client.EventRef) bool { return r.ID == ref.ID }) {
 			return rec, false, nil
 		}
-		applyEvent(&rec, ref, l)
+		applyEvent(&rec.Record, ref, l)
 		rec.UpdatedAt = time.Now().UTC()
 		if endsThread(l.LifecycleKind()) && rec.ExpiresAt == nil {
 			// The thread ends: this write already carries the record's TTL

@@ -112,8 +112,8 @@ func TestReconcilerReadsEveryBatch(t *testing.T) {
 		t.Helper()
 		id := lifecycle.NewID()
 		req := lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner", Input: json.RawMessage(`{}`), SubagentRevision: 1, Timeout: "5m", MaxRounds: 3}
-		rec := client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: 1, Status: status, Queued: queued,
-			Request: &req, CreatedAt: created, AcceptedAt: &created, UpdatedAt: created}
+		rec := stored{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: 1, Status: status,
+			Request: &req, CreatedAt: created, AcceptedAt: &created, UpdatedAt: created}, Queued: queued}
 		if _, err := kv.Create(t.Context(), id, []byte(mustJSON(t, rec))); err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,6 @@
 package dispatcher
 
-import (
-	"sync"
-
-	"github.com/agora-dispatch/agora/pkg/client"
-)
+import "sync"
 
 // The records a dispatcher keeps: at most this many, of at most this many
 // bytes in all; a record larger than maxCachedRecord is read when needed.
@@ -43,7 +39,7 @@ func newRecordCache(max, maxBytes int) *recordCache {
 // wrote notes that rec was written as data at rev: kept while the
 // dispatch goes on, forgotten once it ended (nothing applies to it
 // again but the retention's writes, which read it).
-func (c *recordCache) wrote(rec *client.Record, data []byte, rev uint64) {
+func (c *recordCache) wrote(rec *record, data []byte, rev uint64) {
 	if rec.Terminal() || len(data) > maxCachedRecord {
 		c.drop(rec.DispatchID)
 		return

@@ -54,9 +54,9 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 		t.Helper()
 		now := time.Now().UTC()
 		c := lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "planner"}
-		rec := client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
+		rec := record{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
 			Request: &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner"},
-			Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}
+			Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}}
 		data, _ := json.Marshal(rec)
 		rev, err := kv.Create(t.Context(), id, data)
 		if err != nil {
@@ -65,7 +65,7 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 		b.store.cache.wrote(&rec, data, rev)
 		return c
 	}
-	apply := func(d lifecycle.Lifecycle) client.Record {
+	apply := func(d lifecycle.Lifecycle) record {
 		t.Helper()
 		e, err := lifecycle.New("test", d)
 		if err != nil {
@@ -174,8 +174,8 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 }
 
 func TestRecordCacheBounds(t *testing.T) {
-	rec := func(id string, status lifecycle.Kind) *client.Record {
-		return &client.Record{DispatchID: id, Status: status}
+	rec := func(id string, status lifecycle.Kind) *record {
+		return &record{Record: client.Record{DispatchID: id, Status: status}}
 	}
 	t.Run("an older revision does not replace a newer one", func(t *testing.T) {
 		c := newRecordCache(10, 1<<20)

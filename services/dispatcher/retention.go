@@ -45,7 +45,7 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended
 		if t.DispatchID == ended {
 			continue
 		}
-		_, err := b.store.update(ctx, t.DispatchID, func(r *client.Record) bool {
+		_, err := b.store.update(ctx, t.DispatchID, func(r *record) bool {
 			if r.ExpiresAt != nil {
 				return false
 			}

@@ -28,6 +28,18 @@ var errConflict = errors.New("dispatcher: record changed concurrently")
 // maxCAS bounds the compare-and-set retries of one change.
 const maxCAS = 64
 
+// record is a dispatch record as stored under its dispatch id: the public
+// client.Record, which every door answers, and the dispatcher's own
+// bookkeeping beside it. Embedding keeps the stored JSON one flat object.
+type record struct {
+	client.Record
+	// Queued reports that the work message is on AGORA_DISPATCH. A record
+	// found with Queued false belongs to an acceptance that was
+	// interrupted; the dispatcher finishes it when the same request comes
+	// again, or the reconciler does (reconcile.go).
+	Queued bool `json:"queued"`
+}
+
 // store is the one home of the dispatch records and thread indexes in
 // agora_dispatches (docs/design.md §2, "The dispatch record and the
 // reconciler"): every read and write of that bucket goes through it, and
@@ -58,17 +70,17 @@ func conflict(err error) bool {
 
 // get reads a dispatch record and its revision; errNoRecord when there is
 // none.
-func (st store) get(ctx context.Context, id string) (client.Record, uint64, error) {
+func (st store) get(ctx context.Context, id string) (record, uint64, error) {
 	e, err := st.kv.Get(ctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
-		return client.Record{}, 0, fmt.Errorf("%w: %s", errNoRecord, id)
+		return record{}, 0, fmt.Errorf("%w: %s", errNoRecord, id)
 	case err != nil:
-		return client.Record{}, 0, fmt.Errorf("dispatcher: read record %s: %w", id, err)
+		return record{}, 0, fmt.Errorf("dispatcher: read record %s: %w", id, err)
 	}
-	var rec client.Record
+	var rec record
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
+		return record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
 	}
 	return rec, e.Revision(), nil
 }
@@ -77,15 +89,15 @@ func (st store) get(ctx context.Context, id string) (client.Record, uint64, erro
 // reads it when it has no copy. The revision is the one to write at; when
 // the copy is stale that write fails as a conflict and the caller reads
 // again with get.
-func (st store) cached(ctx context.Context, id string) (client.Record, uint64, error) {
+func (st store) cached(ctx context.Context, id string) (record, uint64, error) {
 	if st.cache != nil {
 		st.cache.mu.Lock()
 		e, ok := st.cache.get(id)
 		st.cache.mu.Unlock()
 		if ok {
-			var rec client.Record
+			var rec record
 			if err := json.Unmarshal(e.data, &rec); err != nil {
-				return client.Record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
+				return record{}, 0, fmt.Errorf("dispatcher: decode record %s: %w", id, err)
 			}
 			return rec, e.rev, nil
 		}
@@ -96,7 +108,7 @@ func (st store) cached(ctx context.Context, id string) (client.Record, uint64, e
 // create writes a new record as it is — with its TTL when it is set to
 // expire — and keeps it as written. It returns the record's revision, or
 // errConflict when the dispatch id is taken.
-func (st store) create(ctx context.Context, rec *client.Record) (uint64, error) {
+func (st store) create(ctx context.Context, rec *record) (uint64, error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, fmt.Errorf("dispatcher: encode record: %w", err)
@@ -119,7 +131,7 @@ func (st store) create(ctx context.Context, rec *client.Record) (uint64, error) 
 // put writes rec as it is over revision rev and keeps it as written. It
 // returns the new revision, or errConflict when the record changed since
 // rev; a copy kept of it is then stale, and forgotten.
-func (st store) put(ctx context.Context, rec *client.Record, rev uint64) (uint64, error) {
+func (st store) put(ctx context.Context, rec *record, rev uint64) (uint64, error) {
 	id := rec.DispatchID
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -155,13 +167,13 @@ func (st store) write(ctx context.Context, key string, data []byte, rev uint64, 
 // update applies mutate to a record with compare-and-set, retrying on
 // conflict. mutate reports whether it changed anything; when it did not,
 // nothing is written.
-func (st store) update(ctx context.Context, id string, mutate func(*client.Record) bool) (client.Record, error) {
-	return st.updateFrom(ctx, client.Record{DispatchID: id}, 0, mutate)
+func (st store) update(ctx context.Context, id string, mutate func(*record) bool) (record, error) {
+	return st.updateFrom(ctx, record{Record: client.Record{DispatchID: id}}, 0, mutate)
 }
 
 // updateFrom is update starting from rec as read at revision rev, which
 // saves the read when nobody wrote the record since; rev 0 reads first.
-func (st store) updateFrom(ctx context.Context, known client.Record, rev uint64, mutate func(*client.Record) bool) (client.Record, error) {
+func (st store) updateFrom(ctx context.Context, known record, rev uint64, mutate func(*record) bool) (record, error) {
 	id := known.DispatchID
 	for range maxCAS {
 		rec := known
@@ -182,7 +194,7 @@ func (st store) updateFrom(ctx context.Context, known client.Record, rev uint64,
 		}
 		rev = 0 // somebody wrote it: read again
 	}
-	return client.Record{}, fmt.Errorf("dispatcher: update record %s: %d conflicting writers", id, maxCAS)
+	return record{}, fmt.Errorf("dispatcher: update record %s: %d conflicting writers", id, maxCAS)
 }
 
 // threadIndex is the value under thread.<thread_id> in agora_dispatches:

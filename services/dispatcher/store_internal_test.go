@@ -39,9 +39,9 @@ func newTestStores(t *testing.T) (store, store, jetstream.KeyValue, jetstream.Je
 func TestStore(t *testing.T) {
 	a, b, _, js := newTestStores(t)
 	ctx := t.Context()
-	newRecord := func(id string) *client.Record {
+	newRecord := func(id string) *record {
 		now := time.Now().UTC()
-		return &client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, UpdatedAt: now}
+		return &record{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, UpdatedAt: now}}
 	}
 
 	t.Run("get, create and a taken id", func(t *testing.T) {
@@ -80,7 +80,7 @@ func TestStore(t *testing.T) {
 			}
 			wg.Go(func() {
 				for range each {
-					if _, err := st.update(ctx, "s-cas", func(r *client.Record) bool { r.Attempt++; return true }); err != nil {
+					if _, err := st.update(ctx, "s-cas", func(r *record) bool { r.Attempt++; return true }); err != nil {
 						errs <- err
 					}
 				}
@@ -97,7 +97,7 @@ func TestStore(t *testing.T) {
 		}
 		// A mutation that changes nothing writes nothing.
 		_, before, _ := a.get(ctx, "s-cas")
-		if _, err := a.update(ctx, "s-cas", func(*client.Record) bool { return false }); err != nil {
+		if _, err := a.update(ctx, "s-cas", func(*record) bool { return false }); err != nil {
 			t.Fatal(err)
 		}
 		if _, after, _ := a.get(ctx, "s-cas"); after != before {
@@ -113,7 +113,7 @@ func TestStore(t *testing.T) {
 		if err != nil || rev == 0 {
 			t.Fatalf("cached = %d, %v", rev, err)
 		}
-		if _, err := b.update(ctx, "s-copy", func(r *client.Record) bool { r.WorkerID = "w-b"; return true }); err != nil {
+		if _, err := b.update(ctx, "s-copy", func(r *record) bool { r.WorkerID = "w-b"; return true }); err != nil {
 			t.Fatal(err)
 		}
 		stale.Attempt = 1
@@ -125,7 +125,7 @@ func TestStore(t *testing.T) {
 		}
 		// updateFrom with the stale copy reads again and keeps the other
 		// writer's change.
-		got, err := a.updateFrom(ctx, stale, rev, func(r *client.Record) bool { r.Attempt = 2; return true })
+		got, err := a.updateFrom(ctx, stale, rev, func(r *record) bool { r.Attempt = 2; return true })
 		if err != nil || got.Attempt != 2 || got.WorkerID != "w-b" {
 			t.Errorf("updateFrom = attempt %d worker %q, %v; want 2 and w-b", got.Attempt, got.WorkerID, err)
 		}
@@ -226,7 +226,7 @@ func TestStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		// u-2 is queued by a later write: its last write decides.
-		if _, err := b.update(ctx, "u-2", func(r *client.Record) bool { r.Queued = true; return true }); err != nil {
+		if _, err := b.update(ctx, "u-2", func(r *record) bool { r.Queued = true; return true }); err != nil {
 			t.Fatal(err)
 		}
 		ids, err := a.unqueued(ctx, since)
@@ -245,7 +245,7 @@ func TestStorePutKeepsTheTTL(t *testing.T) {
 	a, _, _, js := newTestStores(t)
 	ctx := t.Context()
 	now := time.Now().UTC()
-	rec := client.Record{DispatchID: "ttl-1", ThreadID: "ttl-1", Subagent: "planner", Status: lifecycle.KindFinished, CreatedAt: now, UpdatedAt: now}
+	rec := record{Record: client.Record{DispatchID: "ttl-1", ThreadID: "ttl-1", Subagent: "planner", Status: lifecycle.KindFinished, CreatedAt: now, UpdatedAt: now}}
 	rev, err := a.create(ctx, &rec)
 	if err != nil {
 		t.Fatal(err)

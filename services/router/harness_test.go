@@ -103,10 +103,14 @@ func (e *env) seedDispatch(req lifecycle.Request, status lifecycle.Kind) {
 	if req.ThreadID == "" {
 		req.ThreadID = req.DispatchID
 	}
-	rec := client.Record{
+	// As stored: the public record and the dispatcher's own queued flag.
+	rec := struct {
+		client.Record
+		Queued bool `json:"queued"`
+	}{Record: client.Record{
 		DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round,
-		Subagent: req.Subagent, Status: status, Queued: true, Request: &req, CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC(),
-	}
+		Subagent: req.Subagent, Status: status, Request: &req, CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC(),
+	}, Queued: true}
 	e.putDispatch(rec)
 }
 

@@ -717,7 +717,6 @@ type Record struct {
 	// Outcome Set only on a cancel's answer: what that cancel did, from the dispatch's state when it arrived (docs/dispatcher.md, "Cancel"): cancelled, cancelling (running: its worker stops it), thread-cancelling (paused on a question: the router ends the thread) or already-ended (nothing was cancelled).
 	Outcome  *RecordOutcome `json:"outcome,omitempty"`
 	ParentId *string        `json:"parent_id,omitempty"`
-	Queued   bool           `json:"queued"`
 
 	// Request The data of a dispatch request (lifecycle.Request). Clients send it on agora.requests.<subagent>; the dispatcher fills the ids and queues the completed request on agora.dispatch.<subagent>; the router sends a re-dispatch with thread_id, parent_id, round and question_id set. Unknown members are refused: a misspelt field must not run a sub-agent with defaults.
 	Request          *DispatchRequested `json:"request,omitempty"`
@@ -767,7 +766,6 @@ type Round struct {
 	// Outcome Set only on a cancel's answer: what that cancel did, from the dispatch's state when it arrived (docs/dispatcher.md, "Cancel"): cancelled, cancelling (running: its worker stops it), thread-cancelling (paused on a question: the router ends the thread) or already-ended (nothing was cancelled).
 	Outcome  *RoundOutcome `json:"outcome,omitempty"`
 	ParentId *string       `json:"parent_id,omitempty"`
-	Queued   bool          `json:"queued"`
 
 	// Request The data of a dispatch request (lifecycle.Request). Clients send it on agora.requests.<subagent>; the dispatcher fills the ids and queues the completed request on agora.dispatch.<subagent>; the router sends a re-dispatch with thread_id, parent_id, round and question_id set. Unknown members are refused: a misspelt field must not run a sub-agent with defaults.
 	Request          *DispatchRequested `json:"request,omitempty"`
