@@ -343,7 +343,7 @@ func TestAnswerResumesThread(t *testing.T) {
 	mustContain(t, "history", b.get("/inbox/history").body, `data-id="`+qid+`"`, `<strong class="answer-text">B</strong>`,
 		`<span class="answered-by">alice</span>`, "status-answered")
 	// The thread view follows the resumed round to its end.
-	var det *inbox.Question
+	var det *inbox.Detail
 	testkit.Eventually(t, waitFor, "the thread view to show the thread finished", func() bool {
 		det = s.waitQuestion(qid, func(*inbox.Question) bool { return true })
 		return det.Thread != nil && det.Thread.Status == "finished"
