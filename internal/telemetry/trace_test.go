@@ -23,6 +23,7 @@ import (
 
 	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/telemetry"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -113,6 +114,8 @@ func setup(t *testing.T, endpoint, protocol string) func() {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
 	t.Setenv("OTEL_SERVICE_NAME", "agora-test")
+	// Export ended spans every 50ms, so a test can wait for them.
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	shutdown, err := telemetry.Setup(t.Context(), "agora-dev")
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +170,16 @@ func TestTwoRoundThreadIsOneTrace(t *testing.T) {
 	if _, ok := end.Data.(*lifecycle.Finished); !ok {
 		t.Fatalf("thread ended %T", end.Data)
 	}
-	time.Sleep(300 * time.Millisecond) // the last spans end after the terminal event
+	// The last spans end after the terminal event: round 1's run (its ack
+	// and clean-up under it) and the projection of the finished event.
+	testkit.Eventually(t, 30*time.Second, "round 1's run span and the finished event's projection span", func() bool {
+		var run1, projected bool
+		for _, s := range rcv.all() {
+			run1 = run1 || s.name == "agora.run" && s.attrs["agora.round"] == "1"
+			projected = projected || s.name == "agora.dispatch.project" && s.attrs["agora.kind"] == "finished"
+		}
+		return run1 && projected
+	})
 	flush()
 
 	byName := map[string][]span{}
@@ -341,14 +353,16 @@ func TestExportOverHTTP(t *testing.T) {
 	if _, err := sys.Client.Follow(ctx, d.ThreadID, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	flush()
 	seen := map[string]bool{}
-	for _, s := range rcv.all() {
-		if s.attrs["agora.dispatch_id"] == d.ID {
-			seen[s.name] = true
+	testkit.Eventually(t, 30*time.Second, "the dispatch's, run's and queue's spans over HTTP", func() bool {
+		for _, s := range rcv.all() {
+			if s.attrs["agora.dispatch_id"] == d.ID {
+				seen[s.name] = true
+			}
 		}
-	}
+		return seen["agora.dispatch"] && seen["agora.run"] && seen["agora.queue"]
+	})
+	flush()
 	for _, n := range []string{"agora.dispatch", "agora.run", "agora.queue"} {
 		if !seen[n] {
 			t.Errorf("no %s span for %s over HTTP; got %v", n, d.ID, seen)
