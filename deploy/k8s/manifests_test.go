@@ -27,17 +27,12 @@ type doc struct {
 
 // str walks m along path and returns the string there.
 func str(m any, path ...string) string {
-	for _, p := range path {
-		mm, ok := m.(map[string]any)
-		if !ok {
-			return ""
-		}
-		m = mm[p]
-	}
-	s, _ := m.(string)
+	s, _ := get(m, path...).(string)
 	return s
 }
 
+// get walks m along path and returns what is there (nil when the path
+// does not exist).
 func get(m any, path ...string) any {
 	for _, p := range path {
 		mm, ok := m.(map[string]any)
