@@ -122,6 +122,19 @@ func (g *globals) connect(diag io.Writer) (*client.Client, error) {
 	return c, nil
 }
 
+// call starts a verb's one exchange with Agora: it connects, with the
+// connection's diagnostics on diag, and bounds the exchange by --timeout
+// from ctx. done closes the client and releases the context; the verb
+// calls it when it ends.
+func (g *globals) call(ctx context.Context, diag io.Writer) (*client.Client, context.Context, func(), error) {
+	c, err := g.connect(diag)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	return c, ctx, func() { cancel(); c.Close() }, nil
+}
+
 func (g *globals) connectError(err error) error {
 	var ne net.Error
 	switch {

@@ -88,9 +88,7 @@ func (retentionFlag) Type() string { return "duration" }
 // registeredSubagents lists the names in the sub-agent bucket, sorted, as
 // `agora subagent list` reads them; nil when they cannot be read.
 func registeredSubagents(ctx context.Context, g *globals) []string {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	c, done, err := subagentClient(g, io.Discard)
+	c, ctx, done, err := g.call(ctx, io.Discard)
 	if err != nil {
 		return nil
 	}

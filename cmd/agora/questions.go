@@ -99,13 +99,11 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	if o.cursor != "" && o.all {
 		return errors.New("--cursor and --all: give one (--all starts at the first page)")
 	}
-	c, err := g.connect(cmd.ErrOrStderr())
+	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-	defer cancel()
+	defer done()
 	var (
 		qs    []lifecycle.Question
 		next  string
@@ -281,13 +279,11 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 	if err := lifecycle.ValidToken(qid); err != nil {
 		return fmt.Errorf("%q is not a question id%s (`agora questions` lists them)", qid, suggestQuestionID(qid))
 	}
-	c, err := g.connect(cmd.ErrOrStderr())
+	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-	defer cancel()
+	defer done()
 	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: o.as}
 	reply, err := answerWithRetry(ctx, c, qid, a)
 	out := cmd.OutOrStdout()

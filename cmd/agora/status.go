@@ -245,13 +245,11 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 	if err := checkID(id); err != nil {
 		return err
 	}
-	c, err := g.connect(cmd.ErrOrStderr())
+	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-	defer cancel()
+	defer done()
 	out := cmd.OutOrStdout()
 	if o.thread {
 		th, err := c.Thread(ctx, id)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,16 +32,6 @@ prompt, timeout, env_allow, files, max_rounds, description.`,
 	}
 	cmd.AddCommand(newSubagentApplyCmd(g), newSubagentCheckCmd(g), newSubagentListCmd(g), newSubagentGetCmd(g))
 	return cmd
-}
-
-// subagentClient connects for the sub-agent verbs; the func returned
-// closes the connection.
-func subagentClient(g *globals, diag io.Writer) (*client.Client, func(), error) {
-	c, err := g.connect(diag)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, func() { c.Close() }, nil
 }
 
 // applyResult is one line of `agora subagent apply --json`.
@@ -130,9 +119,7 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 			printCheck(w, rep, floor, true)
 		}
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-	defer cancel()
-	c, done, err := subagentClient(g, cmd.ErrOrStderr())
+	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -298,9 +285,7 @@ func storedDefinition(cmd *cobra.Command, g *globals, name string) (subagent.Def
 	if !subagent.ValidName(name) {
 		return d, fmt.Errorf("%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", name)
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-	defer cancel()
-	c, done, err := subagentClient(g, cmd.ErrOrStderr())
+	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
 		return d, err
 	}
@@ -424,9 +409,7 @@ description. With --json stdout carries one object per sub-agent: name,
 revision, updated_at and the definition.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-			defer cancel()
-			c, done, err := subagentClient(g, cmd.ErrOrStderr())
+			c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -484,9 +467,7 @@ again with agora subagent apply -f.`,
 			if !subagent.ValidName(name) {
 				return fmt.Errorf("%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", name)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-			defer cancel()
-			c, done, err := subagentClient(g, cmd.ErrOrStderr())
+			c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
