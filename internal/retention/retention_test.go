@@ -17,8 +17,7 @@ import (
 // bucket keeps one revision per key (no roll-up needed, none sent) or
 // several (rolled up into the closing write).
 func TestUpdateExpiresWhole(t *testing.T) {
-	srv := natstest.Start(t)
-	js := srv.JetStream(t)
+	js := natstest.Start(t).JetStream(t)
 	for _, c := range []struct {
 		history    uint8
 		wantRollup bool

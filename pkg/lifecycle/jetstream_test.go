@@ -16,8 +16,7 @@ import (
 // An encoded event travels through a real AGORA_LIFECYCLE stream and comes
 // back equal; publishing it again is dropped as a duplicate.
 func TestLifecycleOverJetStream(t *testing.T) {
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	js := srv.JetStream(t)
+	js := natstest.StartProvisioned(t, provision.Config{}).JetStream(t)
 	ctx := t.Context()
 
 	want := &lifecycle.Finished{Common: common(), DurationMS: 42, Output: json.RawMessage(`{"n":1e400}`), StdoutTail: "ok"}
