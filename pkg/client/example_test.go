@@ -33,15 +33,17 @@ func startExampleAgora() *agoratest.Agora {
 }
 
 // exampleClient starts the example Agora and connects a client to it, as
-// ExampleClient_Dispatch shows; stop closes the client and the Agora.
-func exampleClient() (c *client.Client, stop func()) {
+// ExampleClient_Dispatch shows, with a context that bounds the example to
+// 10s; stop cancels it and closes the client and the Agora.
+func exampleClient() (c *client.Client, ctx context.Context, stop func()) {
 	agora := startExampleAgora()
 	c, err := client.Connect(agora.URL)
 	if err != nil {
 		agora.Stop()
 		panic(err)
 	}
-	return c, func() { c.Close(); agora.Stop() }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return c, ctx, func() { cancel(); c.Close(); agora.Stop() }
 }
 
 // cancelledDispatch dispatches to "planner" and cancels its thread as
@@ -89,10 +91,10 @@ func ExampleClient_Dispatch() {
 }
 
 func ExampleClient_Dispatch_invalid() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
 
-	_, err := c.Dispatch(context.Background(), lifecycle.Request{
+	_, err := c.Dispatch(ctx, lifecycle.Request{
 		Subagent: "planner",
 		Input:    json.RawMessage(`["not", "an", "object"]`),
 		Timeout:  "soon",
@@ -113,10 +115,8 @@ func ExampleClient_Dispatch_invalid() {
 }
 
 func ExampleDispatch_Wait() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 
 	// No worker runs here: the dispatch is cancelled, so Wait has a
 	// terminal event.
@@ -135,10 +135,8 @@ func ExampleDispatch_Wait() {
 }
 
 func ExampleClient_Watch() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
 	_, _ = c.Cancel(ctx, d.ID)
@@ -158,9 +156,8 @@ func ExampleClient_Watch() {
 }
 
 func ExampleClient_Cancel() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
-	ctx := context.Background()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
 	rec, err := c.Cancel(ctx, d.ID, client.CancelBy("alice", "wrong input"))
@@ -180,9 +177,8 @@ func ExampleClient_Cancel() {
 }
 
 func ExampleClient_Status() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
-	ctx := context.Background()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{DispatchID: "status-1", Subagent: "planner", Target: "repo/app"})
 	rec, err := c.Status(ctx, d.ID)
@@ -199,10 +195,10 @@ func ExampleClient_Status() {
 }
 
 func ExampleClient_Questions() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
 
-	pending, err := c.Questions(context.Background(), client.QuestionFilter{Status: "asked"})
+	pending, err := c.Questions(ctx, client.QuestionFilter{Status: "asked"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -241,10 +237,8 @@ func ExampleClient_Answer() {
 }
 
 func ExampleClient_Follow() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 
 	d, err := cancelledDispatch(ctx, c)
 	if err != nil {
@@ -267,10 +261,8 @@ func ExampleClient_Follow() {
 }
 
 func ExampleDispatch_Result() {
-	c, stop := exampleClient()
+	c, ctx, stop := exampleClient()
 	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 
 	d, err := cancelledDispatch(ctx, c)
 	if err != nil {
