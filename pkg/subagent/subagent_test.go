@@ -109,12 +109,7 @@ func TestParseRejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := subagent.Parse([]byte(tt.in))
-			if err == nil {
-				t.Fatal("Parse: nil error")
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not mention %q", err, tt.want)
-			}
+			testkit.CheckErr(t, "Parse", err, tt.want)
 		})
 	}
 }
