@@ -101,7 +101,8 @@ func (s *Server) runData(ctx context.Context, q *Question) runView {
 	} else {
 		s.log.Debug("run data unavailable", "question_id", q.QuestionID, "err", err)
 	}
-	if p, err := s.c.LatestProgress(ctx, q.ThreadID); err == nil && p != nil && p.Round >= q.Round {
+	if it, err := s.c.LatestProgress(ctx, q.ThreadID); err == nil && it != nil && it.Progress.Round >= q.Round {
+		p := it.Progress
 		v.Progress = fmt.Sprintf("round %d: %s", p.Round, client.ProgressLine(p))
 	}
 	return v

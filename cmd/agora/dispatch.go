@@ -211,7 +211,7 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 		<-progressDone
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if it, err := c.LatestProgressItem(lctx, f.ThreadID); err == nil && it != nil && (f.DispatchID == "" || it.Progress.DispatchID == f.DispatchID) {
+		if it, err := c.LatestProgress(lctx, f.ThreadID); err == nil && it != nil && (f.DispatchID == "" || it.Progress.DispatchID == f.DispatchID) {
 			showProgress(it.Event, it.Progress)
 		}
 	}

@@ -58,19 +58,10 @@ func (c *Client) PartialState(ctx context.Context, dispatchID string) (json.RawM
 }
 
 // LatestProgress returns the latest progress report of a thread's runs
-// (the highest stream sequence kept in AGORA_PROGRESS), or nil when none
-// reported any.
-func (c *Client) LatestProgress(ctx context.Context, threadID string) (*lifecycle.Progress, error) {
-	it, err := c.LatestProgressItem(ctx, threadID)
-	if err != nil || it == nil {
-		return nil, err
-	}
-	return it.Progress, nil
-}
-
-// LatestProgressItem is LatestProgress with the report's event and
-// sequence. It reads what is kept and returns at once.
-func (c *Client) LatestProgressItem(ctx context.Context, threadID string) (*ProgressItem, error) {
+// (the highest stream sequence kept in AGORA_PROGRESS) with its event and
+// sequence, or nil when none reported any. It reads what is kept and
+// returns at once; WatchProgress follows reports as they come.
+func (c *Client) LatestProgress(ctx context.Context, threadID string) (*ProgressItem, error) {
 	if err := lifecycle.ValidToken(threadID); err != nil {
 		return nil, fmt.Errorf("client: thread id: %w", err)
 	}
