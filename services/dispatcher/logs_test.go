@@ -1,13 +1,13 @@
 package dispatcher_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/agora-dispatch/agora/internal/testkit"
 
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -15,22 +15,11 @@ import (
 )
 
 // logLines collects JSON log lines written concurrently.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testkit.Buffer }
 
 // find returns the first line whose msg starts with prefix, or nil.
 func (l *logLines) find(prefix string) map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for line := range strings.Lines(l.buf.String()) {
+	for line := range strings.Lines(l.String()) {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) == nil && strings.HasPrefix(m["msg"].(string), prefix) {
 			return m

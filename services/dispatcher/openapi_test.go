@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -257,16 +259,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 			documented[o.method+" "+o.template] = true
 		}
 	}
-	for r := range registered {
-		if !documented[r] {
-			t.Errorf("%s is served but not in the OpenAPI document", r)
-		}
-	}
-	for d := range documented {
-		if !registered[d] {
-			t.Errorf("%s is documented but not served", d)
-		}
-	}
+	testkit.SameRoutes(t, registered, documented)
 }
 
 // Every documented operation answers as documented (harness.do checks
