@@ -6,9 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/agora-dispatch/agora/internal/testkit"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -68,38 +69,15 @@ func TestCredentialsBadFile(t *testing.T) {
 	}
 }
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func waitFor(t *testing.T, logs *logBuffer, want string) {
+func waitFor(t *testing.T, logs *testkit.Buffer, want string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(logs.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("log never said %q:\n%s", want, logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 15*time.Second, "the log to say "+want, func() bool { return strings.Contains(logs.String(), want) })
 }
 
 // A disconnect and the reconnect after it are logged.
 func TestConnectLogsDisconnectAndReconnect(t *testing.T) {
 	srv := natstest.Start(t)
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	nc, err := svc.Connect("test", "1", srv.URL, "", slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -116,16 +94,8 @@ func TestConnectLogsPermissionViolation(t *testing.T) {
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		Users: []*server.User{{Username: "svc", Password: "pw", Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{"allowed.>"}}}}}}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(s.Shutdown)
-	logs := &logBuffer{}
+	s := natstest.StartOptions(t, opts)
+	logs := &testkit.Buffer{}
 	url := strings.Replace(s.ClientURL(), "nats://", "nats://svc:pw@", 1)
 	nc, err := svc.Connect("test", "1", url, "", slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
