@@ -185,25 +185,29 @@ func (s *Service) httpThread(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) httpCancel(w http.ResponseWriter, r *http.Request) {
-	by, reason, err := cancelBody(w, r)
-	if err != nil {
-		problem.Write(w, r, s.problem(err))
-		return
-	}
-	ctx, cancel := opContext(r)
-	defer cancel()
-	s.serve(w, r, func(b *bindings) (any, error) { return s.cancelDispatch(ctx, b, r.PathValue("id"), by, reason) })
+	s.cancelRequest(w, r, func(ctx context.Context, b *bindings, id, by, reason string) (any, error) {
+		return s.cancelDispatch(ctx, b, id, by, reason)
+	})
 }
 
 func (s *Service) httpCancelThread(w http.ResponseWriter, r *http.Request) {
+	s.cancelRequest(w, r, func(ctx context.Context, b *bindings, id, by, reason string) (any, error) {
+		return s.cancelThread(ctx, b, id, by, reason)
+	})
+}
+
+// cancelRequest serves a cancel of the dispatch or thread named by the
+// path's id: it reads the body (cancelBody) and answers what cancel
+// returns within opTimeout.
+func (s *Service) cancelRequest(w http.ResponseWriter, r *http.Request, cancel func(ctx context.Context, b *bindings, id, by, reason string) (any, error)) {
 	by, reason, err := cancelBody(w, r)
 	if err != nil {
 		problem.Write(w, r, s.problem(err))
 		return
 	}
-	ctx, cancel := opContext(r)
-	defer cancel()
-	s.serve(w, r, func(b *bindings) (any, error) { return s.cancelThread(ctx, b, r.PathValue("id"), by, reason) })
+	ctx, stop := opContext(r)
+	defer stop()
+	s.serve(w, r, func(b *bindings) (any, error) { return cancel(ctx, b, r.PathValue("id"), by, reason) })
 }
 
 // cancelBody reads the optional {"by", "reason"} of a cancel.

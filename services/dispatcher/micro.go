@@ -156,38 +156,29 @@ func decodeTarget(data []byte) (client.CancelRequest, error) {
 // microCancel serves agora.api.cancel: {"dispatch_id"|"thread_id", "by",
 // "reason"} in, the record (or the thread) out.
 func (s *Service) microCancel(ctx context.Context, r micro.Request) {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	b, err := s.bind(ctx)
-	if err != nil {
-		s.microError(r, err)
-		return
-	}
-	req, err := decodeTarget(r.Data())
-	if err != nil {
-		s.microError(r, err)
-		return
-	}
-	if req.ThreadID != "" {
-		th, err := s.cancelThread(ctx, b, req.ThreadID, req.By, req.Reason)
-		if err != nil {
-			s.microError(r, err)
-			return
+	s.microTarget(ctx, r, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
+		if req.ThreadID != "" {
+			return s.cancelThread(ctx, b, req.ThreadID, req.By, req.Reason)
 		}
-		s.microRespond(r, th)
-		return
-	}
-	rec, err := s.cancelDispatch(ctx, b, req.DispatchID, req.By, req.Reason)
-	if err != nil {
-		s.microError(r, err)
-		return
-	}
-	s.microRespond(r, rec)
+		return s.cancelDispatch(ctx, b, req.DispatchID, req.By, req.Reason)
+	})
 }
 
 // microStatus serves agora.api.status: {"dispatch_id"} in, the record out;
 // or {"thread_id"} in, the thread out.
 func (s *Service) microStatus(ctx context.Context, r micro.Request) {
+	s.microTarget(ctx, r, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
+		if req.ThreadID != "" {
+			return s.thread(ctx, b, req.ThreadID)
+		}
+		return s.status(ctx, b, req.DispatchID)
+	})
+}
+
+// microTarget serves a request about one dispatch or one thread (cancel,
+// status): it binds, decodes the target (decodeTarget), calls f within
+// opTimeout and answers with what f returns or its error.
+func (s *Service) microTarget(ctx context.Context, r micro.Request, f func(context.Context, *bindings, client.CancelRequest) (any, error)) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	b, err := s.bind(ctx)
@@ -200,19 +191,10 @@ func (s *Service) microStatus(ctx context.Context, r micro.Request) {
 		s.microError(r, err)
 		return
 	}
-	if req.ThreadID != "" {
-		th, err := s.thread(ctx, b, req.ThreadID)
-		if err != nil {
-			s.microError(r, err)
-			return
-		}
-		s.microRespond(r, th)
-		return
-	}
-	rec, err := s.status(ctx, b, req.DispatchID)
+	v, err := f(ctx, b, req)
 	if err != nil {
 		s.microError(r, err)
 		return
 	}
-	s.microRespond(r, rec)
+	s.microRespond(r, v)
 }
