@@ -185,9 +185,8 @@ func parsePendingCursor(c string) (pendingKey, bool) {
 }
 
 func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
-	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
-	if status != http.StatusOK {
-		problem.Write(w, r, statusProblem(status, msg))
+	q, ok := s.findAPI(w, r, id)
+	if !ok {
 		return
 	}
 	d := Detail{Question: q, Earlier: []*Question{}}
@@ -205,13 +204,8 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
 // the winner), 422 (invalid), 404 (not_found) or 503 (retry).
 func (s *Server) apiAnswer(w http.ResponseWriter, r *http.Request, id *identity) {
 	var in answerInput
-	if p := decodeBody(w, r, &in); p != nil {
-		problem.Write(w, r, p)
-		return
-	}
-	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
-	if status != http.StatusOK {
-		problem.Write(w, r, statusProblem(status, msg))
+	q, ok := s.decodeFor(w, r, id, &in)
+	if !ok {
 		return
 	}
 	rep, code := s.submit(r.Context(), id.user, q, in)
@@ -248,6 +242,28 @@ func (s *Server) apiLogin(w http.ResponseWriter, r *http.Request) {
 	s.metrics.logins.WithLabelValues("ok").Inc()
 	s.log.Info("signed in through the API", "user", u.name)
 	writeJSON(w, http.StatusOK, LoginReply{Token: tok, User: u.name, ExpiresAt: sess.expires.UTC()})
+}
+
+// findAPI looks up the question of the path's id for the caller (find);
+// when it is not there to answer, it writes the Problem and reports false.
+func (s *Server) findAPI(w http.ResponseWriter, r *http.Request, id *identity) (*Question, bool) {
+	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
+	if status != http.StatusOK {
+		problem.Write(w, r, statusProblem(status, msg))
+		return nil, false
+	}
+	return q, true
+}
+
+// decodeFor decodes the request's JSON body into v (decodeBody), then
+// looks up the question of the path's id (findAPI). On a refusal it writes
+// the Problem and reports false.
+func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, id *identity, v any) (*Question, bool) {
+	if p := decodeBody(w, r, v); p != nil {
+		problem.Write(w, r, p)
+		return nil, false
+	}
+	return s.findAPI(w, r, id)
 }
 
 // decodeBody reads a JSON body strictly into v.

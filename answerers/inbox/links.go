@@ -243,13 +243,8 @@ func (s *Server) apiLinks(w http.ResponseWriter, r *http.Request, id *identity) 
 		return
 	}
 	var in LinksRequest
-	if p := decodeBody(w, r, &in); p != nil {
-		problem.Write(w, r, p)
-		return
-	}
-	q, status, msg := s.find(r.Context(), id.user, r.PathValue("id"))
-	if status != http.StatusOK {
-		problem.Write(w, r, statusProblem(status, msg))
+	q, ok := s.decodeFor(w, r, id, &in)
+	if !ok {
 		return
 	}
 	if !q.Pending() {
