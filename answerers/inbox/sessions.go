@@ -223,41 +223,21 @@ func (ss *sessions) watch(ctx context.Context) {
 	}
 }
 
+// watchOnce runs one watch of the sessions bucket until ctx ends or the
+// watch breaks; after the initial load it forgets the sessions the load
+// did not show (forgetGone).
 func (ss *sessions) watchOnce(ctx context.Context) error {
-	w, err := ss.kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	seen := map[string]bool{} // keys present in the initial load
-	loading := true
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch closed")
-			}
-			if e == nil { // the initial load is done: forget what is gone
-				loading = false
-				ss.forgetGone(ctx, seen)
-				continue
-			}
-			switch e.Operation() {
-			case jetstream.KeyValuePut:
-				var rec sessionRecord
-				if json.Unmarshal(e.Value(), &rec) == nil && rec.User != "" && time.Now().Before(rec.Expires) {
-					ss.put(e.Key(), rec)
-					if loading {
-						seen[e.Key()] = true
-					}
-				}
-			default: // deleted (signed out) or purged, or expired (TTL marker)
-				ss.drop(e.Key())
-			}
+	return watchBucket(ctx, ss.kv, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			// deleted (signed out) or purged, or expired (TTL marker)
+			ss.drop(e.Key())
+			return
 		}
-	}
+		var rec sessionRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.User != "" && time.Now().Before(rec.Expires) {
+			ss.put(e.Key(), rec)
+		}
+	}, func(seen map[string]bool) { ss.forgetGone(ctx, seen) })
 }
 
 // forgetGone ends the sessions this replica knows that the initial load

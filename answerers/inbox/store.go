@@ -411,12 +411,32 @@ func decodeRecord(key string, value []byte, revision uint64) (*Question, bool) {
 }
 
 // errWatchClosed reports a watcher whose updates stopped.
-var errWatchClosed = errors.New("inbox: the watch of the questions bucket stopped")
+var errWatchClosed = errors.New("inbox: the watch stopped")
 
-// watchOnce runs one watch of the bucket: it loads every record, marks
-// the snapshot loaded, then applies changes until ctx ends or the watch
-// breaks.
+// watchOnce runs one watch of the questions bucket: it loads every record,
+// marks the snapshot loaded, then applies changes until ctx ends or the
+// watch breaks.
 func (s *store) watchOnce(ctx context.Context, kv jetstream.KeyValue, loaded func()) error {
+	return watchBucket(ctx, kv, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			s.remove(e.Key())
+			return
+		}
+		if q, ok := decodeQuestion(e); ok {
+			s.put(q)
+		}
+	}, func(seen map[string]bool) {
+		s.loadedSnapshot(seen)
+		loaded()
+	})
+}
+
+// watchBucket runs one watch of kv until ctx ends (nil) or the watch
+// breaks (an error). It calls apply with every entry — puts, deletes and
+// purges, in the bucket's order — and, once the entries stored when it
+// started have been applied, calls loaded once with the keys they held, so
+// that the caller can forget what went while it was not watching.
+func watchBucket(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), loaded func(seen map[string]bool)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("inbox: watch %s: %w", kv.Bucket(), err)
@@ -433,26 +453,19 @@ func (s *store) watchOnce(ctx context.Context, kv jetstream.KeyValue, loaded fun
 				if ctx.Err() != nil {
 					return nil
 				}
-				return errWatchClosed
+				return fmt.Errorf("%w: %s", errWatchClosed, kv.Bucket())
 			}
-			if e == nil {
+			if e == nil { // the end of the stored entries
 				if initial {
 					initial = false
-					s.loadedSnapshot(seen)
-					loaded()
+					loaded(seen)
 				}
 				continue
 			}
 			if initial {
 				seen[e.Key()] = true
 			}
-			if e.Operation() != jetstream.KeyValuePut {
-				s.remove(e.Key())
-				continue
-			}
-			if q, ok := decodeQuestion(e); ok {
-				s.put(q)
-			}
+			apply(e)
 		}
 	}
 }
