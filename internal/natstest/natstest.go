@@ -16,6 +16,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // DeployUsers maps each NATS user of deploy/nats/permissions.conf to the
@@ -139,4 +140,63 @@ func (s *Server) JetStream(t testing.TB) jetstream.JetStream {
 		t.Fatalf("natstest: jetstream: %v", err)
 	}
 	return js
+}
+
+// StreamInfo returns the current information of the stream name (its
+// state: messages, first and last sequence), failing the test when the
+// stream cannot be read. opts are passed on (a subject filter, say).
+func StreamInfo(t testing.TB, js jetstream.JetStream, name string, opts ...jetstream.StreamInfoOpt) *jetstream.StreamInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatalf("natstest: stream %s: %v", name, err)
+	}
+	info, err := s.Info(ctx, opts...)
+	if err != nil {
+		t.Fatalf("natstest: info of stream %s: %v", name, err)
+	}
+	return info
+}
+
+// Stored returns every message stream holds under the subject filter now,
+// oldest first, read with an ordered consumer. It fails the test when they
+// cannot all be read.
+func Stored(t testing.TB, js jetstream.JetStream, stream, filter string) []jetstream.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		t.Fatalf("natstest: consume %s %s: %v", stream, filter, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatalf("natstest: consumer info of %s %s: %v", stream, filter, err)
+	}
+	out := make([]jetstream.Msg, 0, info.NumPending)
+	for range info.NumPending {
+		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("natstest: read %s %s: %v", stream, filter, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Lifecycle decodes a stored lifecycle message (its headers and data) and
+// parses its payload, failing the test when either step fails.
+func Lifecycle(t testing.TB, h nats.Header, data []byte) (lifecycle.Event, lifecycle.Data) {
+	t.Helper()
+	e, err := lifecycle.Decode(h, data)
+	if err != nil {
+		t.Fatalf("natstest: decode a lifecycle message: %v", err)
+	}
+	d, err := lifecycle.Parse(e)
+	if err != nil {
+		t.Fatalf("natstest: parse %s: %v", e.Type(), err)
+	}
+	return e, d
 }

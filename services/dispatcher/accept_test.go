@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/agora-dispatch/agora/internal/buildinfo"
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/dispatcher"
@@ -212,15 +213,7 @@ func TestIdempotentAcrossDoors(t *testing.T) {
 // lastSeq returns the lifecycle stream's last sequence.
 func (h *harness) lastSeq() uint64 {
 	h.t.Helper()
-	s, err := h.js.Stream(h.t.Context(), lifecycle.StreamLifecycle)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := s.Info(h.t.Context())
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return info.State.LastSeq
+	return natstest.StreamInfo(h.t, h.js, lifecycle.StreamLifecycle).State.LastSeq
 }
 
 // nextFailed returns the first failed event after sequence after.
@@ -239,14 +232,7 @@ func (h *harness) nextFailed(after uint64) *lifecycle.Failed {
 	if err != nil {
 		h.t.Fatalf("no failed event: %v", err)
 	}
-	e, err := lifecycle.DecodeMsg(m)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	d, err := lifecycle.Parse(e)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	_, d := natstest.Lifecycle(h.t, m.Headers(), m.Data())
 	return d.(*lifecycle.Failed)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -52,12 +53,8 @@ func (h *harness) refusedVia(door, subagentName, body string) string {
 // nothingQueued checks that no refused request reached AGORA_DISPATCH.
 func (h *harness) nothingQueued() {
 	h.t.Helper()
-	s, err := h.js.Stream(h.t.Context(), lifecycle.StreamDispatch)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if info, err := s.Info(h.t.Context()); err != nil || info.State.Msgs != 0 {
-		h.t.Errorf("refused requests reached AGORA_DISPATCH: %+v %v", info, err)
+	if info := natstest.StreamInfo(h.t, h.js, lifecycle.StreamDispatch); info.State.Msgs != 0 {
+		h.t.Errorf("refused requests reached AGORA_DISPATCH: %+v", info)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -256,15 +257,7 @@ func (h *harness) events(filter string, n int) []lifecycle.Event {
 // count returns how many messages stream holds on subject.
 func (h *harness) count(stream, subject string) uint64 {
 	h.t.Helper()
-	s, err := h.js.Stream(h.t.Context(), stream)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := s.Info(h.t.Context(), jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return info.State.Subjects[subject]
+	return natstest.StreamInfo(h.t, h.js, stream, jetstream.WithSubjectFilter(subject)).State.Subjects[subject]
 }
 
 // queued returns the requests on AGORA_DISPATCH with the dispatch id.
@@ -287,14 +280,7 @@ func (h *harness) queued(id string) []lifecycle.Request {
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		e, err := lifecycle.Decode(raw.Header, raw.Data)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		d, err := lifecycle.Parse(e)
-		if err != nil {
-			h.t.Fatal(err)
-		}
+		_, d := natstest.Lifecycle(h.t, raw.Header, raw.Data)
 		if r := d.(*lifecycle.Request); r.DispatchID == id {
 			if got := raw.Header.Get(jetstream.MsgIDHeader); got != id {
 				h.t.Errorf("Nats-Msg-Id = %q, want %q", got, id)
@@ -344,13 +330,7 @@ func (h *harness) hasRecord(id string) bool {
 // eventually polls cond until it holds or the wait ends.
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(h.t, waitFor, what, cond)
 }
 
 // projected waits until the stored record lists the event.
