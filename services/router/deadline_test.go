@@ -81,17 +81,21 @@ func TestExpiryActions(t *testing.T) {
 	}
 }
 
-// TestEscalation: with no answer, the ladder moves the question to the
-// next route (question.escalated, then asked there); an answer there wins.
-func TestEscalation(t *testing.T) {
-	e := newEnv(t, `routes:
+// escalatingRoutes has a route, first, whose questions escalate after a
+// second to oncall (answerer pager), which matches no request itself.
+const escalatingRoutes = `routes:
   - name: first
     deadline: 1m
     escalate: [{after: 1s, to: oncall}]
   - name: oncall
     match: none
     answerer: pager
-`)
+`
+
+// TestEscalation: with no answer, the ladder moves the question to the
+// next route (question.escalated, then asked there); an answer there wins.
+func TestEscalation(t *testing.T) {
+	e := newEnv(t, escalatingRoutes)
 	e.startRouter(e.config())
 	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "s"}, Question: "?"}, lifecycle.Request{}, "")
 	evs := e.waitQuestionEvents(qid, 3)
@@ -290,9 +294,7 @@ func TestCancelWhilePaused(t *testing.T) {
 	e := newEnv(t, "routes:\n  - name: default\n    deadline: 1h\n")
 	e.startRouter(e.config())
 
-	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
-	e.waitQuestionEvents(qid, 1)
-	rec, _ := e.record(qid)
+	qid, rec := e.askPaused("c")
 	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice", Reason: "not needed"})
 	subj, _ := lifecycle.CancelThreadSubject(rec.ThreadID)
 	if err := e.nc.Publish(subj, body); err != nil {
@@ -316,9 +318,7 @@ func TestCancelWhilePaused(t *testing.T) {
 
 	// The core message was missed: the mark on the dispatch record stops
 	// the answer.
-	qid2 := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
-	e.waitQuestionEvents(qid2, 1)
-	rec2, _ := e.record(qid2)
+	qid2, rec2 := e.askPaused("c")
 	e.putDispatch(map[string]any{
 		"dispatch_id": rec2.DispatchID, "thread_id": rec2.ThreadID, "round": 0, "subagent": "c", "status": "needs_input",
 		"cancel_requested": client.CancelRequest{DispatchID: rec2.DispatchID, ThreadID: rec2.ThreadID, By: "ops"},
@@ -377,8 +377,7 @@ func (e *env) fatalEnd(end []event) {
 func TestCancelMarkFoundAtStart(t *testing.T) {
 	e := newEnv(t, "routes:\n  - name: default\n    deadline: 1h\n")
 	rt := e.startRouter(e.config())
-	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
-	e.waitQuestionEvents(qid, 1)
+	qid, _ := e.askPaused("c")
 	rt.stop()
 	rec, _ := e.record(qid)
 	e.putDispatch(client.Record{
@@ -406,9 +405,7 @@ func TestCancelMarkFoundAtStart(t *testing.T) {
 func TestCancelMarkFoundAfterReconnect(t *testing.T) {
 	e := newEnv(t, "routes:\n  - name: default\n    deadline: 1h\n")
 	e.startRouter(e.config())
-	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
-	e.waitQuestionEvents(qid, 1)
-	rec, _ := e.record(qid)
+	qid, rec := e.askPaused("c")
 	e.putDispatch(client.Record{
 		DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, Subagent: "c", Status: lifecycle.KindNeedsInput,
 		CancelRequested: &client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "ops", Reason: "partitioned"}, At: time.Now().UTC()},
@@ -438,9 +435,7 @@ func TestCancelWithTwoReplicas(t *testing.T) {
 	a.ID, b.ID = "ra", "rb"
 	e.startRouter(a)
 	e.startRouter(b)
-	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "c"}, Question: "?"}, lifecycle.Request{}, "")
-	e.waitQuestionEvents(qid, 1)
-	rec, _ := e.record(qid)
+	qid, rec := e.askPaused("c")
 	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice"})
 	subj, _ := lifecycle.CancelThreadSubject(rec.ThreadID)
 	for range 3 {

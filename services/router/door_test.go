@@ -122,14 +122,7 @@ func TestRouteDoor(t *testing.T) {
 // TestRouteDoorAfterEscalation: once a question escalates, its new route
 // may answer it and the route it left may not.
 func TestRouteDoorAfterEscalation(t *testing.T) {
-	e := newEnv(t, `routes:
-  - name: first
-    deadline: 1m
-    escalate: [{after: 1s, to: oncall}]
-  - name: oncall
-    match: none
-    answerer: pager
-`)
+	e := newEnv(t, escalatingRoutes)
 	e.startRouter(e.config())
 	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "s"}, Question: "?"}, lifecycle.Request{}, "")
 	e.waitStatus(qid, "asked")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/schema"
@@ -131,6 +132,16 @@ func (e *env) putDispatch(rec any) {
 	if _, err := kv.Put(e.t.Context(), id.DispatchID, b); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// askPaused asks the question "?" of a dispatch of subagent (ask) and waits
+// until it has been asked; it returns the question id and its record.
+func (e *env) askPaused(subagent string) (string, questionRecord) {
+	e.t.Helper()
+	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: subagent}, Question: "?"}, lifecycle.Request{}, "")
+	e.waitQuestionEvents(qid, 1)
+	rec, _ := e.record(qid)
+	return qid, rec
 }
 
 // ask publishes a needs_input event as a worker would, after storing the
@@ -270,30 +281,9 @@ type event struct {
 // streamEvents returns every event stored on a stream under filter.
 func (e *env) streamEvents(stream, filter string) []event {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.t.Context(), 30*time.Second)
-	defer cancel()
-	c, err := e.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	var out []event
-	for range info.NumPending {
-		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
-		if err != nil {
-			e.t.Fatalf("read %s %s: %v", stream, filter, err)
-		}
-		ev, err := lifecycle.DecodeMsg(m)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		d, err := lifecycle.Parse(ev)
-		if err != nil {
-			e.t.Fatal(err)
-		}
+	for _, m := range natstest.Stored(e.t, e.js, stream, filter) {
+		ev, d := natstest.Lifecycle(e.t, m.Headers(), m.Data())
 		out = append(out, event{Subject: m.Subject(), Event: ev, Data: d, MsgID: m.Headers().Get(jetstream.MsgIDHeader)})
 	}
 	return out
@@ -347,14 +337,7 @@ func (e *env) requests(subagent string) []event {
 			e.t.Fatal(err)
 		}
 		seq = raw.Sequence
-		ev, err := lifecycle.Decode(raw.Header, raw.Data)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		d, err := lifecycle.Parse(ev)
-		if err != nil {
-			e.t.Fatal(err)
-		}
+		ev, d := natstest.Lifecycle(e.t, raw.Header, raw.Data)
 		out = append(out, event{Subject: raw.Subject, Event: ev, Data: d, MsgID: raw.Header.Get(jetstream.MsgIDHeader)})
 	}
 	return out
@@ -367,15 +350,12 @@ func (e *env) lifecycleEvents(dispatchID string) []event {
 
 func (e *env) waitLifecycle(dispatchID string) []event {
 	e.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for time.Now().Before(deadline) {
-		if evs := e.lifecycleEvents(dispatchID); len(evs) > 0 {
-			return evs
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	e.t.Fatalf("no lifecycle event for %s within %s", dispatchID, waitFor)
-	return nil
+	var evs []event
+	testkit.Eventually(e.t, waitFor, "a lifecycle event for "+dispatchID, func() bool {
+		evs = e.lifecycleEvents(dispatchID)
+		return len(evs) > 0
+	})
+	return evs
 }
 
 // counter sums a counter of a router's registry over the matching labels.

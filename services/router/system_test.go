@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -178,15 +179,12 @@ func (e *env) checkThreadCancelled(ctx context.Context, c *client.Client, d *cli
 	// The dispatcher's view: the paused round and the round that ends the
 	// thread, nothing re-dispatched.
 	var th *client.Thread
-	for {
+	testkit.Eventually(t, time.Minute, "the thread's second round", func() bool {
 		if th, err = c.Thread(ctx, d.ThreadID); err != nil {
 			t.Fatal(err)
 		}
-		if len(th.Rounds) == 2 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return len(th.Rounds) == 2
+	})
 	if th.Status != lifecycle.KindCancelled || len(th.Rounds) != 2 || th.Rounds[0].Status != lifecycle.KindNeedsInput ||
 		th.Rounds[1].DispatchID != cd.DispatchID || th.Rounds[1].Request != nil || th.Rounds[1].Result == nil || th.Rounds[1].Result.By != by {
 		t.Errorf("thread: %s, %d rounds", th.Status, len(th.Rounds))
@@ -241,20 +239,18 @@ func TestCancelPausedThreadEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			q := waitAsked(ctx, t, c, d.ThreadID)
-			for !lagging {
-				rec, err := c.Status(ctx, d.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rec.Status == lifecycle.KindNeedsInput {
-					break
-				}
-				time.Sleep(25 * time.Millisecond)
-			}
 			if lagging {
 				if rec, err := c.Status(ctx, d.ID); err != nil || rec.Status.Terminal() {
 					t.Fatalf("the record should lag: %v %v", rec, err)
 				}
+			} else {
+				testkit.Eventually(t, time.Minute, "the dispatch's record to show it paused (needs_input)", func() bool {
+					rec, err := c.Status(ctx, d.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return rec.Status == lifecycle.KindNeedsInput
+				})
 			}
 			if _, err := c.CancelThread(ctx, d.ThreadID, client.CancelBy("carol", "wrong repository")); err != nil {
 				t.Fatal(err)

@@ -53,13 +53,9 @@ func TestWaitingPages(t *testing.T) {
 		}
 	}
 	// The index learns of each question by its watch: wait for all seven.
-	deadline := time.Now().Add(waitFor)
-	for page(client.QuestionFilter{}, 1, "").Count != 7 {
-		if time.Now().After(deadline) {
-			t.Fatal("the router never counted the seven questions")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, waitFor, "the router to count the seven questions", func() bool {
+		return page(client.QuestionFilter{}, 1, "").Count == 7
+	})
 	first := page(client.QuestionFilter{}, 3, "")
 	if first.Count != 7 || len(first.Questions) != 3 || first.NextCursor == "" {
 		t.Fatalf("first page: count %d, %d rows, next %q", first.Count, len(first.Questions), first.NextCursor)
