@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/subagentmcp"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -36,13 +38,7 @@ import (
 // tests can SIGKILL a real worker process.
 func TestMain(m *testing.M) {
 	// The claude-code tests' runs start this binary as their MCP server.
-	subagentmcp.ServeIfAsked()
-	if os.Getenv(subagentmcp.EnvServe) != "" {
-		// Started as a server but not serving: never run the tests again
-		// in a child (each would start another).
-		fmt.Fprintln(os.Stderr, "test binary started with", subagentmcp.EnvServe, "did not serve")
-		os.Exit(2)
-	}
+	subagentmcp.ServeIfAskedInTest()
 	if os.Getenv("WORKER_TEST_MAIN") == "1" {
 		os.Exit(workerMain())
 	}
@@ -205,32 +201,9 @@ type recorded struct {
 // events returns every lifecycle event of a dispatch stored so far.
 func (h *harness) events(dispatchID string) []recorded {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(h.t.Context(), 10*time.Second)
-	defer cancel()
-	c, err := h.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{lifecycle.LifecycleFilter("", "", dispatchID)},
-	})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	var out []recorded
-	for range info.NumPending {
-		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			h.t.Fatalf("read events of %s: %v", dispatchID, err)
-		}
-		e, err := lifecycle.DecodeMsg(m)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		d, err := lifecycle.Parse(e)
-		if err != nil {
-			h.t.Fatal(err)
-		}
+	for _, m := range natstest.Stored(h.t, h.js, lifecycle.StreamLifecycle, lifecycle.LifecycleFilter("", "", dispatchID)) {
+		e, d := natstest.Lifecycle(h.t, m.Headers(), m.Data())
 		out = append(out, recorded{e, d})
 	}
 	return out
@@ -255,16 +228,9 @@ func (h *harness) terminal(dispatchID string) recorded {
 // waitKind waits until the dispatch has an event of kind k.
 func (h *harness) waitKind(dispatchID string, k lifecycle.Kind) {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, r := range h.events(dispatchID) {
-			if l, ok := r.Data.(lifecycle.Lifecycle); ok && l.LifecycleKind() == k {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatalf("no %s event for %s within 30s", k, dispatchID)
+	testkit.Eventually(h.t, 30*time.Second, fmt.Sprintf("a %s event for %s", k, dispatchID), func() bool {
+		return slices.Contains(kinds(h.events(dispatchID)), k)
+	})
 }
 
 func kinds(rs []recorded) []lifecycle.Kind {
@@ -294,27 +260,13 @@ func (h *harness) assertOneTerminal(dispatchID string) {
 // workPending returns the messages left on the work queue.
 func (h *harness) workPending() uint64 {
 	h.t.Helper()
-	s, err := h.js.Stream(h.t.Context(), lifecycle.StreamDispatch)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := s.Info(h.t.Context())
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return info.State.Msgs
+	return natstest.StreamInfo(h.t, h.js, lifecycle.StreamDispatch).State.Msgs
 }
 
 // waitWorkEmpty waits until every work message has been acknowledged.
 func (h *harness) waitWorkEmpty() {
 	h.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for h.workPending() != 0 {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("work queue still holds %d messages", h.workPending())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(h.t, 15*time.Second, "the work queue to empty", func() bool { return h.workPending() == 0 })
 }
 
 func readJSONFile(t *testing.T, path string, v any) {

@@ -189,14 +189,7 @@ func listenAbstract(t *testing.T) string {
 // TIOCSTI works on a terminal. So their failure in the box is the box's
 // doing, not a broken script.
 func TestMoreBoxAttacksBreachWithoutTheSandbox(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the control needs a root worker: a run with mode off is the worker's own user")
-	}
-	h := newHarness(t, provision.Config{})
-	natsURL, _ := url.Parse(h.srv.URL)
-	cfg := h.workerConfig()
-	cfg.SandboxFloor = subagent.SandboxOff
-	h.startWorker(cfg, worker.Deps{})
+	h, natsURL := newControlHarness(t)
 	sock := listenAbstract(t)
 	breaches := func(t *testing.T, id string) {
 		t.Helper()
@@ -328,13 +321,7 @@ func (h *harness) runMore(t *testing.T, svc *worker.Service, prefix string, case
 // process of uid nobody (hostile_nonroot_test.go): it may not make
 // cgroups, so only the launcher's own layers bound its runs.
 func TestHostileSubagentsMoreNonRootWorker(t *testing.T) {
-	if os.Geteuid() != 0 {
-		msg := "the test starts its worker as nobody: it must run as root (as CI does)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	requireRootForNobody(t)
 	h := newHarness(t, provision.Config{})
 	w := h.startUnprivilegedWorker("AGORA_WORKSPACE_ROOT="+nobodysDir(t), "AGORA_TEST_WORKER_SECRET="+workerSecret)
 	if w.isolation != "namespaces" {

@@ -26,6 +26,62 @@ import (
 
 const workerSecret = "worker-secret-7c1e9a"
 
+// attackFailed waits for the one terminal event of dispatch id and checks
+// that its attack failed: the run failed, for reason (empty: the
+// sub-agent's own failure or an exceeded limit), and the worker's secret is
+// not in the detail.
+func (h *harness) attackFailed(t *testing.T, id string, reason lifecycle.Reason) {
+	t.Helper()
+	r := h.terminal(id)
+	h.assertOneTerminal(id)
+	if fin, ok := r.Data.(*lifecycle.Finished); ok {
+		t.Fatalf("the attack worked: finished, stdout %q", fin.StdoutTail)
+	}
+	f, ok := r.Data.(*lifecycle.Failed)
+	if !ok {
+		t.Fatalf("terminal = %T %+v, want failed", r.Data, r.Data)
+	}
+	if strings.Contains(f.Detail, workerSecret) {
+		t.Errorf("the secret leaked into the detail: %s", f.Detail)
+	}
+	switch {
+	case reason != "" && f.Reason != reason:
+		t.Errorf("failed %s (%s), want %s", f.Reason, f.Detail, reason)
+	case reason == "" && f.Reason != lifecycle.ReasonProviderFailed && f.Reason != lifecycle.ReasonLimitExceeded:
+		t.Errorf("failed %s (%s), want the sub-agent's own failure", f.Reason, f.Detail)
+	}
+}
+
+// newControlHarness starts the harness of a control test — the attacks
+// run unboxed (mode off under a floor of off) and must work — with a
+// worker, and returns it with the server's URL. A control needs a root
+// worker; elsewhere the test is skipped.
+func newControlHarness(t *testing.T) (*harness, *url.URL) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the control needs a root worker: a run with mode off is the worker's own user")
+	}
+	h := newHarness(t, provision.Config{})
+	natsURL, _ := url.Parse(h.srv.URL)
+	cfg := h.workerConfig()
+	cfg.SandboxFloor = subagent.SandboxOff
+	h.startWorker(cfg, worker.Deps{})
+	return h, natsURL
+}
+
+// requireRootForNobody skips a test that starts its worker as nobody
+// unless it runs as root; in CI, which runs as root, it fails instead.
+func requireRootForNobody(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		msg := "the test starts its worker as nobody: it must run as root (as CI does)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
 // requireSandbox fails under CI=true, and skips elsewhere, when the host
 // lacks a layer a case needs.
 func requireSandbox(t *testing.T, svc *worker.Service, need string) {
@@ -174,24 +230,7 @@ read -t 2 line <&3 && echo BREACH' | grep -q BREACH && { echo BREACH; exit 0; };
 				env[k] = v
 			}
 			id := h.dispatch(lifecycle.Request{Subagent: name, Input: json.RawMessage(`{}`), Env: env})
-			r := h.terminal(id)
-			h.assertOneTerminal(id)
-			if fin, ok := r.Data.(*lifecycle.Finished); ok {
-				t.Fatalf("the attack worked: finished, stdout %q", fin.StdoutTail)
-			}
-			f, ok := r.Data.(*lifecycle.Failed)
-			if !ok {
-				t.Fatalf("terminal = %T %+v, want failed", r.Data, r.Data)
-			}
-			if strings.Contains(f.Detail, workerSecret) {
-				t.Errorf("the secret leaked into the detail: %s", f.Detail)
-			}
-			switch {
-			case c.reason != "" && f.Reason != c.reason:
-				t.Errorf("failed %s (%s), want %s", f.Reason, f.Detail, c.reason)
-			case c.reason == "" && f.Reason != lifecycle.ReasonProviderFailed && f.Reason != lifecycle.ReasonLimitExceeded:
-				t.Errorf("failed %s (%s), want the sub-agent's own failure", f.Reason, f.Detail)
-			}
+			h.attackFailed(t, id, c.reason)
 			if c.check != nil {
 				c.check(t, id)
 			}
@@ -236,14 +275,7 @@ perl -e 'my $p = "\0" x 120; exit(syscall(425, 8, $p) >= 0 ? 0 : 1)' && { echo B
 // runs, each one works — so their failure under the sandbox is the
 // sandbox's doing, not a broken script.
 func TestBoxAttacksBreachWithoutTheSandbox(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the control needs a root worker: a run with mode off is the worker's own user")
-	}
-	h := newHarness(t, provision.Config{})
-	natsURL, _ := url.Parse(h.srv.URL)
-	cfg := h.workerConfig()
-	cfg.SandboxFloor = subagent.SandboxOff
-	h.startWorker(cfg, worker.Deps{})
+	h, natsURL := newControlHarness(t)
 	secret := filepath.Join(t.TempDir(), "worker.creds")
 	if err := os.WriteFile(secret, []byte(workerSecret), 0o600); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -118,15 +119,7 @@ func TestHTTPHandler(t *testing.T) {
 // lifecycleCount returns the number of events on AGORA_LIFECYCLE.
 func lifecycleCount(t *testing.T, h *harness) uint64 {
 	t.Helper()
-	s, err := h.js.Stream(t.Context(), lifecycle.StreamLifecycle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return natstest.StreamInfo(t, h.js, lifecycle.StreamLifecycle).State.Msgs
 }
 
 // waitMetrics polls /metrics until every series has its wanted value

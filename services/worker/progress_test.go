@@ -1,15 +1,13 @@
 package worker_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -19,30 +17,12 @@ import (
 // progressReports reads every progress report of a dispatch.
 func (h *harness) progressReports(id string) []*lifecycle.Progress {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(h.t.Context(), 10*time.Second)
-	defer cancel()
-	c, err := h.js.OrderedConsumer(ctx, lifecycle.StreamProgress, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{lifecycle.ProgressFilter("", id)},
-	})
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	var out []*lifecycle.Progress
-	for {
-		m, err := c.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
-		if err != nil {
-			return out
-		}
-		e, err := lifecycle.DecodeMsg(m)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		d, err := lifecycle.Parse(e)
-		if err != nil {
-			h.t.Fatal(err)
-		}
+	for _, m := range natstest.Stored(h.t, h.js, lifecycle.StreamProgress, lifecycle.ProgressFilter("", id)) {
+		_, d := natstest.Lifecycle(h.t, m.Headers(), m.Data())
 		out = append(out, d.(*lifecycle.Progress))
 	}
+	return out
 }
 
 // A sub-agent writes progress lines, then 10,000 in a burst, with
