@@ -200,3 +200,21 @@ func Lifecycle(t testing.TB, h nats.Header, data []byte) (lifecycle.Event, lifec
 	}
 	return e, d
 }
+
+// ConsumerInfo returns the current information of the consumer name on
+// stream (pending, awaiting ack, redelivered), failing the test when it
+// cannot be read.
+func ConsumerInfo(t testing.TB, js jetstream.JetStream, stream, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, stream, name)
+	if err != nil {
+		t.Fatalf("natstest: consumer %s of %s: %v", name, stream, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatalf("natstest: info of consumer %s of %s: %v", name, stream, err)
+	}
+	return info
+}

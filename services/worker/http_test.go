@@ -95,15 +95,7 @@ func TestHTTPHandler(t *testing.T) {
 
 		waitMetrics(t, srv.URL, map[string]float64{`agora_worker_dispatches_total{kind="",reason="undecodable"}`: 2})
 		h.waitWorkEmpty()
-		c, err := h.js.Consumer(t.Context(), lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := c.Info(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
+		if info := natstest.ConsumerInfo(t, h.js, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers); info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
 			t.Errorf("consumer: %d awaiting ack, %d pending, %d redelivered; want the bad messages gone for good",
 				info.NumAckPending, info.NumPending, info.NumRedelivered)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -54,15 +55,7 @@ func TestRunOnce(t *testing.T) {
 	if n := h.workPending(); n != 1 {
 		t.Errorf("work queue holds %d messages, want the second one only", n)
 	}
-	c, err := h.js.Consumer(t.Context(), lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.NumPending != 1 || info.NumAckPending != 0 {
+	if info := natstest.ConsumerInfo(t, h.js, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers); info.NumPending != 1 || info.NumAckPending != 0 {
 		t.Errorf("consumer: %d pending, %d awaiting ack; want 1 and 0 (the second dispatch not taken)", info.NumPending, info.NumAckPending)
 	}
 
