@@ -91,18 +91,26 @@ const query = `SELECT COALESCE(answer, CAST(shards AS TEXT)) FROM answers
 WHERE subagent = :subagent AND question = :question AND target = :target -- :kind is not used
 ORDER BY answer`
 
-func TestSQLite(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "answers.db")
-	db, err := sql.Open(sqldb.DriverSQLite, path)
+// seeded opens the database dsn with driver and runs seed on it; the
+// handle is closed when the test ends.
+func seeded(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { _ = db.Close() })
 	for _, stmt := range strings.Split(seed, ";\n") {
 		if _, err := db.Exec(stmt); err != nil {
-			t.Fatal(err)
+			t.Fatalf("seed %s: %v", driver, err)
 		}
 	}
+	return db
+}
+
+func TestSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "answers.db")
+	db := seeded(t, sqldb.DriverSQLite, path)
 	if _, err := sqldb.Open(sqldb.Config{DSN: path, Query: "SELEC nonsense"}); err == nil {
 		t.Error("Open accepted a query with a syntax error")
 	}
@@ -159,16 +167,7 @@ func TestPostgres(t *testing.T) {
 		sep = "&"
 	}
 	sdsn := dsn + sep + "search_path=" + schema
-	db, err := sql.Open(sqldb.DriverPostgres, sdsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, stmt := range strings.Split(seed, ";\n") {
-		if _, err := db.Exec(stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := seeded(t, sqldb.DriverPostgres, sdsn)
 	// A PostgreSQL cast and dollar quotes stay as they are.
 	a, err := sqldb.Open(sqldb.Config{DSN: sdsn, Query: strings.Replace(query, "CAST(shards AS TEXT)", "shards::text || $$$$", 1)})
 	if err != nil {

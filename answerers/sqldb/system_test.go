@@ -2,7 +2,6 @@ package sqldb_test
 
 import (
 	"context"
-	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,16 +28,7 @@ func TestDatabaseAnswer(t *testing.T) {
 `})
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "answers.db")
-	db, err := sql.Open(sqldb.DriverSQLite, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, stmt := range strings.Split(seed, ";\n") {
-		if _, err := db.Exec(stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seeded(t, sqldb.DriverSQLite, dbPath)
 	a, err := sqldb.Open(sqldb.Config{DSN: dbPath, Query: "SELECT answer FROM answers WHERE subagent = :subagent AND question = :question"})
 	if err != nil {
 		t.Fatal(err)
