@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -106,13 +106,7 @@ command: ["/bin/sh", "-c", "printf -- '--- a\\n+++ b\\n' > \"$AGORA_ARTIFACTS_DI
 	}
 
 	// Changed in the store: the download fails and leaves no file.
-	nc, err := nats.Connect(d.natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	obs, err := js.ObjectStore(t.Context(), lifecycle.BucketArtifacts)
+	obs, err := d.jetStream(t).ObjectStore(t.Context(), lifecycle.BucketArtifacts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,14 +137,20 @@ command: ["/bin/sh", "-c", "printf -- '--- a\\n+++ b\\n' > \"$AGORA_ARTIFACTS_DI
 // events --follow shows them as they come.
 func TestProgressVerbAndFollowers(t *testing.T) {
 	t.Parallel()
-	devServer(t)
+	d := devServer(t)
 	def, _ := json.Marshal(map[string]any{"name": "stepper", "runtime": "exec", "command": []string{"sh", "-c",
 		`"$0" progress "step one" --percent 10; sleep 0.6; "$0" progress "step two" --percent 90 --done read --todo fix; sleep 0.6`, agoraBin}})
 	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "stepper.json", string(def)))
 
 	id := "stepper-" + lifecycle.NewID() // unique: the suite may run again on the same agora dev
 	follow := start(t, "events", "--follow", "--thread", id)
-	time.Sleep(300 * time.Millisecond) // the follower's consumers are in place
+	// The follower reads progress from when its consumer is in place (and
+	// the lifecycle from the start): wait until the server lists it.
+	js := d.jetStream(t)
+	progress := lifecycle.ProgressFilter(id, "")
+	testkit.Eventually(t, 10*time.Second, "the follower's consumer of "+progress, func() bool {
+		return hasConsumer(t, js, lifecycle.StreamProgress, progress)
+	})
 	r := mustAgora(t, "dispatch", "stepper", "--id", id, "--wait")
 	for _, want := range []string{"progress   stepper round 0 — 10% step one", "progress   stepper round 0 — 90% step two (1/2 done)"} {
 		if !strings.Contains(r.stderr, want) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
 func TestSubagentApplyListGet(t *testing.T) {
@@ -137,16 +138,14 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 		var found map[string]any
 		// Waiting questions come from the router's index, which learns
 		// of a question through its watch a moment after the record.
-		for deadline := time.Now().Add(10 * time.Second); found == nil; time.Sleep(50 * time.Millisecond) {
+		testkit.Eventually(t, 10*time.Second, "questions --json to list "+qid, func() bool {
 			for _, q := range jsonLines(t, mustAgora(t, "questions", "--json").stdout) {
 				if q["question_id"] == qid {
 					found = q
 				}
 			}
-			if found == nil && time.Now().After(deadline) {
-				t.Fatalf("questions --json does not list %s", qid)
-			}
-		}
+			return found != nil
+		})
 		for _, k := range []string{"question_id", "question", "options", "kind", "route", "status", "dispatch_id", "thread_id"} {
 			if _, ok := found[k]; !ok {
 				t.Errorf("question line lacks %q: %v", k, found)
@@ -406,13 +405,7 @@ command: ["/bin/sh", "-c", "sleep 60"]
 		t.Helper()
 		return jsonLines(t, mustAgora(t, "status", id, "--json").stdout)[0]["status"].(string)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for status() != "started" {
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatch %s never started", id)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, "dispatch "+id+" to start", func() bool { return status() == "started" })
 	if r := mustAgora(t, "cancel", id); !strings.Contains(r.stdout, "cancelled dispatch "+id) {
 		t.Errorf("cancel: %s", r)
 	}

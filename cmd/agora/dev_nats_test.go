@@ -42,18 +42,7 @@ func TestDevNATSToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var line string
-	for deadline := time.Now().Add(60 * time.Second); line == ""; {
-		for _, l := range strings.Split(stderr.String(), "\n") {
-			if strings.Contains(l, "export AGORA_NATS_URL=") {
-				line = l
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner:\n%s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	line := waitOutputLine(t, &stderr, 60*time.Second, "export AGORA_NATS_URL=")
 	m := regexp.MustCompile(`export AGORA_NATS_URL=(\S+)\)`).FindStringSubmatch(line)
 	if m == nil || !strings.Contains(m[1], "@") {
 		t.Fatalf("banner line %q does not carry the token URL", line)

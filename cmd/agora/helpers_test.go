@@ -14,11 +14,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/testkit"
 )
@@ -351,4 +355,60 @@ func writeFile(t testing.TB, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// jetStream connects to the dev server's NATS; the connection is closed
+// when the test ends.
+func (d *devProcess) jetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(d.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// hasConsumer reports whether stream has a consumer on the subject filter
+// (a follower's, say).
+func hasConsumer(t testing.TB, js jetstream.JetStream, stream, filter string) bool {
+	t.Helper()
+	s, err := js.Stream(t.Context(), stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	found := false
+	l := s.ListConsumers(t.Context())
+	for info := range l.Info() {
+		if info.Config.FilterSubject == filter || slices.Contains(info.Config.FilterSubjects, filter) {
+			found = true
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("list the consumers of %s: %v", stream, err)
+	}
+	return found
+}
+
+// waitOutputLine waits until out, a process's output, has a line that
+// contains substr and returns the first such line. It fails the test,
+// showing the output, when within passes first.
+func waitOutputLine(t testing.TB, out *testkit.Buffer, within time.Duration, substr string) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, substr) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no line with %q within %s; output:\n%s", substr, within, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -15,19 +15,12 @@ func TestInboxVerb(t *testing.T) {
 	d := devServer(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	b := start(t, "inbox", "--dev-token", "--http", addr, "--nats", d.natsURL)
-	re := regexp.MustCompile(`sign in at (http://\S+)`)
-	var login string
-	deadline := time.Now().Add(30 * time.Second)
-	for login == "" {
-		if m := re.FindStringSubmatch(b.stderr.String()); m != nil {
-			login = m[1]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no sign-in line; stderr:\n%s", b.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	line := waitOutputLine(t, &b.stderr, 30*time.Second, "sign in at ")
+	m := regexp.MustCompile(`sign in at (http://\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("sign-in line %q has no URL", line)
 	}
+	login := m[1]
 	resp, err := http.Get(login)
 	if err != nil {
 		t.Fatal(err)
