@@ -218,18 +218,25 @@ func threadKey(threadID string) string { return threadPrefix + threadID }
 
 // thread reads a thread's index; errNoRecord when there is none.
 func (st store) thread(ctx context.Context, threadID string) (threadIndex, error) {
+	idx, _, err := st.readThread(ctx, threadID)
+	return idx, err
+}
+
+// readThread reads a thread's index and its revision; errNoRecord when
+// there is none.
+func (st store) readThread(ctx context.Context, threadID string) (threadIndex, uint64, error) {
 	e, err := st.kv.Get(ctx, threadKey(threadID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return threadIndex{}, fmt.Errorf("%w: thread %s", errNoRecord, threadID)
+		return threadIndex{}, 0, fmt.Errorf("%w: thread %s", errNoRecord, threadID)
 	}
 	if err != nil {
-		return threadIndex{}, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
+		return threadIndex{}, 0, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
 	}
 	var idx threadIndex
 	if err := json.Unmarshal(e.Value(), &idx); err != nil {
-		return threadIndex{}, fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
+		return threadIndex{}, 0, fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
 	}
-	return idx, nil
+	return idx, e.Revision(), nil
 }
 
 // index adds a dispatch to its thread's index, once.
@@ -312,23 +319,16 @@ func (st store) indexFrom(ctx context.Context, threadID string, round int, dispa
 func (st store) expireIndex(ctx context.Context, threadID string, expires time.Time) (threadIndex, error) {
 	key := threadKey(threadID)
 	for range maxCAS {
-		e, err := st.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return threadIndex{}, fmt.Errorf("%w: thread %s", errNoRecord, threadID)
-		}
+		idx, rev, err := st.readThread(ctx, threadID)
 		if err != nil {
-			return threadIndex{}, fmt.Errorf("dispatcher: read thread index %s: %w", threadID, err)
-		}
-		var idx threadIndex
-		if err := json.Unmarshal(e.Value(), &idx); err != nil {
-			return threadIndex{}, fmt.Errorf("dispatcher: decode thread index %s: %w", threadID, err)
+			return threadIndex{}, err
 		}
 		if idx.ExpiresAt != nil {
 			return idx, nil
 		}
 		idx.ExpiresAt = &expires
 		data, _ := json.Marshal(idx)
-		if _, err := st.write(ctx, key, data, e.Revision(), &expires); err == nil {
+		if _, err := st.write(ctx, key, data, rev, &expires); err == nil {
 			return idx, nil
 		} else if !conflict(err) {
 			return threadIndex{}, fmt.Errorf("dispatcher: write thread index %s: %w", threadID, err)
