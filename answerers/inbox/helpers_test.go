@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -267,22 +269,22 @@ func (s *system) waitQuestion(qid string, ok func(*inbox.Question) bool) *inbox.
 // nextRoundQuestion waits for the question the thread asks in round n.
 func (s *system) nextRoundQuestion(threadID string, n int) string {
 	s.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for time.Now().Before(deadline) {
+	var qid string
+	testkit.Eventually(s.t, waitFor, fmt.Sprintf("thread %s to ask in round %d", threadID, n), func() bool {
 		qs, err := s.c.Questions(s.t.Context(), client.QuestionFilter{ThreadID: threadID})
 		if err != nil {
 			s.t.Fatal(err)
 		}
 		for _, q := range qs {
 			if q.Round == n {
-				s.waitQuestion(q.QuestionID, func(q *inbox.Question) bool { return true })
-				return q.QuestionID
+				qid = q.QuestionID
+				return true
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.t.Fatalf("thread %s asked nothing in round %d", threadID, n)
-	return ""
+		return false
+	})
+	s.waitQuestion(qid, func(q *inbox.Question) bool { return true })
+	return qid
 }
 
 // finished waits for the thread's end and returns its finished output.
@@ -340,13 +342,7 @@ func (s *system) apiCall(method, path string, body any, header map[string]string
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := s.web.Client().Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return send(s.t, s.web.Client(), req)
 }
 
 // apiLogin signs in through the API and returns the bearer token.
@@ -575,9 +571,15 @@ func apiGet(t *testing.T, u, token string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	return send(t, http.DefaultClient, req)
+}
+
+// send sends req with hc and returns the response's status and body.
+func send(t *testing.T, hc *http.Client, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := hc.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

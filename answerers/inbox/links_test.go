@@ -30,13 +30,7 @@ func linkCall(t *testing.T, method, link string, form url.Values) (int, string) 
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return send(t, http.DefaultClient, req)
 }
 
 // mintLinks asks the inbox's API for the links of qid for audience.
