@@ -248,7 +248,13 @@ func (s *Service) scanLoop(loop, work context.Context, p *svc.Pool) {
 // says so. Without the sweep such a question would wait for its next
 // answer or deadline.
 func (s *Service) sweepCancels(loop, work context.Context, p *svc.Pool) {
-	for _, qid := range s.idx.askedIDs() {
+	s.eachQuestion(loop, p, s.idx.askedIDs(), func(qid string) { s.checkCancel(work, qid) })
+}
+
+// eachQuestion runs f for each of qids on p, skipping a question another
+// goroutine has in hand (inflight) and handing out no more once loop ends.
+func (s *Service) eachQuestion(loop context.Context, p *svc.Pool, qids []string, f func(qid string)) {
+	for _, qid := range qids {
 		if loop.Err() != nil {
 			return
 		}
@@ -257,7 +263,7 @@ func (s *Service) sweepCancels(loop, work context.Context, p *svc.Pool) {
 		}
 		p.Go(func() {
 			defer s.inflight.Delete(qid)
-			s.checkCancel(work, qid)
+			f(qid)
 		})
 	}
 }
@@ -277,18 +283,7 @@ func (s *Service) checkCancel(ctx context.Context, qid string) {
 }
 
 func (s *Service) scan(loop, work context.Context, p *svc.Pool) {
-	for _, qid := range s.idx.dueAt(time.Now()) {
-		if loop.Err() != nil {
-			return
-		}
-		if _, busy := s.inflight.LoadOrStore(qid, true); busy {
-			continue
-		}
-		p.Go(func() {
-			defer s.inflight.Delete(qid)
-			s.advance(work, qid)
-		})
-	}
+	s.eachQuestion(loop, p, s.idx.dueAt(time.Now()), func(qid string) { s.advance(work, qid) })
 }
 
 // cancelMemo remembers recent cancels of paused threads, for a
