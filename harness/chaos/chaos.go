@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/natsserver"
+	"github.com/agora-dispatch/agora/internal/proclist"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -442,7 +443,7 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			}
 		}
 	}
-	if pids := leftovers(marker); len(pids) > 0 {
+	if pids := proclist.WithMarker(marker); len(pids) > 0 {
 		bad("%d sub-agent processes outlived their runs: %v", len(pids), pids)
 		for _, p := range pids {
 			_ = syscall.Kill(p, syscall.SIGKILL)
@@ -481,29 +482,6 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream string, f func(
 			return nil
 		}
 	}
-}
-
-// leftovers lists living processes whose command line carries marker.
-func leftovers(marker string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(b), marker) {
-			continue
-		}
-		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
-				continue
-			}
-		}
-		out = append(out, pid)
-	}
-	return out
 }
 
 // Print writes the report as a table.

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/proclist"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/subagentmcp"
@@ -319,7 +318,7 @@ func assertNoProcess(t *testing.T, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids := processesWith(marker)
+		pids := proclist.WithMarker(marker)
 		if len(pids) == 0 {
 			return
 		}
@@ -328,28 +327,4 @@ func assertNoProcess(t *testing.T, marker string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// processesWith lists the living processes whose command line contains
-// marker.
-func processesWith(marker string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(b, []byte(marker)) {
-			continue
-		}
-		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
-				continue
-			}
-		}
-		out = append(out, pid)
-	}
-	return out
 }

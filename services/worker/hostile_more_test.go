@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agora-dispatch/agora/internal/egress"
+	"github.com/agora-dispatch/agora/internal/proclist"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -241,7 +242,7 @@ func TestMoreBoxAttacksBreachWithoutTheSandbox(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "DAEMON UP") {
 			t.Fatalf("%v: %s", err, out)
 		}
-		pids := processesWith("agora-survivor-" + mark)
+		pids := proclist.WithMarker("agora-survivor-" + mark)
 		for _, p := range pids {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
