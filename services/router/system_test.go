@@ -68,16 +68,25 @@ else
   cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"
 fi`
 
+// newAskerSystem starts a router, the dispatcher and a worker on a new
+// env with the sub-agent asker defined; it returns them with a context
+// that bounds the test to two minutes.
+func newAskerSystem(t *testing.T) (*env, *running, *client.Client, context.Context) {
+	t.Helper()
+	e := newEnv(t, "")
+	rt := e.startRouter(e.config())
+	c := e.startServices()
+	e.define("asker", asker)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return e, rt, c, ctx
+}
+
 // TestThroughDispatcher: with the real dispatcher and worker, an answer
 // resumes the thread in round 1 with the answer and the partial state, and
 // CancelThread on a thread paused on its question withdraws the question.
 func TestThroughDispatcher(t *testing.T) {
-	e := newEnv(t, "")
-	e.startRouter(e.config())
-	c := e.startServices()
-	e.define("asker", asker)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	e, _, c, ctx := newAskerSystem(t)
 
 	waitQuestion := func(thread string) lifecycle.Question { return waitAsked(ctx, t, c, thread) }
 
@@ -216,12 +225,7 @@ func TestCancelPausedThreadEndToEnd(t *testing.T) {
 			name = "projection lagging"
 		}
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, "")
-			e.startRouter(e.config())
-			c := e.startServices()
-			e.define("asker", asker)
-			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-			defer cancel()
+			e, _, c, ctx := newAskerSystem(t)
 
 			resume := func() {}
 			if lagging {
@@ -265,12 +269,7 @@ func TestCancelPausedThreadEndToEnd(t *testing.T) {
 // runs; the router started later withdraws the question from the mark the
 // dispatcher left, refuses the answer and re-dispatches nothing.
 func TestCancelWhileTheRouterIsDown(t *testing.T) {
-	e := newEnv(t, "")
-	rt := e.startRouter(e.config())
-	c := e.startServices()
-	e.define("asker", asker)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	e, rt, c, ctx := newAskerSystem(t)
 
 	d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: "asker"})
 	if err != nil {
