@@ -394,21 +394,7 @@ func TestRunLandlock(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(readable, "note"), []byte("n0te"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		port := ln.Addr().(*net.TCPAddr).Port
+		port := testkit.Listen(t, "tcp", "127.0.0.1:0").Addr().(*net.TCPAddr).Port
 		script := `
 echo in > ok || echo "DENIED write ws"
 sh -c 'echo x > "$OUT/dropped"' 2>/dev/null && echo "WROTE outside"

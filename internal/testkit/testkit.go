@@ -7,6 +7,7 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,31 @@ func WaitReady(t testing.TB, within time.Duration, what string, ready <-chan str
 	case <-time.After(within):
 		t.Fatalf("%s not ready within %s", what, within)
 	}
+}
+
+// Listen listens on network and address ("tcp", "127.0.0.1:0"; "unix",
+// "@name") and accepts every connection only to close it, until the test
+// ends: something a run under test may or may not reach. A cleanup closes
+// the listener and waits for the accepting goroutine.
+func Listen(t testing.TB, network, address string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen(network, address)
+	if err != nil {
+		t.Fatalf("listen %s %s: %v", network, address, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	return ln
 }
 
 // CheckErr checks the error of a validation, op: with no want it must be

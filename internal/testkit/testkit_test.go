@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -146,4 +148,27 @@ type routeRecorder struct {
 func (r *routeRecorder) Helper() {}
 func (r *routeRecorder) Errorf(format string, args ...any) {
 	*r.got = append(*r.got, fmt.Sprintf(format, args...))
+}
+
+// Listen accepts a connection and closes it; once its test has ended,
+// nothing listens there any more.
+func TestListen(t *testing.T) {
+	var addr string
+	t.Run("listening", func(t *testing.T) {
+		ln := testkit.Listen(t, "tcp", "127.0.0.1:0")
+		addr = ln.Addr().String()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial the listener: %v", err)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+			t.Errorf("read from an accepted connection = %d, %v; want it closed (EOF)", n, err)
+		}
+	})
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Errorf("%s still accepts after its test ended", addr)
+	}
 }
