@@ -80,7 +80,7 @@ func TestAgentAnswersAndThreadResumes(t *testing.T) {
 	if !ok {
 		t.Fatalf("thread ended %T %+v (events %v)", end.Data, end.Data, kinds)
 	}
-	if fin.Round != 1 || fin.ThreadID != d.ThreadID || fin.ParentID != d.ID {
+	if fin.Round != 1 || fin.ThreadID != d.ThreadID || fin.ParentID != d.DispatchID {
 		t.Errorf("finished in round %d, thread %s, parent %s", fin.Round, fin.ThreadID, fin.ParentID)
 	}
 	var in map[string]json.RawMessage

@@ -121,7 +121,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qid := lifecycle.QuestionID(d.ID)
+	qid := lifecycle.QuestionID(d.DispatchID)
 	row := `#pending li[data-id="` + qid + `"]`
 	run("see the question arrive", chromedp.WaitVisible(css(row)))
 	// Another, answered elsewhere, disappears without a reload.

@@ -238,7 +238,7 @@ func (s *system) ask(sa string, q sentinel, rounds int) (*client.Dispatch, strin
 	if err != nil {
 		s.t.Fatalf("dispatch %s: %v", sa, err)
 	}
-	qid := lifecycle.QuestionID(d.ID)
+	qid := lifecycle.QuestionID(d.DispatchID)
 	s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Pending() })
 	return d, qid
 }

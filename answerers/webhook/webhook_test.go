@@ -132,7 +132,7 @@ func (h *harness) ask(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d.ID
+	return d.DispatchID
 }
 
 func (h *harness) count(metric string, labels ...string) float64 {

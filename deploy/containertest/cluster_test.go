@@ -44,8 +44,8 @@ func demoResult(t *testing.T, end agora.Item, d *agora.Dispatch, answer string) 
 	if !ok {
 		t.Fatalf("thread %s ended %s %+v, want finished", d.ThreadID, end.Kind(), end.Data)
 	}
-	if fin.Round != 1 || fin.ParentID != d.ID || fin.ThreadID != d.ThreadID {
-		t.Errorf("finished round %d parent %q thread %q, want round 1 parent %q thread %q", fin.Round, fin.ParentID, fin.ThreadID, d.ID, d.ThreadID)
+	if fin.Round != 1 || fin.ParentID != d.DispatchID || fin.ThreadID != d.ThreadID {
+		t.Errorf("finished round %d parent %q thread %q, want round 1 parent %q thread %q", fin.Round, fin.ParentID, fin.ThreadID, d.DispatchID, d.ThreadID)
 	}
 	var out struct {
 		Renamed        string `json:"renamed"`
@@ -73,8 +73,8 @@ func TestRoundTrip(t *testing.T) {
 		return c.Dispatch(ctx, lifecycle.Request{DispatchID: "rt-1", Subagent: "demo", Input: json.RawMessage(`{"task":"rename the config loader to loadConfig"}`)})
 	})
 	q := question(ctx, t, c, d.ThreadID)
-	if q.Route != "human" || q.DispatchID != d.ID || !slices.Equal(q.Options, []string{"parseConfig", "readConfig"}) {
-		t.Fatalf("question %+v, want route human for %s with the demo's options", q, d.ID)
+	if q.Route != "human" || q.DispatchID != d.DispatchID || !slices.Equal(q.Options, []string{"parseConfig", "readConfig"}) {
+		t.Fatalf("question %+v, want route human for %s with the demo's options", q, d.DispatchID)
 	}
 	retry(ctx, t, "answer", time.Minute, func(ctx context.Context) (*agora.AnswerReply, error) {
 		return c.Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "readConfig", AnsweredBy: "container-test"})

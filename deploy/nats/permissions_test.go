@@ -422,7 +422,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("wait as client: %v; violations %q", err, e.all())
 		}
 		fin, ok := end.Data.(*lifecycle.Finished)
-		if !ok || fin.Round != 1 || fin.ParentID != dsp.ID {
+		if !ok || fin.Round != 1 || fin.ParentID != dsp.DispatchID {
 			t.Fatalf("thread ended %s %+v; violations %q", end.Kind(), end.Data, e.all())
 		}
 		var in map[string]json.RawMessage

@@ -103,7 +103,7 @@ func resume(ctx context.Context, url string, js jetstream.JetStream, dir string,
 		if err != nil {
 			return 0, err
 		}
-		qid := lifecycle.QuestionID(disp.ID)
+		qid := lifecycle.QuestionID(disp.DispatchID)
 		select {
 		case <-askedCh(qid):
 		case <-time.After(30 * time.Second):

@@ -119,11 +119,11 @@ func TestFinishedThreadExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, "the question asked with its state object", func() bool {
-		k := b.keys(t, d.ID, "")
+		k := b.keys(t, d.DispatchID, "")
 		return k["question"] && k["state object"]
 	})
 	time.Sleep(2 * retentionFor) // pending for longer than the retention
-	for what, ok := range b.keys(t, d.ID, "") {
+	for what, ok := range b.keys(t, d.DispatchID, "") {
 		if !ok {
 			t.Errorf("%s of a waiting thread expired", what)
 		}
@@ -145,7 +145,7 @@ func TestFinishedThreadExpires(t *testing.T) {
 		t.Errorf("the finished round's expires_at = %v, want about %s from its end", expires, retentionFor)
 	}
 	testkit.Eventually(t, 20*time.Second, "every record of the finished thread expired", func() bool {
-		for what, ok := range b.keys(t, d.ID, last) {
+		for what, ok := range b.keys(t, d.DispatchID, last) {
 			if ok {
 				t.Logf("still there: %s", what)
 				return false
@@ -153,7 +153,7 @@ func TestFinishedThreadExpires(t *testing.T) {
 		}
 		return true
 	})
-	_, err = sys.Client.Status(t.Context(), d.ID)
+	_, err = sys.Client.Status(t.Context(), d.DispatchID)
 	if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "AGORA_RETENTION") || !strings.Contains(err.Error(), retentionFor.String()) {
 		t.Errorf("status of an expired dispatch: %v, want not found naming the retention", err)
 	}
@@ -185,7 +185,7 @@ func TestRunningThreadKeepsItsRecords(t *testing.T) {
 		return true
 	})
 	time.Sleep(2 * retentionFor)
-	k := b.keys(t, d.ID, round1)
+	k := b.keys(t, d.DispatchID, round1)
 	for _, what := range []string{"dispatch round 0", "dispatch round 1", "thread index", "question"} {
 		if !k[what] {
 			t.Errorf("%s expired while the thread still runs", what)
@@ -193,7 +193,7 @@ func TestRunningThreadKeepsItsRecords(t *testing.T) {
 	}
 	waitThread(t, sys, d.ThreadID)
 	testkit.Eventually(t, 20*time.Second, "the records expire once the thread ended", func() bool {
-		k := b.keys(t, d.ID, round1)
+		k := b.keys(t, d.DispatchID, round1)
 		return !k["dispatch round 0"] && !k["dispatch round 1"] && !k["thread index"] && !k["question"]
 	})
 }

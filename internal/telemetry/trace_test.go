@@ -296,13 +296,13 @@ func TestTwoRoundThreadIsOneTrace(t *testing.T) {
 		}
 	}
 	want := map[string]map[string]string{
-		"dispatch0":  {"agora.dispatch_id": d.ID, "agora.thread_id": d.ThreadID, "agora.subagent": "tracer", "agora.door": "micro", "messaging.system": "nats", "messaging.destination.name": "agora.api.dispatch", "agora.outcome": "accepted"},
+		"dispatch0":  {"agora.dispatch_id": d.DispatchID, "agora.thread_id": d.ThreadID, "agora.subagent": "tracer", "agora.door": "micro", "messaging.system": "nats", "messaging.destination.name": "agora.api.dispatch", "agora.outcome": "accepted"},
 		"dispatch1":  {"agora.thread_id": d.ThreadID, "agora.door": "stream", "messaging.destination.name": "agora.requests.tracer"},
-		"run0":       {"agora.dispatch_id": d.ID, "messaging.system": "nats", "messaging.destination.name": "agora.dispatch.tracer", "agora.outcome": "needs_input"},
+		"run0":       {"agora.dispatch_id": d.DispatchID, "messaging.system": "nats", "messaging.destination.name": "agora.dispatch.tracer", "agora.outcome": "needs_input"},
 		"run1":       {"agora.outcome": "finished"},
-		"ask":        {"agora.question_id": lifecycle.QuestionID(d.ID), "agora.route": "team"},
-		"handle":     {"agora.question_id": lifecycle.QuestionID(d.ID), "agora.route": "team", "agora.outcome": "accepted"},
-		"answer":     {"agora.question_id": lifecycle.QuestionID(d.ID), "agora.outcome": "accepted", "agora.answered_by": "bot", "agora.route": "team"},
+		"ask":        {"agora.question_id": lifecycle.QuestionID(d.DispatchID), "agora.route": "team"},
+		"handle":     {"agora.question_id": lifecycle.QuestionID(d.DispatchID), "agora.route": "team", "agora.outcome": "accepted"},
+		"answer":     {"agora.question_id": lifecycle.QuestionID(d.DispatchID), "agora.outcome": "accepted", "agora.answered_by": "bot", "agora.route": "team"},
 		"redispatch": {"agora.thread_id": d.ThreadID, "agora.round": "1", "messaging.destination.name": "agora.requests.tracer"},
 	}
 	got := map[string]span{"dispatch0": dispatch0, "dispatch1": dispatch1, "run0": run0, "run1": run1, "ask": ask, "handle": handle, "answer": ans, "redispatch": redispatch}
@@ -356,7 +356,7 @@ func TestExportOverHTTP(t *testing.T) {
 	seen := map[string]bool{}
 	testkit.Eventually(t, 30*time.Second, "the dispatch's, run's and queue's spans over HTTP", func() bool {
 		for _, s := range rcv.all() {
-			if s.attrs["agora.dispatch_id"] == d.ID {
+			if s.attrs["agora.dispatch_id"] == d.DispatchID {
 				seen[s.name] = true
 			}
 		}
@@ -365,7 +365,7 @@ func TestExportOverHTTP(t *testing.T) {
 	flush()
 	for _, n := range []string{"agora.dispatch", "agora.run", "agora.queue"} {
 		if !seen[n] {
-			t.Errorf("no %s span for %s over HTTP; got %v", n, d.ID, seen)
+			t.Errorf("no %s span for %s over HTTP; got %v", n, d.DispatchID, seen)
 		}
 	}
 }

@@ -135,10 +135,6 @@ type Dispatch struct {
 	// thread's root).
 	DispatchID string
 	ThreadID   string
-	// ID is DispatchID, under the name it had first.
-	//
-	// Deprecated: use DispatchID.
-	ID string
 	// Record is the dispatch record as the dispatcher returned it.
 	Record Record
 
@@ -204,7 +200,7 @@ func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...Di
 		}
 		backoff *= 2
 	}
-	return &Dispatch{DispatchID: rec.DispatchID, ID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
+	return &Dispatch{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
 }
 
 // TooLargeError is a dispatch request Dispatch did not send because it can

@@ -19,7 +19,7 @@ const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 func TestDispatch(t *testing.T) {
 	e := newEnv(t)
 	d := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)}, client.WithTraceparent(trace))
-	if d.ID == "" || d.ThreadID != d.ID || d.Record.Status != lifecycle.KindAccepted {
+	if d.DispatchID == "" || d.ThreadID != d.DispatchID || d.Record.Status != lifecycle.KindAccepted {
 		t.Fatalf("handle: %+v", d)
 	}
 	// The dispatcher answers once the work is queued; queued is its
@@ -31,18 +31,18 @@ func TestDispatch(t *testing.T) {
 	var stored struct {
 		Queued bool `json:"queued"`
 	}
-	if ent, err := kv.Get(t.Context(), d.ID); err != nil || json.Unmarshal(ent.Value(), &stored) != nil || !stored.Queued {
-		t.Fatalf("the stored record of %s is not queued (%v)", d.ID, err)
+	if ent, err := kv.Get(t.Context(), d.DispatchID); err != nil || json.Unmarshal(ent.Value(), &stored) != nil || !stored.Queued {
+		t.Fatalf("the stored record of %s is not queued (%v)", d.DispatchID, err)
 	}
 	if lifecycle.TraceID(d.Record.Traceparent) != lifecycle.TraceID(trace) {
 		t.Errorf("traceparent %q does not continue %q", d.Record.Traceparent, trace)
 	}
-	again, err := e.c.Dispatch(t.Context(), lifecycle.Request{DispatchID: d.ID, Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)})
-	if err != nil || again.ID != d.ID || !again.Record.CreatedAt.Equal(d.Record.CreatedAt) {
+	again, err := e.c.Dispatch(t.Context(), lifecycle.Request{DispatchID: d.DispatchID, Subagent: "planner", Input: json.RawMessage(`{"task":"x"}`)})
+	if err != nil || again.DispatchID != d.DispatchID || !again.Record.CreatedAt.Equal(d.Record.CreatedAt) {
 		t.Errorf("the same id again: %+v %v", again, err)
 	}
-	rec, err := e.c.Status(t.Context(), d.ID)
-	if err != nil || rec.DispatchID != d.ID || string(rec.Request.Input) != `{"task":"x"}` {
+	rec, err := e.c.Status(t.Context(), d.DispatchID)
+	if err != nil || rec.DispatchID != d.DispatchID || string(rec.Request.Input) != `{"task":"x"}` {
 		t.Errorf("status: %+v %v", rec, err)
 	}
 	if _, err := e.c.Status(t.Context(), "nope"); !errors.Is(err, client.ErrNotFound) {
@@ -99,7 +99,7 @@ func TestWaitAndCancel(t *testing.T) {
 		it, err := d.Wait(t.Context())
 		waited <- itemErr{it, err}
 	}()
-	rec, err := e.c.Cancel(t.Context(), d.ID, client.CancelBy("ops", "test"))
+	rec, err := e.c.Cancel(t.Context(), d.DispatchID, client.CancelBy("ops", "test"))
 	if err != nil || rec.Status != lifecycle.KindCancelled {
 		t.Fatalf("cancel: %+v %v", rec, err)
 	}
@@ -113,7 +113,7 @@ func TestWaitAndCancel(t *testing.T) {
 	}
 	// Waiting after the end returns at once.
 	it, err := d.Wait(t.Context())
-	if err != nil || it.Event.ID() != lifecycle.TerminalID(d.ID) {
+	if err != nil || it.Event.ID() != lifecycle.TerminalID(d.DispatchID) {
 		t.Errorf("wait after the end: %v %v", it.Event.ID(), err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -140,8 +140,8 @@ func TestFollowFollowsRounds(t *testing.T) {
 		it, err := e.c.Follow(t.Context(), root.ThreadID, func(it client.Item) { seen <- it })
 		done <- itemErr{it, err}
 	}()
-	e.publishAsWorker(t, &lifecycle.NeedsInput{Common: root.Record.Common(), QuestionID: lifecycle.QuestionID(root.ID), Question: "A or B?"})
-	r1 := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner", ThreadID: root.ThreadID, ParentID: root.ID, Round: 1, QuestionID: lifecycle.QuestionID(root.ID)})
+	e.publishAsWorker(t, &lifecycle.NeedsInput{Common: root.Record.Common(), QuestionID: lifecycle.QuestionID(root.DispatchID), Question: "A or B?"})
+	r1 := e.dispatch(t.Context(), t, lifecycle.Request{Subagent: "planner", ThreadID: root.ThreadID, ParentID: root.DispatchID, Round: 1, QuestionID: lifecycle.QuestionID(root.DispatchID)})
 	var kinds []string
 	next := func() client.Item {
 		t.Helper()
@@ -161,12 +161,12 @@ func TestFollowFollowsRounds(t *testing.T) {
 	// thread.
 	for it := next(); it.Kind() != lifecycle.KindAccepted || it.Data.Base().Round != 1; it = next() {
 	}
-	if _, err := e.c.Cancel(t.Context(), r1.ID); err != nil {
+	if _, err := e.c.Cancel(t.Context(), r1.DispatchID); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case r := <-done:
-		if r.err != nil || r.it.Kind() != lifecycle.KindCancelled || r.it.Data.Base().DispatchID != r1.ID {
+		if r.err != nil || r.it.Kind() != lifecycle.KindCancelled || r.it.Data.Base().DispatchID != r1.DispatchID {
 			t.Errorf("final: %+v %v", r.it, r.err)
 		}
 	case <-time.After(10 * time.Second):
@@ -212,8 +212,8 @@ func TestWatch(t *testing.T) {
 	var ids []string
 	for range 3 {
 		d := e.dispatch(ctx, t, lifecycle.Request{Subagent: "planner"})
-		ids = append(ids, d.ID)
-		if _, err := e.c.Cancel(ctx, d.ID); err != nil {
+		ids = append(ids, d.DispatchID)
+		if _, err := e.c.Cancel(ctx, d.DispatchID); err != nil {
 			t.Fatal(err)
 		}
 	}

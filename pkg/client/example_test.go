@@ -139,8 +139,8 @@ func ExampleClient_Watch() {
 	defer stop()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
-	_, _ = c.Cancel(ctx, d.ID)
-	for it, err := range c.Watch(ctx, client.Filter{DispatchID: d.ID, FromStart: true}) {
+	_, _ = c.Cancel(ctx, d.DispatchID)
+	for it, err := range c.Watch(ctx, client.Filter{DispatchID: d.DispatchID, FromStart: true}) {
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -160,13 +160,13 @@ func ExampleClient_Cancel() {
 	defer stop()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
-	rec, err := c.Cancel(ctx, d.ID, client.CancelBy("alice", "wrong input"))
+	rec, err := c.Cancel(ctx, d.DispatchID, client.CancelBy("alice", "wrong input"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(rec.Status, rec.Result.By, rec.Result.Detail)
-	again, _ := c.Cancel(ctx, d.ID, client.CancelBy("bob", ""))
+	again, _ := c.Cancel(ctx, d.DispatchID, client.CancelBy("bob", ""))
 	fmt.Println("idempotent:", again.Result.By)
 	_, err = c.Cancel(ctx, "no-such-dispatch")
 	fmt.Println(errors.Is(err, client.ErrNotFound))
@@ -181,7 +181,7 @@ func ExampleClient_Status() {
 	defer stop()
 
 	d, _ := c.Dispatch(ctx, lifecycle.Request{DispatchID: "status-1", Subagent: "planner", Target: "repo/app"})
-	rec, err := c.Status(ctx, d.ID)
+	rec, err := c.Status(ctx, d.DispatchID)
 	if err != nil {
 		fmt.Println(err)
 		return

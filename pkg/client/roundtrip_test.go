@@ -54,7 +54,7 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	}
 
 	in, _ := json.Marshal(map[string]any{"task": "demo", "answer": ni.Options[0], "partial_state": ni.PartialState})
-	d1 := e.dispatch(ctx, t, lifecycle.Request{Subagent: "deployer", Input: in, ThreadID: d.ThreadID, ParentID: d.ID, Round: 1, QuestionID: ni.QuestionID})
+	d1 := e.dispatch(ctx, t, lifecycle.Request{Subagent: "deployer", Input: in, ThreadID: d.ThreadID, ParentID: d.DispatchID, Round: 1, QuestionID: ni.QuestionID})
 	var kinds []string
 	final, err := e.c.Follow(ctx, d.ThreadID, func(it client.Item) {
 		kinds = append(kinds, string(it.Kind()))
@@ -66,7 +66,7 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	var out struct {
 		DeployedTo string `json:"deployed_to"`
 	}
-	if !ok || fin.DispatchID != d1.ID || json.Unmarshal(fin.Output, &out) != nil || out.DeployedTo != "staging" {
+	if !ok || fin.DispatchID != d1.DispatchID || json.Unmarshal(fin.Output, &out) != nil || out.DeployedTo != "staging" {
 		t.Fatalf("thread ended %s: %+v", final.Kind(), final.Data)
 	}
 	if got := strings.Join(kinds, ","); got != "accepted,started,needs_input,accepted,started,finished" {
@@ -79,8 +79,8 @@ func TestRoundTripWithRealWorker(t *testing.T) {
 	if err := d.Result(ctx, &res); err != nil || res.DeployedTo != "staging" {
 		t.Errorf("Result = %+v, %v", res, err)
 	}
-	if d.DispatchID != d.ID || d1.DispatchID != fin.DispatchID {
-		t.Errorf("DispatchID %q, ID %q", d.DispatchID, d.ID)
+	if d.DispatchID != d.DispatchID || d1.DispatchID != fin.DispatchID {
+		t.Errorf("DispatchID %q, ID %q", d.DispatchID, d.DispatchID)
 	}
 	var items []string
 	if _, err := e.c.Follow(ctx, d.ThreadID, func(it client.Item) { items = append(items, string(it.Kind())) }); err != nil || strings.Join(items, ",") != strings.Join(kinds, ",") {
@@ -116,14 +116,14 @@ func TestCancelStopsARunningWorker(t *testing.T) {
 	defer cancel()
 
 	d := e.dispatch(ctx, t, lifecycle.Request{Subagent: "sleeper"})
-	for it, err := range e.c.Watch(ctx, client.Filter{DispatchID: d.ID, Kind: lifecycle.KindStarted, FromStart: true}) {
+	for it, err := range e.c.Watch(ctx, client.Filter{DispatchID: d.DispatchID, Kind: lifecycle.KindStarted, FromStart: true}) {
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = it
 		break
 	}
-	rec, err := e.c.Cancel(ctx, d.ID, client.CancelBy("ops", "taking too long"))
+	rec, err := e.c.Cancel(ctx, d.DispatchID, client.CancelBy("ops", "taking too long"))
 	if err != nil || rec.Status != lifecycle.KindCancelled {
 		t.Fatalf("cancel: %+v %v", rec, err)
 	}

@@ -130,8 +130,8 @@ func TestAcceptThroughEachDoor(t *testing.T) {
 func TestAcceptAssignsIDsAndTrace(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
-	if len(d.ID) != 26 || d.ThreadID != d.ID {
-		t.Fatalf("id %q thread %q: want a ULID that is also the thread id", d.ID, d.ThreadID)
+	if len(d.DispatchID) != 26 || d.ThreadID != d.DispatchID {
+		t.Fatalf("id %q thread %q: want a ULID that is also the thread id", d.DispatchID, d.ThreadID)
 	}
 	if !lifecycle.ValidTraceparent(d.Record.Traceparent) {
 		t.Errorf("a root without a trace gets one: %q", d.Record.Traceparent)

@@ -51,16 +51,16 @@ func TestCancelQueuedDispatch(t *testing.T) {
 	d := h.dispatchMicro(lifecycle.Request{DispatchID: "c-queued", Subagent: "planner"})
 	signal := h.subscribeCore("agora.control.cancel.c-queued")
 
-	rec, err := h.cl.Cancel(t.Context(), d.ID, client.CancelBy("alice", "not needed"))
+	rec, err := h.cl.Cancel(t.Context(), d.DispatchID, client.CancelBy("alice", "not needed"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.Status != lifecycle.KindCancelled || rec.Result == nil || rec.Result.By != "alice" || rec.Result.Detail != "not needed" || rec.EndedAt == nil {
 		t.Fatalf("record: %+v", rec)
 	}
-	e, data := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindCancelled, d.ThreadID, d.ID))
-	if e.ID() != lifecycle.TerminalID(d.ID) {
-		t.Errorf("cancelled event id %q, want %q", e.ID(), lifecycle.TerminalID(d.ID))
+	e, data := h.waitEvent(lifecycle.LifecycleFilter(lifecycle.KindCancelled, d.ThreadID, d.DispatchID))
+	if e.ID() != lifecycle.TerminalID(d.DispatchID) {
+		t.Errorf("cancelled event id %q, want %q", e.ID(), lifecycle.TerminalID(d.DispatchID))
 	}
 	if c := data.(*lifecycle.Cancelled); c.By != "alice" || c.Reason != "not needed" {
 		t.Errorf("cancelled: %+v", c)
@@ -69,16 +69,16 @@ func TestCancelQueuedDispatch(t *testing.T) {
 		t.Errorf("cancelled event is not on the dispatch's trace")
 	}
 	var body client.CancelRequest
-	if err := json.Unmarshal(receive(t, signal).Data, &body); err != nil || body.DispatchID != d.ID || body.By != "alice" {
+	if err := json.Unmarshal(receive(t, signal).Data, &body); err != nil || body.DispatchID != d.DispatchID || body.By != "alice" {
 		t.Errorf("cancel signal: %+v %v", body, err)
 	}
 	// The work message stays for the worker that pulls it to skip.
-	if q := h.queued(d.ID); len(q) != 1 {
+	if q := h.queued(d.DispatchID); len(q) != 1 {
 		t.Errorf("%d queued messages, want the one a worker will skip", len(q))
 	}
 
 	t.Run("idempotent", func(t *testing.T) {
-		again, err := h.cl.Cancel(t.Context(), d.ID, client.CancelBy("bob", ""))
+		again, err := h.cl.Cancel(t.Context(), d.DispatchID, client.CancelBy("bob", ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func TestCancelQueuedDispatch(t *testing.T) {
 		if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.cancelled.c-queued.c-queued"); n != 1 {
 			t.Errorf("%d cancelled events, want 1", n)
 		}
-		rec, _ := h.record(d.ID)
+		rec, _ := h.record(d.DispatchID)
 		n := 0
 		for _, r := range rec.Events {
 			if r.Kind == lifecycle.KindCancelled {
@@ -110,9 +110,9 @@ func TestCancelRunningDispatchSignalsTheWorker(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
 	st := h.publishAsWorker(&lifecycle.Started{Common: d.Record.Common(), WorkerID: "w1", Attempt: 1})
-	h.projected(d.ID, st.ID())
-	signal := h.subscribeCore("agora.control.cancel." + d.ID)
-	resp, data := h.do(http.MethodPost, "/v1/dispatches/"+d.ID+"/cancel", `{"by":"ops","reason":"stuck"}`, "")
+	h.projected(d.DispatchID, st.ID())
+	signal := h.subscribeCore("agora.control.cancel." + d.DispatchID)
+	resp, data := h.do(http.MethodPost, "/v1/dispatches/"+d.DispatchID+"/cancel", `{"by":"ops","reason":"stuck"}`, "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, data)
 	}
@@ -128,16 +128,16 @@ func TestCancelEndedDispatchIsUnchanged(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
 	fin := h.publishAsWorker(&lifecycle.Finished{Common: d.Record.Common(), ExitCode: 0, Output: json.RawMessage(`{"ok":true}`)})
-	before := h.projected(d.ID, fin.ID())
-	signal := h.subscribeCore("agora.control.cancel." + d.ID)
-	rec, err := h.cl.Cancel(t.Context(), d.ID)
+	before := h.projected(d.DispatchID, fin.ID())
+	signal := h.subscribeCore("agora.control.cancel." + d.DispatchID)
+	rec, err := h.cl.Cancel(t.Context(), d.DispatchID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.Status != lifecycle.KindFinished || string(rec.Result.Output) != `{"ok":true}` || !rec.UpdatedAt.Equal(before.UpdatedAt) {
 		t.Errorf("record changed: %+v", rec)
 	}
-	if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.cancelled."+d.ID+"."+d.ID); n != 0 {
+	if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.cancelled."+d.DispatchID+"."+d.DispatchID); n != 0 {
 		t.Errorf("a cancelled event for a finished dispatch")
 	}
 	select {
@@ -156,7 +156,7 @@ func TestCancelRacingATerminalEvent(t *testing.T) {
 	h.stop()
 	h.publishAsWorker(&lifecycle.Failed{Common: d.Record.Common(), Reason: lifecycle.ReasonProviderFailed, Detail: "exit 2"})
 	h.start(dispatcher.Config{})
-	rec, err := h.cl.Cancel(t.Context(), d.ID)
+	rec, err := h.cl.Cancel(t.Context(), d.DispatchID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,10 +204,10 @@ func TestCancelThread(t *testing.T) {
 	if len(th.Rounds) != 2 || th.Status != lifecycle.KindCancelled {
 		t.Fatalf("thread: %+v", th)
 	}
-	if th.Rounds[0].DispatchID != d0.ID || th.Rounds[0].Status != lifecycle.KindNeedsInput {
+	if th.Rounds[0].DispatchID != d0.DispatchID || th.Rounds[0].Status != lifecycle.KindNeedsInput {
 		t.Errorf("round 0 changed: %+v", th.Rounds[0].Record)
 	}
-	if th.Rounds[1].DispatchID != d1.ID || th.Rounds[1].Status != lifecycle.KindCancelled || th.Rounds[1].Result.By != "carol" {
+	if th.Rounds[1].DispatchID != d1.DispatchID || th.Rounds[1].Status != lifecycle.KindCancelled || th.Rounds[1].Result.By != "carol" {
 		t.Errorf("round 1: %+v", th.Rounds[1].Record)
 	}
 	resp, data := h.do(http.MethodPost, "/v1/threads/th-1/cancel", "", "")
@@ -220,7 +220,7 @@ func TestCancelThreadPausedOnAQuestion(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d := h.dispatchMicro(lifecycle.Request{DispatchID: "paused", Subagent: "planner"})
 	ni := h.publishAsWorker(&lifecycle.NeedsInput{Common: d.Record.Common(), QuestionID: "q-paused", Question: "A or B?"})
-	h.projected(d.ID, ni.ID())
+	h.projected(d.DispatchID, ni.ID())
 	hook := h.subscribeCore(lifecycle.CancelThreadPrefix + "paused")
 	th, err := h.cl.CancelThread(t.Context(), "paused", client.CancelBy("dave", "no longer needed"))
 	if err != nil {
@@ -295,10 +295,10 @@ func TestCancelThreadWhileTheProjectionLags(t *testing.T) {
 			h := newHarness(t, dispatcher.Config{})
 			d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
 			st := h.publishAsWorker(&lifecycle.Started{Common: d.Record.Common(), WorkerID: "w1", Attempt: 1})
-			h.projected(d.ID, st.ID())
+			h.projected(d.DispatchID, st.ID())
 			resume := h.pauseProjection()
 
-			ni := &lifecycle.NeedsInput{Common: d.Record.Common(), QuestionID: lifecycle.QuestionID(d.ID), Question: "A or B?"}
+			ni := &lifecycle.NeedsInput{Common: d.Record.Common(), QuestionID: lifecycle.QuestionID(d.DispatchID), Question: "A or B?"}
 			e, msg, err := lifecycle.Message(lifecycle.Source("worker", "test"), ni)
 			if err != nil {
 				t.Fatal(err)
@@ -309,7 +309,7 @@ func TestCancelThreadWhileTheProjectionLags(t *testing.T) {
 			if _, err := h.js.PublishMsg(t.Context(), msg); err != nil {
 				t.Fatal(err)
 			}
-			if rec, _ := h.record(d.ID); rec.Status != lifecycle.KindStarted {
+			if rec, _ := h.record(d.DispatchID); rec.Status != lifecycle.KindStarted {
 				t.Fatalf("the record should lag: %s", rec.Status)
 			}
 
@@ -319,19 +319,19 @@ func TestCancelThreadWhileTheProjectionLags(t *testing.T) {
 				t.Fatal(err)
 			}
 			var body client.CancelRequest
-			if err := json.Unmarshal(receive(t, hook).Data, &body); err != nil || body.DispatchID != d.ID || body.ThreadID != d.ThreadID || body.By != "erin" || body.Reason != "wrong task" {
+			if err := json.Unmarshal(receive(t, hook).Data, &body); err != nil || body.DispatchID != d.DispatchID || body.ThreadID != d.ThreadID || body.By != "erin" || body.Reason != "wrong task" {
 				t.Errorf("router hook: %+v %v", body, err)
 			}
 			if len(th.Rounds) != 1 || th.Rounds[0].Status != lifecycle.KindNeedsInput || th.Rounds[0].CancelRequested == nil || th.Rounds[0].CancelRequested.By != "erin" {
 				t.Fatalf("thread: %+v", th)
 			}
-			if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.cancelled."+d.ThreadID+"."+d.ID); n != 0 {
+			if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.cancelled."+d.ThreadID+"."+d.DispatchID); n != 0 {
 				t.Errorf("%d cancelled events for a dispatch that ended needs_input", n)
 			}
 
 			resume()
 			h.projectionIdle()
-			rec := h.projected(d.ID, e.ID())
+			rec := h.projected(d.DispatchID, e.ID())
 			if rec.Status != lifecycle.KindNeedsInput || rec.CancelRequested == nil || rec.CancelRequested.By != "erin" {
 				t.Errorf("record after the projection caught up: status %s, mark %+v", rec.Status, rec.CancelRequested)
 			}
@@ -355,7 +355,7 @@ func TestRedispatchOfACancelledThread(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d0 := h.dispatchMicro(lifecycle.Request{DispatchID: "raced", Subagent: "planner"})
 	ni := h.publishAsWorker(&lifecycle.NeedsInput{Common: d0.Record.Common(), QuestionID: "q-raced", Question: "A or B?"})
-	h.projected(d0.ID, ni.ID())
+	h.projected(d0.DispatchID, ni.ID())
 	if _, err := h.cl.CancelThread(t.Context(), "raced", client.CancelBy("frank", "too late")); err != nil {
 		t.Fatal(err)
 	}

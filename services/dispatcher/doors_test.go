@@ -57,8 +57,8 @@ func TestArtifactsListingWithNoneHasTheField(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
 	fin := h.publishAsWorker(&lifecycle.Finished{Common: d.Record.Common(), ExitCode: 0, Output: json.RawMessage(`{"ok":true}`)})
-	h.projected(d.ID, fin.ID())
-	resp, data := h.do(http.MethodGet, "/v1/dispatches/"+d.ID+"/artifacts", "", "")
+	h.projected(d.DispatchID, fin.ID())
+	resp, data := h.do(http.MethodGet, "/v1/dispatches/"+d.DispatchID+"/artifacts", "", "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, data)
 	}

@@ -199,7 +199,7 @@ func TestHealthzAndMetrics(t *testing.T) {
 	h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
 	h.do(http.MethodPost, "/v1/dispatches", `{"subagent":"ghost"}`, "")
 	d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
-	if _, err := h.cl.Cancel(t.Context(), d.ID); err != nil {
+	if _, err := h.cl.Cancel(t.Context(), d.DispatchID); err != nil {
 		t.Fatal(err)
 	}
 	// The projection may record the cancel a moment after the answer.

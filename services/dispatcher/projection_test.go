@@ -19,42 +19,42 @@ func TestProjection(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
 	c := d.Record.Common()
-	acc := h.projected(d.ID, d.ID+".accepted")
+	acc := h.projected(d.DispatchID, d.DispatchID+".accepted")
 	if acc.Status != lifecycle.KindAccepted || acc.AcceptedAt == nil {
 		t.Fatalf("accepted record: %+v", acc)
 	}
 
 	h.publishAsWorker(&lifecycle.Started{Common: c, WorkerID: "w2", Attempt: 2})
 	late := h.publishAsWorker(&lifecycle.Started{Common: c, WorkerID: "w1", Attempt: 1}) // an older attempt, applied last
-	rec := h.projected(d.ID, late.ID())
+	rec := h.projected(d.DispatchID, late.ID())
 	if rec.Status != lifecycle.KindStarted || rec.Attempt != 2 || rec.WorkerID != "w2" || rec.StartedAt == nil {
 		t.Errorf("started record: status %s attempt %d worker %s", rec.Status, rec.Attempt, rec.WorkerID)
 	}
 
 	fin := h.publishAsWorker(&lifecycle.Finished{Common: c, ExitCode: 0, DurationMS: 42, Output: json.RawMessage(`{"plan":"B"}`), StdoutTail: "ok"})
-	rec = h.projected(d.ID, fin.ID())
+	rec = h.projected(d.DispatchID, fin.ID())
 	if rec.Status != lifecycle.KindFinished || rec.EndedAt == nil || rec.Result == nil ||
 		*rec.Result.ExitCode != 0 || rec.Result.DurationMS != 42 || string(rec.Result.Output) != `{"plan":"B"}` {
 		t.Errorf("finished record: %+v %+v", rec, rec.Result)
 	}
 	// A started event applied after the terminal one does not reopen it.
 	st3 := h.publishAsWorker(&lifecycle.Started{Common: c, WorkerID: "w3", Attempt: 3})
-	rec = h.projected(d.ID, st3.ID())
+	rec = h.projected(d.DispatchID, st3.ID())
 	if rec.Status != lifecycle.KindFinished || rec.Attempt != 3 {
 		t.Errorf("after a late started: status %s attempt %d", rec.Status, rec.Attempt)
 	}
 
 	t.Run("needs_input and failed summaries", func(t *testing.T) {
 		d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
-		ni := h.publishAsWorker(&lifecycle.NeedsInput{Common: d.Record.Common(), QuestionID: lifecycle.QuestionID(d.ID), Question: "A or B?", Options: []string{"A", "B"}, ExitCode: 3})
-		rec := h.projected(d.ID, ni.ID())
-		if rec.Status != lifecycle.KindNeedsInput || rec.Result.QuestionID != lifecycle.QuestionID(d.ID) || rec.Result.Question != "A or B?" || *rec.Result.ExitCode != 3 {
+		ni := h.publishAsWorker(&lifecycle.NeedsInput{Common: d.Record.Common(), QuestionID: lifecycle.QuestionID(d.DispatchID), Question: "A or B?", Options: []string{"A", "B"}, ExitCode: 3})
+		rec := h.projected(d.DispatchID, ni.ID())
+		if rec.Status != lifecycle.KindNeedsInput || rec.Result.QuestionID != lifecycle.QuestionID(d.DispatchID) || rec.Result.Question != "A or B?" || *rec.Result.ExitCode != 3 {
 			t.Errorf("needs_input record: %+v", rec.Result)
 		}
 		d = h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
 		code := 2
 		f := h.publishAsWorker(&lifecycle.Failed{Common: d.Record.Common(), Reason: lifecycle.ReasonProviderFailed, Detail: "exit status 2", ExitCode: &code})
-		rec = h.projected(d.ID, f.ID())
+		rec = h.projected(d.DispatchID, f.ID())
 		if rec.Status != lifecycle.KindFailed || rec.Result.Reason != lifecycle.ReasonProviderFailed || rec.Result.Detail != "exit status 2" || *rec.Result.ExitCode != 2 {
 			t.Errorf("failed record: %+v", rec.Result)
 		}
@@ -130,7 +130,7 @@ func TestProjectionAfterRestart(t *testing.T) {
 	var ids []string
 	for i := range 3 {
 		d := h.dispatchMicro(lifecycle.Request{Subagent: "planner"})
-		ids = append(ids, d.ID)
+		ids = append(ids, d.DispatchID)
 		c := d.Record.Common()
 		h.publishAsWorker(&lifecycle.Started{Common: c, WorkerID: "w", Attempt: 1})
 		h.publishAsWorker(&lifecycle.Started{Common: c, WorkerID: "w", Attempt: 2})
@@ -220,9 +220,9 @@ func grepLines(s, sub string) string {
 func TestStatusAndThreadViews(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	d0, d1 := h.twoRoundThread("view")
-	h.projected(d1.ID, d1.ID+".accepted")
+	h.projected(d1.DispatchID, d1.DispatchID+".accepted")
 
-	resp, data := h.do(http.MethodGet, "/v1/dispatches/"+d0.ID, "", "")
+	resp, data := h.do(http.MethodGet, "/v1/dispatches/"+d0.DispatchID, "", "")
 	var rec client.Record
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(data, &rec) != nil || rec.Status != lifecycle.KindNeedsInput {
 		t.Errorf("GET dispatch: %d %s", resp.StatusCode, data)
@@ -249,11 +249,11 @@ func TestStatusAndThreadViews(t *testing.T) {
 		t.Errorf("round 1 events: %s", got)
 	}
 	viaMicro, err := h.cl.Thread(t.Context(), "view")
-	if err != nil || len(viaMicro.Rounds) != 2 || viaMicro.Latest().DispatchID != d1.ID {
+	if err != nil || len(viaMicro.Rounds) != 2 || viaMicro.Latest().DispatchID != d1.DispatchID {
 		t.Errorf("micro thread: %+v %v", viaMicro, err)
 	}
-	st, err := h.cl.Status(t.Context(), d1.ID)
-	if err != nil || st.Round != 1 || st.ParentID != d0.ID || st.Request.QuestionID != lifecycle.QuestionID(d0.ID) {
+	st, err := h.cl.Status(t.Context(), d1.DispatchID)
+	if err != nil || st.Round != 1 || st.ParentID != d0.DispatchID || st.Request.QuestionID != lifecycle.QuestionID(d0.DispatchID) {
 		t.Errorf("micro status: %+v %v", st, err)
 	}
 	for _, path := range []string{"/v1/dispatches/nope", "/v1/threads/nope"} {

@@ -65,7 +65,7 @@ func TestClientDispatchNamesItsID(t *testing.T) {
 	}
 	h.start(dispatcher.Config{})
 	d, err := h.cl.Dispatch(ctx, lifecycle.Request{DispatchID: de.DispatchID, Subagent: "planner"})
-	if err != nil || d.ID != de.DispatchID {
+	if err != nil || d.DispatchID != de.DispatchID {
 		t.Fatalf("retry with the id: %v %+v", err, d)
 	}
 }

@@ -142,7 +142,7 @@ func TestEventsStreamResumes(t *testing.T) {
 	// Events while it is away: two for the thread, one elsewhere.
 	h.publishAsWorker(&lifecycle.Started{Common: d.Record.Common(), WorkerID: "w", Attempt: 1})
 	h.publishAsWorker(&lifecycle.Started{Common: other.Record.Common(), WorkerID: "w", Attempt: 1})
-	if _, err := h.cl.Cancel(t.Context(), d.ID); err != nil {
+	if _, err := h.cl.Cancel(t.Context(), d.DispatchID); err != nil {
 		t.Fatal(err)
 	}
 
@@ -166,7 +166,7 @@ func TestEventsStreamResumes(t *testing.T) {
 	t.Run("from start with a kind filter", func(t *testing.T) {
 		s := h.openSSE("kind=accepted&from=start", 0)
 		a, b := s.nextEvent(), s.nextEvent()
-		if a.Event.ID() != other.ID+".accepted" || b.Event.ID() != "sse-1.accepted" {
+		if a.Event.ID() != other.DispatchID+".accepted" || b.Event.ID() != "sse-1.accepted" {
 			t.Errorf("replay: %s, %s", a.Event.ID(), b.Event.ID())
 		}
 		s.cancel()

@@ -104,7 +104,7 @@ func TestThroughDispatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	fin, ok := end.Data.(*lifecycle.Finished)
-	if !ok || fin.Round != 1 || fin.ParentID != d.ID {
+	if !ok || fin.Round != 1 || fin.ParentID != d.DispatchID {
 		t.Fatalf("thread ended %+v", end.Data)
 	}
 	var in map[string]json.RawMessage
@@ -173,7 +173,7 @@ func (e *env) checkThreadCancelled(ctx context.Context, c *client.Client, d *cli
 		t.Fatal(err)
 	}
 	cd, ok := end.Data.(*lifecycle.Cancelled)
-	if !ok || cd.By != by || cd.Reason != reason || cd.Round != 1 || cd.ParentID != d.ID || cd.ThreadID != d.ThreadID {
+	if !ok || cd.By != by || cd.Reason != reason || cd.Round != 1 || cd.ParentID != d.DispatchID || cd.ThreadID != d.ThreadID {
 		t.Fatalf("thread ended %s %+v, want cancelled by %s", end.Kind(), end.Data, by)
 	}
 	r := e.waitStatus(q.QuestionID, "withdrawn")
@@ -208,7 +208,7 @@ func (e *env) checkThreadCancelled(ctx context.Context, c *client.Client, d *cli
 			terminal[l.Base().DispatchID]++
 		}
 	}
-	if len(terminal) != 2 || terminal[d.ID] != 1 || terminal[cd.DispatchID] != 1 {
+	if len(terminal) != 2 || terminal[d.DispatchID] != 1 || terminal[cd.DispatchID] != 1 {
 		t.Errorf("terminal events by dispatch: %v", terminal)
 	}
 }
@@ -244,12 +244,12 @@ func TestCancelPausedThreadEndToEnd(t *testing.T) {
 			}
 			q := waitAsked(ctx, t, c, d.ThreadID)
 			if lagging {
-				if rec, err := c.Status(ctx, d.ID); err != nil || rec.Status.Terminal() {
+				if rec, err := c.Status(ctx, d.DispatchID); err != nil || rec.Status.Terminal() {
 					t.Fatalf("the record should lag: %v %v", rec, err)
 				}
 			} else {
 				testkit.Eventually(t, time.Minute, "the dispatch's record to show it paused (needs_input)", func() bool {
-					rec, err := c.Status(ctx, d.ID)
+					rec, err := c.Status(ctx, d.DispatchID)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -280,11 +280,11 @@ func TestCancelWhileTheRouterIsDown(t *testing.T) {
 	if _, err := c.CancelThread(ctx, d.ThreadID, client.CancelBy("dave", "")); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := c.Status(ctx, d.ID)
+	rec, err := c.Status(ctx, d.DispatchID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := rec.CancelRequested; m == nil || m.By != "dave" || m.DispatchID != d.ID || m.ThreadID != d.ThreadID || m.At.IsZero() {
+	if m := rec.CancelRequested; m == nil || m.By != "dave" || m.DispatchID != d.DispatchID || m.ThreadID != d.ThreadID || m.At.IsZero() {
 		t.Fatalf("no cancel mark on the paused dispatch: %+v", m)
 	}
 	if r, _ := e.record(q.QuestionID); r.Status != "asked" {
