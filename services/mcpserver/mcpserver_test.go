@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agora-dispatch/agora/harness/systemtest"
@@ -273,10 +275,15 @@ func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
 	if fin["status"] != "finished" || fin["output"].(map[string]any)["chose"] != "A" {
 		t.Fatalf("following on = %v", fin)
 	}
-	st := structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": thread}))
-	if st["status"] != "finished" || len(st["rounds"].([]any)) != 2 {
-		t.Errorf("status = %v", st)
-	}
+	// The status comes from the dispatcher's records, which its status
+	// projection keeps current from the lifecycle stream a moment after the
+	// event agora_dispatch followed (docs/dispatcher.md).
+	var st map[string]any
+	testkit.Eventually(t, 10*time.Second, "agora_status to show the thread finished in 2 rounds", func() bool {
+		st = structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": thread}))
+		rounds, _ := st["rounds"].([]any)
+		return st["status"] == "finished" && len(rounds) == 2
+	})
 	evs := structured(t, call(t, cs, "agora_events", map[string]any{"thread_id": thread}))["events"].([]any)
 	var kinds []string
 	for _, ev := range evs {
