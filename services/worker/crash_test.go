@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/proclist"
+	"github.com/agora-dispatch/agora/internal/testkit"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -126,6 +129,9 @@ func TestShutdown(t *testing.T) {
 	}{
 		{"finishes-in-time", `touch "$MARKS/started"; sleep 1; echo '{"done":true}' > "$AGORA_OUTPUT_FILE"`, 20 * time.Second, lifecycle.KindFinished},
 		{"cancelled-after-timeout", `touch "$MARKS/started"; exec sleep 60`, 300 * time.Millisecond, lifecycle.KindCancelled},
+		// A run that ignores the stop and leaves a double-forked child
+		// behind: it is killed all the same, and so is the child.
+		{"hostile-after-timeout", `trap '' TERM INT HUP; (sh -c 'trap "" TERM INT HUP; sleep 60; :' agora-shutdown-survivor &) ; touch "$MARKS/started"; while :; do sleep 1; done`, 300 * time.Millisecond, lifecycle.KindCancelled},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -144,6 +150,13 @@ func TestShutdown(t *testing.T) {
 			go func() { done <- svc.Run(ctx) }()
 			id := h.dispatch(lifecycle.Request{Subagent: "job", Env: map[string]string{"MARKS": marks}})
 			waitFile(t, filepath.Join(marks, "started"))
+			if c.name == "hostile-after-timeout" {
+				// The survivor runs before the stop, or the check after it
+				// would prove nothing.
+				testkit.Eventually(t, 10*time.Second, "the double-forked child to run", func() bool {
+					return len(proclist.WithMarker("agora-shutdown-survivor")) > 0
+				})
+			}
 			stop()
 			select {
 			case err := <-done:
@@ -162,6 +175,9 @@ func TestShutdown(t *testing.T) {
 				t.Errorf("cancelled by %q, want worker:%s", cc.By, svc.ID())
 			}
 			h.waitWorkEmpty()
+			if c.name == "hostile-after-timeout" {
+				assertNoProcess(t, "agora-shutdown-survivor")
+			}
 		})
 	}
 }
