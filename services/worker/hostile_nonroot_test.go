@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/proclist"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -355,4 +357,34 @@ echo report > "$AGORA_WORKSPACE/.agora/artifacts/report.txt"; printf '{"ok":true
 	}
 	t.Logf("started.sandbox: %+v", *st.Sandbox)
 	w.alive(t)
+}
+
+// A worker that is not root stops as a root one does: a run that ignores
+// TERM, INT and HUP and leaves a double-forked child behind ends cancelled
+// once the shutdown timeout passes, and the child is killed with it.
+func TestShutdownNonRootWorkerKillsAHostileRun(t *testing.T) {
+	requireRootForNobody(t)
+	h := newHarness(t, provision.Config{})
+	w := h.startUnprivilegedWorker("AGORA_WORKSPACE_ROOT="+nobodysDir(t), "AGORA_WORKER_SHUTDOWN_TIMEOUT=300ms")
+	marker := "agora-nonroot-survivor-" + lifecycle.NewID()
+	h.define(subagent.Definition{Name: "stop-ignorer", Runtime: subagent.RuntimeExec, Timeout: "60s", Command: []string{"/bin/sh", "-c",
+		`trap '' TERM INT HUP; (sh -c 'trap "" TERM INT HUP; sleep 60; :' ` + marker + ` &); while :; do sleep 1; done`}})
+	id := h.dispatch(lifecycle.Request{Subagent: "stop-ignorer", Input: json.RawMessage(`{}`)})
+	// The child runs before the stop, or the check after it would prove
+	// nothing.
+	testkit.Eventually(t, 30*time.Second, "the double-forked child to run", func() bool { return len(proclist.WithMarker(marker)) > 0 })
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not stop 30s after SIGTERM:\n%s", w.logs)
+	}
+	r := h.terminal(id)
+	if _, ok := r.Data.(*lifecycle.Cancelled); !ok {
+		t.Fatalf("terminal = %T %+v, want cancelled", r.Data, r.Data)
+	}
+	h.assertOneTerminal(id)
+	assertNoProcess(t, marker)
 }
