@@ -260,13 +260,23 @@ func (st store) readIndex(ctx context.Context, threadID string) *indexRead {
 // (nil: read it), which saves the read when nobody wrote the index since.
 func (st store) indexFrom(ctx context.Context, threadID string, round int, dispatchID string, pre *indexRead) error {
 	key := threadKey(threadID)
+	// create makes the index with this one dispatch; false when another
+	// writer made it first.
+	create := func() (bool, error) {
+		data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
+		_, err := st.kv.Create(ctx, key, data)
+		if conflict(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
+		}
+		return true, nil
+	}
 	if round == 0 {
 		// A root starts its thread: the index is most likely new.
-		data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
-		if _, err := st.kv.Create(ctx, key, data); err == nil {
-			return nil
-		} else if !conflict(err) {
-			return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
+		if ok, err := create(); ok || err != nil {
+			return err
 		}
 	}
 	for range maxCAS {
@@ -278,11 +288,8 @@ func (st store) indexFrom(ctx context.Context, threadID string, round int, dispa
 			e, err = st.kv.Get(ctx, key)
 		}
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
-			if _, err := st.kv.Create(ctx, key, data); err == nil {
-				return nil
-			} else if !conflict(err) {
-				return fmt.Errorf("dispatcher: create thread index %s: %w", threadID, err)
+			if ok, err := create(); ok || err != nil {
+				return err
 			}
 			continue
 		}
