@@ -71,9 +71,6 @@ func (m *Metrics) HistogramVec(name, help string, buckets []float64, labels ...s
 	return h
 }
 
-// Register registers a collector built elsewhere (a custom Collector).
-func (m *Metrics) Register(c prometheus.Collector) { m.register(c) }
-
 // Err is the first registration error, naming the subsystem; nil when
 // every collector registered.
 func (m *Metrics) Err() error { return m.err }
