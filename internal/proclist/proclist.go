@@ -26,8 +26,9 @@ func WithMarker(marker string) []int {
 		if err != nil || !bytes.Contains(b, []byte(marker)) {
 			continue
 		}
+		// The state follows the command, which may hold spaces: after ")".
 		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
+			if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 0 && f[0] == "Z" {
 				continue
 			}
 		}
