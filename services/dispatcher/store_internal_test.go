@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/natstest"
@@ -17,8 +18,8 @@ import (
 
 // newTestStores returns two stores over one provisioned agora_dispatches,
 // as two dispatchers have, each with its own copy of what it wrote, and
-// the bucket itself to look behind them.
-func newTestStores(t *testing.T) (store, store, jetstream.KeyValue, jetstream.JetStream) {
+// the JetStream to look behind them.
+func newTestStores(t *testing.T) (store, store, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.StartProvisioned(t, provision.Config{})
 	js := srv.JetStream(t)
@@ -30,14 +31,29 @@ func newTestStores(t *testing.T) (store, store, jetstream.KeyValue, jetstream.Je
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newStore(js, kv, questions), newStore(js, kv, questions), kv, js
+	return newStore(js, kv, questions), newStore(js, kv, questions), js
+}
+
+// lastWrite returns the headers of the last write of key in
+// agora_dispatches, failing the test when it cannot be read.
+func lastWrite(t *testing.T, js jetstream.JetStream, key string) nats.Header {
+	t.Helper()
+	stream, err := js.Stream(t.Context(), "KV_"+lifecycle.BucketDispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetLastMsgForSubject(t.Context(), "$KV."+lifecycle.BucketDispatches+"."+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw.Header
 }
 
 // The store is the records' one home (docs/design.md §2, "The dispatch
 // record and the reconciler"): these check what it promises against a
 // real JetStream, two stores standing for two dispatchers.
 func TestStore(t *testing.T) {
-	a, b, _, js := newTestStores(t)
+	a, b, js := newTestStores(t)
 	ctx := t.Context()
 	newRecord := func(id string) *record {
 		now := time.Now().UTC()
@@ -191,13 +207,8 @@ func TestStore(t *testing.T) {
 		if err != nil || idx.ExpiresAt == nil || !idx.ExpiresAt.Equal(expires) {
 			t.Fatalf("index after expireIndex: expires %v, %v; want %v", idx.ExpiresAt, err, expires)
 		}
-		stream, err := js.Stream(ctx, "KV_"+lifecycle.BucketDispatches)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := stream.GetLastMsgForSubject(ctx, "$KV."+lifecycle.BucketDispatches+"."+threadKey("th-exp"))
-		if err != nil || raw.Header.Get("Nats-TTL") == "" {
-			t.Errorf("the expiring index was written without a TTL (headers %v, %v)", raw.Header, err)
+		if h := lastWrite(t, js, threadKey("th-exp")); h.Get("Nats-TTL") == "" {
+			t.Errorf("the expiring index was written without a TTL (headers %v)", h)
 		}
 		if err := b.index(ctx, "th-exp", 1, "th-exp-1"); err != nil {
 			t.Fatal(err)
@@ -242,7 +253,7 @@ func TestStore(t *testing.T) {
 // Put keeps a record that is set to expire expiring: it is written with
 // its TTL (docs/design.md §2, "Retention").
 func TestStorePutKeepsTheTTL(t *testing.T) {
-	a, _, _, js := newTestStores(t)
+	a, _, js := newTestStores(t)
 	ctx := t.Context()
 	now := time.Now().UTC()
 	rec := record{Record: client.Record{DispatchID: "ttl-1", ThreadID: "ttl-1", Subagent: "planner", Status: lifecycle.KindFinished, CreatedAt: now, UpdatedAt: now}}
@@ -255,16 +266,8 @@ func TestStorePutKeepsTheTTL(t *testing.T) {
 	if _, err := a.put(ctx, &rec, rev); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.Stream(ctx, "KV_"+lifecycle.BucketDispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := stream.GetLastMsgForSubject(ctx, "$KV."+lifecycle.BucketDispatches+".ttl-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if raw.Header.Get("Nats-TTL") == "" {
-		t.Errorf("headers %v: the expiring record was written without a TTL", raw.Header)
+	if h := lastWrite(t, js, "ttl-1"); h.Get("Nats-TTL") == "" {
+		t.Errorf("headers %v: the expiring record was written without a TTL", h)
 	}
 	got, _, err := a.get(ctx, "ttl-1")
 	if err != nil || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
