@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/proclist"
+
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/sandbox/launcher"
 	"github.com/agora-dispatch/agora/internal/testkit"
@@ -127,23 +129,12 @@ func waitGone(t *testing.T, pid int) {
 // (inside a PID namespace the runtime only knows its namespace pid).
 func hostPID(t *testing.T, marker string) int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if bytes.Contains(b, []byte(marker)) && alive(pid) {
-				return pid
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no process with marker %s", marker)
-	return 0
+	var pids []int
+	testkit.Eventually(t, 5*time.Second, "a process with marker "+marker, func() bool {
+		pids = proclist.WithMarker(marker)
+		return len(pids) > 0
+	})
+	return pids[0]
 }
 
 func TestRunExitCodeAndOutput(t *testing.T) {
