@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -34,15 +35,15 @@ func newTestStores(t *testing.T) (store, store, jetstream.JetStream) {
 	return newStore(js, kv, questions), newStore(js, kv, questions), js
 }
 
-// lastWrite returns the headers of the last write of key in
-// agora_dispatches, failing the test when it cannot be read.
-func lastWrite(t *testing.T, js jetstream.JetStream, key string) nats.Header {
+// lastWrite returns the headers of the last write of key in bucket,
+// failing the test when it cannot be read.
+func lastWrite(t *testing.T, js jetstream.JetStream, bucket, key string) nats.Header {
 	t.Helper()
-	stream, err := js.Stream(t.Context(), "KV_"+lifecycle.BucketDispatches)
+	stream, err := js.Stream(t.Context(), "KV_"+bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := stream.GetLastMsgForSubject(t.Context(), "$KV."+lifecycle.BucketDispatches+"."+key)
+	raw, err := stream.GetLastMsgForSubject(t.Context(), "$KV."+bucket+"."+key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestStore(t *testing.T) {
 		if err != nil || idx.ExpiresAt == nil || !idx.ExpiresAt.Equal(expires) {
 			t.Fatalf("index after expireIndex: expires %v, %v; want %v", idx.ExpiresAt, err, expires)
 		}
-		if h := lastWrite(t, js, threadKey("th-exp")); h.Get("Nats-TTL") == "" {
+		if h := lastWrite(t, js, lifecycle.BucketDispatches, threadKey("th-exp")); h.Get("Nats-TTL") == "" {
 			t.Errorf("the expiring index was written without a TTL (headers %v)", h)
 		}
 		if err := b.index(ctx, "th-exp", 1, "th-exp-1"); err != nil {
@@ -266,11 +267,72 @@ func TestStorePutKeepsTheTTL(t *testing.T) {
 	if _, err := a.put(ctx, &rec, rev); err != nil {
 		t.Fatal(err)
 	}
-	if h := lastWrite(t, js, "ttl-1"); h.Get("Nats-TTL") == "" {
+	if h := lastWrite(t, js, lifecycle.BucketDispatches, "ttl-1"); h.Get("Nats-TTL") == "" {
 		t.Errorf("headers %v: the expiring record was written without a TTL", h)
 	}
 	got, _, err := a.get(ctx, "ttl-1")
 	if err != nil || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
 		t.Errorf("record expires %v, %v; want %v", got.ExpiresAt, err, exp)
+	}
+}
+
+// A closed question is written again with its TTL and expires_at; a
+// question still asked, one already expiring, a missing one and a value
+// the router did not write are left alone (docs/design.md §2, "Retention").
+func TestStoreExpireQuestion(t *testing.T) {
+	a, _, js := newTestStores(t)
+	ctx := t.Context()
+	questions, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(qid, value string) uint64 {
+		t.Helper()
+		rev, err := questions.Put(ctx, qid, []byte(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+
+	put("q-answered", `{"question_id":"q-answered","status":"answered"}`)
+	if err := a.expireQuestion(ctx, "q-answered", expires); err != nil {
+		t.Fatal(err)
+	}
+	e, err := questions.Get(ctx, "q-answered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Status    string     `json:"status"`
+		ExpiresAt *time.Time `json:"expires_at"`
+	}
+	if err := json.Unmarshal(e.Value(), &got); err != nil || got.Status != "answered" || got.ExpiresAt == nil || !got.ExpiresAt.Equal(expires) {
+		t.Errorf("closed question after expireQuestion: %s (%v); want status answered, expires %v", e.Value(), err, expires)
+	}
+	if h := lastWrite(t, js, lifecycle.BucketQuestions, "q-answered"); h.Get("Nats-TTL") == "" {
+		t.Errorf("the closed question was written without a TTL (headers %v)", h)
+	}
+
+	for qid, value := range map[string]string{
+		"q-asked":    `{"question_id":"q-asked","status":"asked"}`,
+		"q-expiring": `{"question_id":"q-expiring","status":"answered","expires_at":"2030-01-01T00:00:00Z"}`,
+		"q-foreign":  `not json`,
+	} {
+		rev := put(qid, value)
+		if err := a.expireQuestion(ctx, qid, expires); err != nil {
+			t.Errorf("expireQuestion %s: %v", qid, err)
+		}
+		e, err := questions.Get(ctx, qid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Revision() != rev {
+			t.Errorf("%s was written again (revision %d → %d); want it left alone", qid, rev, e.Revision())
+		}
+	}
+	if err := a.expireQuestion(ctx, "q-none", expires); err != nil {
+		t.Errorf("expireQuestion of a missing question = %v, want nil", err)
 	}
 }
