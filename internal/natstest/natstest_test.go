@@ -30,8 +30,10 @@ func TestStartOptions(t *testing.T) {
 }
 
 func TestClient(t *testing.T) {
-	if c := natstest.Start(t).Client(t); c == nil {
-		t.Fatal("Client returned nil")
+	srv := natstest.Start(t)
+	c := srv.Client(t)
+	if nc := c.Conn(); !nc.IsConnected() || nc.ConnectedUrl() != srv.URL {
+		t.Fatalf("the client is connected %v to %q, want %q", nc.IsConnected(), nc.ConnectedUrl(), srv.URL)
 	}
 }
 
