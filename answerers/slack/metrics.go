@@ -1,9 +1,9 @@
 package slack
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agora-dispatch/agora/internal/svc"
 )
 
 type metrics struct {
@@ -16,36 +16,19 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	r := svc.NewMetrics(reg, "slack")
 	m := &metrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "slack", Name: "api_calls_total",
-			Help: "Slack Web API calls, by method and result (ok, error, rate_limited); a retried call counts once per attempt.",
-		}, []string{"method", "result"}),
-		posted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "slack", Name: "questions_posted_total",
-			Help: "Questions posted to Slack, by route.",
-		}, []string{"route"}),
-		postFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "slack", Name: "post_failures_total",
-			Help: "Questions that could not be posted and were declined to the route's fallback, by route and reason (api, no_destination).",
-		}, []string{"route", "reason"}),
-		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "slack", Name: "answers_total",
-			Help: "Answers sent from Slack, by the router's reply status (accepted, already_answered, invalid, not_found, retry, error).",
-		}, []string{"status"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "slack", Name: "requests_refused_total",
-			Help: "Interactivity requests refused, by reason (signature, stale, replay, not_allowed).",
-		}, []string{"reason"}),
-		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agora", Subsystem: "slack", Name: "messages_closed_total",
-			Help: "Slack messages updated because their question closed or left the route, by event (answered, expired, withdrawn, escalated) and result (ok, error).",
-		}, []string{"event", "result"}),
+		calls: r.CounterVec("api_calls_total",
+			"Slack Web API calls, by method and result (ok, error, rate_limited); a retried call counts once per attempt.", "method", "result"),
+		posted: r.CounterVec("questions_posted_total", "Questions posted to Slack, by route.", "route"),
+		postFailures: r.CounterVec("post_failures_total",
+			"Questions that could not be posted and were declined to the route's fallback, by route and reason (api, no_destination).", "route", "reason"),
+		answers: r.CounterVec("answers_total",
+			"Answers sent from Slack, by the router's reply status (accepted, already_answered, invalid, not_found, retry, error).", "status"),
+		refused: r.CounterVec("requests_refused_total",
+			"Interactivity requests refused, by reason (signature, stale, replay, not_allowed).", "reason"),
+		updates: r.CounterVec("messages_closed_total",
+			"Slack messages updated because their question closed or left the route, by event (answered, expired, withdrawn, escalated) and result (ok, error).", "event", "result"),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.posted, m.postFailures, m.answers, m.refused, m.updates} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("slack: metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, r.Err()
 }
