@@ -91,6 +91,19 @@ func (c *rawClient) post(msg map[string]any) *http.Response {
 	return resp
 }
 
+// bodiless sends req, whose answer is read for its status only, and
+// returns the status code and line.
+func bodiless(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	t.Logf("← %s", resp.Status)
+	return resp.StatusCode, resp.Status
+}
+
 // newMeta is the _meta of every request of a protocol 2026-07-28 client
 // that can elicit.
 func newMeta() map[string]any {
@@ -288,14 +301,8 @@ func TestHTTPServesBothProtocolGenerations(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer s3cret")
 		req.Header.Set("Mcp-Session-Id", c.session)
 		t.Logf("→ DELETE [Mcp-Session-Id: %s]", c.session)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		t.Logf("← %s", resp.Status)
-		if resp.StatusCode != http.StatusNoContent {
-			t.Errorf("ending the session: %s", resp.Status)
+		if code, status := bodiless(t, req); code != http.StatusNoContent {
+			t.Errorf("ending the session: %s", status)
 		}
 	})
 
@@ -361,14 +368,8 @@ func TestHTTPServesBothProtocolGenerations(t *testing.T) {
 			req.Header.Set("Accept", "text/event-stream")
 			req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 			t.Logf("→ %s [MCP-Protocol-Version: 2026-07-28]", method)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			t.Logf("← %s", resp.Status)
-			if resp.StatusCode != http.StatusMethodNotAllowed {
-				t.Errorf("%s: %s, want 405", method, resp.Status)
+			if code, status := bodiless(t, req); code != http.StatusMethodNotAllowed {
+				t.Errorf("%s: %s, want 405", method, status)
 			}
 		}
 	})

@@ -79,6 +79,54 @@ func (e *env) connect(t *testing.T, principal string, elicit func(context.Contex
 	return cs
 }
 
+// progressNotes are the messages of the progress notifications a session
+// received; safe for concurrent use.
+type progressNotes struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (p *progressNotes) add(m string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.msgs = append(p.msgs, m)
+}
+
+// list returns the messages received so far.
+func (p *progressNotes) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.msgs)
+}
+
+// dispatchWithProgress opens a session as principal that keeps its
+// progress notifications, and calls agora_dispatch with args and a
+// progress token. The session is closed when the test ends.
+func (e *env) dispatchWithProgress(t *testing.T, principal string, args map[string]any) (*mcp.ClientSession, *mcp.CallToolResult, *progressNotes) {
+	t.Helper()
+	progress := &progressNotes{}
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := e.svc.Serve(t.Context(), st, principal); err != nil {
+		t.Fatal(err)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			progress.add(r.Params.Message)
+		}})
+	cs, err := c.Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	params := &mcp.CallToolParams{Name: "agora_dispatch", Arguments: args}
+	params.SetProgressToken("p")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, res, progress
+}
+
 func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -374,38 +422,13 @@ func TestRequestStateIsSealedBoundExpiringSingleUse(t *testing.T) {
 // thread_id follows the same thread, dispatching nothing new.
 func TestWaitCapReturnsRunning(t *testing.T) {
 	e := newEnv(t, mcpserver.Config{WaitCap: time.Second, ProgressEvery: 200 * time.Millisecond})
-	var mu sync.Mutex
-	var progress []string
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := e.svc.Serve(t.Context(), st, "erin"); err != nil {
-		t.Fatal(err)
-	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			progress = append(progress, r.Params.Message)
-			mu.Unlock()
-		}})
-	cs, err := c.Connect(t.Context(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	params := &mcp.CallToolParams{Name: "agora_dispatch", Arguments: map[string]any{"subagent": "sleeper"}}
-	params.SetProgressToken("p1")
-	res, err := cs.CallTool(t.Context(), params)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, res, progress := e.dispatchWithProgress(t, "erin", map[string]any{"subagent": "sleeper"})
 	out := structured(t, res)
 	thread, _ := out["thread_id"].(string)
 	if out["status"] != "running" || thread == "" || !strings.Contains(out["next"].(string), thread) {
 		t.Fatalf("result = %v", out)
 	}
-	mu.Lock()
-	n := len(progress)
-	mu.Unlock()
-	if n < 2 {
+	if n := len(progress.list()); n < 2 {
 		t.Errorf("%d progress notifications in a 1s wait, want several", n)
 	}
 	for range 10 {
@@ -559,29 +582,7 @@ func TestArtifactLinksAndProgress(t *testing.T) {
 	e := newEnv(t, mcpserver.Config{})
 	e.sys.Shell("artist", `echo '{"message":"drawing","percent":50}' >> "$AGORA_PROGRESS_FILE"; sleep 0.5
 printf -- '--- a\n+++ b\n' > "$AGORA_ARTIFACTS_DIR/fix.diff"; mkdir -p "$AGORA_ARTIFACTS_DIR/img"; printf '\211PNG\r\n\032\n' > "$AGORA_ARTIFACTS_DIR/img/dot.png"`)
-	var mu sync.Mutex
-	var notes []string
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := e.svc.Serve(t.Context(), st, "ivy"); err != nil {
-		t.Fatal(err)
-	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			notes = append(notes, r.Params.Message)
-			mu.Unlock()
-		}})
-	cs, err := c.Connect(t.Context(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	params := &mcp.CallToolParams{Name: "agora_dispatch", Arguments: map[string]any{"subagent": "artist"}}
-	params.SetProgressToken("p")
-	res, err := cs.CallTool(t.Context(), params)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, res, progress := e.dispatchWithProgress(t, "ivy", map[string]any{"subagent": "artist"})
 	out := structured(t, res)
 	if out["status"] != "finished" || len(out["artifacts"].([]any)) != 2 {
 		t.Fatalf("result = %v", out)
@@ -617,9 +618,7 @@ printf -- '--- a\n+++ b\n' > "$AGORA_ARTIFACTS_DIR/fix.diff"; mkdir -p "$AGORA_A
 	if _, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "agora://artifacts/" + out["dispatch_id"].(string) + "/nope"}); err == nil {
 		t.Error("an unknown artifact was read")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "50% drawing") }) {
+	if notes := progress.list(); !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "50% drawing") }) {
 		t.Errorf("progress notifications = %q, want the sub-agent's report", notes)
 	}
 }
