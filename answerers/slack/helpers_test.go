@@ -187,10 +187,7 @@ func need(form url.Values, keys ...string) string {
 }
 
 func (f *fakeSlack) postMessage(form url.Values) (map[string]any, string) {
-	if p := need(form, "channel", "text", "blocks"); p != "" {
-		return nil, p
-	}
-	blocks, p := checkBlocks(form.Get("blocks"), 50)
+	blocks, p := checkMessage(form, "channel", "text", "blocks")
 	if p != "" {
 		return nil, p
 	}
@@ -207,10 +204,7 @@ func (f *fakeSlack) postMessage(form url.Values) (map[string]any, string) {
 }
 
 func (f *fakeSlack) update(form url.Values) (map[string]any, string) {
-	if p := need(form, "channel", "ts", "text", "blocks"); p != "" {
-		return nil, p
-	}
-	blocks, p := checkBlocks(form.Get("blocks"), 50)
+	blocks, p := checkMessage(form, "channel", "ts", "text", "blocks")
 	if p != "" {
 		return nil, p
 	}
@@ -223,6 +217,15 @@ func (f *fakeSlack) update(form url.Values) (map[string]any, string) {
 	m.Text, m.Blocks = form.Get("text"), blocks
 	m.Updates++
 	return map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text}, ""
+}
+
+// checkMessage checks a chat.postMessage or chat.update form: keys are
+// present and its blocks keep a message's limits.
+func checkMessage(form url.Values, keys ...string) ([]map[string]any, string) {
+	if p := need(form, keys...); p != "" {
+		return nil, p
+	}
+	return checkBlocks(form.Get("blocks"), 50)
 }
 
 // checkBlocks checks blocks against Block Kit's documented limits.
@@ -580,6 +583,18 @@ func (w *world) dispatch(t *testing.T, name, channel string, labels map[string]s
 		return ok
 	})
 	return d, m
+}
+
+// updated waits for the message in channel to be updated (what names the
+// message in the failure) and returns it.
+func (w *world) updated(t *testing.T, channel, what string) postedMessage {
+	t.Helper()
+	var m postedMessage
+	testkit.Eventually(t, 30*time.Second, what+" to be updated", func() bool {
+		m, _ = w.slack.messageIn(channel)
+		return m.Updates > 0
+	})
+	return m
 }
 
 // question returns the thread's one question record.

@@ -73,10 +73,7 @@ func TestClickAnswers(t *testing.T) {
 	if in["answer"] != "B" || in["answered_by"] != "slack:"+team+"/U0BOB" {
 		t.Errorf("round 1 input = %s", fin.Output)
 	}
-	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
-		m, _ = w.slack.messageIn("C0OPS")
-		return m.Updates > 0
-	})
+	m = w.updated(t, "C0OPS", "the message")
 	if _, els := m.actions(); els != nil {
 		t.Errorf("the answered message keeps its buttons: %s", m.all())
 	}
@@ -99,11 +96,7 @@ func TestAnsweredElsewhere(t *testing.T) {
 	if _, err := w.Client.Answer(t.Context(), q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	var now postedMessage
-	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
-		now, _ = w.slack.messageIn("C0OPS")
-		return now.Updates > 0
-	})
+	now := w.updated(t, "C0OPS", "the message")
 	if _, els := now.actions(); els != nil || !strings.Contains(now.all(), "Answered *A* by *alice*") {
 		t.Errorf("updated message = %s", now.all())
 	}
@@ -221,11 +214,7 @@ func TestWithdrawnAndExpired(t *testing.T) {
 	if _, err := w.Client.CancelThread(t.Context(), d.ThreadID, client.CancelBy("bob", "not needed")); err != nil {
 		t.Fatal(err)
 	}
-	var m postedMessage
-	testkit.Eventually(t, 30*time.Second, "the withdrawn question's message to be updated", func() bool {
-		m, _ = w.slack.messageIn("C0OPS")
-		return m.Updates > 0
-	})
+	m := w.updated(t, "C0OPS", "the withdrawn question's message")
 	if _, els := m.actions(); els != nil || !strings.Contains(m.all(), "Withdrawn") {
 		t.Errorf("withdrawn message = %s", m.all())
 	}
@@ -234,10 +223,7 @@ func TestWithdrawnAndExpired(t *testing.T) {
 	if !strings.Contains(m.all(), "answer by <!date^") || !strings.Contains(m.all(), "left)") {
 		t.Errorf("the message does not say the time left: %s", m.all())
 	}
-	testkit.Eventually(t, 30*time.Second, "the expired question's message to be updated", func() bool {
-		m, _ = w.slack.messageIn("C0TIMED")
-		return m.Updates > 0
-	})
+	m = w.updated(t, "C0TIMED", "the expired question's message")
 	if _, els := m.actions(); els != nil || !strings.Contains(m.all(), "Expired") {
 		t.Errorf("expired message = %s", m.all())
 	}
@@ -292,10 +278,7 @@ func TestApprovalAndAllowList(t *testing.T) {
 	if in["decision"] != "reject" || in["comment"] != "the change window is closed" || in["answered_by"] != "slack:"+team+"/U0ALICE" {
 		t.Errorf("round 1 input = %s", fin.Output)
 	}
-	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
-		m, _ = w.slack.messageIn("C0APPROVE")
-		return m.Updates > 0
-	})
+	m = w.updated(t, "C0APPROVE", "the message")
 	if !strings.Contains(m.all(), "Answered *reject*") {
 		t.Errorf("updated message = %s", m.all())
 	}
@@ -382,10 +365,7 @@ func TestRestartAndEscalation(t *testing.T) {
 	second, _ := w.newAnswerer(t)
 	w.Go("second answerer", second.Run)
 	w.ready(t, second)
-	testkit.Eventually(t, 30*time.Second, "the message to be updated", func() bool {
-		m, _ = w.slack.messageIn("C0ESC")
-		return m.Updates > 0
-	})
+	m = w.updated(t, "C0ESC", "the message")
 	if _, els := m.actions(); els != nil || !strings.Contains(m.all(), "Moved to route *people*") {
 		t.Errorf("escalated message = %s", m.all())
 	}
