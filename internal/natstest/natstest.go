@@ -160,6 +160,32 @@ func StreamInfo(t testing.TB, js jetstream.JetStream, name string, opts ...jetst
 	return info
 }
 
+// KeyValue returns the key-value bucket name, failing the test when it
+// cannot be looked up.
+func KeyValue(t testing.TB, js jetstream.JetStream, name string) jetstream.KeyValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, name)
+	if err != nil {
+		t.Fatalf("natstest: bucket %s: %v", name, err)
+	}
+	return kv
+}
+
+// ObjectStore returns the object store name, failing the test when it
+// cannot be looked up.
+func ObjectStore(t testing.TB, js jetstream.JetStream, name string) jetstream.ObjectStore {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	obs, err := js.ObjectStore(ctx, name)
+	if err != nil {
+		t.Fatalf("natstest: object store %s: %v", name, err)
+	}
+	return obs
+}
+
 // Stored returns every message stream holds under the subject filter now,
 // oldest first, read with an ordered consumer. It fails the test when they
 // cannot all be read.

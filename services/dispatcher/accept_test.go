@@ -450,10 +450,7 @@ func TestMaxRounds(t *testing.T) {
 // dispatcher dies right after kv.Create: queued false, nothing published.
 func (h *harness) interruptedRecord(id string) {
 	h.t.Helper()
-	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	kv := natstest.KeyValue(h.t, h.js, lifecycle.BucketSubagents)
 	def, err := kv.Get(h.t.Context(), "planner")
 	if err != nil {
 		h.t.Fatal(err)
@@ -464,10 +461,7 @@ func (h *harness) interruptedRecord(id string) {
 	rec := stored{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: def.Revision(), Status: lifecycle.KindAccepted,
 		Traceparent: testTrace, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now}, Queued: false}
 	data, _ := json.Marshal(rec)
-	dk, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	dk := natstest.KeyValue(h.t, h.js, lifecycle.BucketDispatches)
 	if _, err := dk.Create(h.t.Context(), id, data); err != nil {
 		h.t.Fatal(err)
 	}

@@ -22,10 +22,7 @@ import (
 func TestDefinitionsCopyRules(t *testing.T) {
 	srv := natstest.StartProvisioned(t, provision.Config{})
 	js := srv.JetStream(t)
-	kv, err := js.KeyValue(t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.KeyValue(t, js, lifecycle.BucketSubagents)
 	put := func(d subagent.Definition) uint64 {
 		t.Helper()
 		data, _ := json.Marshal(d)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -81,10 +82,7 @@ func TestDefinitionChangesReachAcceptance(t *testing.T) {
 		if _, err := dispatch(lifecycle.Request{Subagent: "leaving"}); err != nil {
 			t.Fatal(err)
 		}
-		kv, err := h.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
-		if err != nil {
-			t.Fatal(err)
-		}
+		kv := natstest.KeyValue(t, h.js, lifecycle.BucketSubagents)
 		if err := kv.Delete(t.Context(), "leaving"); err != nil {
 			t.Fatal(err)
 		}
@@ -148,10 +146,7 @@ func TestDefinitionsAfterServerRestart(t *testing.T) {
 // acceptance left until a worker's event arrives.
 func TestAcceptedEventNeedsNoProjectionWrite(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
-	kv, err := h.js.KeyValue(t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.KeyValue(t, h.js, lifecycle.BucketDispatches)
 	id := lifecycle.NewID()
 	w, err := kv.Watch(t.Context(), id, jetstream.UpdatesOnly())
 	if err != nil {

@@ -70,10 +70,7 @@ func newHarness(t *testing.T, cfg dispatcher.Config) *harness {
 
 func (h *harness) putSubagent(d subagent.Definition) uint64 {
 	h.t.Helper()
-	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	kv := natstest.KeyValue(h.t, h.js, lifecycle.BucketSubagents)
 	data, _ := json.Marshal(d)
 	rev, err := kv.Put(h.t.Context(), d.Name, data)
 	if err != nil {
@@ -302,10 +299,7 @@ type stored struct {
 // record reads a dispatch record as stored, and its KV revision.
 func (h *harness) record(id string) (stored, uint64) {
 	h.t.Helper()
-	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	kv := natstest.KeyValue(h.t, h.js, lifecycle.BucketDispatches)
 	e, err := kv.Get(h.t.Context(), id)
 	if err != nil {
 		h.t.Fatalf("record %s: %v", id, err)
@@ -319,11 +313,7 @@ func (h *harness) record(id string) (stored, uint64) {
 
 // hasRecord reports whether the dispatch has a record.
 func (h *harness) hasRecord(id string) bool {
-	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	_, err = kv.Get(h.t.Context(), id)
+	_, err := natstest.KeyValue(h.t, h.js, lifecycle.BucketDispatches).Get(h.t.Context(), id)
 	return err == nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	cloudevent "github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -106,10 +107,7 @@ func TestProjection(t *testing.T) {
 // snapshot returns the KV revision of every key in agora_dispatches.
 func (h *harness) snapshot() map[string]uint64 {
 	h.t.Helper()
-	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	kv := natstest.KeyValue(h.t, h.js, lifecycle.BucketDispatches)
 	keys, err := kv.ListKeys(h.t.Context())
 	if err != nil {
 		h.t.Fatal(err)

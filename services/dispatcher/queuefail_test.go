@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -80,10 +81,7 @@ func TestReconcilerQueuesInterruptedAcceptance(t *testing.T) {
 	created := time.Now().Add(-time.Minute).UTC()
 	rec := client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: 1, Status: lifecycle.KindAccepted,
 		Request: &req, CreatedAt: created, AcceptedAt: &created, UpdatedAt: created}
-	kv, err := h.js.KeyValue(t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.KeyValue(t, h.js, lifecycle.BucketDispatches)
 	if _, err := kv.Create(t.Context(), id, []byte(mustJSON(t, rec))); err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +101,7 @@ func TestReconcilerQueuesInterruptedAcceptance(t *testing.T) {
 // both completed.
 func TestReconcilerReadsEveryBatch(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{ReconcileGrace: 200 * time.Millisecond})
-	kv, err := h.js.KeyValue(t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.KeyValue(t, h.js, lifecycle.BucketDispatches)
 	created := time.Now().Add(-time.Minute).UTC()
 	write := func(queued bool, status lifecycle.Kind) string {
 		t.Helper()

@@ -37,10 +37,7 @@ func (k *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 	srv := natstest.StartProvisioned(t, provision.Config{})
 	js := srv.JetStream(t)
-	raw, err := js.KeyValue(t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := natstest.KeyValue(t, js, lifecycle.BucketDispatches)
 	s, err := New(Config{ID: "copy"}, Deps{Conn: srv.Conn(t), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -24,14 +24,8 @@ func newTestStores(t *testing.T) (store, store, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.StartProvisioned(t, provision.Config{})
 	js := srv.JetStream(t)
-	kv, err := js.KeyValue(t.Context(), lifecycle.BucketDispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	questions, err := js.KeyValue(t.Context(), lifecycle.BucketQuestions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.KeyValue(t, js, lifecycle.BucketDispatches)
+	questions := natstest.KeyValue(t, js, lifecycle.BucketQuestions)
 	return newStore(js, kv, questions), newStore(js, kv, questions), js
 }
 
@@ -282,10 +276,7 @@ func TestStorePutKeepsTheTTL(t *testing.T) {
 func TestStoreExpireQuestion(t *testing.T) {
 	a, _, js := newTestStores(t)
 	ctx := t.Context()
-	questions, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	questions := natstest.KeyValue(t, js, lifecycle.BucketQuestions)
 	put := func(qid, value string) uint64 {
 		t.Helper()
 		rev, err := questions.Put(ctx, qid, []byte(value))
