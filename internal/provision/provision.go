@@ -237,6 +237,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: lifecycle.BucketAnswerLinks, Description: "Agora signed answer links already used", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		// The Slack answerer's messages of open questions; an entry
 		// outliving this is a question that never closed (docs/slack.md).
+		// The router's open questions by match and remembered decisions;
+		// each remembered decision carries its route's remember as its
+		// own TTL (docs/design.md §3.6).
+		{Bucket: lifecycle.BucketDecisions, Description: "Agora open questions by match and remembered decisions", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		{Bucket: lifecycle.BucketSlackMessages, Description: "Slack messages of open Agora questions: <route>.<question_id> → channel and ts", History: 1, TTL: 90 * 24 * time.Hour, Storage: st, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {

@@ -52,6 +52,13 @@ type Reply struct {
 	// route's fallback. Reason says why.
 	Declined bool
 	Reason   string
+	// Suggested makes the answer a suggestion with Confidence (0 to 1):
+	// the route takes it as the answer at or above its auto_accept, and
+	// otherwise sends the question to its fallback with the suggestion
+	// shown preselected (docs/answering.md, "Suggested answers"). Reason
+	// is the rationale.
+	Suggested  bool
+	Confidence float64
 }
 
 // Answer is a Reply answering text.
@@ -66,6 +73,14 @@ func Decide(decision, comment string) Reply {
 // Decline is a Reply that refuses to answer, so the route's fallback gets
 // the question.
 func Decline(reason string) Reply { return Reply{Declined: true, Reason: reason} }
+
+// Suggest is a Reply that suggests option (for an approval question,
+// approve or reject) with confidence between 0 and 1 and why, rather than
+// answer: the route's auto_accept decides whether it answers the question
+// or goes to a person preselected.
+func Suggest(option string, confidence float64, rationale string) Reply {
+	return Reply{Answer: option, Suggested: true, Confidence: confidence, Reason: rationale}
+}
 
 // Handler answers questions. Handle may be called concurrently (see
 // WithConcurrency); ctx ends when Serve stops and its shutdown timeout has
@@ -428,13 +443,24 @@ type submission struct {
 	Comment    string `json:"comment,omitempty"`
 	Decline    bool   `json:"decline,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	Suggest    bool   `json:"suggest,omitempty"`
+	// Confidence is sent with a suggestion even when zero.
+	Confidence *float64 `json:"confidence,omitempty"`
 }
 
 func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (client.AnswerReply, error) {
 	body := submission{QuestionID: q.QuestionID, Route: s.route, AnsweredBy: s.o.answeredBy}
-	if r.Declined {
+	switch {
+	case r.Declined:
 		body.Decline, body.Reason = true, r.Reason
-	} else {
+	case r.Suggested:
+		conf := r.Confidence
+		body.Answer, body.Decision, body.Comment = r.Answer, r.Decision, r.Comment
+		body.Suggest, body.Confidence, body.Reason = true, &conf, r.Reason
+		if q.Kind == "approval" && body.Decision == "" && (r.Answer == "approve" || r.Answer == "reject") {
+			body.Decision = r.Answer
+		}
+	default:
 		body.Answer, body.Decision, body.Comment = r.Answer, r.Decision, r.Comment
 	}
 	data, err := json.Marshal(body)

@@ -132,8 +132,13 @@ type NeedsInput struct {
 	Kind            string          `json:"kind,omitempty"`
 	PartialState    json.RawMessage `json:"partial_state,omitempty"`
 	PartialStateRef string          `json:"partial_state_ref,omitempty"`
-	DurationMS      int64           `json:"duration_ms"`
-	ExitCode        int             `json:"exit_code"`
+	// DedupeKey and Reuse are the sentinel's: what makes questions the
+	// same one, and whether a remembered decision may answer this one
+	// (nil: yes, where the route remembers). docs/design.md §3.6.
+	DedupeKey  string `json:"dedupe_key,omitempty"`
+	Reuse      *bool  `json:"reuse,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	ExitCode   int    `json:"exit_code"`
 }
 
 // Failed is the data of dev.agora.dispatch.failed.
@@ -162,7 +167,7 @@ type Question struct {
 	Common
 	QuestionID string            `json:"question_id"`
 	Event      QuestionEvent     `json:"event"`
-	Status     string            `json:"status"` // asked, answered, expired, withdrawn
+	Status     string            `json:"status"` // asked, joined, answered, expired, withdrawn
 	Route      string            `json:"route"`
 	Answerer   string            `json:"answerer"`
 	Question   string            `json:"question"`
@@ -180,6 +185,59 @@ type Question struct {
 	AnsweredBy string     `json:"answered_by,omitempty"`
 	AnsweredAt *time.Time `json:"answered_at,omitempty"`
 	Detail     string     `json:"detail,omitempty"` // why it expired, was withdrawn or escalated
+
+	// WaitingThreads lists the threads waiting on an asked question, the
+	// asking thread first, then those whose questions joined it
+	// (docs/design.md §3.6); absent when the asking thread alone waits.
+	WaitingThreads []WaitingThread `json:"waiting_threads,omitempty"`
+	// JoinedTo is, on a question that joined another (status joined,
+	// then the joined question's outcome), the question asked for it.
+	JoinedTo string `json:"joined_to,omitempty"`
+	// Reused is, on a question answered from a remembered decision
+	// (answered_by memory:<question_id>), whose decision it reused.
+	Reused *Reused `json:"reused,omitempty"`
+	// Suggestion is an answerer's suggested answer: taken as the answer
+	// at or above the route's auto_accept confidence (answered_by
+	// suggested:<by>), otherwise shown preselected on the fallback route.
+	Suggestion *Suggestion `json:"suggestion,omitempty"`
+}
+
+// StatusJoined is the status of a question that joined another, asked
+// earlier on the same route and matching it (docs/design.md §3.6): it is
+// not asked on its own, and ends as the question it joined does.
+const StatusJoined = "joined"
+
+// WaitingThread is one thread waiting on a question.
+type WaitingThread struct {
+	// QuestionID is the thread's own question (the asked question for
+	// the asking thread, a joined one for the others).
+	QuestionID string    `json:"question_id"`
+	DispatchID string    `json:"dispatch_id"`
+	ThreadID   string    `json:"thread_id"`
+	Subagent   string    `json:"subagent,omitempty"`
+	AskedAt    time.Time `json:"asked_at"`
+}
+
+// Reused names the remembered decision that answered a question.
+type Reused struct {
+	// QuestionID is the question whose answer was remembered.
+	QuestionID string    `json:"question_id"`
+	AnsweredBy string    `json:"answered_by"`
+	AnsweredAt time.Time `json:"answered_at"`
+}
+
+// Suggestion is an answer an answerer suggested, with its confidence
+// (0 to 1) and why.
+type Suggestion struct {
+	Answer     string    `json:"answer"`
+	Decision   string    `json:"decision,omitempty"`
+	Confidence float64   `json:"confidence"`
+	Rationale  string    `json:"rationale,omitempty"`
+	By         string    `json:"by"`
+	At         time.Time `json:"at"`
+	// Accepted is true when the suggestion answered the question (its
+	// confidence reached the route's auto_accept).
+	Accepted bool `json:"accepted"`
 }
 
 // Answer is the data of dev.agora.answer.submitted.

@@ -31,6 +31,10 @@ const (
 	// BucketSlackMessages maps an open question to its Slack messages
 	// (docs/slack.md).
 	BucketSlackMessages = "agora_slack_messages"
+	// BucketDecisions holds what makes the router ask once
+	// (docs/design.md §3.6): open.<match> names the question waiting for
+	// a match, memory.<match> a remembered decision (expiring by itself).
+	BucketDecisions = "agora_decisions"
 
 	// Durable consumer names.
 	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS
@@ -49,6 +53,10 @@ const (
 	// APIQuestions pages the questions waiting for an answer (the
 	// router's index), oldest first.
 	APIQuestions = "agora.api.questions"
+	// APIDecisions lists the remembered decisions (docs/design.md §3.6);
+	// APIDecisionsForget forgets one.
+	APIDecisions       = "agora.api.decisions"
+	APIDecisionsForget = "agora.api.decisions.forget"
 )
 
 // ErrBadToken reports a name or id that cannot be a subject token.

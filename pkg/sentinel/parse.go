@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -26,7 +27,8 @@ const kindReason = "must be one of clarification, decision, information, approva
 // present and not null, is an array of non-blank strings; an empty array
 // means no options and is returned as nil. context is a string. kind is one
 // of the four [Kind] values. partial_state is any JSON value, kept byte for
-// byte; null means absent. A JSON null context or kind is also treated as
+// byte; null means absent. dedupe_key is a string of printable text of at
+// most [MaxDedupeKey] bytes; reuse is true or false. A JSON null context or kind is also treated as
 // absent. Field names are case-sensitive, unknown fields are ignored and,
 // as with encoding/json, the last of duplicate fields wins. Invalid UTF-8
 // in a known field is refused rather than replaced.
@@ -125,7 +127,42 @@ func fromFields(fields map[string]json.RawMessage) (Request, error) {
 		}
 		r.PartialState = raw
 	}
+
+	if raw, ok := fields["dedupe_key"]; ok && !isNull(raw) {
+		s, err := decodeString("dedupe_key", raw)
+		if err != nil {
+			return Request{}, err
+		}
+		if err := checkDedupeKey(s); err != nil {
+			return Request{}, err
+		}
+		r.DedupeKey = s
+	}
+
+	if raw, ok := fields["reuse"]; ok && !isNull(raw) {
+		var b bool
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return Request{}, malformed("reuse", "must be true or false")
+		}
+		r.Reuse = &b
+	}
 	return r, nil
+}
+
+// checkDedupeKey applies the dedupe_key rules: at most MaxDedupeKey bytes
+// of UTF-8 text without control characters.
+func checkDedupeKey(s string) error {
+	switch {
+	case !utf8.ValidString(s):
+		return malformed("dedupe_key", "invalid UTF-8")
+	case len(s) > MaxDedupeKey:
+		return malformed("dedupe_key", "longer than "+strconv.Itoa(MaxDedupeKey)+" bytes")
+	case strings.TrimSpace(s) == "":
+		return malformed("dedupe_key", "must not be blank (leave it out instead)")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return malformed("dedupe_key", "must not hold control characters")
+	}
+	return nil
 }
 
 // Validate reports whether r satisfies the rules [Parse] applies to a
@@ -159,6 +196,11 @@ func (r Request) Validate() error {
 	}
 	if r.Kind != "" && !r.Kind.Valid() {
 		return malformed("kind", kindReason)
+	}
+	if r.DedupeKey != "" {
+		if err := checkDedupeKey(r.DedupeKey); err != nil {
+			return err
+		}
 	}
 	if len(r.PartialState) > 0 {
 		if !utf8.Valid(r.PartialState) {

@@ -77,7 +77,21 @@ type Request struct {
 	// PartialState is any JSON value, kept byte for byte (numbers are never
 	// converted), returned to the sub-agent when it is resumed.
 	PartialState json.RawMessage `json:"partial_state,omitempty"`
+	// DedupeKey, when set, is what makes two questions the same one: a
+	// question joins one still waiting on the same route with the same
+	// key, and a remembered decision with that key answers it
+	// (docs/design.md §3.6). Without it, questions match on sub-agent,
+	// question, options and kind. At most [MaxDedupeKey] bytes of
+	// printable text.
+	DedupeKey string `json:"dedupe_key,omitempty"`
+	// Reuse false asks for a fresh answer: the question is never answered
+	// from a remembered decision. Nil (absent) and true allow reuse where
+	// the route remembers.
+	Reuse *bool `json:"reuse,omitempty"`
 }
+
+// MaxDedupeKey is the longest dedupe_key accepted, in bytes.
+const MaxDedupeKey = 256
 
 // Status is the outcome of [Resolve].
 type Status int

@@ -41,7 +41,8 @@ const DefaultAnsweredBy = "agora:default"
 // Decline set, an answerer's refusal to answer (Reason says why), which
 // sends the question to its route's fallback.
 //
-// Its JSON is that of lifecycle.Answer plus "decline" and "reason".
+// Its JSON is that of lifecycle.Answer plus "decline", "reason", "suggest"
+// and "confidence".
 type Submission struct {
 	QuestionID string `json:"question_id"`
 	Route      string `json:"route,omitempty"` // the route the answerer serves
@@ -51,6 +52,10 @@ type Submission struct {
 	Comment    string `json:"comment,omitempty"`
 	Decline    bool   `json:"decline,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	// Suggest makes the answer a suggestion with Confidence (0 to 1) and
+	// Reason as its rationale (docs/answering.md, "Suggested answers").
+	Suggest    bool     `json:"suggest,omitempty"`
+	Confidence *float64 `json:"confidence,omitempty"`
 }
 
 // The doors an answer comes through, as recorded in the history (via) and
@@ -490,7 +495,7 @@ func decodeSubmission(data []byte) (Submission, string) {
 		return sub, ""
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return sub, fmt.Sprintf("unknown field %s: an answer has question_id, route, answer, decision, answered_by, comment, decline and reason", clip.String(name, 64))
+		return sub, fmt.Sprintf("unknown field %s: an answer has question_id, route, answer, decision, answered_by, comment, decline, reason, suggest and confidence", clip.String(name, 64))
 	}
 	return sub, "the body is not a JSON answer: " + err.Error()
 }

@@ -7,6 +7,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,18 @@ type Route struct {
 	// Fallback is the route that gets the question when this route's
 	// answerer declines it; empty for none.
 	Fallback string
+	// Coalesce joins a question to one still waiting on this route that
+	// matches it (docs/design.md §3.6); on unless the file says
+	// coalesce: false.
+	Coalesce bool
+	// Remember keeps each answer this long and answers a matching later
+	// question with it; zero (the default) remembers nothing. Approval
+	// questions are remembered only with RememberApprovals.
+	Remember          time.Duration
+	RememberApprovals bool
+	// AutoAccept is the confidence (0 to 1) at or above which an
+	// answerer's suggestion answers the question; zero takes none.
+	AutoAccept float64
 	// Line is the route's line in the routing file (0 for built-in routes).
 	Line int
 }
@@ -170,7 +183,7 @@ const DefaultRouteName = "human"
 // every question, approvals included, goes to the route `human`, without
 // a deadline.
 func DefaultRoutes() *Routes {
-	rt := &Route{Name: DefaultRouteName, Answerer: DefaultRouteName}
+	rt := &Route{Name: DefaultRouteName, Answerer: DefaultRouteName, Coalesce: true}
 	return &Routes{source: "built-in", list: []*Route{rt}, byName: map[string]*Route{rt.Name: rt}, catchAll: rt}
 }
 
@@ -318,6 +331,21 @@ func (p *parser) duration(v *yaml.Node, what string) (time.Duration, bool) {
 	return d, true
 }
 
+func (p *parser) boolean(v *yaml.Node, what string) (bool, bool) {
+	s, ok := p.scalar(v, what)
+	if !ok {
+		return false, false
+	}
+	switch s {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	p.add(v.Line, fmt.Sprintf("%s %q: want true or false", what, s))
+	return false, false
+}
+
 // strings reads a scalar or a list of scalars.
 func (p *parser) list(v *yaml.Node, what string) []string {
 	switch v.Kind {
@@ -344,8 +372,8 @@ func (p *parser) route(n *yaml.Node) *Route {
 		p.add(n.Line, "a route must be a mapping with at least a name")
 		return nil
 	}
-	rt := &Route{Line: n.Line}
-	var expiryLine int
+	rt := &Route{Line: n.Line, Coalesce: true}
+	var expiryLine, approvalsLine int
 	var expirySet bool
 	p.fields(n, "route", func(k string, key, v *yaml.Node) {
 		switch k {
@@ -393,8 +421,23 @@ func (p *parser) route(n *yaml.Node) *Route {
 			if s, ok := p.scalar(v, "fallback"); ok {
 				rt.Fallback = s
 			}
+		case "coalesce":
+			rt.Coalesce, _ = p.boolean(v, "coalesce")
+		case "remember":
+			rt.Remember, _ = p.duration(v, "remember")
+		case "remember_approvals":
+			rt.RememberApprovals, _ = p.boolean(v, "remember_approvals")
+			approvalsLine = v.Line
+		case "auto_accept":
+			if s, ok := p.scalar(v, "auto_accept"); ok {
+				f, err := strconv.ParseFloat(s, 64)
+				if err != nil || f <= 0 || f > 1 {
+					p.add(v.Line, fmt.Sprintf("auto_accept %q: want a confidence above 0 and at most 1, such as 0.9", s))
+				}
+				rt.AutoAccept = f
+			}
 		default:
-			p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback)", k))
+			p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback, coalesce, remember, remember_approvals, auto_accept)", k))
 		}
 	})
 	if rt.Name == "" {
@@ -403,6 +446,9 @@ func (p *parser) route(n *yaml.Node) *Route {
 	}
 	if rt.Answerer == "" {
 		rt.Answerer = rt.Name
+	}
+	if rt.RememberApprovals && rt.Remember == 0 {
+		p.add(approvalsLine, fmt.Sprintf("route %s: remember_approvals needs remember (how long to keep answers, such as 720h)", rt.Name))
 	}
 	switch {
 	case expirySet && rt.Deadline == 0:

@@ -293,7 +293,8 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		ni := &lifecycle.NeedsInput{
 			Common: j.common, QuestionID: lifecycle.QuestionID(j.req.DispatchID),
 			Question: rsl.Request.Question, Options: rsl.Request.Options, Context: rsl.Request.Context,
-			Kind: string(rsl.Request.Kind), DurationMS: dur, ExitCode: res.ExitCode,
+			Kind: string(rsl.Request.Kind), DedupeKey: rsl.Request.DedupeKey, Reuse: rsl.Request.Reuse,
+			DurationMS: dur, ExitCode: res.ExitCode,
 		}
 		if len(rsl.Request.PartialState) > lifecycle.MaxInlineState {
 			if _, err := s.state.PutBytes(context.WithoutCancel(ctx), j.req.DispatchID, rsl.Request.PartialState); err != nil {

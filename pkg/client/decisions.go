@@ -1,0 +1,83 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Decision is a remembered answer: a route with `remember` keeps the
+// answer to a question for that long, and a later question that matches it
+// (same route, same dedupe_key or the same sub-agent, question, options
+// and kind) is answered with it at once, answered_by memory:<QuestionID>
+// (docs/design.md §3.6).
+type Decision struct {
+	// ID names the decision: a digest of the matching rule's fields.
+	ID        string   `json:"id"`
+	Route     string   `json:"route"`
+	Subagent  string   `json:"subagent,omitempty"`
+	DedupeKey string   `json:"dedupe_key,omitempty"`
+	Question  string   `json:"question"`
+	Options   []string `json:"options,omitempty"`
+	Kind      string   `json:"kind,omitempty"`
+	// QuestionID is the question whose answer this is.
+	QuestionID string    `json:"question_id"`
+	Answer     string    `json:"answer"`
+	Decision   string    `json:"decision,omitempty"`
+	AnsweredBy string    `json:"answered_by"`
+	Comment    string    `json:"comment,omitempty"`
+	AnsweredAt time.Time `json:"answered_at"`
+	// ExpiresAt is when the decision is forgotten by itself: its
+	// answer's time plus the route's remember.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// DecisionsRequest is the body of agora.api.decisions.
+type DecisionsRequest struct {
+	// Route keeps one route's decisions; empty lists all.
+	Route string `json:"route,omitempty"`
+}
+
+// DecisionsPage is the router's reply on agora.api.decisions: the
+// remembered decisions, newest answer first.
+type DecisionsPage struct {
+	Decisions []Decision `json:"decisions"`
+	Count     int        `json:"count"`
+}
+
+// ForgetRequest is the body of agora.api.decisions.forget.
+type ForgetRequest struct {
+	ID string `json:"id"`
+}
+
+// Decisions lists the remembered decisions, of one route when route is not
+// empty, newest answer first.
+func (c *Client) Decisions(ctx context.Context, route string) ([]Decision, error) {
+	if route != "" {
+		if err := lifecycle.ValidToken(route); err != nil {
+			return nil, fmt.Errorf("client: route: %w", err)
+		}
+	}
+	var page DecisionsPage
+	if err := c.call(ctx, lifecycle.APIDecisions, nil, DecisionsRequest{Route: route}, &page); err != nil {
+		return nil, err
+	}
+	return page.Decisions, nil
+}
+
+// ForgetDecision forgets the remembered decision id, returning what was
+// forgotten; later questions are asked again. Threads it already answered
+// are not changed. A *Problem wrapping ErrNotFound reports an id that is
+// not (or no longer) remembered.
+func (c *Client) ForgetDecision(ctx context.Context, id string) (Decision, error) {
+	if err := lifecycle.ValidToken(id); err != nil {
+		return Decision{}, fmt.Errorf("client: decision id: %w", err)
+	}
+	var d Decision
+	if err := c.call(ctx, lifecycle.APIDecisionsForget, nil, ForgetRequest{ID: id}, &d); err != nil {
+		return Decision{}, err
+	}
+	return d, nil
+}
