@@ -93,6 +93,7 @@ const (
 	InboxQuestionStatusAnswered  InboxQuestionStatus = "answered"
 	InboxQuestionStatusAsked     InboxQuestionStatus = "asked"
 	InboxQuestionStatusExpired   InboxQuestionStatus = "expired"
+	InboxQuestionStatusJoined    InboxQuestionStatus = "joined"
 	InboxQuestionStatusWithdrawn InboxQuestionStatus = "withdrawn"
 )
 
@@ -104,6 +105,8 @@ func (e InboxQuestionStatus) Valid() bool {
 	case InboxQuestionStatusAsked:
 		return true
 	case InboxQuestionStatusExpired:
+		return true
+	case InboxQuestionStatusJoined:
 		return true
 	case InboxQuestionStatusWithdrawn:
 		return true
@@ -288,6 +291,7 @@ const (
 	QuestionStatusAnswered  QuestionStatus = "answered"
 	QuestionStatusAsked     QuestionStatus = "asked"
 	QuestionStatusExpired   QuestionStatus = "expired"
+	QuestionStatusJoined    QuestionStatus = "joined"
 	QuestionStatusWithdrawn QuestionStatus = "withdrawn"
 )
 
@@ -299,6 +303,8 @@ func (e QuestionStatus) Valid() bool {
 	case QuestionStatusAsked:
 		return true
 	case QuestionStatusExpired:
+		return true
+	case QuestionStatusJoined:
 		return true
 	case QuestionStatusWithdrawn:
 		return true
@@ -547,6 +553,9 @@ type InboxQuestion struct {
 	// Event The step this event records (lifecycle.QuestionEvents).
 	Event InboxQuestionEvent `json:"event"`
 
+	// JoinedTo On a question that joined another: the question asked for it.
+	JoinedTo *string `json:"joined_to,omitempty"`
+
 	// Kind The kind of question (sentinel.Kind).
 	Kind *CommonQuestionKind `json:"kind,omitempty"`
 
@@ -571,6 +580,9 @@ type InboxQuestion struct {
 	// QuestionId The question's id, q-<dispatch_id>.
 	QuestionId CommonToken `json:"question_id"`
 
+	// Reused On a question answered from a remembered decision (answered_by memory:<question_id>): whose decision it reused and when it was made.
+	Reused *InboxQuestion_Reused `json:"reused,omitempty"`
+
 	// Revision The record's revision in the bucket.
 	Revision int `json:"revision"`
 
@@ -580,27 +592,65 @@ type InboxQuestion struct {
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
 
-	// Status The record's status after the step; an escalation leaves it asked.
+	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
 	Status InboxQuestionStatus `json:"status"`
 
 	// Subagent The sub-agent's name.
 	Subagent CommonToken `json:"subagent"`
-	Target   *string     `json:"target,omitempty"`
+
+	// Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.
+	Suggestion *InboxQuestion_Suggestion `json:"suggestion,omitempty"`
+	Target     *string                   `json:"target,omitempty"`
 
 	// ThreadId The id of the thread: the root dispatch's id, kept across rounds.
 	ThreadId CommonToken `json:"thread_id"`
 
 	// Traceparent The question's trace (the router's).
-	Traceparent          *string                `json:"traceparent,omitempty"`
-	UpdatedAt            time.Time              `json:"updated_at"`
-	AdditionalProperties map[string]interface{} `json:"-"`
+	Traceparent *string   `json:"traceparent,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
+
+	// WaitingThreads The threads waiting on an asked question, the asking thread first, then those whose questions joined it; absent when the asking thread alone waits.
+	WaitingThreads       *[]InboxQuestion_WaitingThreads_Item `json:"waiting_threads,omitempty"`
+	AdditionalProperties map[string]interface{}               `json:"-"`
 }
 
 // InboxQuestionEvent The step this event records (lifecycle.QuestionEvents).
 type InboxQuestionEvent string
 
-// InboxQuestionStatus The record's status after the step; an escalation leaves it asked.
+// InboxQuestion_Reused On a question answered from a remembered decision (answered_by memory:<question_id>): whose decision it reused and when it was made.
+type InboxQuestion_Reused struct {
+	AnsweredAt           time.Time              `json:"answered_at"`
+	AnsweredBy           string                 `json:"answered_by"`
+	QuestionId           string                 `json:"question_id"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// InboxQuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
 type InboxQuestionStatus string
+
+// InboxQuestion_Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.
+type InboxQuestion_Suggestion struct {
+	Accepted             bool                   `json:"accepted"`
+	Answer               string                 `json:"answer"`
+	At                   time.Time              `json:"at"`
+	By                   string                 `json:"by"`
+	Confidence           float32                `json:"confidence"`
+	Decision             *string                `json:"decision,omitempty"`
+	Rationale            *string                `json:"rationale,omitempty"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// InboxQuestion_WaitingThreads_Item defines model for InboxQuestion.waiting_threads.Item.
+type InboxQuestion_WaitingThreads_Item struct {
+	AskedAt    time.Time `json:"asked_at"`
+	DispatchId string    `json:"dispatch_id"`
+
+	// QuestionId The thread's own question.
+	QuestionId           string                 `json:"question_id"`
+	Subagent             *string                `json:"subagent,omitempty"`
+	ThreadId             string                 `json:"thread_id"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
 
 // InboxRound One dispatch of a thread, as the inbox summarises it.
 type InboxRound struct {
@@ -911,6 +961,9 @@ type Question struct {
 	// Event The step this event records (lifecycle.QuestionEvents).
 	Event QuestionEvent `json:"event"`
 
+	// JoinedTo On a question that joined another: the question asked for it.
+	JoinedTo *string `json:"joined_to,omitempty"`
+
 	// Kind The kind of question (sentinel.Kind).
 	Kind *CommonQuestionKind `json:"kind,omitempty"`
 
@@ -929,29 +982,70 @@ type Question struct {
 	// QuestionId The question's id, q-<dispatch_id>.
 	QuestionId CommonToken `json:"question_id"`
 
+	// Reused On a question answered from a remembered decision (answered_by memory:<question_id>): whose decision it reused and when it was made.
+	Reused *Question_Reused `json:"reused,omitempty"`
+
 	// Round The round of the thread: 0 for a root dispatch, one more per answered question.
 	Round CommonRound `json:"round"`
 
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
 
-	// Status The record's status after the step; an escalation leaves it asked.
+	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
 	Status QuestionStatus `json:"status"`
 
 	// Subagent The sub-agent's name.
 	Subagent CommonToken `json:"subagent"`
-	Target   *string     `json:"target,omitempty"`
+
+	// Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.
+	Suggestion *Question_Suggestion `json:"suggestion,omitempty"`
+	Target     *string              `json:"target,omitempty"`
 
 	// ThreadId The id of the thread: the root dispatch's id, kept across rounds.
-	ThreadId             CommonToken            `json:"thread_id"`
-	AdditionalProperties map[string]interface{} `json:"-"`
+	ThreadId CommonToken `json:"thread_id"`
+
+	// WaitingThreads The threads waiting on an asked question, the asking thread first, then those whose questions joined it; absent when the asking thread alone waits.
+	WaitingThreads       *[]Question_WaitingThreads_Item `json:"waiting_threads,omitempty"`
+	AdditionalProperties map[string]interface{}          `json:"-"`
 }
 
 // QuestionEvent The step this event records (lifecycle.QuestionEvents).
 type QuestionEvent string
 
-// QuestionStatus The record's status after the step; an escalation leaves it asked.
+// Question_Reused On a question answered from a remembered decision (answered_by memory:<question_id>): whose decision it reused and when it was made.
+type Question_Reused struct {
+	AnsweredAt           time.Time              `json:"answered_at"`
+	AnsweredBy           string                 `json:"answered_by"`
+	QuestionId           string                 `json:"question_id"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// QuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
 type QuestionStatus string
+
+// Question_Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.
+type Question_Suggestion struct {
+	Accepted             bool                   `json:"accepted"`
+	Answer               string                 `json:"answer"`
+	At                   time.Time              `json:"at"`
+	By                   string                 `json:"by"`
+	Confidence           float32                `json:"confidence"`
+	Decision             *string                `json:"decision,omitempty"`
+	Rationale            *string                `json:"rationale,omitempty"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// Question_WaitingThreads_Item defines model for question.waiting_threads.Item.
+type Question_WaitingThreads_Item struct {
+	AskedAt    time.Time `json:"asked_at"`
+	DispatchId string    `json:"dispatch_id"`
+
+	// QuestionId The thread's own question.
+	QuestionId           string                 `json:"question_id"`
+	Subagent             *string                `json:"subagent,omitempty"`
+	ThreadId             string                 `json:"thread_id"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
 
 // ListQuestionsParams defines parameters for ListQuestions.
 type ListQuestionsParams struct {
@@ -1177,6 +1271,14 @@ func (a *InboxQuestion) UnmarshalJSON(b []byte) error {
 		delete(object, "event")
 	}
 
+	if raw, found := object["joined_to"]; found {
+		err = json.Unmarshal(raw, &a.JoinedTo)
+		if err != nil {
+			return fmt.Errorf("error reading 'joined_to': %w", err)
+		}
+		delete(object, "joined_to")
+	}
+
 	if raw, found := object["kind"]; found {
 		err = json.Unmarshal(raw, &a.Kind)
 		if err != nil {
@@ -1241,6 +1343,14 @@ func (a *InboxQuestion) UnmarshalJSON(b []byte) error {
 		delete(object, "question_id")
 	}
 
+	if raw, found := object["reused"]; found {
+		err = json.Unmarshal(raw, &a.Reused)
+		if err != nil {
+			return fmt.Errorf("error reading 'reused': %w", err)
+		}
+		delete(object, "reused")
+	}
+
 	if raw, found := object["revision"]; found {
 		err = json.Unmarshal(raw, &a.Revision)
 		if err != nil {
@@ -1281,6 +1391,14 @@ func (a *InboxQuestion) UnmarshalJSON(b []byte) error {
 		delete(object, "subagent")
 	}
 
+	if raw, found := object["suggestion"]; found {
+		err = json.Unmarshal(raw, &a.Suggestion)
+		if err != nil {
+			return fmt.Errorf("error reading 'suggestion': %w", err)
+		}
+		delete(object, "suggestion")
+	}
+
 	if raw, found := object["target"]; found {
 		err = json.Unmarshal(raw, &a.Target)
 		if err != nil {
@@ -1311,6 +1429,14 @@ func (a *InboxQuestion) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("error reading 'updated_at': %w", err)
 		}
 		delete(object, "updated_at")
+	}
+
+	if raw, found := object["waiting_threads"]; found {
+		err = json.Unmarshal(raw, &a.WaitingThreads)
+		if err != nil {
+			return fmt.Errorf("error reading 'waiting_threads': %w", err)
+		}
+		delete(object, "waiting_threads")
 	}
 
 	if len(object) != 0 {
@@ -1422,6 +1548,13 @@ func (a InboxQuestion) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("error marshaling 'event': %w", err)
 	}
 
+	if a.JoinedTo != nil {
+		object["joined_to"], err = json.Marshal(a.JoinedTo)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'joined_to': %w", err)
+		}
+	}
+
 	if a.Kind != nil {
 		object["kind"], err = json.Marshal(a.Kind)
 		if err != nil {
@@ -1472,6 +1605,13 @@ func (a InboxQuestion) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
 	}
 
+	if a.Reused != nil {
+		object["reused"], err = json.Marshal(a.Reused)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'reused': %w", err)
+		}
+	}
+
 	object["revision"], err = json.Marshal(a.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'revision': %w", err)
@@ -1497,6 +1637,13 @@ func (a InboxQuestion) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("error marshaling 'subagent': %w", err)
 	}
 
+	if a.Suggestion != nil {
+		object["suggestion"], err = json.Marshal(a.Suggestion)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'suggestion': %w", err)
+		}
+	}
+
 	if a.Target != nil {
 		object["target"], err = json.Marshal(a.Target)
 		if err != nil {
@@ -1519,6 +1666,373 @@ func (a InboxQuestion) MarshalJSON() ([]byte, error) {
 	object["updated_at"], err = json.Marshal(a.UpdatedAt)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'updated_at': %w", err)
+	}
+
+	if a.WaitingThreads != nil {
+		object["waiting_threads"], err = json.Marshal(a.WaitingThreads)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'waiting_threads': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for InboxQuestion_Reused. Returns the specified
+// element and whether it was found
+func (a InboxQuestion_Reused) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for InboxQuestion_Reused
+func (a *InboxQuestion_Reused) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for InboxQuestion_Reused to handle AdditionalProperties
+func (a *InboxQuestion_Reused) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["answered_at"]; found {
+		err = json.Unmarshal(raw, &a.AnsweredAt)
+		if err != nil {
+			return fmt.Errorf("error reading 'answered_at': %w", err)
+		}
+		delete(object, "answered_at")
+	}
+
+	if raw, found := object["answered_by"]; found {
+		err = json.Unmarshal(raw, &a.AnsweredBy)
+		if err != nil {
+			return fmt.Errorf("error reading 'answered_by': %w", err)
+		}
+		delete(object, "answered_by")
+	}
+
+	if raw, found := object["question_id"]; found {
+		err = json.Unmarshal(raw, &a.QuestionId)
+		if err != nil {
+			return fmt.Errorf("error reading 'question_id': %w", err)
+		}
+		delete(object, "question_id")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for InboxQuestion_Reused to handle AdditionalProperties
+func (a InboxQuestion_Reused) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["answered_at"], err = json.Marshal(a.AnsweredAt)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'answered_at': %w", err)
+	}
+
+	object["answered_by"], err = json.Marshal(a.AnsweredBy)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'answered_by': %w", err)
+	}
+
+	object["question_id"], err = json.Marshal(a.QuestionId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for InboxQuestion_Suggestion. Returns the specified
+// element and whether it was found
+func (a InboxQuestion_Suggestion) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for InboxQuestion_Suggestion
+func (a *InboxQuestion_Suggestion) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for InboxQuestion_Suggestion to handle AdditionalProperties
+func (a *InboxQuestion_Suggestion) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["accepted"]; found {
+		err = json.Unmarshal(raw, &a.Accepted)
+		if err != nil {
+			return fmt.Errorf("error reading 'accepted': %w", err)
+		}
+		delete(object, "accepted")
+	}
+
+	if raw, found := object["answer"]; found {
+		err = json.Unmarshal(raw, &a.Answer)
+		if err != nil {
+			return fmt.Errorf("error reading 'answer': %w", err)
+		}
+		delete(object, "answer")
+	}
+
+	if raw, found := object["at"]; found {
+		err = json.Unmarshal(raw, &a.At)
+		if err != nil {
+			return fmt.Errorf("error reading 'at': %w", err)
+		}
+		delete(object, "at")
+	}
+
+	if raw, found := object["by"]; found {
+		err = json.Unmarshal(raw, &a.By)
+		if err != nil {
+			return fmt.Errorf("error reading 'by': %w", err)
+		}
+		delete(object, "by")
+	}
+
+	if raw, found := object["confidence"]; found {
+		err = json.Unmarshal(raw, &a.Confidence)
+		if err != nil {
+			return fmt.Errorf("error reading 'confidence': %w", err)
+		}
+		delete(object, "confidence")
+	}
+
+	if raw, found := object["decision"]; found {
+		err = json.Unmarshal(raw, &a.Decision)
+		if err != nil {
+			return fmt.Errorf("error reading 'decision': %w", err)
+		}
+		delete(object, "decision")
+	}
+
+	if raw, found := object["rationale"]; found {
+		err = json.Unmarshal(raw, &a.Rationale)
+		if err != nil {
+			return fmt.Errorf("error reading 'rationale': %w", err)
+		}
+		delete(object, "rationale")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for InboxQuestion_Suggestion to handle AdditionalProperties
+func (a InboxQuestion_Suggestion) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["accepted"], err = json.Marshal(a.Accepted)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'accepted': %w", err)
+	}
+
+	object["answer"], err = json.Marshal(a.Answer)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'answer': %w", err)
+	}
+
+	object["at"], err = json.Marshal(a.At)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'at': %w", err)
+	}
+
+	object["by"], err = json.Marshal(a.By)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'by': %w", err)
+	}
+
+	object["confidence"], err = json.Marshal(a.Confidence)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'confidence': %w", err)
+	}
+
+	if a.Decision != nil {
+		object["decision"], err = json.Marshal(a.Decision)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'decision': %w", err)
+		}
+	}
+
+	if a.Rationale != nil {
+		object["rationale"], err = json.Marshal(a.Rationale)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'rationale': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for InboxQuestion_WaitingThreads_Item. Returns the specified
+// element and whether it was found
+func (a InboxQuestion_WaitingThreads_Item) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for InboxQuestion_WaitingThreads_Item
+func (a *InboxQuestion_WaitingThreads_Item) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for InboxQuestion_WaitingThreads_Item to handle AdditionalProperties
+func (a *InboxQuestion_WaitingThreads_Item) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["asked_at"]; found {
+		err = json.Unmarshal(raw, &a.AskedAt)
+		if err != nil {
+			return fmt.Errorf("error reading 'asked_at': %w", err)
+		}
+		delete(object, "asked_at")
+	}
+
+	if raw, found := object["dispatch_id"]; found {
+		err = json.Unmarshal(raw, &a.DispatchId)
+		if err != nil {
+			return fmt.Errorf("error reading 'dispatch_id': %w", err)
+		}
+		delete(object, "dispatch_id")
+	}
+
+	if raw, found := object["question_id"]; found {
+		err = json.Unmarshal(raw, &a.QuestionId)
+		if err != nil {
+			return fmt.Errorf("error reading 'question_id': %w", err)
+		}
+		delete(object, "question_id")
+	}
+
+	if raw, found := object["subagent"]; found {
+		err = json.Unmarshal(raw, &a.Subagent)
+		if err != nil {
+			return fmt.Errorf("error reading 'subagent': %w", err)
+		}
+		delete(object, "subagent")
+	}
+
+	if raw, found := object["thread_id"]; found {
+		err = json.Unmarshal(raw, &a.ThreadId)
+		if err != nil {
+			return fmt.Errorf("error reading 'thread_id': %w", err)
+		}
+		delete(object, "thread_id")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for InboxQuestion_WaitingThreads_Item to handle AdditionalProperties
+func (a InboxQuestion_WaitingThreads_Item) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["asked_at"], err = json.Marshal(a.AskedAt)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'asked_at': %w", err)
+	}
+
+	object["dispatch_id"], err = json.Marshal(a.DispatchId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'dispatch_id': %w", err)
+	}
+
+	object["question_id"], err = json.Marshal(a.QuestionId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
+	}
+
+	if a.Subagent != nil {
+		object["subagent"], err = json.Marshal(a.Subagent)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'subagent': %w", err)
+		}
+	}
+
+	object["thread_id"], err = json.Marshal(a.ThreadId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'thread_id': %w", err)
 	}
 
 	for fieldName, field := range a.AdditionalProperties {
@@ -1769,6 +2283,14 @@ func (a *Question) UnmarshalJSON(b []byte) error {
 		delete(object, "event")
 	}
 
+	if raw, found := object["joined_to"]; found {
+		err = json.Unmarshal(raw, &a.JoinedTo)
+		if err != nil {
+			return fmt.Errorf("error reading 'joined_to': %w", err)
+		}
+		delete(object, "joined_to")
+	}
+
 	if raw, found := object["kind"]; found {
 		err = json.Unmarshal(raw, &a.Kind)
 		if err != nil {
@@ -1817,6 +2339,14 @@ func (a *Question) UnmarshalJSON(b []byte) error {
 		delete(object, "question_id")
 	}
 
+	if raw, found := object["reused"]; found {
+		err = json.Unmarshal(raw, &a.Reused)
+		if err != nil {
+			return fmt.Errorf("error reading 'reused': %w", err)
+		}
+		delete(object, "reused")
+	}
+
 	if raw, found := object["round"]; found {
 		err = json.Unmarshal(raw, &a.Round)
 		if err != nil {
@@ -1849,6 +2379,14 @@ func (a *Question) UnmarshalJSON(b []byte) error {
 		delete(object, "subagent")
 	}
 
+	if raw, found := object["suggestion"]; found {
+		err = json.Unmarshal(raw, &a.Suggestion)
+		if err != nil {
+			return fmt.Errorf("error reading 'suggestion': %w", err)
+		}
+		delete(object, "suggestion")
+	}
+
 	if raw, found := object["target"]; found {
 		err = json.Unmarshal(raw, &a.Target)
 		if err != nil {
@@ -1863,6 +2401,14 @@ func (a *Question) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("error reading 'thread_id': %w", err)
 		}
 		delete(object, "thread_id")
+	}
+
+	if raw, found := object["waiting_threads"]; found {
+		err = json.Unmarshal(raw, &a.WaitingThreads)
+		if err != nil {
+			return fmt.Errorf("error reading 'waiting_threads': %w", err)
+		}
+		delete(object, "waiting_threads")
 	}
 
 	if len(object) != 0 {
@@ -1960,6 +2506,13 @@ func (a Question) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("error marshaling 'event': %w", err)
 	}
 
+	if a.JoinedTo != nil {
+		object["joined_to"], err = json.Marshal(a.JoinedTo)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'joined_to': %w", err)
+		}
+	}
+
 	if a.Kind != nil {
 		object["kind"], err = json.Marshal(a.Kind)
 		if err != nil {
@@ -1996,6 +2549,13 @@ func (a Question) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
 	}
 
+	if a.Reused != nil {
+		object["reused"], err = json.Marshal(a.Reused)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'reused': %w", err)
+		}
+	}
+
 	object["round"], err = json.Marshal(a.Round)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'round': %w", err)
@@ -2016,10 +2576,384 @@ func (a Question) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("error marshaling 'subagent': %w", err)
 	}
 
+	if a.Suggestion != nil {
+		object["suggestion"], err = json.Marshal(a.Suggestion)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'suggestion': %w", err)
+		}
+	}
+
 	if a.Target != nil {
 		object["target"], err = json.Marshal(a.Target)
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'target': %w", err)
+		}
+	}
+
+	object["thread_id"], err = json.Marshal(a.ThreadId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'thread_id': %w", err)
+	}
+
+	if a.WaitingThreads != nil {
+		object["waiting_threads"], err = json.Marshal(a.WaitingThreads)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'waiting_threads': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for Question_Reused. Returns the specified
+// element and whether it was found
+func (a Question_Reused) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for Question_Reused
+func (a *Question_Reused) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for Question_Reused to handle AdditionalProperties
+func (a *Question_Reused) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["answered_at"]; found {
+		err = json.Unmarshal(raw, &a.AnsweredAt)
+		if err != nil {
+			return fmt.Errorf("error reading 'answered_at': %w", err)
+		}
+		delete(object, "answered_at")
+	}
+
+	if raw, found := object["answered_by"]; found {
+		err = json.Unmarshal(raw, &a.AnsweredBy)
+		if err != nil {
+			return fmt.Errorf("error reading 'answered_by': %w", err)
+		}
+		delete(object, "answered_by")
+	}
+
+	if raw, found := object["question_id"]; found {
+		err = json.Unmarshal(raw, &a.QuestionId)
+		if err != nil {
+			return fmt.Errorf("error reading 'question_id': %w", err)
+		}
+		delete(object, "question_id")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for Question_Reused to handle AdditionalProperties
+func (a Question_Reused) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["answered_at"], err = json.Marshal(a.AnsweredAt)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'answered_at': %w", err)
+	}
+
+	object["answered_by"], err = json.Marshal(a.AnsweredBy)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'answered_by': %w", err)
+	}
+
+	object["question_id"], err = json.Marshal(a.QuestionId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for Question_Suggestion. Returns the specified
+// element and whether it was found
+func (a Question_Suggestion) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for Question_Suggestion
+func (a *Question_Suggestion) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for Question_Suggestion to handle AdditionalProperties
+func (a *Question_Suggestion) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["accepted"]; found {
+		err = json.Unmarshal(raw, &a.Accepted)
+		if err != nil {
+			return fmt.Errorf("error reading 'accepted': %w", err)
+		}
+		delete(object, "accepted")
+	}
+
+	if raw, found := object["answer"]; found {
+		err = json.Unmarshal(raw, &a.Answer)
+		if err != nil {
+			return fmt.Errorf("error reading 'answer': %w", err)
+		}
+		delete(object, "answer")
+	}
+
+	if raw, found := object["at"]; found {
+		err = json.Unmarshal(raw, &a.At)
+		if err != nil {
+			return fmt.Errorf("error reading 'at': %w", err)
+		}
+		delete(object, "at")
+	}
+
+	if raw, found := object["by"]; found {
+		err = json.Unmarshal(raw, &a.By)
+		if err != nil {
+			return fmt.Errorf("error reading 'by': %w", err)
+		}
+		delete(object, "by")
+	}
+
+	if raw, found := object["confidence"]; found {
+		err = json.Unmarshal(raw, &a.Confidence)
+		if err != nil {
+			return fmt.Errorf("error reading 'confidence': %w", err)
+		}
+		delete(object, "confidence")
+	}
+
+	if raw, found := object["decision"]; found {
+		err = json.Unmarshal(raw, &a.Decision)
+		if err != nil {
+			return fmt.Errorf("error reading 'decision': %w", err)
+		}
+		delete(object, "decision")
+	}
+
+	if raw, found := object["rationale"]; found {
+		err = json.Unmarshal(raw, &a.Rationale)
+		if err != nil {
+			return fmt.Errorf("error reading 'rationale': %w", err)
+		}
+		delete(object, "rationale")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for Question_Suggestion to handle AdditionalProperties
+func (a Question_Suggestion) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["accepted"], err = json.Marshal(a.Accepted)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'accepted': %w", err)
+	}
+
+	object["answer"], err = json.Marshal(a.Answer)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'answer': %w", err)
+	}
+
+	object["at"], err = json.Marshal(a.At)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'at': %w", err)
+	}
+
+	object["by"], err = json.Marshal(a.By)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'by': %w", err)
+	}
+
+	object["confidence"], err = json.Marshal(a.Confidence)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'confidence': %w", err)
+	}
+
+	if a.Decision != nil {
+		object["decision"], err = json.Marshal(a.Decision)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'decision': %w", err)
+		}
+	}
+
+	if a.Rationale != nil {
+		object["rationale"], err = json.Marshal(a.Rationale)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'rationale': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for Question_WaitingThreads_Item. Returns the specified
+// element and whether it was found
+func (a Question_WaitingThreads_Item) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for Question_WaitingThreads_Item
+func (a *Question_WaitingThreads_Item) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for Question_WaitingThreads_Item to handle AdditionalProperties
+func (a *Question_WaitingThreads_Item) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["asked_at"]; found {
+		err = json.Unmarshal(raw, &a.AskedAt)
+		if err != nil {
+			return fmt.Errorf("error reading 'asked_at': %w", err)
+		}
+		delete(object, "asked_at")
+	}
+
+	if raw, found := object["dispatch_id"]; found {
+		err = json.Unmarshal(raw, &a.DispatchId)
+		if err != nil {
+			return fmt.Errorf("error reading 'dispatch_id': %w", err)
+		}
+		delete(object, "dispatch_id")
+	}
+
+	if raw, found := object["question_id"]; found {
+		err = json.Unmarshal(raw, &a.QuestionId)
+		if err != nil {
+			return fmt.Errorf("error reading 'question_id': %w", err)
+		}
+		delete(object, "question_id")
+	}
+
+	if raw, found := object["subagent"]; found {
+		err = json.Unmarshal(raw, &a.Subagent)
+		if err != nil {
+			return fmt.Errorf("error reading 'subagent': %w", err)
+		}
+		delete(object, "subagent")
+	}
+
+	if raw, found := object["thread_id"]; found {
+		err = json.Unmarshal(raw, &a.ThreadId)
+		if err != nil {
+			return fmt.Errorf("error reading 'thread_id': %w", err)
+		}
+		delete(object, "thread_id")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for Question_WaitingThreads_Item to handle AdditionalProperties
+func (a Question_WaitingThreads_Item) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["asked_at"], err = json.Marshal(a.AskedAt)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'asked_at': %w", err)
+	}
+
+	object["dispatch_id"], err = json.Marshal(a.DispatchId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'dispatch_id': %w", err)
+	}
+
+	object["question_id"], err = json.Marshal(a.QuestionId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
+	}
+
+	if a.Subagent != nil {
+		object["subagent"], err = json.Marshal(a.Subagent)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'subagent': %w", err)
 		}
 	}
 
