@@ -239,7 +239,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// outliving this is a question that never closed (docs/slack.md).
 		// The router's open questions by match and remembered decisions;
 		// each remembered decision carries its route's remember as its
-		// own TTL (docs/design.md §3.6).
+		// own TTL (docs/design.md §3.5).
 		{Bucket: lifecycle.BucketDecisions, Description: "Agora open questions by match and remembered decisions", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		{Bucket: lifecycle.BucketSlackMessages, Description: "Slack messages of open Agora questions: <route>.<question_id> → channel and ts", History: 1, TTL: 90 * 24 * time.Hour, Storage: st, Replicas: cfg.Replicas},
 	}

@@ -32,7 +32,7 @@ const (
 	// (docs/slack.md).
 	BucketSlackMessages = "agora_slack_messages"
 	// BucketDecisions holds what makes the router ask once
-	// (docs/design.md §3.6): open.<match> names the question waiting for
+	// (docs/design.md §3.5): open.<match> names the question waiting for
 	// a match, memory.<match> a remembered decision (expiring by itself).
 	BucketDecisions = "agora_decisions"
 
@@ -53,7 +53,7 @@ const (
 	// APIQuestions pages the questions waiting for an answer (the
 	// router's index), oldest first.
 	APIQuestions = "agora.api.questions"
-	// APIDecisions lists the remembered decisions (docs/design.md §3.6);
+	// APIDecisions lists the remembered decisions (docs/design.md §3.5);
 	// APIDecisionsForget forgets one.
 	APIDecisions       = "agora.api.decisions"
 	APIDecisionsForget = "agora.api.decisions.forget"

@@ -51,7 +51,7 @@ type Route struct {
 	// answerer declines it; empty for none.
 	Fallback string
 	// Coalesce joins a question to one still waiting on this route that
-	// matches it (docs/design.md §3.6); on unless the file says
+	// matches it (docs/design.md §3.5); on unless the file says
 	// coalesce: false.
 	Coalesce bool
 	// Remember keeps each answer this long and answers a matching later

@@ -592,7 +592,7 @@ type InboxQuestion struct {
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
 
-	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
+	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
 	Status InboxQuestionStatus `json:"status"`
 
 	// Subagent The sub-agent's name.
@@ -625,7 +625,7 @@ type InboxQuestion_Reused struct {
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
-// InboxQuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
+// InboxQuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
 type InboxQuestionStatus string
 
 // InboxQuestion_Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.
@@ -991,7 +991,7 @@ type Question struct {
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
 
-	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
+	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
 	Status QuestionStatus `json:"status"`
 
 	// Subagent The sub-agent's name.
@@ -1020,7 +1020,7 @@ type Question_Reused struct {
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
-// QuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.6).
+// QuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
 type QuestionStatus string
 
 // Question_Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.
