@@ -144,16 +144,11 @@ func (s *Service) shrink(ctx context.Context, j *job, d lifecycle.Lifecycle, lim
 		return 0, nil, err
 	}
 	outs := lifecycle.RunOutputs(d)
+	if outs == nil {
+		outs = &lifecycle.Outputs{} // an event without lists to trim
+	}
 	steps := []func(excess int) (string, error){
-		func(excess int) (string, error) {
-			if outs == nil || len(outs.ArtifactsSkipped) == 0 {
-				return "", nil
-			}
-			keep := trimTo(outs.ArtifactsSkipped, excess)
-			outs.ArtifactsSkippedOmitted += len(outs.ArtifactsSkipped) - keep
-			outs.ArtifactsSkipped = outs.ArtifactsSkipped[:keep:keep]
-			return "entries of artifacts_skipped", nil
-		},
+		trimStep(&outs.ArtifactsSkipped, &outs.ArtifactsSkippedOmitted, "entries of artifacts_skipped"),
 		func(int) (string, error) {
 			ni, ok := d.(*lifecycle.NeedsInput)
 			if !ok || len(ni.PartialState) == 0 {
@@ -168,15 +163,7 @@ func (s *Service) shrink(ctx context.Context, j *job, d lifecycle.Lifecycle, lim
 			ni.PartialState, ni.PartialStateRef = nil, j.req.DispatchID
 			return "the inline partial_state (stored in " + lifecycle.BucketState + ")", nil
 		},
-		func(excess int) (string, error) {
-			if outs == nil || len(outs.Artifacts) == 0 {
-				return "", nil
-			}
-			keep := trimTo(outs.Artifacts, excess)
-			outs.ArtifactsOmitted += len(outs.Artifacts) - keep
-			outs.Artifacts = outs.Artifacts[:keep:keep]
-			return "entries of artifacts", nil
-		},
+		trimStep(&outs.Artifacts, &outs.ArtifactsOmitted, "entries of artifacts"),
 		func(int) (string, error) {
 			f, ok := d.(*lifecycle.Finished)
 			if !ok || len(f.Output) == 0 || string(f.Output) == "null" {
@@ -208,6 +195,21 @@ func (s *Service) shrink(ctx context.Context, j *job, d lifecycle.Lifecycle, lim
 		}
 	}
 	return size, gave, nil
+}
+
+// trimStep is a shrink step that drops entries from the end of *list,
+// about excess bytes' worth, and counts them in *omitted; what names them
+// in the failure detail. An empty list gives up nothing.
+func trimStep[T any](list *[]T, omitted *int, what string) func(excess int) (string, error) {
+	return func(excess int) (string, error) {
+		if len(*list) == 0 {
+			return "", nil
+		}
+		keep := trimTo(*list, excess)
+		*omitted += len(*list) - keep
+		*list = (*list)[:keep:keep]
+		return what, nil
+	}
 }
 
 // trimTo returns how many entries of list to keep so that the dropped
