@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -23,10 +24,7 @@ import (
 // SHA-256 of its bytes.
 func (h *harness) artifactSHA(ref string) string {
 	h.t.Helper()
-	obs, err := h.js.ObjectStore(h.t.Context(), lifecycle.BucketArtifacts)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	obs := natstest.ObjectStore(h.t, h.js, lifecycle.BucketArtifacts)
 	r, err := obs.Get(h.t.Context(), ref)
 	if err != nil {
 		h.t.Fatalf("get %s: %v", ref, err)
@@ -42,10 +40,7 @@ func (h *harness) artifactSHA(ref string) string {
 // objects lists the names in agora_artifacts under a dispatch.
 func (h *harness) objects(dispatchID string) []string {
 	h.t.Helper()
-	obs, err := h.js.ObjectStore(h.t.Context(), lifecycle.BucketArtifacts)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	obs := natstest.ObjectStore(h.t, h.js, lifecycle.BucketArtifacts)
 	list, err := obs.List(h.t.Context())
 	if err != nil && err != jetstream.ErrNoObjectsFound {
 		h.t.Fatal(err)

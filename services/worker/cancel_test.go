@@ -26,11 +26,7 @@ func TestCancelMidRun(t *testing.T) {
 	if err := h.nc.Publish(subj, body); err != nil {
 		t.Fatal(err)
 	}
-	r := h.terminal(id)
-	c, ok := r.Data.(*lifecycle.Cancelled)
-	if !ok {
-		t.Fatalf("terminal = %T %+v, want cancelled", r.Data, r.Data)
-	}
+	c := eventAs[*lifecycle.Cancelled](t, h.terminal(id))
 	if c.By != "alice" || c.Reason != "wrong repo" {
 		t.Errorf("cancelled = %+v, want by alice, reason 'wrong repo'", c)
 	}

@@ -151,11 +151,7 @@ func TestClaudeCodeRuntime(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			id := ids[c.name]
-			r := h.terminal(id)
-			ni, ok := r.Data.(*lifecycle.NeedsInput)
-			if !ok {
-				t.Fatalf("terminal = %T %+v, want needs_input from the stand-in's sentinel", r.Data, r.Data)
-			}
+			ni := eventAs[*lifecycle.NeedsInput](t, h.terminal(id)) // from the stand-in's sentinel
 			if ni.Question != "Ship it?" || ni.Kind != "approval" {
 				t.Errorf("needs_input = %+v", ni)
 			}

@@ -268,11 +268,17 @@ func parseEnvDump(s string) map[string]string {
 // failedEvent returns r's data as a failed event, or fails the test.
 func failedEvent(t *testing.T, r recorded) *lifecycle.Failed {
 	t.Helper()
-	f, ok := r.Data.(*lifecycle.Failed)
+	return eventAs[*lifecycle.Failed](t, r)
+}
+
+// eventAs returns the data of r, failing the test when it is not a T.
+func eventAs[T lifecycle.Data](t *testing.T, r recorded) T {
+	t.Helper()
+	d, ok := r.Data.(T)
 	if !ok {
-		t.Fatalf("terminal event is %T %+v, want failed", r.Data, r.Data)
+		t.Fatalf("terminal event is %T %+v, want %T", r.Data, r.Data, d)
 	}
-	return f
+	return d
 }
 
 // TestFailureDetailRedactsOverlappingSecrets: when one secret value is a

@@ -193,14 +193,7 @@ func TestSweepRemovesAbandonedWorkspaces(t *testing.T) {
 	t.Cleanup(func() { _ = leftover.Process.Kill(); _ = leftover.Wait() })
 
 	// A live run holds its workspace's lock.
-	f, err := os.Open(held)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	holdLock(t, held)
 
 	h.startWorker(h.workerConfig(), worker.Deps{})
 	waitGoneWithin(t, abandoned, 10*time.Second)

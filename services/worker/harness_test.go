@@ -83,6 +83,20 @@ func newHarness(t *testing.T, pc provision.Config) *harness {
 	return &harness{t: t, srv: srv, nc: nc, js: js, root: t.TempDir()}
 }
 
+// holdLock locks the workspace dir as a live run holds its own, until the
+// test ends.
+func holdLock(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func quietLogger() *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -93,10 +107,7 @@ func quietLogger() *slog.Logger {
 // define stores a sub-agent definition and returns its revision.
 func (h *harness) define(d subagent.Definition) uint64 {
 	h.t.Helper()
-	kv, err := h.js.KeyValue(h.t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	kv := natstest.KeyValue(h.t, h.js, lifecycle.BucketSubagents)
 	b, err := json.Marshal(d)
 	if err != nil {
 		h.t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -133,14 +132,7 @@ func TestHostileSubagents(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(other, ".agora", "input.json"), []byte(workerSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lock, err := os.Open(other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	holdLock(t, other)
 	outside := t.TempDir()
 	cfg := h.workerConfig()
 	cfg.SandboxUID = 0 // the default: an unprivileged host uid

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -46,10 +47,7 @@ printf '{"question":"Continue?","kind":"clarification","partial_state":{"blob": 
 	if ni.PartialStateRef == "" {
 		t.Fatal("needs_input has no partial_state_ref")
 	}
-	store, err := h.js.ObjectStore(t.Context(), lifecycle.BucketState)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := natstest.ObjectStore(t, h.js, lifecycle.BucketState)
 	stored, err := store.GetBytes(t.Context(), ni.PartialStateRef)
 	if err != nil {
 		t.Fatalf("object %q in %s: %v", ni.PartialStateRef, lifecycle.BucketState, err)
