@@ -164,26 +164,27 @@ func StreamInfo(t testing.TB, js jetstream.JetStream, name string, opts ...jetst
 // cannot be looked up.
 func KeyValue(t testing.TB, js jetstream.JetStream, name string) jetstream.KeyValue {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, name)
-	if err != nil {
-		t.Fatalf("natstest: bucket %s: %v", name, err)
-	}
-	return kv
+	return lookup(t, "bucket", name, js.KeyValue)
 }
 
 // ObjectStore returns the object store name, failing the test when it
 // cannot be looked up.
 func ObjectStore(t testing.TB, js jetstream.JetStream, name string) jetstream.ObjectStore {
 	t.Helper()
+	return lookup(t, "object store", name, js.ObjectStore)
+}
+
+// lookup returns what get finds under name, failing the test when it
+// finds nothing; what names the kind of thing in the failure.
+func lookup[T any](t testing.TB, what, name string, get func(context.Context, string) (T, error)) T {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	obs, err := js.ObjectStore(ctx, name)
+	v, err := get(ctx, name)
 	if err != nil {
-		t.Fatalf("natstest: object store %s: %v", name, err)
+		t.Fatalf("natstest: %s %s: %v", what, name, err)
 	}
-	return obs
+	return v
 }
 
 // Stored returns every message stream holds under the subject filter now,
