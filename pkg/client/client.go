@@ -403,29 +403,26 @@ func CancelBy(by, reason string) CancelOption {
 // Cancel is idempotent: a dispatch that already ended is returned
 // unchanged. An unknown id answers an error matching ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, dispatchID string, opts ...CancelOption) (*Record, error) {
-	req := CancelRequest{DispatchID: dispatchID}
-	for _, o := range opts {
-		o(&req)
-	}
-	var rec Record
-	if err := c.call(ctx, lifecycle.APICancel, nil, req, &rec); err != nil {
-		return nil, err
-	}
-	return &rec, nil
+	return cancelCall[Record](ctx, c, CancelRequest{DispatchID: dispatchID}, opts)
 }
 
 // CancelThread cancels every dispatch of a thread that has not ended, and
 // a thread paused on a question, and returns the thread.
 func (c *Client) CancelThread(ctx context.Context, threadID string, opts ...CancelOption) (*Thread, error) {
-	req := CancelRequest{ThreadID: threadID}
+	return cancelCall[Thread](ctx, c, CancelRequest{ThreadID: threadID}, opts)
+}
+
+// cancelCall sends req with opts applied to agora.api.cancel and returns the
+// reply, a Record or a Thread.
+func cancelCall[T any](ctx context.Context, c *Client, req CancelRequest, opts []CancelOption) (*T, error) {
 	for _, o := range opts {
 		o(&req)
 	}
-	var th Thread
-	if err := c.call(ctx, lifecycle.APICancel, nil, req, &th); err != nil {
+	var out T
+	if err := c.call(ctx, lifecycle.APICancel, nil, req, &out); err != nil {
 		return nil, err
 	}
-	return &th, nil
+	return &out, nil
 }
 
 // Status returns a dispatch's record (agora.api.status). An unknown id

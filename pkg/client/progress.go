@@ -31,14 +31,7 @@ func (c *Client) WatchProgress(ctx context.Context, f Filter) iter.Seq2[Progress
 			return
 		}
 		subject := lifecycle.ProgressFilter(f.ThreadID, f.DispatchID)
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverNewPolicy}
-		switch {
-		case f.AfterSeq > 0:
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.AfterSeq+1
-		case f.FromStart:
-			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-		}
-		err := c.follow(ctx, lifecycle.StreamProgress, cfg, "watch "+subject, func(m jetstream.Msg) bool {
+		err := c.follow(ctx, lifecycle.StreamProgress, f.consumer(subject), "watch "+subject, func(m jetstream.Msg) bool {
 			it, ok := progressItem(m)
 			return !ok || yield(it, nil)
 		})

@@ -68,14 +68,7 @@ func (c *Client) Watch(ctx context.Context, f Filter) iter.Seq2[Item, error] {
 			yield(Item{}, err)
 			return
 		}
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.Subject()}, DeliverPolicy: jetstream.DeliverNewPolicy}
-		switch {
-		case f.AfterSeq > 0:
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.AfterSeq+1
-		case f.FromStart:
-			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-		}
-		err := c.follow(ctx, lifecycle.StreamLifecycle, cfg, "watch "+f.Subject(), func(m jetstream.Msg) bool {
+		err := c.follow(ctx, lifecycle.StreamLifecycle, f.consumer(f.Subject()), "watch "+f.Subject(), func(m jetstream.Msg) bool {
 			it, ok := item(m)
 			return !ok || yield(it, nil)
 		})
@@ -83,6 +76,20 @@ func (c *Client) Watch(ctx context.Context, f Filter) iter.Seq2[Item, error] {
 			yield(Item{}, err)
 		}
 	}
+}
+
+// consumer is the ordered consumer of subject that starts where f says:
+// after AfterSeq, else at the first message kept with FromStart, else at
+// new messages.
+func (f Filter) consumer(subject string) jetstream.OrderedConsumerConfig {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverNewPolicy}
+	switch {
+	case f.AfterSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.AfterSeq+1
+	case f.FromStart:
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	return cfg
 }
 
 // item decodes a lifecycle message; ok is false for anything to skip.
