@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
@@ -67,13 +66,7 @@ func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Second
 	}
-	var routes []string
-	for _, r := range c.Routes {
-		if r = strings.TrimSpace(r); r != "" {
-			routes = append(routes, r)
-		}
-	}
-	c.Routes = routes
+	c.Routes = config.List(c.Routes)
 	if c.Audience == "" {
 		if u, err := url.Parse(c.URL); err == nil {
 			c.Audience = "webhook:" + u.Host

@@ -74,6 +74,19 @@ func Var(spec any, field string) string {
 	return varName(f)
 }
 
+// List returns the entries of a list setting (a comma-separated
+// variable) with surrounding spaces trimmed and empty entries dropped;
+// nil when none is left.
+func List(in []string) []string {
+	var out []string
+	for _, e := range in {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // varName names f's variable as envconfig does under Prefix: the
 // envconfig tag, else the field name, split into words when split_words is
 // true, upper-cased.

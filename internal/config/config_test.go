@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,19 @@ func TestLoadMatchesEnvconfig(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load = %+v\nenvconfig = %+v", got, want)
+	}
+}
+
+func TestList(t *testing.T) {
+	for _, c := range []struct {
+		in, want []string
+	}{
+		{nil, nil},
+		{[]string{"", " "}, nil},
+		{[]string{" a", "b ", "", " c d "}, []string{"a", "b", "c d"}},
+	} {
+		if got := config.List(c.in); !slices.Equal(got, c.want) || (got == nil) != (c.want == nil) {
+			t.Errorf("List(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }

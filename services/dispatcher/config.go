@@ -99,19 +99,8 @@ func (c Config) withDefaults() Config {
 	if c.SSEKeepalive == 0 {
 		c.SSEKeepalive = 15 * time.Second
 	}
-	c.APITokens = tokens(c.APITokens)
+	c.APITokens = config.List(c.APITokens)
 	return c
-}
-
-// tokens trims the configured tokens and drops empty ones.
-func tokens(in []string) []string {
-	var out []string
-	for _, t := range in {
-		if t = strings.TrimSpace(t); t != "" {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // Validate reports every problem at once, naming each variable.
@@ -123,7 +112,7 @@ func (c Config) Validate() error {
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s=%q: %v", v("HTTPAddr"), c.HTTPAddr, err))
-		case !loop && len(tokens(c.APITokens)) == 0:
+		case !loop && len(config.List(c.APITokens)) == 0:
 			errs = append(errs, fmt.Errorf("%s=%q is not a loopback address: refusing to serve the API there without authentication; set %s (comma-separated bearer tokens) or listen on 127.0.0.1",
 				v("HTTPAddr"), c.HTTPAddr, v("APITokens")))
 		}

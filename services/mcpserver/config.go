@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
@@ -54,13 +53,7 @@ func (c Config) withDefaults() Config {
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 10 * time.Second
 	}
-	var toks []string
-	for _, t := range c.APITokens {
-		if t = strings.TrimSpace(t); t != "" {
-			toks = append(toks, t)
-		}
-	}
-	c.APITokens = toks
+	c.APITokens = config.List(c.APITokens)
 	return c
 }
 
