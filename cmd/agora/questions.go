@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,7 @@ type questionsOptions struct {
 	status string
 	thread string
 	json   bool
+	long   bool
 	limit  int
 	cursor string
 	all    bool
@@ -45,16 +47,31 @@ type questionLine struct {
 	Decision   string     `json:"decision,omitempty"`
 	AnsweredBy string     `json:"answered_by,omitempty"`
 	AnsweredAt *time.Time `json:"answered_at,omitempty"`
+	Detail     string     `json:"detail,omitempty"`
+	// The question asked once (docs/design.md §3.5): the threads waiting
+	// on it, the question a joined one waits on, the remembered decision
+	// that answered it, and an answerer's suggestion.
+	WaitingThreads []lifecycle.WaitingThread `json:"waiting_threads,omitempty"`
+	JoinedTo       string                    `json:"joined_to,omitempty"`
+	Reused         *lifecycle.Reused         `json:"reused,omitempty"`
+	Suggestion     *lifecycle.Suggestion     `json:"suggestion,omitempty"`
 }
 
 func newQuestionsCmd(g *globals) *cobra.Command {
 	var o questionsOptions
 	cmd := &cobra.Command{
-		Use:   "questions [--route R] [--status S] [--limit N] [--cursor C | --all] [--json]",
+		Use:   "questions [--route R] [--status S] [--limit N] [--cursor C | --all] [--long] [--json]",
 		Short: "List the questions sub-agents asked",
 		Long: `questions lists question records, oldest first: by default those still
-waiting for an answer (--status asked). --status takes asked, answered,
-expired, withdrawn or all.
+waiting for an answer (--status asked). --status takes asked, joined,
+answered, expired, withdrawn or all.
+
+A question several threads wait on is asked once: it says "asked by N
+threads", and --long (or questions show QUESTION_ID) lists the threads. A
+joined question is one that matched a question already waiting on its route
+and waits on it (joined_to). A question answered from a remembered decision
+names whose decision it reused; an answerer's suggestion waiting for a person
+shows as "suggested: B (0.72, by agent:reviewer): why".
 
 Waiting questions come a page at a time from the router (--limit, default
 100, at most 1000); when more wait, stderr says how many and gives the
@@ -64,15 +81,18 @@ answers).
 
 With --json stdout carries one JSON object per question and nothing else:
 question_id, question, options, kind, route, status, dispatch_id, thread_id,
-subagent, round, asked_at, and once answered answer, answered_by, answered_at.`,
+subagent, round, asked_at, and once answered answer, answered_by, answered_at;
+waiting_threads, joined_to, reused and suggestion when the question has them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runQuestions(cmd, g, o) },
 	}
+	cmd.AddCommand(newQuestionShowCmd(g))
 	f := cmd.Flags()
 	f.StringVar(&o.route, "route", "", "only questions on this route")
 	f.StringVar(&o.status, "status", "asked", "only questions in this status: asked, answered, expired, withdrawn, or all")
 	f.StringVar(&o.thread, "thread", "", "only this thread's questions")
 	f.BoolVar(&o.json, "json", false, "print JSON only: one object per question")
+	f.BoolVarP(&o.long, "long", "l", false, "every detail of each question, with the threads waiting on it")
 	f.IntVar(&o.limit, "limit", client.DefaultWaitingLimit, fmt.Sprintf("waiting questions per page (1-%d)", client.MaxWaitingLimit))
 	f.StringVar(&o.cursor, "cursor", "", "the page after this cursor (printed with the previous page)")
 	f.BoolVar(&o.all, "all", false, "every page of waiting questions")
@@ -84,11 +104,11 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	switch o.status {
 	case "all", "any", "":
 		filter.Status = ""
-	case "asked", "answered", "expired", "withdrawn":
+	case "asked", lifecycle.StatusJoined, "answered", "expired", "withdrawn":
 	case "pending":
 		filter.Status = "asked"
 	default:
-		return fmt.Errorf("--status %q: want asked, answered, expired, withdrawn or all", o.status)
+		return fmt.Errorf("--status %q: want asked, joined, answered, expired, withdrawn or all", o.status)
 	}
 	if o.limit < 1 || o.limit > client.MaxWaitingLimit {
 		return fmt.Errorf("--limit %d: want 1 to %d", o.limit, client.MaxWaitingLimit)
@@ -146,13 +166,16 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUESTION_ID\tSTATUS\tROUTE\tKIND\tSUBAGENT\tASKED\tQUESTION\tOPTIONS / ANSWER")
-	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.QuestionID, q.Status, q.Route, cmp.Or(q.Kind, "-"), q.Subagent,
-			age(q.AskedAt), clipText(q.Question, 60), answerCell(q))
-	}
-	if err := tw.Flush(); err != nil {
+	if o.long {
+		for i, q := range qs {
+			if i > 0 {
+				fmt.Fprintln(out)
+			}
+			if err := printQuestion(out, q); err != nil {
+				return err
+			}
+		}
+	} else if err := printQuestions(out, qs); err != nil {
 		return err
 	}
 	if filter.Status == "asked" {
@@ -182,6 +205,157 @@ func waitingPages(ctx context.Context, c *client.Client, f client.QuestionFilter
 	}
 }
 
+// printQuestions writes questions as a table, one line each.
+func printQuestions(w io.Writer, qs []lifecycle.Question) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUESTION_ID\tSTATUS\tROUTE\tKIND\tSUBAGENT\tASKED\tQUESTION\tOPTIONS / ANSWER")
+	for _, q := range qs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.QuestionID, statusCell(q), q.Route, cmp.Or(q.Kind, "-"), q.Subagent,
+			age(q.AskedAt), clipText(q.Question, 60), answerCell(q))
+	}
+	return tw.Flush()
+}
+
+// threadsWaiting is how many threads wait on q: its waiting_threads, which
+// are absent when the asking thread alone waits.
+func threadsWaiting(q lifecycle.Question) int { return max(1, len(q.WaitingThreads)) }
+
+// statusCell is q's status for the table: how many threads an asked
+// question waits for, which question a joined one waits on.
+func statusCell(q lifecycle.Question) string {
+	switch {
+	case q.Status == "asked" && threadsWaiting(q) > 1:
+		return fmt.Sprintf("asked by %d threads", threadsWaiting(q))
+	case q.Status == lifecycle.StatusJoined && q.JoinedTo != "":
+		return "joined " + q.JoinedTo
+	}
+	return q.Status
+}
+
+// suggestionText words an answerer's suggestion: "suggested: B (0.72, by
+// agent:reviewer): why".
+func suggestionText(s *lifecycle.Suggestion, rationale int) string {
+	t := fmt.Sprintf("suggested: %s (%.2f, by %s)", clipText(cmp.Or(s.Answer, s.Decision), 40), s.Confidence, cmp.Or(s.By, "an answerer"))
+	if s.Rationale != "" {
+		t += ": " + clipText(s.Rationale, rationale)
+	}
+	return t
+}
+
+// reusedText words whose remembered decision answered a question.
+func reusedText(r *lifecycle.Reused) string {
+	t := "reused the decision of " + r.QuestionID
+	if r.AnsweredBy != "" {
+		t += " by " + r.AnsweredBy
+	}
+	if !r.AnsweredAt.IsZero() {
+		t += ", made " + when(&r.AnsweredAt)
+	}
+	return t
+}
+
+// printQuestion writes every detail of q, the threads waiting on it
+// among them.
+func printQuestion(w io.Writer, q lifecycle.Question) error {
+	fmt.Fprintf(w, "%s  %s\n", q.QuestionID, statusCell(q))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "  %s\t"+format+"\n", append([]any{k}, a...)...) }
+	row("question", "%s", q.Question)
+	if len(q.Options) > 0 {
+		row("options", "%s", strings.Join(q.Options, " | "))
+	}
+	row("route", "%s", q.Route)
+	if q.Kind != "" {
+		row("kind", "%s", q.Kind)
+	}
+	row("asked", "%s (%s) by %s, thread %s round %d", when(&q.AskedAt), age(q.AskedAt), q.Subagent, q.ThreadID, q.Round)
+	if q.Context != "" {
+		row("context", "%s", clipText(q.Context, 200))
+	}
+	if q.Deadline != nil {
+		row("deadline", "%s", when(q.Deadline))
+	}
+	if q.JoinedTo != "" {
+		row("waits on", "%s: this question matched it and is answered with it", q.JoinedTo)
+	}
+	if s := q.Suggestion; s != nil {
+		if s.Accepted {
+			row("suggestion", "%s — accepted as the answer", suggestionText(s, 200))
+		} else {
+			row("suggestion", "%s — shown preselected", suggestionText(s, 200))
+		}
+	}
+	if q.AnsweredBy != "" {
+		a := cmp.Or(q.Answer, q.Decision)
+		if q.Decision != "" && q.Answer != "" && q.Answer != q.Decision {
+			a += " (" + q.Decision + ")"
+		}
+		row("answer", "%s, by %s at %s", clipText(a, 200), q.AnsweredBy, when(q.AnsweredAt))
+	}
+	if q.Reused != nil {
+		row("reused", "%s", reusedText(q.Reused))
+	}
+	if q.Detail != "" {
+		row("detail", "%s", q.Detail)
+	}
+	if len(q.WaitingThreads) > 0 {
+		row("threads", "%d waiting", len(q.WaitingThreads))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(q.WaitingThreads) == 0 {
+		return nil
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "    THREAD\tDISPATCH\tSUBAGENT\tQUESTION_ID\tASKED")
+	for _, t := range q.WaitingThreads {
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", t.ThreadID, t.DispatchID, cmp.Or(t.Subagent, "-"), t.QuestionID, age(t.AskedAt))
+	}
+	return tw.Flush()
+}
+
+func newQuestionShowCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show QUESTION_ID [--json]",
+		Short: "Show one question: its answer, suggestion and the threads waiting on it",
+		Long: `show prints one question record from the agora_questions bucket, whatever
+its status: the question, its route, the threads waiting on it (when it was
+asked once for several), the question it joined, a suggestion, the answer and
+whose remembered decision answered it.
+
+With --json stdout carries the question as one JSON object, as
+agora questions --json prints it.`,
+		Example: `  agora questions show q-01JZ8W3K2Q…`,
+		Args:    args(1, arg{"QUESTION_ID", "the question to show (`agora questions` lists them)", "agora questions show q-01JZ8W3K2Q…"}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			qid := args[0]
+			if err := lifecycle.ValidToken(qid); err != nil {
+				return fmt.Errorf("%q is not a question id%s (`agora questions` lists them)", qid, suggestQuestionID(qid))
+			}
+			c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer done()
+			q, err := c.Question(ctx, qid)
+			if isNotFound(err) {
+				return errNotFound("question", qid+suggestQuestionID(qid), "`"+g.cli(cmd)+" questions --status all` lists them")
+			}
+			if err != nil {
+				return g.explain(err, "")
+			}
+			if asJSON {
+				return newJSONLines(cmd.OutOrStdout()).write(lineOf(q))
+			}
+			return printQuestion(cmd.OutOrStdout(), q)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only: the question")
+	return cmd
+}
+
 func lineOf(q lifecycle.Question) questionLine {
 	opts := q.Options
 	if opts == nil {
@@ -190,21 +364,35 @@ func lineOf(q lifecycle.Question) questionLine {
 	return questionLine{QuestionID: q.QuestionID, Question: q.Question, Options: opts, Kind: q.Kind, Route: q.Route,
 		Status: q.Status, DispatchID: q.DispatchID, ThreadID: q.ThreadID, Subagent: q.Subagent, Round: q.Round,
 		Context: q.Context, AskedAt: q.AskedAt, Deadline: q.Deadline, Answer: q.Answer, Decision: q.Decision,
-		AnsweredBy: q.AnsweredBy, AnsweredAt: q.AnsweredAt}
+		AnsweredBy: q.AnsweredBy, AnsweredAt: q.AnsweredAt, Detail: q.Detail,
+		WaitingThreads: q.WaitingThreads, JoinedTo: q.JoinedTo, Reused: q.Reused, Suggestion: q.Suggestion}
 }
 
 func answerCell(q lifecycle.Question) string {
 	if q.Status == "asked" {
-		if q.Kind == "approval" {
-			return "approval: --decision approve|reject"
+		cell := clipText(strings.Join(q.Options, " | "), 60)
+		switch {
+		case q.Kind == "approval":
+			cell = "approval: --decision approve|reject"
+		case len(q.Options) == 0:
+			cell = "(free text)"
 		}
-		if len(q.Options) == 0 {
-			return "(free text)"
+		if q.Suggestion != nil && !q.Suggestion.Accepted {
+			cell += "; " + suggestionText(q.Suggestion, 60)
 		}
-		return clipText(strings.Join(q.Options, " | "), 60)
+		return cell
+	}
+	if q.Status == lifecycle.StatusJoined {
+		return "answered with " + q.JoinedTo
 	}
 	if q.AnsweredBy != "" {
 		a := cmp.Or(q.Answer, q.Decision)
+		if q.Reused != nil {
+			return fmt.Sprintf("→ %s (%s)", clipText(a, 40), reusedText(q.Reused))
+		}
+		if s := q.Suggestion; s != nil && s.Accepted {
+			return fmt.Sprintf("→ %s (by %s, confidence %.2f)", clipText(a, 40), q.AnsweredBy, s.Confidence)
+		}
 		return fmt.Sprintf("→ %s (by %s)", clipText(a, 40), q.AnsweredBy)
 	}
 	return clipText(q.Detail, 60)

@@ -50,10 +50,7 @@ object.`,
 }
 
 func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
-	c, err := g.connect(cmd.ErrOrStderr())
+	c, err := g.connectTo(id, cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -275,14 +272,22 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 		return newJSONLines(out).write(rec)
 	}
 	inbox := o.inbox
+	var q *lifecycle.Question
 	if rec.Result != nil && rec.Result.Kind == lifecycle.KindNeedsInput {
 		inbox = inboxURL(ctx, c.Conn(), inbox)
+		// The question's record says whether it joined another; a record
+		// not readable (not asked yet) leaves the plain form.
+		if rq, err := c.Question(ctx, rec.Result.QuestionID); err == nil {
+			q = &rq
+		}
 	}
-	printRecord(out, rec, g.cli(cmd), inbox)
+	printRecord(out, rec, q, g.cli(cmd), inbox)
 	return nil
 }
 
-func printRecord(w io.Writer, r *client.Record, cli, inbox string) {
+// printRecord writes a dispatch record; q is the question it ended on,
+// when it did and the record is known.
+func printRecord(w io.Writer, r *client.Record, q *lifecycle.Question, cli, inbox string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
 	row("dispatch", "%s", r.DispatchID)
@@ -340,6 +345,7 @@ func printRecord(w io.Writer, r *client.Record, cli, inbox string) {
 			row("result", "%s", s)
 		case lifecycle.KindNeedsInput:
 			row("question", "%s %q", res.QuestionID, res.Question)
+			questionRows(row, q, cli)
 		}
 	}
 	_ = tw.Flush()
@@ -352,8 +358,36 @@ func printRecord(w io.Writer, r *client.Record, cli, inbox string) {
 			fmt.Fprintf(w, "output:\n%s\n", prettyJSON(res.Output))
 		}
 	case lifecycle.KindNeedsInput:
-		fmt.Fprintf(w, "\nIf the question is still open, answer it in the inbox: %s\nor: %s answer %s ANSWER\n", inboxLink(inbox, res.QuestionID), cli, res.QuestionID)
+		qid := res.QuestionID
+		if q != nil && q.JoinedTo != "" {
+			qid = q.JoinedTo // a joined question is answered with the one it joined
+		}
+		fmt.Fprintf(w, "\nIf the question is still open, answer it in the inbox: %s\nor: %s answer %s ANSWER\n", inboxLink(inbox, qid), cli, qid)
 		fmt.Fprintf(w, "Once answered the thread goes on as a new dispatch: %s status %s --thread\n", cli, r.ThreadID)
+	}
+}
+
+// questionRows adds to a paused dispatch's rows how its question is asked:
+// the question it joined and waits on, the threads waiting with it, a
+// suggestion waiting for a person, or the remembered decision that
+// answered it.
+func questionRows(row func(k, format string, a ...any), q *lifecycle.Question, cli string) {
+	if q == nil {
+		return
+	}
+	switch {
+	case q.Status == lifecycle.StatusJoined:
+		row("waits on", "%s: the same question, asked once for every thread waiting on it (%s questions show %s)", q.JoinedTo, cli, q.JoinedTo)
+	case q.JoinedTo != "":
+		row("joined", "%s, and ended with it: %s", q.JoinedTo, q.Status)
+	case q.Status == "asked" && threadsWaiting(*q) > 1:
+		row("asked by", "%d threads (%s questions show %s)", threadsWaiting(*q), cli, q.QuestionID)
+	}
+	if s := q.Suggestion; s != nil && !s.Accepted && q.Status == "asked" {
+		row("suggested", "%s", strings.TrimPrefix(suggestionText(s, 120), "suggested: "))
+	}
+	if q.Reused != nil {
+		row("answered", "%s from memory: %s", cmp.Or(q.Answer, q.Decision), reusedText(q.Reused))
 	}
 }
 
