@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -49,15 +50,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 			switch scale {
 			case "":
 			case "history":
-				rep, err := bench.History(cmd.Context(), hcfg, progress)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
-				}
-				bench.PrintHistory(cmd.OutOrStdout(), rep)
-				return nil
+				return printReport(cmd, asJSON, bench.PrintHistory)(bench.History(cmd.Context(), hcfg, progress))
 			case "pending":
 				if idleProfile != "" {
 					f, err := os.Create(idleProfile)
@@ -67,52 +60,20 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 					defer f.Close()
 					pcfg.IdleProfile = f
 				}
-				rep, err := bench.Pending(cmd.Context(), pcfg, progress)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
-				}
-				bench.PrintPending(cmd.OutOrStdout(), rep)
-				return nil
+				return printReport(cmd, asJSON, bench.PrintPending)(bench.Pending(cmd.Context(), pcfg, progress))
 			case "depth":
-				rep, err := bench.Depth(cmd.Context(), dcfg, progress)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
-				}
-				bench.PrintDepth(cmd.OutOrStdout(), rep)
-				return nil
+				return printReport(cmd, asJSON, bench.PrintDepth)(bench.Depth(cmd.Context(), dcfg, progress))
 			case "long":
 				exe, err := os.Executable()
 				if err != nil {
 					return fmt.Errorf("--scale long starts worker processes of this binary: %w", err)
 				}
 				lcfg.Exe = exe
-				rep, err := bench.Long(cmd.Context(), lcfg, progress)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
-				}
-				bench.PrintLong(cmd.OutOrStdout(), rep)
-				return nil
+				return printReport(cmd, asJSON, bench.PrintLong)(bench.Long(cmd.Context(), lcfg, progress))
 			default:
 				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth, long", scale)}
 			}
-			rep, err := bench.Run(cmd.Context(), cfg, progress)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
-			}
-			bench.Print(cmd.OutOrStdout(), rep)
-			return nil
+			return printReport(cmd, asJSON, bench.Print)(bench.Run(cmd.Context(), cfg, progress))
 		},
 	}
 	f := cmd.Flags()
@@ -135,4 +96,20 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.DurationVar(&hcfg.Retention, "retention", 30*time.Second, "--scale history: the retention of finished work")
 	f.DurationVar(&hcfg.Settle, "settle", 0, "--scale history: wait this much longer after the retention and measure again (the streams' duplicate windows last 10m)")
 	return cmd
+}
+
+// printReport returns the printer of a benchmark's report: as one JSON
+// object with --json, else as show writes it; a benchmark that failed
+// prints nothing and returns its error.
+func printReport[R any](cmd *cobra.Command, asJSON bool, show func(io.Writer, R)) func(R, error) error {
+	return func(rep R, err error) error {
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+		}
+		show(cmd.OutOrStdout(), rep)
+		return nil
+	}
 }
