@@ -47,10 +47,7 @@ func newArtifactsListCmd(g *globals) *cobra.Command {
 		Args:  args(0, arg{"ID", "a thread or dispatch id", "agora artifacts list 01JZ8W3K2Q…"}),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			id := a[0]
-			if err := checkID(id); err != nil {
-				return err
-			}
-			c, err := g.connect(cmd.ErrOrStderr())
+			c, err := g.connectTo(id, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -122,6 +122,15 @@ func (g *globals) connect(diag io.Writer) (*client.Client, error) {
 	return c, nil
 }
 
+// connectTo checks id, the dispatch or thread a verb names, before it
+// connects as connect does.
+func (g *globals) connectTo(id string, diag io.Writer) (*client.Client, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	return g.connect(diag)
+}
+
 // call starts a verb's one exchange with Agora: it connects, with the
 // connection's diagnostics on diag, and bounds the exchange by --timeout
 // from ctx. done closes the client and releases the context; the verb
@@ -149,10 +158,12 @@ func (g *globals) connectError(err error) error {
 
 // apiServices names the service behind each Agora endpoint, for messages.
 var apiServices = map[string]string{
-	lifecycle.APIDispatch: "dispatcher",
-	lifecycle.APICancel:   "dispatcher",
-	lifecycle.APIStatus:   "dispatcher",
-	lifecycle.APIAnswer:   "router",
+	lifecycle.APIDispatch:        "dispatcher",
+	lifecycle.APICancel:          "dispatcher",
+	lifecycle.APIStatus:          "dispatcher",
+	lifecycle.APIAnswer:          "router",
+	lifecycle.APIDecisions:       "router",
+	lifecycle.APIDecisionsForget: "router",
 }
 
 // explain turns an error of a pkg/client call on endpoint (an agora.api
