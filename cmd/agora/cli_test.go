@@ -538,21 +538,16 @@ command: ["/bin/sh", "-c", "if grep -q decision \"$AGORA_INPUT_FILE\"; then echo
 // agora dev's /healthz reports every service it runs.
 func TestDevHealthzReportsEveryService(t *testing.T) {
 	t.Parallel()
-	d := devServer(t)
-	resp, err := http.Get(d.httpURL + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	code, body := devServer(t).healthz(t)
 	var h struct {
 		Status   string                    `json:"status"`
 		Services map[string]map[string]any `json:"services"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+	if err := json.Unmarshal(body, &h); err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusOK || h.Status != "ok" {
-		t.Errorf("/healthz = %d %+v", resp.StatusCode, h)
+	if code != http.StatusOK || h.Status != "ok" {
+		t.Errorf("/healthz = %d %+v", code, h)
 	}
 	for _, name := range []string{"dispatcher", "worker", "router", "inbox"} {
 		if h.Services[name]["status"] != "ok" {

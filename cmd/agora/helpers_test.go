@@ -110,6 +110,21 @@ func devServer(t testing.TB) *devProcess {
 	return dev
 }
 
+// healthz reads the dev server's /healthz: its status code and body.
+func (d *devProcess) healthz(t testing.TB) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(d.httpURL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
 func startDev() (*devProcess, error) {
 	var ports [2]int
 	for i := range ports {

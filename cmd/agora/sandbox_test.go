@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,12 +15,7 @@ import (
 func TestReadmeShellSubagentUnderTheDefaultSandbox(t *testing.T) {
 	t.Parallel()
 	d := devServer(t)
-	resp, err := http.Get(d.httpURL + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	health, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, health := d.healthz(t)
 	if !strings.Contains(string(health), `"isolation":"namespaces"`) {
 		t.Fatalf("agora dev's worker does not give runs namespaces of their own: /healthz %s", health)
 	}
