@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -128,6 +129,7 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 		cancelReq  client.CancelRequest
 		cancelled  bool
 		outcome    lifecycle.QuestionEvent
+		joinedTo   string
 	)
 	// The paused dispatch's record, which may carry a cancel mark, is read
 	// beside the question's: its id is in the question id. A mark written
@@ -138,7 +140,12 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 		now := time.Now().UTC()
 		a := attempt{At: now, Via: via, Door: d.subject, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
 			Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32)}
-		outcome = ""
+		outcome, joinedTo = "", ""
+		if r.Status == lifecycle.StatusJoined && r.JoinedTo != "" {
+			// Answered through the question it joined (docs/design.md §3.5).
+			joinedTo = r.JoinedTo
+			return false, nil
+		}
 		if d.route != "" {
 			// Checked first: a route's answerer learns nothing of another
 			// route's question, not even that it was answered.
@@ -154,18 +161,16 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 			}
 			sub.Route = d.route
 		}
-		if r.Status == statusAsked && !cancelSeen {
+		if r.Status == statusAsked && !r.Left && !cancelSeen {
 			cancelReq, cancelled = s.cancelRequested(ctx, r, marked(r.DispatchID))
 			cancelSeen = true
 		}
-		if r.Status == statusAsked && cancelled {
-			if err := withdraw(r, cancelReq, "answer"); err != nil {
+		if r.Status == statusAsked && !r.Left && cancelled {
+			ev, err := s.cancelThread(r, cancelReq, "answer")
+			if err != nil {
 				return false, err
 			}
-			if err := r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail); err != nil {
-				return false, err
-			}
-			outcome = lifecycle.QuestionWithdrawn
+			outcome = ev
 		}
 		if r.Status != statusAsked {
 			reply = closedReply(r)
@@ -187,25 +192,56 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 			r.addHistory(a)
 			return true, nil
 		}
+		if sub.Suggest {
+			ev, answered, err := s.suggest(r, &sub, a, &reply)
+			if err != nil || !answered {
+				outcome = ev
+				return true, err
+			}
+		} else if sg := r.Suggestion; sg != nil && !sg.Accepted {
+			result := "overridden"
+			if sg.Answer == sub.Answer && sg.Decision == sub.Decision {
+				result = "confirmed"
+			}
+			s.metrics.suggestions.WithLabelValues(r.Origin, result).Inc()
+		}
 		a.AnsweredBy, a.Answer, a.Decision = sub.AnsweredBy, clip.String(sub.Answer, 256), sub.Decision
 		a.Result, a.Status = "accepted", string(client.AnswerAccepted)
 		r.Answer, r.Decision, r.AnsweredBy, r.Comment = sub.Answer, sub.Decision, sub.AnsweredBy, sub.Comment
 		r.AnsweredAt = &now
 		r.Status = statusAnswered
 		r.addHistory(a)
-		if err := s.resume(r, fmt.Sprintf("answered by %s", sub.AnsweredBy)); err != nil {
-			return false, err
+		if !r.Left {
+			if err := s.resume(r, fmt.Sprintf("answered by %s", sub.AnsweredBy)); err != nil {
+				return false, err
+			}
 		}
 		if err := r.queueQuestion(lifecycle.QuestionAnswered, ""); err != nil {
 			return false, err
 		}
+		rt, _ := s.routes.Load().Route(r.Origin)
+		s.settled(r, r.MatchKey != "" && remembers(rt, r.Kind))
 		outcome = lifecycle.QuestionAnswered
 		reply = client.AnswerReply{Status: client.AnswerAccepted, AnsweredBy: r.AnsweredBy, AnsweredAt: r.AnsweredAt}
-		if r.Outcome != outcomeRedispatched {
+		switch {
+		case len(r.Fanout) > 0 && r.Left:
+			reply.Reason = fmt.Sprintf("the answer resumes the %d threads that asked the same question (the asking thread was cancelled)", len(r.Fanout))
+		case len(r.Fanout) > 0:
+			reply.Reason = fmt.Sprintf("the answer resumes the %d threads that asked the same question", len(r.Fanout)+1)
+		case r.Outcome != outcomeRedispatched:
 			reply.Reason = "the thread ends " + r.Outcome + ": the answer is not re-dispatched"
 		}
 		return true, nil
 	}))
+	if joinedTo != "" && joinedTo != qid {
+		// Answer the question it joined. Its lock may be this one's
+		// stripe: release it first (the deferred Lock runs before the
+		// deferred Unlock above).
+		mu.Unlock()
+		defer mu.Lock()
+		sub.QuestionID = joinedTo
+		return s.submitAnswer(ctx, sub, d)
+	}
 	switch {
 	case errors.Is(err, errNoQuestion):
 		return s.reply(via, s.unknown(ctx, qid))
@@ -217,6 +253,12 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 		s.afterChange(ctx, r, outcome)
 		if err := s.flushAt(ctx, r, rev); err != nil {
 			log.Warn("publish question events: left for the scanner", "err", err)
+		}
+		if r.owes() {
+			// The joined threads, the match, the memory: after the reply,
+			// so one answer's wait does not grow with the threads it
+			// resumes; the scanner finishes what a crash interrupts.
+			s.goFollowUp(qid)
 		}
 	}
 	switch {
@@ -385,6 +427,56 @@ func (s *Service) decline(r *record, sub Submission, a attempt, reply *client.An
 	}
 	*reply = client.AnswerReply{Status: client.AnswerAccepted, Reason: "declined; the question went to the fallback route " + next.Name}
 	return lifecycle.QuestionEscalated, nil
+}
+
+// suggest records sub, a valid answer sent as a suggestion. At or above
+// the route's auto_accept it is the answer (answered_by
+// suggested:<answerer>; answered true, and the caller goes on as for an
+// answer); below, the question moves to the route's fallback with it,
+// shown preselected, or stays when there is none (docs/answering.md,
+// "Suggested answers").
+func (s *Service) suggest(r *record, sub *Submission, a attempt, reply *client.AnswerReply) (ev lifecycle.QuestionEvent, answered bool, err error) {
+	conf := sub.Confidence
+	if conf == nil || math.IsNaN(*conf) || *conf < 0 || *conf > 1 {
+		*reply = client.AnswerReply{Status: client.AnswerInvalid, Reason: "a suggestion needs a confidence from 0 to 1"}
+		a.Result, a.Status, a.Reason = "refused", string(reply.Status), reply.Reason
+		r.addHistory(a)
+		return "", false, nil
+	}
+	by := clip.String(sub.AnsweredBy, MaxAnsweredByBytes-len(suggestedAnsweredBy))
+	sg := &lifecycle.Suggestion{Answer: sub.Answer, Decision: sub.Decision, Confidence: *conf,
+		Rationale: clip.String(strings.TrimSpace(sub.Reason), MaxReasonBytes), By: by, At: a.At}
+	r.Suggestion = sg
+	rt, ok := s.routes.Load().Route(r.Route)
+	if ok && rt.AutoAccept > 0 && *conf >= rt.AutoAccept {
+		sg.Accepted = true
+		sub.AnsweredBy = suggestedAnsweredBy + by
+		s.metrics.suggestions.WithLabelValues(r.Origin, "accepted").Inc()
+		return "", true, nil
+	}
+	s.metrics.suggestions.WithLabelValues(r.Origin, "below").Inc()
+	threshold := "the route takes no suggestion as an answer (no auto_accept)"
+	if ok && rt.AutoAccept > 0 {
+		threshold = fmt.Sprintf("below the route's auto_accept %g", rt.AutoAccept)
+	}
+	a.AnsweredBy, a.Answer, a.Decision = by, clip.String(sub.Answer, 256), sub.Decision
+	a.Result, a.Status, a.Reason = "suggested", string(client.AnswerAccepted), fmt.Sprintf("confidence %g, %s", *conf, threshold)
+	r.addHistory(a)
+	from := r.Route
+	if !slices.Contains(r.Declined, from) {
+		r.Declined = append(r.Declined, from)
+	}
+	next := s.fallback(r)
+	if next == nil {
+		*reply = client.AnswerReply{Status: client.AnswerAccepted, Reason: fmt.Sprintf("suggestion recorded, %s; route %s has no fallback, so the question waits on it with the suggestion preselected", threshold, from)}
+		return "", false, nil
+	}
+	detail := fmt.Sprintf("suggested %q by %s (confidence %g, %s)", clip.String(sg.Answer, 64), by, *conf, threshold)
+	if err := r.moveTo(next, detail); err != nil {
+		return "", false, err
+	}
+	*reply = client.AnswerReply{Status: client.AnswerAccepted, Reason: fmt.Sprintf("suggestion recorded, %s; the question went to the fallback route %s with it preselected", threshold, next.Name)}
+	return lifecycle.QuestionEscalated, false, nil
 }
 
 // fallback finds where a declined question goes: the current route's

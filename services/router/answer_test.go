@@ -372,8 +372,10 @@ func TestFreeTextBesideOptions(t *testing.T) {
 		{kind: "approval", refusal: "needs a decision: approve or reject"},
 		{kind: "approval", decision: "approve", refusal: "not one of the options: eu, us"},
 	} {
+		// Each case its own question: the same one, still waiting, would
+		// be joined (TestAskOnce).
 		req := lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{}`), Timeout: "5m", MaxRounds: 4}
-		qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "planner"}, Question: "Which region?",
+		qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "planner"}, Question: fmt.Sprintf("Which region? (%s, %s)", c.kind, c.decision),
 			Options: []string{"eu", "us"}, Kind: c.kind}, req, lifecycle.NewTraceparent())
 		e.waitQuestionEvents(qid, 1)
 		rep := e.answer(router.Submission{QuestionID: qid, Answer: "neither — use ap-south", Decision: c.decision, AnsweredBy: "bob"})

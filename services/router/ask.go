@@ -90,6 +90,13 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	}
 	r.traceNew(telemetry.Or(ctx, ""))
 	span.SetAttributes(telemetry.KeyRoute.String(r.Route))
+	how, err := s.askOnce(ctx, r, ni)
+	if errors.Is(err, errJoinLater) {
+		return retryIn(time.Second)
+	} else if err != nil {
+		log.Warn("ask once: redelivering", "err", err)
+		return retryIn(time.Second)
+	}
 	flush := func() error { return s.flush(ctx, qid) }
 	if _, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
 		log.Debug("question created by another router")
@@ -97,8 +104,18 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		log.Warn("create question: redelivering", "err", err)
 		return retryIn(time.Second)
 	} else {
-		s.metrics.question(r.Route, r.Event)
-		log.Info("question asked", "route", r.Route, "answerer", r.Answerer, "kind", r.Kind, "deadline", r.Deadline, "status", r.Status)
+		switch how {
+		case askJoined:
+			s.metrics.coalesced.WithLabelValues(r.Origin).Inc()
+			log.Info("question joined one already waiting", "route", r.Route, "joined_to", r.JoinedTo)
+		case askReused:
+			s.metrics.reused.WithLabelValues(r.Origin).Inc()
+			s.metrics.question(r.Route, r.Event)
+			log.Info("question answered from a remembered decision", "route", r.Route, "reused", r.Reused.QuestionID, "next_dispatch_id", r.NextDispatchID)
+		default:
+			s.metrics.question(r.Route, r.Event)
+			log.Info("question asked", "route", r.Route, "answerer", r.Answerer, "kind", r.Kind, "deadline", r.Deadline, "status", r.Status)
+		}
 		// Publish from the record just written, not a read of it.
 		flush = func() error { return s.flushRecord(ctx, r) }
 	}
@@ -107,6 +124,47 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return retryIn(time.Second)
 	}
 	return ack
+}
+
+// How a new question is settled by ask once (docs/design.md §3.5).
+const (
+	askAsked  = iota // asked on its own
+	askJoined        // joined a matching question already waiting
+	askReused        // answered from a remembered decision
+)
+
+// askOnce answers r, a new question not written yet, from a remembered
+// decision, or joins it to a matching question already waiting, as its
+// route says.
+func (s *Service) askOnce(ctx context.Context, r *record, ni *lifecycle.NeedsInput) (int, error) {
+	if r.Status != statusAsked || r.MatchKey == "" {
+		return askAsked, nil
+	}
+	rt, ok := s.routes.Load().Route(r.Origin)
+	if !ok {
+		return askAsked, nil
+	}
+	if (ni.Reuse == nil || *ni.Reuse) && remembers(rt, r.Kind) {
+		d, err := s.recall(ctx, r.MatchKey)
+		if err != nil {
+			return askAsked, err
+		}
+		if d != nil {
+			ok, err := s.answerFromMemory(r, d)
+			if err != nil || ok {
+				return askReused, err
+			}
+		}
+	}
+	if !rt.Coalesce {
+		return askAsked, nil
+	}
+	lid, err := s.join(ctx, r)
+	if err != nil || lid == "" {
+		return askAsked, err
+	}
+	r.asJoined(lid)
+	return askJoined, nil
 }
 
 // newRecord builds the record of a new question.
@@ -136,6 +194,9 @@ func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, trace
 	}
 	rt := s.routes.Load().Match(Facts{Kind: ni.Kind, Subagent: ni.Subagent, Labels: r.Labels})
 	r.Route, r.Answerer, r.Origin = rt.Name, rt.Answerer, rt.Name
+	if rt.Coalesce || rt.Remember > 0 {
+		r.MatchKey, r.DedupeKey = matchKey(rt.Name, ni), ni.DedupeKey
+	}
 	if rt.Deadline > 0 {
 		d := now.Add(rt.Deadline)
 		r.Deadline, r.OnExpiry = &d, rt.OnExpiry.String()

@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -242,10 +243,12 @@ func TestTwoReplicas(t *testing.T) {
 	cfg.ID = "two"
 	b := e.startRouter(cfg)
 
+	// Ten different questions (the same one would be asked once:
+	// TestAskOnce).
 	var answered, expiring []string
-	for range 5 {
-		answered = append(answered, e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "twin"}, Question: "?", Kind: "decision"}, lifecycle.Request{}, ""))
-		expiring = append(expiring, e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "twin"}, Question: "?", Kind: "information"}, lifecycle.Request{}, ""))
+	for i := range 5 {
+		answered = append(answered, e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "twin"}, Question: fmt.Sprintf("decide %d?", i), Kind: "decision"}, lifecycle.Request{}, ""))
+		expiring = append(expiring, e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "twin"}, Question: fmt.Sprintf("inform %d?", i), Kind: "information"}, lifecycle.Request{}, ""))
 	}
 	var wg sync.WaitGroup
 	for _, qid := range answered {

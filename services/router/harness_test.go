@@ -225,6 +225,10 @@ type questionRecord struct {
 		Reason     string `json:"reason"`
 	} `json:"history"`
 	Pending []json.RawMessage `json:"pending"`
+	// Ask once (docs/design.md §3.5).
+	Left    bool     `json:"thread_left"`
+	Fanout  []string `json:"fanout"`
+	Release bool     `json:"release"`
 }
 
 func (e *env) record(qid string) (questionRecord, bool) {

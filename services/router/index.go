@@ -15,6 +15,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/kvwatch"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // pendingGrace is how long unpublished events may stay in a record before
@@ -46,7 +47,9 @@ type entry struct {
 	pending bool      // events to publish
 	seen    time.Time // when this replica saw the record's revision
 	thread  string
-	asked   bool
+	asked   bool      // asked, and its own thread waits on it
+	joined  bool      // joined another question (docs/design.md §3.5)
+	listed  bool      // in order: asked, waiting for an answer
 	askedAt time.Time // when the question was asked, while it waits
 }
 
@@ -70,18 +73,20 @@ func newIndex() *index { return &index{m: map[string]entry{}} }
 func (x *index) set(qid string, r *record) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old, ok := x.m[qid]; ok && old.asked {
+	if old, ok := x.m[qid]; ok && old.listed {
 		if i, found := slices.BinarySearchFunc(x.order, askedKey{old.askedAt, qid}, refOrder); found {
 			x.order = slices.Delete(x.order, i, i+1)
 		}
 	}
-	if r == nil || (r.Status != statusAsked && len(r.Pending) == 0) {
+	joined := r != nil && r.Status == lifecycle.StatusJoined
+	if r == nil || (r.Status != statusAsked && !joined && len(r.Pending) == 0 && !r.owes()) {
 		delete(x.m, qid)
 		return
 	}
-	e := entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked, askedAt: r.AskedAt}
+	e := entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked && !r.Left,
+		joined: joined, listed: r.Status == statusAsked, askedAt: r.AskedAt}
 	x.m[qid] = e
-	if e.asked {
+	if r.Status == statusAsked {
 		k := askedKey{e.askedAt, qid}
 		i, _ := slices.BinarySearchFunc(x.order, k, refOrder)
 		x.order = slices.Insert(x.order, i, askedRef{askedKey: k, route: r.Route, thread: r.ThreadID, dispatch: r.DispatchID, subagent: r.Subagent})
@@ -141,26 +146,33 @@ func (x *index) dueAt(now time.Time) []string {
 	return out
 }
 
-// thread returns the asked questions of a thread.
+// thread returns the questions a thread waits on: asked, or joined to
+// another.
 func (x *index) thread(threadID string) []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []string
 	for qid, e := range x.m {
-		if e.asked && e.thread == threadID {
+		if (e.asked || e.joined) && e.thread == threadID {
 			out = append(out, qid)
 		}
 	}
 	return out
 }
 
-// askedIDs returns the questions waiting for an answer, oldest first.
+// askedIDs returns the questions waiting for an answer, oldest first,
+// then those that joined another.
 func (x *index) askedIDs() []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := make([]string, len(x.order))
 	for i, r := range x.order {
 		out[i] = r.qid
+	}
+	for qid, e := range x.m {
+		if e.joined {
+			out = append(out, qid)
+		}
 	}
 	return out
 }
@@ -273,7 +285,7 @@ func (s *Service) checkCancel(ctx context.Context, qid string) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	r, _, err := s.store.get(ctx, qid)
-	if err != nil || r.Status != statusAsked {
+	if err != nil || (r.Status != statusAsked && r.Status != lifecycle.StatusJoined) || r.Left {
 		return
 	}
 	if cr, ok := s.cancelRequested(ctx, r, nil); ok {

@@ -13,6 +13,12 @@ type metrics struct {
 	questions    *prometheus.CounterVec
 	answers      *prometheus.CounterVec
 	timeToAnswer *prometheus.HistogramVec
+	// Ask once (docs/design.md §3.5).
+	coalesced   *prometheus.CounterVec
+	threads     *prometheus.HistogramVec
+	reused      *prometheus.CounterVec
+	remembered  *prometheus.CounterVec
+	suggestions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, idx *index) (*metrics, error) {
@@ -25,6 +31,17 @@ func newMetrics(reg prometheus.Registerer, idx *index) (*metrics, error) {
 		timeToAnswer: r.HistogramVec("time_to_answer_seconds",
 			"Time from question.asked to the accepted answer (or the default answer at expiry), by the route the question first matched.",
 			prometheus.ExponentialBuckets(0.1, 4, 12), "route"),
+		coalesced: r.CounterVec("questions_coalesced_total",
+			"Questions that joined one already waiting on the same route instead of being asked again, by route.", "route"),
+		threads: r.HistogramVec("question_threads",
+			"Threads one answered, expired or withdrawn question with joined threads ended, the asking thread included, by route.",
+			prometheus.ExponentialBuckets(2, 2, 12), "route"),
+		reused: r.CounterVec("answers_reused_total",
+			"Questions answered at once from a remembered decision, by route.", "route"),
+		remembered: r.CounterVec("decisions_remembered_total",
+			"Answers written as remembered decisions, by route.", "route"),
+		suggestions: r.CounterVec("suggestions_total",
+			"Suggested answers, by route and result: accepted (at or above auto_accept), below (sent on to a person), confirmed or overridden (the person's answer was or was not the suggestion).", "route", "result"),
 	}
 	r.GaugeFunc("pending_questions", "Questions waiting for an answer, as this router sees the agora_questions bucket.",
 		func() float64 { return float64(idx.asked()) })

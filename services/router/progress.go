@@ -159,8 +159,27 @@ func withdraw(r *record, cr client.CancelRequest, via string) error {
 	return r.endCancelled(by, reason)
 }
 
+// cancelThread applies a cancel of r's thread to r and returns the
+// question event it queued, if any: a question that joined another is
+// withdrawn (the caller then takes it off that one with unjoin); the asking
+// thread of a question others joined leaves it, which stays asked for
+// them; any other question is withdrawn (docs/design.md §3.5).
+func (s *Service) cancelThread(r *record, cr client.CancelRequest, via string) (lifecycle.QuestionEvent, error) {
+	switch {
+	case r.Left:
+		return "", nil
+	case r.Status == statusAsked && r.hasJoined():
+		return "", leave(r, cr, via)
+	}
+	if err := withdraw(r, cr, via); err != nil {
+		return "", err
+	}
+	s.settled(r, false)
+	return lifecycle.QuestionWithdrawn, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
+}
+
 // advance acts on a question the scanner found due: escalation steps, the
-// deadline, events still to publish.
+// deadline, events still to publish, what an ended question still owes.
 func (s *Service) advance(ctx context.Context, qid string) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -178,12 +197,12 @@ func (s *Service) advance(ctx context.Context, qid string) {
 		if due := r.due(); due.IsZero() || now.Before(due) {
 			return false, nil
 		}
-		if cr, ok := s.cancelRequested(ctx, r, nil); ok {
-			ev = lifecycle.QuestionWithdrawn
-			if err := withdraw(r, cr, "deadline"); err != nil {
-				return false, err
+		if !r.Left {
+			if cr, ok := s.cancelRequested(ctx, r, nil); ok {
+				var err error
+				ev, err = s.cancelThread(r, cr, "deadline")
+				return true, err
 			}
-			return true, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
 		}
 		if r.Deadline != nil && !now.Before(*r.Deadline) {
 			ev = lifecycle.QuestionExpired
@@ -222,11 +241,24 @@ func (s *Service) advance(ctx context.Context, qid string) {
 	if err := s.flush(ctx, qid); err != nil {
 		log.Warn("publish question events: will retry", "err", err)
 	}
+	if r.owes() {
+		if err := s.followUp(ctx, qid); err != nil {
+			log.Warn("fan out to joined questions: will retry", "err", err)
+		}
+	}
 }
 
-// expire applies the question's expiry action.
+// expire applies the question's expiry action, to its own thread and
+// (through the fan-out) to every thread that joined it.
 func (s *Service) expire(r *record, now time.Time) error {
 	r.Status = statusExpired
+	s.settled(r, false)
+	if r.Left {
+		// The asking thread ended already; the joined ones take the
+		// action each on its own record.
+		r.addHistory(attempt{At: now, Via: viaDeadline, Result: "expired", Reason: "on_expiry " + r.OnExpiry + ", for the threads that joined it"})
+		return r.queueQuestion(lifecycle.QuestionExpired, "no answer by the deadline; on_expiry "+r.OnExpiry+" applies to each thread that joined it")
+	}
 	action, _ := parseExpiry(r.OnExpiry)
 	if action.Action == "" {
 		action.Action = ExpiryFail
@@ -314,14 +346,15 @@ func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.Ca
 	mu := s.lock(qid)
 	mu.Lock()
 	defer mu.Unlock()
+	var ev lifecycle.QuestionEvent
 	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
-		if r.Status != statusAsked || r.ThreadID != cr.ThreadID {
+		ev = ""
+		if (r.Status != statusAsked && r.Status != lifecycle.StatusJoined) || r.Left || r.ThreadID != cr.ThreadID {
 			return false, nil
 		}
-		if err := withdraw(r, cr, via); err != nil {
-			return false, err
-		}
-		return true, r.queueQuestion(lifecycle.QuestionWithdrawn, r.Detail)
+		var err error
+		ev, err = s.cancelThread(r, cr, via)
+		return true, err
 	})
 	switch {
 	case errors.Is(err, errNoQuestion):
@@ -331,11 +364,36 @@ func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.Ca
 		return
 	}
 	if changed {
-		s.afterChange(ctx, r, lifecycle.QuestionWithdrawn)
-		log.Info("question withdrawn", "route", r.Route, "detail", r.Detail, "next_dispatch_id", r.NextDispatchID)
+		s.afterChange(ctx, r, ev)
+		if ev == "" {
+			log.Info("asking thread left the question; the threads that joined it still wait", "route", r.Route, "waiting_threads", len(r.WaitingThreads), "next_dispatch_id", r.NextDispatchID)
+		} else {
+			log.Info("question withdrawn", "route", r.Route, "detail", r.Detail, "next_dispatch_id", r.NextDispatchID)
+		}
 	}
 	if err := s.flush(ctx, qid); err != nil {
 		log.Warn("publish question events: left for the scanner", "err", err)
+	}
+	s.afterCancel(ctx, r)
+}
+
+// afterCancel does what a cancel of r's thread leaves to do: take a
+// joined question off the question it joined, release a withdrawn one's
+// match.
+func (s *Service) afterCancel(ctx context.Context, r *record) {
+	switch {
+	case r.Status == statusWithdrawn && r.JoinedTo != "":
+		by := "api"
+		if n := len(r.History); n > 0 {
+			by = r.History[n-1].AnsweredBy
+		}
+		if err := s.unjoin(ctx, r.JoinedTo, r.QuestionID, by); err != nil {
+			s.log.Warn("take the cancelled thread off the question it joined", "question_id", r.QuestionID, "joined_to", r.JoinedTo, "err", err)
+		}
+	case r.owes():
+		if err := s.followUp(ctx, r.QuestionID); err != nil {
+			s.log.Warn("release the question's match: left for the scanner", "question_id", r.QuestionID, "err", err)
+		}
 	}
 }
 

@@ -81,6 +81,22 @@ type record struct {
 	History []attempt `json:"history"`
 	Dropped int       `json:"history_dropped,omitempty"`
 
+	// MatchKey names what the question asks, when its route coalesces or
+	// remembers (docs/design.md §3.5); DedupeKey is the sentinel's.
+	MatchKey  string `json:"match_key,omitempty"`
+	DedupeKey string `json:"dedupe_key,omitempty"`
+	// Left is set on an asked question whose own thread was cancelled
+	// while joined threads still wait on it: the question stays asked for
+	// them, and its answer resumes only them.
+	Left bool `json:"thread_left,omitempty"`
+	// What an ended question still owes (docs/design.md §3.5), done after
+	// the compare-and-set that ended it and again by the scanner after a
+	// crash: Fanout, the joined questions to end as this one did; Release,
+	// removing open.<match>; Memorize, writing memory.<match>.
+	Fanout   []string `json:"fanout,omitempty"`
+	Release  bool     `json:"release,omitempty"`
+	Memorize bool     `json:"memorize,omitempty"`
+
 	// Pending are events decided by a compare-and-set and not yet
 	// published (an outbox): whoever reads the record next publishes them,
 	// in order, with their fixed ids, then removes them.
@@ -158,6 +174,7 @@ func (r *record) snapshot(ev lifecycle.QuestionEvent, detail string) lifecycle.Q
 	q := r.Question
 	q.Event, q.Detail = ev, detail
 	q.Options = append([]string(nil), q.Options...)
+	q.WaitingThreads = slices.Clone(q.WaitingThreads)
 	return q
 }
 
@@ -186,6 +203,9 @@ func (r *record) queueQuestion(ev lifecycle.QuestionEvent, detail string) error 
 // due is when the record next needs the router's attention for a
 // deadline or an escalation step; zero when never.
 func (r *record) due() time.Time {
+	if r.owes() {
+		return r.UpdatedAt.Add(pendingGrace)
+	}
 	if r.Status != statusAsked {
 		return time.Time{}
 	}
@@ -198,6 +218,10 @@ func (r *record) due() time.Time {
 	}
 	return t
 }
+
+// owes reports whether an ended question still owes ask-once work
+// (record.Fanout, Release, Memorize).
+func (r *record) owes() bool { return len(r.Fanout) > 0 || r.Release || r.Memorize }
 
 // errConflict reports a lost compare-and-set; the caller reads again.
 var errConflict = errors.New("router: record changed concurrently")
@@ -286,6 +310,7 @@ func (st store) updateFrom(ctx context.Context, qid string, known *record, rev u
 		if known != nil {
 			cp := *known
 			cp.Pending, cp.History = slices.Clone(known.Pending), slices.Clone(known.History)
+			cp.WaitingThreads, cp.Fanout = slices.Clone(known.WaitingThreads), slices.Clone(known.Fanout)
 			r, known = &cp, nil
 		} else {
 			var err error

@@ -118,6 +118,7 @@ type Service struct {
 	store      store
 	dispatches jetstream.KeyValue
 	subagents  jetstream.KeyValue
+	decisions  jetstream.KeyValue // open questions by match, remembered decisions
 	events     jetstream.Stream
 	asks       jetstream.Consumer
 	answers    jetstream.Consumer
@@ -126,6 +127,9 @@ type Service struct {
 	idx       *index
 	cancelled *cancelMemo
 	inflight  sync.Map // question ids being advanced by the scanner
+	// work is Run's context for in-flight work, which outlives a stop by
+	// ShutdownTimeout; background follow-ups run in it.
+	work context.Context
 
 	running atomic.Bool
 	serving atomic.Bool
@@ -222,6 +226,9 @@ func (s *Service) bindOnce(ctx context.Context) error {
 	if s.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
 		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketSubagents, err)
 	}
+	if s.decisions, err = js.KeyValue(ctx, lifecycle.BucketDecisions); err != nil {
+		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketDecisions, err)
+	}
 	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
 		return fmt.Errorf("router: stream %s: %w", lifecycle.StreamLifecycle, err)
 	}
@@ -251,6 +258,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// work outlives ctx by ShutdownTimeout so in-flight work finishes.
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
+	s.work = work
 	p := svc.NewPool(s.cfg.Concurrency)
 
 	var stops []func()
@@ -317,6 +325,8 @@ func (s *Service) Run(ctx context.Context) error {
 		// agora.api.answer.<route>: the route is the subject's last token.
 		{"answer-route", "answer.*", s.microAnswer},
 		{"questions", "questions", s.microQuestions},
+		{"decisions", "decisions", s.microDecisions},
+		{"decisions-forget", "decisions.forget", s.microForget},
 	} {
 		if err := svc.AddLanes(api, p, e.name, e.subject, map[string]string{"endpoint": e.name}, func(r micro.Request) { e.h(work, r) }); err != nil {
 			return fail(fmt.Errorf("router: %w", err))

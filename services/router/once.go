@@ -1,0 +1,615 @@
+package router
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/problem"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Ask once (docs/design.md §3.5): a question that matches one still
+// waiting on the same route joins it instead of being asked again, one
+// answer resumes every waiting thread, and a route may remember its
+// answers for later questions that match.
+//
+// The agora_decisions bucket holds open.<match> (the id of the question
+// waiting for that match, created with compare-and-set so two routers
+// agree on it) and memory.<match> (a remembered decision, as JSON, with the
+// route's remember as its own TTL).
+
+// Key prefixes in the agora_decisions bucket.
+const (
+	openPrefix   = "open."
+	memoryPrefix = "memory."
+)
+
+// memoryAnsweredBy is the answered_by prefix of an answer from memory;
+// suggestedAnsweredBy that of a suggestion taken as the answer.
+const (
+	memoryAnsweredBy    = "memory:"
+	suggestedAnsweredBy = "suggested:"
+)
+
+// joinedDropAfter is how long a fan-out waits for a joined question's
+// record that its router announced and never wrote (it crashed, and its
+// needs_input was redelivered elsewhere and is still coming) before the
+// fan-out gives it up.
+const joinedDropAfter = 10 * time.Minute
+
+// matchKey names what a question asks on route: its dedupe_key when the
+// sub-agent gave one, else its sub-agent, question text, options and kind.
+// Each field is length-prefixed, so no two different questions share the
+// bytes hashed.
+func matchKey(route string, ni *lifecycle.NeedsInput) string {
+	h := sha256.New()
+	put := func(s string) { fmt.Fprintf(h, "%d:%s;", len(s), s) }
+	put(route)
+	if ni.DedupeKey != "" {
+		put("dedupe_key")
+		put(ni.DedupeKey)
+	} else {
+		put("question")
+		put(ni.Subagent)
+		put(ni.Question)
+		put(strconv.Itoa(len(ni.Options)))
+		for _, o := range ni.Options {
+			put(o)
+		}
+		put(ni.Kind)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// remembers reports whether rt keeps the answers of questions of kind.
+func remembers(rt *Route, kind string) bool {
+	return rt != nil && rt.Remember > 0 && (kind != "approval" || rt.RememberApprovals)
+}
+
+// errJoinLater reports a matching question whose record is not written
+// yet: the joiner waits for it (a redelivery) rather than ask twice.
+var errJoinLater = errors.New("router: the matching question is being recorded")
+
+// join finds the question r joins, or makes r the one later questions
+// join. It returns the id of the question joined, or "" when r is to be
+// asked itself. r is not written yet; when join returns an id, r's thread
+// is already listed on that question, so its record must be written
+// joined (a crash before that is repaired by the redelivery, which finds
+// the thread listed).
+func (s *Service) join(ctx context.Context, r *record) (string, error) {
+	key := openPrefix + r.MatchKey
+	for range maxCAS {
+		e, err := s.decisions.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			_, err = s.decisions.Create(ctx, key, []byte(r.QuestionID))
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			if err != nil {
+				return "", fmt.Errorf("router: claim %s: %w", key, err)
+			}
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("router: read %s: %w", key, err)
+		}
+		lid := string(e.Value())
+		if lid == r.QuestionID {
+			return "", nil // a redelivery of the question that holds the key
+		}
+		joined, open, err := s.joinQuestion(ctx, lid, r)
+		switch {
+		case errors.Is(err, errNoQuestion):
+			if time.Since(e.Created()) < s.cfg.RecordWait {
+				return "", errJoinLater
+			}
+			// Its router never wrote it: take its place.
+		case err != nil:
+			return "", err
+		case joined:
+			return lid, nil
+		case open:
+			continue
+		}
+		_, err = s.decisions.Update(ctx, key, []byte(r.QuestionID), e.Revision())
+		if err == nil {
+			return "", nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return "", fmt.Errorf("router: claim %s: %w", key, err)
+		}
+	}
+	return "", fmt.Errorf("router: %s: %d conflicting writers", key, maxCAS)
+}
+
+// joinQuestion lists r's thread on question lid while it is asked. joined
+// reports that r's thread is on it (now or from an earlier try); open that
+// lid still waits (false: r must not join it).
+func (s *Service) joinQuestion(ctx context.Context, lid string, r *record) (joined, open bool, err error) {
+	_, _, err = s.store.update(ctx, lid, func(l *record) (bool, error) {
+		joined, open = false, false
+		if l.waitingOn(r.QuestionID) || slices.Contains(l.Fanout, r.QuestionID) {
+			joined = true
+			return false, nil
+		}
+		if l.Status != statusAsked || l.MatchKey != r.MatchKey {
+			return false, nil
+		}
+		open, joined = true, true
+		if len(l.WaitingThreads) == 0 && !l.Left {
+			l.WaitingThreads = append(l.WaitingThreads, l.thread())
+		}
+		l.WaitingThreads = append(l.WaitingThreads, r.thread())
+		return true, nil
+	})
+	return joined, open, err
+}
+
+// thread is r's entry in a waiting_threads list.
+func (r *record) thread() lifecycle.WaitingThread {
+	return lifecycle.WaitingThread{QuestionID: r.QuestionID, DispatchID: r.DispatchID, ThreadID: r.ThreadID, Subagent: r.Subagent, AskedAt: r.AskedAt}
+}
+
+// waitingOn reports whether question qid's thread is listed on r.
+func (r *record) waitingOn(qid string) bool {
+	return slices.ContainsFunc(r.WaitingThreads, func(w lifecycle.WaitingThread) bool { return w.QuestionID == qid })
+}
+
+// joinedIDs are the questions that joined r.
+func (r *record) joinedIDs() []string {
+	var out []string
+	for _, w := range r.WaitingThreads {
+		if w.QuestionID != r.QuestionID {
+			out = append(out, w.QuestionID)
+		}
+	}
+	return out
+}
+
+// hasJoined reports whether any question joined r and still waits on it.
+func (r *record) hasJoined() bool { return len(r.joinedIDs()) > 0 }
+
+// asJoined turns r, a new question, into one that joined lid: it is not
+// asked on its own.
+func (r *record) asJoined(lid string) {
+	r.Status, r.JoinedTo = lifecycle.StatusJoined, lid
+	r.Pending, r.Asks = nil, 0
+	r.addHistory(attempt{At: time.Now().UTC(), Via: "join", Result: "joined", Reason: "asked already by question " + lid + ", which answers this thread too"})
+}
+
+// settled marks the end of an asked question for what ask once still
+// owes: the joined questions to end alike, the open.<match> key to
+// release, the answer to remember.
+func (s *Service) settled(r *record, remember bool) {
+	r.Fanout = r.joinedIDs()
+	if r.MatchKey != "" {
+		r.Release = true
+	}
+	if remember {
+		r.Memorize = true
+	}
+}
+
+// followUp does what an ended question still owes (record.Fanout, Release,
+// Memorize), then clears it. The scanner calls it again for whatever a
+// crash left; every step is idempotent.
+func (s *Service) followUp(ctx context.Context, qid string) error {
+	r, rev, err := s.store.get(ctx, qid)
+	if err != nil {
+		return err
+	}
+	if len(r.Fanout) == 0 && !r.Release && !r.Memorize {
+		return nil
+	}
+	var done []string
+	var errs error
+	for _, mid := range r.Fanout {
+		if fanoutStep != nil {
+			fanoutStep(mid)
+		}
+		ok, err := s.endJoined(ctx, mid, r)
+		if err != nil {
+			errs = errors.Join(errs, err)
+		}
+		if ok {
+			done = append(done, mid)
+		}
+	}
+	memorized := false
+	if r.Memorize {
+		if err := s.remember(ctx, r); err != nil {
+			errs = errors.Join(errs, err)
+		} else {
+			memorized = true
+		}
+	}
+	released := false
+	if r.Release && len(done) == len(r.Fanout) {
+		if err := s.release(ctx, r); err != nil {
+			errs = errors.Join(errs, err)
+		} else {
+			released = true
+		}
+	}
+	if n := len(r.WaitingThreads); n > 0 && len(done) > 0 && len(done) == len(r.Fanout) {
+		s.metrics.threads.WithLabelValues(r.Origin).Observe(float64(n))
+	}
+	_, _, _, err = s.store.updateFrom(ctx, qid, r, rev, func(r *record) (bool, error) {
+		n := len(r.Fanout)
+		r.Fanout = slices.DeleteFunc(r.Fanout, func(id string) bool { return slices.Contains(done, id) })
+		changed := len(r.Fanout) != n || (memorized && r.Memorize) || (released && r.Release)
+		if memorized {
+			r.Memorize = false
+		}
+		if released {
+			r.Release = false
+		}
+		return changed, nil
+	})
+	return errors.Join(errs, err)
+}
+
+// fanoutStep, when set (by tests only, before any router starts), is
+// called before each joined question of a fan-out: a test stops a router
+// there to show another finishes the fan-out exactly once.
+var fanoutStep func(mid string)
+
+// goFollowUp runs followUp for qid in the background, unless the scanner
+// has it in hand (it then does the same).
+func (s *Service) goFollowUp(qid string) {
+	if _, busy := s.inflight.LoadOrStore(qid, true); busy {
+		return
+	}
+	go func() {
+		defer s.inflight.Delete(qid)
+		ctx, cancel := context.WithTimeout(cmp.Or[context.Context](s.work, context.Background()), 5*time.Minute)
+		defer cancel()
+		if err := s.followUp(ctx, qid); err != nil {
+			s.log.Warn("fan out to joined questions: left for the scanner", "question_id", qid, "err", err)
+		}
+	}()
+}
+
+// endJoined ends joined question mid as l, the question it joined, ended:
+// answered with its answer (each thread its own re-dispatch, carrying its
+// own partial state, with an id picked once by this compare-and-set),
+// expired by the same action, or asked on its own when l was withdrawn
+// while mid still waited. It reports whether mid needs nothing more.
+func (s *Service) endJoined(ctx context.Context, mid string, l *record) (bool, error) {
+	var ev lifecycle.QuestionEvent
+	r, rev, changed, err := s.store.updateFrom(ctx, mid, nil, 0, func(r *record) (bool, error) {
+		ev = ""
+		if r.Status != lifecycle.StatusJoined || r.JoinedTo != l.QuestionID {
+			return false, nil // ended already (or left)
+		}
+		now := time.Now().UTC()
+		r.Route, r.Answerer, r.Escalation = l.Route, l.Answerer, l.Escalation
+		a := attempt{At: now, Via: "join", Route: l.Route, AnsweredBy: l.AnsweredBy, Answer: clip.String(l.Answer, 256), Decision: l.Decision}
+		switch l.Status {
+		case statusAnswered:
+			r.Answer, r.Decision, r.AnsweredBy, r.Comment, r.AnsweredAt = l.Answer, l.Decision, l.AnsweredBy, l.Comment, l.AnsweredAt
+			r.Reused, r.Suggestion = l.Reused, l.Suggestion
+			r.Status = statusAnswered
+			a.Result, a.Status, a.Reason = "accepted", string(client.AnswerAccepted), "the answer to question "+l.QuestionID
+			r.addHistory(a)
+			if err := s.resume(r, "answered by "+l.AnsweredBy+" on question "+l.QuestionID); err != nil {
+				return false, err
+			}
+			ev = lifecycle.QuestionAnswered
+			return true, r.queueQuestion(ev, "answered with question "+l.QuestionID)
+		case statusExpired:
+			r.OnExpiry = l.OnExpiry
+			ev = lifecycle.QuestionExpired
+			return true, s.expire(r, now)
+		default:
+			// Withdrawn while this thread waited (not reached: a question
+			// is withdrawn only when no joined thread waits): ask it.
+			r.Status, r.JoinedTo = statusAsked, ""
+			r.AskedAt = now
+			ev = lifecycle.QuestionAsked
+			return true, r.queueQuestion(ev, "question "+l.QuestionID+" it joined was withdrawn")
+		}
+	})
+	switch {
+	case errors.Is(err, errNoQuestion):
+		// Listed, never written: its needs_input is coming again.
+		if l.AnsweredAt != nil && time.Since(*l.AnsweredAt) > joinedDropAfter {
+			s.log.Warn("joined question never recorded: left out of the fan-out", "question_id", mid, "joined_to", l.QuestionID)
+			return true, nil
+		}
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if changed {
+		s.afterChange(ctx, r, ev)
+		if err := s.flushAt(ctx, r, rev); err != nil {
+			s.log.Warn("publish joined question events: left for the scanner", "question_id", mid, "err", err)
+		}
+	}
+	return true, nil
+}
+
+// release deletes open.<match> when it still names r, so the next
+// matching question is asked afresh.
+func (s *Service) release(ctx context.Context, r *record) error {
+	key := openPrefix + r.MatchKey
+	e, err := s.decisions.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("router: read %s: %w", key, err)
+	case string(e.Value()) != r.QuestionID:
+		return nil
+	}
+	err = s.decisions.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("router: release %s: %w", key, err)
+	}
+	return nil
+}
+
+// remember stores r's answer as its route's decision for the match.
+func (s *Service) remember(ctx context.Context, r *record) error {
+	rt, ok := s.routes.Load().Route(r.Origin)
+	if !ok || !remembers(rt, r.Kind) || r.Status != statusAnswered || r.AnsweredAt == nil {
+		return nil
+	}
+	d := client.Decision{
+		ID: r.MatchKey, Route: r.Origin, Subagent: r.Subagent, DedupeKey: r.DedupeKey,
+		Question: r.Question.Question, Options: r.Options, Kind: r.Kind,
+		QuestionID: r.QuestionID, Answer: r.Answer, Decision: r.Decision, AnsweredBy: r.AnsweredBy, Comment: r.Comment,
+		AnsweredAt: *r.AnsweredAt, ExpiresAt: r.AnsweredAt.Add(rt.Remember),
+	}
+	ttl := time.Until(d.ExpiresAt)
+	if ttl < time.Second {
+		return nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("router: encode decision %s: %w", d.ID, err)
+	}
+	key := memoryPrefix + d.ID
+	for range 3 {
+		if _, err = s.decisions.Create(ctx, key, b, jetstream.KeyTTL(ttl)); !errors.Is(err, jetstream.ErrKeyExists) {
+			break
+		}
+		// A decision kept from before (this question asked for a fresh
+		// answer): the newer one replaces it.
+		if cur, gerr := s.recall(ctx, d.ID); gerr == nil && cur != nil && !cur.AnsweredAt.Before(d.AnsweredAt) {
+			return nil
+		}
+		if err = s.decisions.Delete(ctx, key); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("router: remember %s: %w", key, err)
+	}
+	s.metrics.remembered.WithLabelValues(r.Origin).Inc()
+	return nil
+}
+
+// recall returns the remembered decision id, or nil when there is none.
+func (s *Service) recall(ctx context.Context, id string) (*client.Decision, error) {
+	e, err := s.decisions.Get(ctx, memoryPrefix+id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("router: read decision %s: %w", id, err)
+	}
+	var d client.Decision
+	if err := json.Unmarshal(e.Value(), &d); err != nil {
+		return nil, fmt.Errorf("router: decode decision %s: %w", id, err)
+	}
+	if !time.Now().Before(d.ExpiresAt) {
+		return nil, nil
+	}
+	return &d, nil
+}
+
+// answerFromMemory answers r, a new question, with decision d. It reports
+// false, changing nothing, when d's answer does not answer r (a dedupe_key
+// question whose options changed).
+func (s *Service) answerFromMemory(r *record, d *client.Decision) (bool, error) {
+	by := memoryAnsweredBy + d.QuestionID
+	sub := Submission{QuestionID: r.QuestionID, Answer: d.Answer, Decision: d.Decision, AnsweredBy: by, Comment: d.Comment}
+	if why := validate(r, &sub); why != "" {
+		return false, nil
+	}
+	now := time.Now().UTC()
+	r.Answer, r.Decision, r.AnsweredBy, r.Comment, r.AnsweredAt = sub.Answer, sub.Decision, by, d.Comment, &now
+	r.Reused = &lifecycle.Reused{QuestionID: d.QuestionID, AnsweredBy: d.AnsweredBy, AnsweredAt: d.AnsweredAt}
+	r.Status, r.Pending, r.Asks = statusAnswered, nil, 0
+	r.addHistory(attempt{At: now, Via: "memory", Route: r.Route, AnsweredBy: by, Answer: clip.String(d.Answer, 256), Decision: d.Decision,
+		Result: "accepted", Status: string(client.AnswerAccepted),
+		Reason: fmt.Sprintf("the decision of question %s by %s at %s", d.QuestionID, d.AnsweredBy, d.AnsweredAt.Format(time.RFC3339))})
+	if err := s.resume(r, "answered from the decision of question "+d.QuestionID); err != nil {
+		return false, err
+	}
+	return true, r.queueQuestion(lifecycle.QuestionAnswered, "answered from the decision of question "+d.QuestionID+" by "+d.AnsweredBy)
+}
+
+// leave takes r's own thread, cancelled, off a question that joined
+// threads still wait on: the thread ends cancelled, the question stays
+// asked for the others.
+func leave(r *record, cr client.CancelRequest, via string) error {
+	by := clip.String(cmp.Or(cr.By, "api"), MaxAnsweredByBytes)
+	reason := clip.String(cr.Reason, MaxReasonBytes)
+	r.Left, r.Outcome = true, outcomeWithdrawn
+	r.WaitingThreads = slices.DeleteFunc(r.WaitingThreads, func(w lifecycle.WaitingThread) bool { return w.QuestionID == r.QuestionID })
+	r.addHistory(attempt{At: time.Now().UTC(), Via: "cancel", AnsweredBy: by, Result: "left",
+		Reason: fmt.Sprintf("the asking thread was cancelled by %s (seen on %s); the question stays for the %d threads that joined it", by, via, len(r.WaitingThreads))})
+	return r.endCancelled(by, reason)
+}
+
+// unjoin takes joined question mid off question lid after its thread was
+// cancelled. When no thread is left waiting on lid, lid is withdrawn.
+func (s *Service) unjoin(ctx context.Context, lid, mid, by string) error {
+	var ev lifecycle.QuestionEvent
+	r, rev, changed, err := s.store.updateFrom(ctx, lid, nil, 0, func(r *record) (bool, error) {
+		ev = ""
+		if !r.waitingOn(mid) {
+			return false, nil
+		}
+		r.WaitingThreads = slices.DeleteFunc(r.WaitingThreads, func(w lifecycle.WaitingThread) bool { return w.QuestionID == mid })
+		if !r.Left && len(r.WaitingThreads) == 1 {
+			r.WaitingThreads = nil // the asking thread alone
+		}
+		if r.Status == statusAsked && r.Left && len(r.WaitingThreads) == 0 {
+			r.Status = statusWithdrawn
+			r.Detail = "every thread waiting on it was cancelled, the last by " + by
+			r.addHistory(attempt{At: time.Now().UTC(), Via: "cancel", AnsweredBy: by, Result: "withdrawn", Reason: r.Detail})
+			s.settled(r, false)
+			ev = lifecycle.QuestionWithdrawn
+			return true, r.queueQuestion(ev, r.Detail)
+		}
+		return true, nil
+	})
+	if errors.Is(err, errNoQuestion) {
+		return nil
+	}
+	if err != nil || !changed {
+		return err
+	}
+	s.afterChange(ctx, r, ev)
+	return s.flushAt(ctx, r, rev)
+}
+
+// listDecisions returns the remembered decisions of route (all when
+// empty), newest answer first.
+func (s *Service) listDecisions(ctx context.Context, route string) ([]client.Decision, error) {
+	keys, err := s.decisions.ListKeysFiltered(ctx, memoryPrefix+">")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return []client.Decision{}, nil
+		}
+		return nil, fmt.Errorf("router: list decisions: %w", err)
+	}
+	out := []client.Decision{}
+	for k := range keys.Keys() {
+		d, err := s.recall(ctx, strings.TrimPrefix(k, memoryPrefix))
+		if err != nil {
+			return nil, err
+		}
+		if d != nil && (route == "" || d.Route == route) {
+			out = append(out, *d)
+		}
+	}
+	slices.SortFunc(out, func(a, b client.Decision) int {
+		if c := b.AnsweredAt.Compare(a.AnsweredAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// forget deletes remembered decision id and returns it; nil when none.
+func (s *Service) forget(ctx context.Context, id string) (*client.Decision, error) {
+	d, err := s.recall(ctx, id)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	if err := s.decisions.Delete(ctx, memoryPrefix+id); err != nil {
+		return nil, fmt.Errorf("router: forget decision %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// microDecisions serves agora.api.decisions.
+func (s *Service) microDecisions(ctx context.Context, req micro.Request) {
+	var in client.DecisionsRequest
+	if p := decodeStrict(req.Data(), &in, "a decisions request has route"); p != nil {
+		s.respondProblem(req, p)
+		return
+	}
+	if in.Route != "" {
+		if err := lifecycle.ValidToken(in.Route); err != nil {
+			s.respondProblem(req, problem.Invalid(client.FieldError{Field: "route", Message: err.Error()}))
+			return
+		}
+	}
+	ds, err := s.listDecisions(ctx, in.Route)
+	if err != nil {
+		s.log.Warn("list decisions", "err", err)
+		s.respondProblem(req, unavailable("the remembered decisions could not be read; try again"))
+		return
+	}
+	s.respondJSON(req, client.DecisionsPage{Decisions: ds, Count: len(ds)})
+}
+
+// microForget serves agora.api.decisions.forget.
+func (s *Service) microForget(ctx context.Context, req micro.Request) {
+	var in client.ForgetRequest
+	if p := decodeStrict(req.Data(), &in, "a forget request has id"); p != nil {
+		s.respondProblem(req, p)
+		return
+	}
+	if err := lifecycle.ValidToken(in.ID); err != nil {
+		s.respondProblem(req, problem.Invalid(client.FieldError{Field: "id", Message: err.Error() + " (`agora decisions list` shows the ids)"}))
+		return
+	}
+	d, err := s.forget(ctx, in.ID)
+	switch {
+	case err != nil:
+		s.log.Warn("forget decision", "id", in.ID, "err", err)
+		s.respondProblem(req, unavailable("the decision could not be forgotten; try again"))
+		return
+	case d == nil:
+		s.respondProblem(req, &client.Problem{Type: client.ProblemNotFound, Title: "Not found", Status: 404,
+			Detail: "no remembered decision " + in.ID + " (forgotten already, or expired); `agora decisions list` shows those kept"})
+		return
+	}
+	s.log.Info("decision forgotten", "id", d.ID, "route", d.Route, "question_id", d.QuestionID)
+	s.respondJSON(req, d)
+}
+
+// decodeStrict decodes a request body into v, refusing unknown fields
+// (fields names them); an empty body leaves v as it is.
+func decodeStrict(data []byte, v any, fields string) *client.Problem {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return problem.Invalid(client.FieldError{Field: strings.Trim(name, `"`), Message: "unknown field: " + fields})
+		}
+		return problem.Invalid(client.FieldError{Field: "body", Message: "not JSON: " + clip.String(err.Error(), 200)})
+	}
+	return nil
+}
+
+func unavailable(detail string) *client.Problem {
+	return &client.Problem{Type: client.ProblemUnavailable, Title: "Unavailable", Status: 503, Detail: detail}
+}
+
+func (s *Service) respondJSON(req micro.Request, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		s.respondProblem(req, &client.Problem{Title: "Internal error", Status: 500, Detail: err.Error()})
+		return
+	}
+	if err := req.Respond(data, micro.WithHeaders(micro.Headers{"Content-Type": []string{"application/json"}})); err != nil {
+		s.log.Warn("micro: respond", "err", err)
+	}
+}
