@@ -9,9 +9,14 @@
 //
 // and answers by writing .agora/output.json with an "answer" member (a
 // string; any other JSON value is passed on as its JSON text) and,
-// optionally, "decision" and "comment". When it finishes without an answer,
-// needs input itself, fails or is cancelled, the question is declined, so
-// the route's fallback (typically a human) gets it.
+// optionally, "decision" and "comment". When it also gives "confidence" (a
+// number from 0 to 1, and optionally "rationale"), its answer is a
+// suggestion (answerer.Suggest): the route takes it at or above its
+// auto_accept, and otherwise hands the question to its fallback with the
+// suggestion preselected (docs/design.md §3.5). When it finishes without an
+// answer, with a confidence outside 0 to 1, needs input itself, fails or is
+// cancelled, the question is declined, so the route's fallback (typically a
+// human) gets it.
 //
 // Serve it with pkg/answerer:
 //
@@ -153,21 +158,41 @@ func (a *Answerer) Handle(ctx context.Context, q lifecycle.Question) (answerer.R
 	return answerer.Reply{}, fmt.Errorf("agent: dispatch %s ended with %T", d.DispatchID, it.Data)
 }
 
-// reply reads the answer from a finished dispatch's output.
+// reply reads the answer from a finished dispatch's output: a suggestion
+// when the output carries a confidence.
 func reply(name string, output json.RawMessage) answerer.Reply {
 	var out struct {
-		Answer   json.RawMessage `json:"answer"`
-		Decision string          `json:"decision"`
-		Comment  string          `json:"comment"`
+		Answer     json.RawMessage `json:"answer"`
+		Decision   string          `json:"decision"`
+		Comment    string          `json:"comment"`
+		Confidence json.RawMessage `json:"confidence"`
+		Rationale  string          `json:"rationale"`
 	}
 	if len(output) == 0 || json.Unmarshal(output, &out) != nil || len(out.Answer) == 0 || string(out.Answer) == "null" {
 		return answerer.Decline(fmt.Sprintf("sub-agent %s finished without an answer in .agora/output.json", name))
 	}
-	r := answerer.Reply{Decision: out.Decision, Comment: out.Comment}
-	if json.Unmarshal(out.Answer, &r.Answer) != nil {
-		r.Answer = string(out.Answer)
+	var answer string
+	if json.Unmarshal(out.Answer, &answer) != nil {
+		answer = string(out.Answer)
 	}
+	if len(out.Confidence) == 0 || string(out.Confidence) == "null" {
+		return answerer.Reply{Answer: answer, Decision: out.Decision, Comment: out.Comment}
+	}
+	var conf float64
+	if json.Unmarshal(out.Confidence, &conf) != nil || conf < 0 || conf > 1 {
+		return answerer.Decline(fmt.Sprintf("sub-agent %s gave confidence %s: want a number from 0 to 1", name, clipRaw(out.Confidence)))
+	}
+	r := answerer.Suggest(answer, conf, out.Rationale)
+	r.Decision, r.Comment = out.Decision, out.Comment
 	return r
+}
+
+// clipRaw is a JSON value's text, cut to a length fit for a reason.
+func clipRaw(b json.RawMessage) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "…"
+	}
+	return string(b)
 }
 
 // endThread cancels the thread of an answering dispatch paused on its own

@@ -122,6 +122,7 @@ func TestAgentDeclines(t *testing.T) {
 		{"fails", `echo broken >&2; exit 3`, "failed (provider-failed)"},
 		{"needs input", `printf '{"question":"What is A?"}' > "$AGORA_NEEDS_INPUT_FILE"`, "needs input itself: What is A?"},
 		{"no answer", `printf '{"thinking":"hard"}' > "$AGORA_OUTPUT_FILE"`, "without an answer"},
+		{"confidence out of range", `printf '{"answer":"B","confidence":1.5}' > "$AGORA_OUTPUT_FILE"`, "gave confidence 1.5: want a number from 0 to 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,4 +185,92 @@ func TestAgentDeclines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// suggestRoutes take the agent's suggestion at confidence 0.9 or more;
+// below, the question goes to people with the suggestion.
+const suggestRoutes = `routes:
+  - name: agents
+    match: {subagent: planner}
+    answerer: oracle
+    auto_accept: 0.9
+    fallback: people
+  - name: people
+    answerer: human
+`
+
+// waitQuestion waits until the thread's question matches cond and
+// returns it.
+func waitQuestion(ctx context.Context, t *testing.T, c *client.Client, threadID string, cond func(lifecycle.Question) bool) lifecycle.Question {
+	t.Helper()
+	for {
+		qs, err := c.Questions(ctx, client.QuestionFilter{ThreadID: threadID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) == 1 && cond(qs[0]) {
+			return qs[0]
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the question of thread %s never got there: %+v", threadID, qs)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestAgentSuggestsWithItsConfidence: an oracle that gives a confidence
+// suggests rather than answers. At or above the route's auto_accept the
+// suggestion answers the question (answered_by suggested:…); below it the
+// question waits on the fallback route with the suggestion, and a person
+// answers.
+func TestAgentSuggestsWithItsConfidence(t *testing.T) {
+	t.Run("accepted", func(t *testing.T) {
+		s := startSystem(t, suggestRoutes)
+		s.shell("planner", planner)
+		s.shell("oracle", `printf '{"answer":"B","confidence":0.95,"rationale":"B keeps the API"}' > "$AGORA_OUTPUT_FILE"`)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		d, err := s.c.Dispatch(ctx, lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, err := s.c.Follow(ctx, d.ThreadID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fin, ok := end.Data.(*lifecycle.Finished); !ok || !strings.Contains(string(fin.Output), `"answer":"B"`) {
+			t.Fatalf("thread ended %+v", end.Data)
+		}
+		q := waitQuestion(ctx, t, s.c, d.ThreadID, func(q lifecycle.Question) bool { return q.Status == "answered" })
+		if !strings.HasPrefix(q.AnsweredBy, "suggested:") || q.Suggestion == nil || !q.Suggestion.Accepted ||
+			q.Suggestion.Confidence != 0.95 || q.Suggestion.Rationale != "B keeps the API" || q.Suggestion.Answer != "B" {
+			t.Errorf("question = %+v, suggestion %+v", q, q.Suggestion)
+		}
+	})
+	t.Run("below auto_accept", func(t *testing.T) {
+		s := startSystem(t, suggestRoutes)
+		s.shell("planner", planner)
+		s.shell("oracle", `printf '{"answer":"B","confidence":0.5,"rationale":"a hunch"}' > "$AGORA_OUTPUT_FILE"`)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		d, err := s.c.Dispatch(ctx, lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := waitQuestion(ctx, t, s.c, d.ThreadID, func(q lifecycle.Question) bool { return q.Route == "people" && q.Suggestion != nil })
+		if q.Status != "asked" || q.Suggestion.Accepted || q.Suggestion.Answer != "B" || q.Suggestion.Confidence != 0.5 || q.Suggestion.Rationale != "a hunch" {
+			t.Errorf("question on people = %+v, suggestion %+v", q, q.Suggestion)
+		}
+		if _, err := s.c.Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		end, err := s.c.Follow(ctx, d.ThreadID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fin, ok := end.Data.(*lifecycle.Finished); !ok || !strings.Contains(string(fin.Output), `"answer":"A"`) || !strings.Contains(string(fin.Output), `"answered_by":"alice"`) {
+			t.Fatalf("thread ended %+v", end.Data)
+		}
+	})
 }
