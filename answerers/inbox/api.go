@@ -91,7 +91,8 @@ var listStatuses = map[string]func(*Question) bool{
 	StatusAnswered:  func(q *Question) bool { return q.Status == StatusAnswered },
 	StatusExpired:   func(q *Question) bool { return q.Status == StatusExpired },
 	StatusWithdrawn: func(q *Question) bool { return q.Status == StatusWithdrawn },
-	"closed":        func(q *Question) bool { return !q.Pending() },
+	StatusJoined:    func(q *Question) bool { return q.Status == StatusJoined },
+	"closed":        (*Question).Closed,
 	"all":           func(*Question) bool { return true },
 }
 
@@ -100,7 +101,7 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, id *identity) {
 	status := query.Get("status")
 	keep, ok := listStatuses[status]
 	if !ok {
-		problem.Write(w, r, problem.Invalid(client.FieldError{Field: "status", Message: "want pending, answered, expired, withdrawn, closed or all"}))
+		problem.Write(w, r, problem.Invalid(client.FieldError{Field: "status", Message: "want pending, answered, expired, withdrawn, joined, closed or all"}))
 		return
 	}
 	if !s.awaitReady(r.Context()) {

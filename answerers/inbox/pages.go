@@ -198,7 +198,7 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, id *identit
 	}
 	limit := parseLimit(query.Get("limit"), historyLimit, historyMax)
 	page, err := s.history(r.Context(), query.Get("cursor"), limit, func(q *Question) bool {
-		return s.visible(id.user, q) && f.match(q) && (status == "" || q.Status == status)
+		return s.visible(id.user, q) && f.match(q) && q.Closed() && (status == "" || q.Status == status)
 	})
 	var p *client.Problem
 	switch {
@@ -317,6 +317,18 @@ func (s *Server) questionData(ctx context.Context, id *identity, q *Question) qu
 	d.Run = s.runData(ctx, q)
 	if !q.Pending() {
 		d.Closed = closedMessage(q)
+	}
+	if sg := d.Q.Suggestion; sg != nil && q.Pending() {
+		// The suggestion, preselected: the option (the template marks
+		// it), or the text in the field it would be typed into.
+		switch {
+		case sg.Option:
+			d.Form.Answer = sg.Answer
+		case len(q.Options) == 0:
+			d.Form.Answer = sg.Answer
+		case d.FreeText:
+			d.Form.Free = sg.Answer
+		}
 	}
 	th := s.thread(ctx, q.ThreadID)
 	for _, e := range s.earlier(ctx, q, th) {

@@ -19,7 +19,8 @@ import (
 //	remove  {"id", "status", "message", "answer", "answered_by", "answered_at", "pending"}  no longer waiting, or out of the filter
 //	count   {"pending"}                       the count changed by a question not shown here
 //
-// where item is {"id", "asked_at", "html"}: html is the row as the
+// where item is {"id", "asked_at", "threads", "html"}: threads is how many
+// threads wait on the question, html the row as the
 // pending page renders it (escaped by html/template). "pending" counts the
 // questions waiting for the user, every filter off. A comment is sent
 // every keepalive; a stream that falls behind is closed, and the browser's
@@ -34,6 +35,7 @@ const sseWriteTimeout = 30 * time.Second
 type liveItem struct {
 	ID      string `json:"id"`
 	AskedAt string `json:"asked_at"`
+	Threads int    `json:"threads"`
 	HTML    string `json:"html"`
 	Pending int    `json:"pending"`
 }
@@ -210,5 +212,5 @@ func (s *Server) liveItem(q *Question, now time.Time) (liveItem, error) {
 	if err := s.pages["pending"].ExecuteTemplate(&buf, "row", newQView(q, now)); err != nil {
 		return liveItem{}, err
 	}
-	return liveItem{ID: q.QuestionID, AskedAt: isoTime(q.AskedAt), HTML: buf.String()}, nil
+	return liveItem{ID: q.QuestionID, AskedAt: isoTime(q.AskedAt), Threads: threadsWaiting(q), HTML: buf.String()}, nil
 }

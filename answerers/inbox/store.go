@@ -22,6 +22,10 @@ const (
 	StatusAnswered  = "answered"
 	StatusExpired   = "expired"
 	StatusWithdrawn = "withdrawn"
+	// StatusJoined is a question that joined another asked earlier on the
+	// same route (lifecycle.StatusJoined): it waits with that one and is
+	// never listed as waiting on its own.
+	StatusJoined = lifecycle.StatusJoined
 )
 
 // Question is a question record as the inbox reads it from the
@@ -58,8 +62,14 @@ type Decline struct {
 	Reason     string    `json:"reason,omitempty"`
 }
 
-// Pending reports whether the question waits for an answer.
+// Pending reports whether the question waits for an answer. A joined
+// question waits too, but through the question it joined, which is the
+// one listed.
 func (q *Question) Pending() bool { return q.Status == StatusAsked }
+
+// Closed reports whether the question closed: answered, expired or
+// withdrawn (neither waiting nor joined to one that waits).
+func (q *Question) Closed() bool { return q.Status != StatusAsked && q.Status != StatusJoined }
 
 // closedAt is when a closed question closed, for the history's order.
 func (q *Question) closedAt() time.Time {

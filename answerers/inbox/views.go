@@ -277,6 +277,52 @@ type qview struct {
 	AnswerSnippet string
 	// Declines say who declined the question, where and why.
 	Declines []declineView
+
+	// Threads is how many threads wait on the question: every thread of
+	// Waiting, or the asking thread alone (docs/inbox.md, "Asked once").
+	Threads int
+	// Waiting are the threads waiting on a question asked by more than
+	// one, the asking thread first.
+	Waiting []waitingView
+	// JoinedTo is, on a question that joined another, that question's id
+	// and page.
+	JoinedTo, JoinedToURL string
+	// Reused says whose remembered decision answered the question.
+	Reused *reusedView
+	// Suggestion is an answerer's suggestion the question waits with
+	// (not accepted): the form shows it preselected.
+	Suggestion *suggestionView
+}
+
+// waitingView is one thread waiting on a question.
+type waitingView struct {
+	QuestionID, QuestionURL string
+	DispatchID, ThreadID    string
+	Subagent                string
+	ISO, At                 string
+	// Asking is the thread that asked the question the others joined.
+	Asking bool
+}
+
+// reusedView names the decision a question was answered from.
+type reusedView struct {
+	QuestionID, QuestionURL string
+	AnsweredBy              string
+	ISO, At                 string
+}
+
+// suggestionView is a suggested answer as the answer form shows it.
+type suggestionView struct {
+	Answer, Decision string
+	// Text is the suggestion as one line (answerText).
+	Text string
+	// Confidence is a percentage, as "72%".
+	Confidence string
+	Rationale  string
+	By         string
+	// Option is set when the suggestion is one of the options (or, for
+	// an approval, a decision alone); otherwise it fills the text field.
+	Option bool
 }
 
 // declineView is one decline as the question page shows it.
@@ -332,8 +378,36 @@ func newQView(q *Question, now time.Time) qview {
 		c := q.closedAt()
 		v.ClosedISO, v.ClosedAt = isoTime(c), fmtTime(c)
 	}
+	v.Threads = threadsWaiting(q)
+	if len(q.WaitingThreads) > 1 {
+		for i, t := range q.WaitingThreads {
+			v.Waiting = append(v.Waiting, waitingView{QuestionID: t.QuestionID, QuestionURL: questionURL(t.QuestionID),
+				DispatchID: t.DispatchID, ThreadID: t.ThreadID, Subagent: t.Subagent, ISO: isoTime(t.AskedAt), At: fmtTime(t.AskedAt),
+				Asking: i == 0})
+		}
+	}
+	if q.JoinedTo != "" {
+		v.JoinedTo, v.JoinedToURL = q.JoinedTo, questionURL(q.JoinedTo)
+	}
+	if r := q.Reused; r != nil {
+		v.Reused = &reusedView{QuestionID: r.QuestionID, QuestionURL: questionURL(r.QuestionID), AnsweredBy: r.AnsweredBy,
+			ISO: isoTime(r.AnsweredAt), At: fmtTime(r.AnsweredAt)}
+	}
+	if sg := q.Suggestion; sg != nil && !sg.Accepted {
+		sv := &suggestionView{Answer: sg.Answer, Decision: sg.Decision, Text: answerText(sg.Answer, sg.Decision),
+			Confidence: fmt.Sprintf("%.0f%%", sg.Confidence*100), Rationale: sg.Rationale, By: sg.By}
+		if q.Kind == "approval" && sv.Decision == "" && (sv.Answer == "approve" || sv.Answer == "reject") {
+			sv.Decision, sv.Answer = sv.Answer, ""
+		}
+		sv.Option = slices.Contains(q.Options, sv.Answer) || (q.Kind == "approval" && sv.Answer == "" && sv.Decision != "")
+		v.Suggestion = sv
+	}
 	return v
 }
+
+// threadsWaiting is how many threads wait on q: those it lists, or the
+// asking thread alone.
+func threadsWaiting(q *Question) int { return max(1, len(q.WaitingThreads)) }
 
 func statusLabel(s string) string {
 	switch s {
@@ -345,6 +419,8 @@ func statusLabel(s string) string {
 		return "Expired"
 	case StatusWithdrawn:
 		return "Withdrawn"
+	case StatusJoined:
+		return "Joined"
 	}
 	return s
 }
@@ -357,7 +433,13 @@ func closedMessage(q *Question) string {
 		if q.AnsweredAt != nil {
 			at = " at " + fmtTime(*q.AnsweredAt)
 		}
-		return fmt.Sprintf("Answered by %s%s: %s", q.AnsweredBy, at, answerText(q.Answer, q.Decision))
+		msg := fmt.Sprintf("Answered by %s%s: %s", q.AnsweredBy, at, answerText(q.Answer, q.Decision))
+		if r := q.Reused; r != nil {
+			msg += " (" + reusedText(r) + ")"
+		}
+		return msg
+	case StatusJoined:
+		return "Joined question " + q.JoinedTo + ", asked earlier on the same route: one answer to it answers this thread too"
 	case StatusExpired:
 		if q.Detail != "" {
 			return "Expired: " + q.Detail
@@ -370,6 +452,11 @@ func closedMessage(q *Question) string {
 		return "Withdrawn"
 	}
 	return "No longer waiting (" + q.Status + ")"
+}
+
+// reusedText says whose remembered decision answered a question.
+func reusedText(r *lifecycle.Reused) string {
+	return fmt.Sprintf("answered from the decision of %s by %s at %s", r.QuestionID, r.AnsweredBy, fmtTime(r.AnsweredAt))
 }
 
 // answerText is an answer as one line: the decision of an approval with

@@ -228,7 +228,17 @@
       qes.onerror = function () { setLive(false); };
       qes.addEventListener('sync', function (e) { setCount(JSON.parse(e.data).pending); setLive(true); });
       qes.addEventListener('count', function (e) { setCount(JSON.parse(e.data).pending); });
-      qes.addEventListener('upsert', function (e) { setCount(JSON.parse(e.data).pending); });
+      qes.addEventListener('upsert', function (e) {
+        var d = JSON.parse(e.data);
+        setCount(d.pending);
+        // Threads joining or leaving the question: the count follows.
+        var tc = document.getElementById('threads-count');
+        if (tc && d.id === q.getAttribute('data-id') && typeof d.threads === 'number') {
+          tc.setAttribute('data-threads', String(d.threads));
+          tc.textContent = 'asked by ' + d.threads + ' threads';
+          tc.hidden = d.threads <= 1;
+        }
+      });
       qes.addEventListener('remove', function (e) {
         var d = JSON.parse(e.data);
         setCount(d.pending);
