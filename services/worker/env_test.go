@@ -126,22 +126,14 @@ func TestEnvironmentFirewall(t *testing.T) {
 // not get that value into the failed event's detail.
 func TestFailureDetailRedactsAllowedSecret(t *testing.T) {
 	const secret = "sk-allowed-secret-7c1d9e"
-	t.Setenv("ALLOWED_KEY", secret)
-	h := newHarness(t, provision.Config{})
-	h.startWorker(h.workerConfig(), worker.Deps{})
+	h := secretWorker(t, secret)
 	h.shell("leaky", `echo "calling the API with key $ALLOWED_KEY failed" >&2; exit 2`, func(d *subagent.Definition) {
 		d.EnvAllow = []string{"ALLOWED_KEY"}
 	})
 	id := h.dispatch(lifecycle.Request{Subagent: "leaky", Input: json.RawMessage(`{}`)})
-	f := failedEvent(t, h.terminal(id))
-	if f.Reason != lifecycle.ReasonProviderFailed {
-		t.Errorf("reason = %s, want %s", f.Reason, lifecycle.ReasonProviderFailed)
-	}
+	f := failedWith(t, h.terminal(id), lifecycle.ReasonProviderFailed, "calling the API with key [redacted] failed")
 	if strings.Contains(f.Detail, secret) {
 		t.Fatalf("failed.detail shows the allowed secret: %q", f.Detail)
-	}
-	if !strings.Contains(f.Detail, "calling the API with key [redacted] failed") {
-		t.Errorf("detail = %q, want the stderr line with the value redacted", f.Detail)
 	}
 }
 
@@ -149,9 +141,7 @@ func TestFailureDetailRedactsAllowedSecret(t *testing.T) {
 // allowed secrets redacted.
 func TestFinishedKeepsRedactedStderrTail(t *testing.T) {
 	const secret = "sk-allowed-secret-4e8a21"
-	t.Setenv("ALLOWED_KEY", secret)
-	h := newHarness(t, provision.Config{})
-	h.startWorker(h.workerConfig(), worker.Deps{})
+	h := secretWorker(t, secret)
 	h.shell("chatty", `head -c 6000 /dev/zero | tr '\0' x >&2; echo >&2; echo "warning: used key $ALLOWED_KEY" >&2; echo out`, func(d *subagent.Definition) {
 		d.EnvAllow = []string{"ALLOWED_KEY"}
 	})
@@ -174,9 +164,7 @@ func TestFinishedKeepsRedactedStderrTail(t *testing.T) {
 // a secret that the 4 KiB capture cut at the start of a tail.
 func TestFinishedTailsRedactCutSecrets(t *testing.T) {
 	const secret = "sk-allowed-secret-4e8a21"
-	t.Setenv("ALLOWED_KEY", secret)
-	h := newHarness(t, provision.Config{})
-	h.startWorker(h.workerConfig(), worker.Deps{})
+	h := secretWorker(t, secret)
 	// Each stream ends with the secret's last 10 bytes followed by 4086
 	// others: exactly what the last 4 KiB hold.
 	h.shell("leaky", `for fd in 1 2; do { head -c 6000 /dev/zero | tr '\0' x; printf '%s' "$ALLOWED_KEY"; head -c 4086 /dev/zero | tr '\0' y; } >&$fd; done`, func(d *subagent.Definition) {
@@ -271,6 +259,27 @@ func failedEvent(t *testing.T, r recorded) *lifecycle.Failed {
 	return eventAs[*lifecycle.Failed](t, r)
 }
 
+// secretWorker starts a worker whose environment has ALLOWED_KEY set to
+// secret, a value the test's sub-agents may be allowed.
+func secretWorker(t *testing.T, secret string) *harness {
+	t.Helper()
+	t.Setenv("ALLOWED_KEY", secret)
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	return h
+}
+
+// failedWith checks that r is a failed event of reason whose detail
+// contains detail, and returns it.
+func failedWith(t *testing.T, r recorded, reason lifecycle.Reason, detail string) *lifecycle.Failed {
+	t.Helper()
+	f := failedEvent(t, r)
+	if f.Reason != reason || !strings.Contains(f.Detail, detail) {
+		t.Errorf("failed = %s %q, want %s naming %q", f.Reason, f.Detail, reason, detail)
+	}
+	return f
+}
+
 // eventAs returns the data of r, failing the test when it is not a T.
 func eventAs[T lifecycle.Data](t *testing.T, r recorded) T {
 	t.Helper()
@@ -307,9 +316,7 @@ func TestFailureDetailRedactsOverlappingSecrets(t *testing.T) {
 // its remaining part.
 func TestFailureDetailRedactsBeforeTruncating(t *testing.T) {
 	const secret = "sk-secret-abcdef-0123456789"
-	t.Setenv("ALLOWED_KEY", secret)
-	h := newHarness(t, provision.Config{})
-	h.startWorker(h.workerConfig(), worker.Deps{})
+	h := secretWorker(t, secret)
 	// The secret sits just before the last 700 bytes of stderr, whose
 	// first 20 bytes or so it straddles, at every cut position nearby.
 	for i, pad := range []int{680, 685, 690, 695} {

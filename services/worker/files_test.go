@@ -178,10 +178,7 @@ func TestUnknownSubagent(t *testing.T) {
 	h := newHarness(t, provision.Config{})
 	h.startWorker(h.workerConfig(), worker.Deps{})
 	id := h.dispatch(lifecycle.Request{Subagent: "nobody-defined-me", Input: json.RawMessage(`{}`)})
-	f := failedEvent(t, h.terminal(id))
-	if f.Reason != lifecycle.ReasonWorkerFailed || !strings.Contains(f.Detail, "nobody-defined-me") {
-		t.Errorf("failed = %s %q, want worker-failed naming the sub-agent", f.Reason, f.Detail)
-	}
+	failedWith(t, h.terminal(id), lifecycle.ReasonWorkerFailed, "nobody-defined-me")
 	h.assertOneTerminal(id)
 	h.waitWorkEmpty()
 }
@@ -212,16 +209,10 @@ func TestSubagentRevisionPinsDefinition(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := h.terminal(ids[c.name])
 			if c.output == "" {
-				f := failedEvent(t, r)
-				if f.Reason != lifecycle.ReasonWorkerFailed || !strings.Contains(f.Detail, "pinned") {
-					t.Errorf("failed = %s %q, want worker-failed naming the sub-agent", f.Reason, f.Detail)
-				}
+				failedWith(t, r, lifecycle.ReasonWorkerFailed, "pinned")
 				return
 			}
-			fin, ok := r.Data.(*lifecycle.Finished)
-			if !ok {
-				t.Fatalf("terminal = %T %+v, want finished", r.Data, r.Data)
-			}
+			fin := eventAs[*lifecycle.Finished](t, r)
 			if got := strings.TrimSpace(string(fin.Output)); got != c.output {
 				t.Errorf("output = %s, want %s", got, c.output)
 			}

@@ -93,10 +93,7 @@ func TestMissingPartialStateRef(t *testing.T) {
 	dir := t.TempDir()
 	h.shell("resume-copy", copyInput)
 	id := h.dispatch(lifecycle.Request{Subagent: "resume-copy", Input: json.RawMessage(`{}`), PartialStateRef: "no-such-state", Env: map[string]string{"COPY_DIR": dir}})
-	f := failedEvent(t, h.terminal(id))
-	if f.Reason != lifecycle.ReasonWorkerFailed || !strings.Contains(f.Detail, "no-such-state") {
-		t.Errorf("failed = %s %q, want worker-failed naming the reference", f.Reason, f.Detail)
-	}
+	failedWith(t, h.terminal(id), lifecycle.ReasonWorkerFailed, "no-such-state")
 	assertNoFile(t, filepath.Join(dir, "input.json"))
 }
 
@@ -137,10 +134,7 @@ func TestInputFile(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := h.terminal(ids[c.name])
 			if c.want == "" {
-				f := failedEvent(t, r)
-				if f.Reason != lifecycle.ReasonWorkerFailed || !strings.Contains(f.Detail, "not a JSON object") {
-					t.Errorf("failed = %s %q, want worker-failed: not a JSON object", f.Reason, f.Detail)
-				}
+				failedWith(t, r, lifecycle.ReasonWorkerFailed, "not a JSON object")
 				assertNoFile(t, filepath.Join(dirs[c.name], "input.json"))
 				return
 			}
