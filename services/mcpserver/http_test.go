@@ -243,7 +243,7 @@ func toolNames(r map[string]any) []string {
 	return names
 }
 
-var allTools = []string{"agora_answer", "agora_cancel", "agora_dispatch", "agora_events", "agora_questions", "agora_status", "agora_subagents"}
+var allTools = []string{"agora_answer", "agora_cancel", "agora_decisions", "agora_dispatch", "agora_events", "agora_forget_decision", "agora_questions", "agora_status", "agora_subagents"}
 
 // /mcp serves protocol 2026-07-28 without sessions next to the older
 // protocols with sessions (docs/mcp.md, "The orchestrator's server"). A

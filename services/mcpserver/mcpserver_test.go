@@ -487,7 +487,7 @@ func TestToolErrorsSayWhatToDo(t *testing.T) {
 			t.Errorf("tool %s: schemas or description missing", tl.Name)
 		}
 	}
-	want := []string{"agora_answer", "agora_cancel", "agora_dispatch", "agora_events", "agora_questions", "agora_status", "agora_subagents"}
+	want := []string{"agora_answer", "agora_cancel", "agora_decisions", "agora_dispatch", "agora_events", "agora_forget_decision", "agora_questions", "agora_status", "agora_subagents"}
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("tools = %v, want %v", got, want)

@@ -41,6 +41,9 @@ func (t *tools) register(srv *mcp.Server) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "agora_cancel", Title: "Cancel a thread or dispatch", Description: descCancel}, t.cancel)
 	mcp.AddTool(srv, &mcp.Tool{Name: "agora_events", Title: "A thread's lifecycle events", Description: descEvents, Annotations: readOnly()}, t.events)
 	mcp.AddTool(srv, &mcp.Tool{Name: "agora_subagents", Title: "List sub-agents", Description: descSubagents, Annotations: readOnly()}, t.subagents)
+	mcp.AddTool(srv, &mcp.Tool{Name: "agora_decisions", Title: "List remembered decisions", Description: descDecisions, Annotations: readOnly()}, t.decisions)
+	mcp.AddTool(srv, &mcp.Tool{Name: "agora_forget_decision", Title: "Forget a remembered decision", Description: descForget,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true}}, t.forgetDecision)
 	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: artifactURIPrefix + "{dispatch_id}/{+name}", Name: "artifact",
 		Title: "A file a sub-agent left", Description: "An artifact of a dispatch (agora_dispatch lists them as resource links); text as text, anything else as a blob, up to 8 MiB."}, t.readArtifact)
 }
@@ -128,11 +131,13 @@ func readOnly() *mcp.ToolAnnotations { return &mcp.ToolAnnotations{ReadOnlyHint:
 const (
 	descDispatch  = `Run a sub-agent on a task and follow its thread to the end. Use it to hand work to a sub-agent (agora_subagents lists them). The sub-agent may stop to ask a question instead of guessing: you (or your user) are then asked for the answer through your client, and the thread resumes with it, possibly asking again in a later round. Returns the thread's outcome: status "finished" with the sub-agent's output, "failed" with a reason and detail, or "cancelled". Other statuses tell you what to do next: "needs_input" (your client cannot ask: answer with agora_answer, then call agora_dispatch again with the thread_id), "running" (the call's wait cap passed: call agora_dispatch again with the thread_id to keep following the same thread; it is not dispatched again), "queued" (wait was false). To keep following an existing thread, pass only thread_id.`
 	descAnswer    = `Answer a question a sub-agent asked (agora_questions lists open ones; agora_dispatch returns status "needs_input" with the question_id). For a question with options, answer must be one of them; an approval question needs decision "approve" or "reject" (and an optional comment). The first valid answer wins: the thread then resumes as a new round; follow it with agora_dispatch and its thread_id. Fails if the question was already answered (saying by whom and when), expired, or the answer is invalid (listing the options).`
-	descQuestions = `List questions sub-agents asked. By default the open ones (status "asked"); filter by route, status (asked, answered, expired, withdrawn, all) or thread_id. Each has its question_id, the question, options, kind and context: answer one with agora_answer.`
+	descQuestions = `List questions sub-agents asked. By default the open ones (status "asked"); filter by route, status (asked, joined, answered, expired, withdrawn, all) or thread_id. Each has its question_id, the question, options, kind and context: answer one with agora_answer. A question several threads asked is listed once: threads_waiting says how many threads one answer resumes, and waiting_threads lists them; a joined question (status joined) waits on joined_to, the one to answer. suggestion is an answerer's suggested answer with its confidence, waiting for a person to confirm or override; reused names the remembered decision that answered a question.`
 	descStatus    = `Show where a thread (thread_id) or one dispatch (dispatch_id) stands: every round with its status (accepted, started, needs_input, finished, failed, cancelled), the question a paused round asked, and the final output. Use it to check on work without waiting.`
 	descCancel    = `Cancel a whole thread (thread_id) or one dispatch (dispatch_id): queued work never runs, running work is stopped, and a thread paused on a question ends with its question withdrawn. Give a reason. Cancelling something that already ended changes nothing and says so.`
 	descEvents    = `List a thread's lifecycle events in order (accepted, started, needs_input, finished, failed, cancelled), each with its id, time, dispatch and round. Pass since (an event id from an earlier call) to get only later events.`
 	descSubagents = `List the sub-agents Agora can run, with their descriptions, runtime, time limit and round limit. Use a name with agora_dispatch.`
+	descDecisions = `List the decisions Agora remembers (on routes with remember in the routing file), newest first, optionally of one route: each answered a question once, and answers later matching questions at once (answered_by memory:<question_id>). Each has its id (for agora_forget_decision), route, what it matches (dedupe_key, or the sub-agent with question, options and kind), the answer, who gave it and when, and when it expires.`
+	descForget    = `Forget one remembered decision (its id from agora_decisions): later questions that matched it are asked again. Threads it already answered are not changed. Use it when a remembered answer no longer holds.`
 )
 
 // Result is the structured outcome of agora_dispatch and agora_answer.
@@ -151,7 +156,11 @@ type Result struct {
 	Options    []string      `json:"options,omitempty"`
 	Kind       string        `json:"kind,omitempty" jsonschema:"the question's kind: clarification, decision, information or approval"`
 	Context    string        `json:"context,omitempty"`
-	Next       string        `json:"next,omitempty" jsonschema:"what to do next"`
+	// ThreadsWaiting and Suggestion are the question's: how many threads
+	// one answer resumes, and an answerer's suggested answer.
+	ThreadsWaiting int             `json:"threads_waiting,omitempty" jsonschema:"needs_input: how many threads wait on this question; one answer resumes them all"`
+	Suggestion     *SuggestionItem `json:"suggestion,omitempty" jsonschema:"needs_input: an answerer's suggested answer, for a person to confirm or override"`
+	Next           string          `json:"next,omitempty" jsonschema:"what to do next"`
 }
 
 // DispatchArgs are agora_dispatch's arguments.
@@ -285,6 +294,13 @@ func (t *tools) openQuestion(ctx context.Context, d *lifecycle.NeedsInput) (life
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		q, err := t.s.c.Question(ctx, d.QuestionID)
+		if err == nil && q.Status == lifecycle.StatusJoined && q.JoinedTo != "" {
+			// The thread waits on the question its own joined: that one
+			// is asked, and its answer resumes this thread too.
+			if q, err = t.s.c.Question(ctx, q.JoinedTo); err != nil {
+				return lifecycle.Question{}, false, err
+			}
+		}
 		if err == nil {
 			return q, q.Status == "asked", nil
 		}
@@ -311,6 +327,7 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	canElicit := ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
 	r := &Result{Status: "needs_input", ThreadID: d.ThreadID, DispatchID: d.DispatchID, Round: d.Round, Subagent: d.Subagent,
 		QuestionID: q.QuestionID, Question: q.Question, Options: q.Options, Kind: q.Kind, Context: q.Context,
+		ThreadsWaiting: max(1, len(q.WaitingThreads)), Suggestion: suggestionOf(q.Suggestion),
 		Next: fmt.Sprintf("answer with agora_answer (question_id %q), then call agora_dispatch with thread_id %q to keep following", q.QuestionID, d.ThreadID)}
 	r.Artifacts = artifactRefs(d.DispatchID, d)
 	if !canElicit {
@@ -401,6 +418,19 @@ func elicitFor(q lifecycle.Question, note string) *mcp.ElicitParams {
 		msg += "\n\n" + clip.String(q.Context, 2000)
 	}
 	msg += fmt.Sprintf("\n\n(asked by sub-agent %s, thread %s, round %d)", q.Subagent, q.ThreadID, q.Round)
+	if n := len(q.WaitingThreads); n > 1 {
+		msg += fmt.Sprintf("\n%d threads asked this question: your answer resumes them all.", n)
+	}
+	sug := q.Suggestion
+	if sug != nil && sug.Accepted {
+		sug = nil
+	}
+	if sug != nil {
+		msg += fmt.Sprintf("\n\nSuggested by %s: %s (confidence %.2f)", cmp.Or(sug.By, "an answerer"), cmp.Or(sug.Answer, sug.Decision), sug.Confidence)
+		if sug.Rationale != "" {
+			msg += ": " + clip.String(sug.Rationale, 1000)
+		}
+	}
 	if note != "" {
 		msg = note + "\n\n" + msg
 	}
@@ -424,7 +454,37 @@ func elicitFor(q lifecycle.Question, note string) *mcp.ElicitParams {
 		props["answer"] = map[string]any{"type": "string", "title": "Answer", "minLength": 1}
 		required = []string{"answer"}
 	}
+	// The suggestion is preselected: the schema's default, where it is
+	// one of the values the form takes (docs/mcp.md).
+	if def := suggestedValue(q, sug); def != "" {
+		field := "answer"
+		if q.Kind == "approval" {
+			field = "decision"
+		}
+		props[field].(map[string]any)["default"] = def
+	}
 	return &mcp.ElicitParams{Mode: "form", Message: msg, RequestedSchema: map[string]any{"type": "object", "properties": props, "required": required}}
+}
+
+// suggestedValue is the form value a suggestion preselects: the decision
+// of an approval, an option of a question with options, or any text
+// otherwise; "" when the suggestion fits none.
+func suggestedValue(q lifecycle.Question, s *lifecycle.Suggestion) string {
+	switch {
+	case s == nil:
+		return ""
+	case q.Kind == "approval":
+		if d := cmp.Or(s.Decision, s.Answer); d == "approve" || d == "reject" {
+			return d
+		}
+		return ""
+	case len(q.Options) > 0:
+		if slices.Contains(q.Options, s.Answer) {
+			return s.Answer
+		}
+		return ""
+	}
+	return s.Answer
 }
 
 // answerOf reads an accepted form into an answer.
@@ -482,7 +542,7 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 // QuestionsArgs are agora_questions' arguments.
 type QuestionsArgs struct {
 	Route    string `json:"route,omitempty" jsonschema:"only questions on this route"`
-	Status   string `json:"status,omitempty" jsonschema:"asked (default), answered, expired, withdrawn or all"`
+	Status   string `json:"status,omitempty" jsonschema:"asked (default), joined, answered, expired, withdrawn or all"`
 	ThreadID string `json:"thread_id,omitempty" jsonschema:"only this thread's questions"`
 	Limit    int    `json:"limit,omitempty" jsonschema:"waiting questions per page: 1-1000, default 100"`
 	Cursor   string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page of waiting questions"`
@@ -514,6 +574,63 @@ type QuestionItem struct {
 	AskedAt    string   `json:"asked_at"`
 	Answer     string   `json:"answer,omitempty"`
 	AnsweredBy string   `json:"answered_by,omitempty"`
+	// The question asked once (docs/design.md §3.5).
+	ThreadsWaiting int             `json:"threads_waiting,omitempty" jsonschema:"an asked question: how many threads wait on it; one answer resumes them all"`
+	WaitingThreads []WaitingThread `json:"waiting_threads,omitempty" jsonschema:"the threads waiting on it, the asking thread first; absent when only the asking thread waits"`
+	JoinedTo       string          `json:"joined_to,omitempty" jsonschema:"a joined question: the question it waits on and is answered with"`
+	Suggestion     *SuggestionItem `json:"suggestion,omitempty" jsonschema:"an answerer's suggested answer"`
+	Reused         *ReusedItem     `json:"reused,omitempty" jsonschema:"the remembered decision that answered it"`
+}
+
+// WaitingThread is one thread waiting on a question.
+type WaitingThread struct {
+	QuestionID string `json:"question_id" jsonschema:"the thread's own question (joined to this one, or this one)"`
+	ThreadID   string `json:"thread_id"`
+	DispatchID string `json:"dispatch_id"`
+	Subagent   string `json:"subagent,omitempty"`
+	AskedAt    string `json:"asked_at"`
+}
+
+// SuggestionItem is an answerer's suggested answer.
+type SuggestionItem struct {
+	Answer     string  `json:"answer"`
+	Decision   string  `json:"decision,omitempty"`
+	Confidence float64 `json:"confidence" jsonschema:"0 to 1"`
+	Rationale  string  `json:"rationale,omitempty"`
+	By         string  `json:"by" jsonschema:"the answerer that suggested it"`
+	Accepted   bool    `json:"accepted" jsonschema:"true: it answered the question (its confidence reached the route's auto_accept); false: it waits for a person to confirm or override"`
+}
+
+// ReusedItem names the remembered decision that answered a question.
+type ReusedItem struct {
+	QuestionID string `json:"question_id" jsonschema:"the question whose answer was remembered"`
+	AnsweredBy string `json:"answered_by"`
+	AnsweredAt string `json:"answered_at"`
+}
+
+func suggestionOf(s *lifecycle.Suggestion) *SuggestionItem {
+	if s == nil {
+		return nil
+	}
+	return &SuggestionItem{Answer: s.Answer, Decision: s.Decision, Confidence: s.Confidence, Rationale: clip.String(s.Rationale, 2000), By: s.By, Accepted: s.Accepted}
+}
+
+func questionItem(q lifecycle.Question) QuestionItem {
+	it := QuestionItem{QuestionID: q.QuestionID, Status: q.Status, Route: q.Route, Kind: q.Kind,
+		Question: q.Question, Options: q.Options, Context: clip.String(q.Context, 2000), Subagent: q.Subagent, ThreadID: q.ThreadID,
+		Round: q.Round, AskedAt: q.AskedAt.UTC().Format(time.RFC3339), Answer: cmp.Or(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy,
+		JoinedTo: q.JoinedTo, Suggestion: suggestionOf(q.Suggestion)}
+	if q.Status == "asked" {
+		it.ThreadsWaiting = max(1, len(q.WaitingThreads))
+	}
+	for _, w := range q.WaitingThreads {
+		it.WaitingThreads = append(it.WaitingThreads, WaitingThread{QuestionID: w.QuestionID, ThreadID: w.ThreadID, DispatchID: w.DispatchID,
+			Subagent: w.Subagent, AskedAt: w.AskedAt.UTC().Format(time.RFC3339)})
+	}
+	if r := q.Reused; r != nil {
+		it.Reused = &ReusedItem{QuestionID: r.QuestionID, AnsweredBy: r.AnsweredBy, AnsweredAt: r.AnsweredAt.UTC().Format(time.RFC3339)}
+	}
+	return it
 }
 
 func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in QuestionsArgs) (*mcp.CallToolResult, *QuestionList, error) {
@@ -523,9 +640,9 @@ func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in Questi
 		f.Status = "asked"
 	case "all":
 		f.Status = ""
-	case "asked", "answered", "expired", "withdrawn":
+	case "asked", lifecycle.StatusJoined, "answered", "expired", "withdrawn":
 	default:
-		return nil, nil, fmt.Errorf("status %q: want asked, answered, expired, withdrawn or all", in.Status)
+		return nil, nil, fmt.Errorf("status %q: want asked, joined, answered, expired, withdrawn or all", in.Status)
 	}
 	if in.Limit < 0 || in.Limit > client.MaxWaitingLimit {
 		return nil, nil, fmt.Errorf("limit %d: want 1 to %d (default %d)", in.Limit, client.MaxWaitingLimit, client.DefaultWaitingLimit)
@@ -553,11 +670,82 @@ func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in Questi
 		return nil, nil, t.explain(err)
 	}
 	for _, q := range qs {
-		out.Questions = append(out.Questions, QuestionItem{QuestionID: q.QuestionID, Status: q.Status, Route: q.Route, Kind: q.Kind,
-			Question: q.Question, Options: q.Options, Context: clip.String(q.Context, 2000), Subagent: q.Subagent, ThreadID: q.ThreadID,
-			Round: q.Round, AskedAt: q.AskedAt.UTC().Format(time.RFC3339), Answer: cmp.Or(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy})
+		out.Questions = append(out.Questions, questionItem(q))
 	}
 	return nil, out, nil
+}
+
+// DecisionsArgs are agora_decisions' arguments.
+type DecisionsArgs struct {
+	Route string `json:"route,omitempty" jsonschema:"only this route's decisions"`
+}
+
+// DecisionList is agora_decisions' result.
+type DecisionList struct {
+	Decisions []DecisionItem `json:"decisions"`
+}
+
+// DecisionItem is one remembered decision.
+type DecisionItem struct {
+	ID         string   `json:"id" jsonschema:"pass it to agora_forget_decision"`
+	Route      string   `json:"route"`
+	DedupeKey  string   `json:"dedupe_key,omitempty" jsonschema:"matches questions with this dedupe_key; absent: the same sub-agent, question, options and kind"`
+	Subagent   string   `json:"subagent,omitempty"`
+	Question   string   `json:"question"`
+	Options    []string `json:"options,omitempty"`
+	Kind       string   `json:"kind,omitempty"`
+	QuestionID string   `json:"question_id" jsonschema:"the question whose answer this is"`
+	Answer     string   `json:"answer"`
+	Decision   string   `json:"decision,omitempty"`
+	AnsweredBy string   `json:"answered_by"`
+	AnsweredAt string   `json:"answered_at"`
+	ExpiresAt  string   `json:"expires_at" jsonschema:"when it is forgotten by itself"`
+}
+
+func decisionItem(d client.Decision) DecisionItem {
+	return DecisionItem{ID: d.ID, Route: d.Route, DedupeKey: d.DedupeKey, Subagent: d.Subagent, Question: d.Question, Options: d.Options,
+		Kind: d.Kind, QuestionID: d.QuestionID, Answer: d.Answer, Decision: d.Decision, AnsweredBy: d.AnsweredBy,
+		AnsweredAt: d.AnsweredAt.UTC().Format(time.RFC3339), ExpiresAt: d.ExpiresAt.UTC().Format(time.RFC3339)}
+}
+
+func (t *tools) decisions(ctx context.Context, _ *mcp.CallToolRequest, in DecisionsArgs) (*mcp.CallToolResult, *DecisionList, error) {
+	if in.Route != "" && lifecycle.ValidToken(in.Route) != nil {
+		return nil, nil, fmt.Errorf("route %q is not a route name (letters, digits, - and _)", in.Route)
+	}
+	ds, err := t.s.c.Decisions(ctx, in.Route)
+	if err != nil {
+		return nil, nil, t.explain(err)
+	}
+	out := &DecisionList{Decisions: []DecisionItem{}}
+	for _, d := range ds {
+		out.Decisions = append(out.Decisions, decisionItem(d))
+	}
+	return nil, out, nil
+}
+
+// ForgetArgs are agora_forget_decision's arguments.
+type ForgetArgs struct {
+	ID string `json:"id" jsonschema:"the decision to forget (agora_decisions lists them)"`
+}
+
+// Forgotten is agora_forget_decision's result.
+type Forgotten struct {
+	Forgotten DecisionItem `json:"forgotten"`
+	Note      string       `json:"note"`
+}
+
+func (t *tools) forgetDecision(ctx context.Context, _ *mcp.CallToolRequest, in ForgetArgs) (*mcp.CallToolResult, *Forgotten, error) {
+	if in.ID == "" || lifecycle.ValidToken(in.ID) != nil {
+		return nil, nil, fmt.Errorf("id %q is not a decision id: agora_decisions lists them", in.ID)
+	}
+	d, err := t.s.c.ForgetDecision(ctx, in.ID)
+	if errors.Is(err, client.ErrNotFound) {
+		return nil, nil, fmt.Errorf("no remembered decision %q (it may have expired or been forgotten): agora_decisions lists them", in.ID)
+	}
+	if err != nil {
+		return nil, nil, t.explain(err)
+	}
+	return nil, &Forgotten{Forgotten: decisionItem(d), Note: "later questions that matched it are asked again; the threads it already answered are not changed"}, nil
 }
 
 // TargetArgs name a thread or one dispatch.
