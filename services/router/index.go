@@ -40,6 +40,23 @@ type index struct {
 type askedRef struct {
 	askedKey
 	route, thread, dispatch, subagent string
+	// joined are the threads and dispatches that joined the question
+	// (docs/design.md §3.5), so a filter by thread finds it for them too.
+	joined []lifecycle.WaitingThread
+}
+
+// has reports whether the question waits for thread (and dispatch, when
+// not empty): its asking thread or one that joined it.
+func (r askedRef) has(thread, dispatch string) bool {
+	if (thread == "" || r.thread == thread) && (dispatch == "" || r.dispatch == dispatch) {
+		return true
+	}
+	for _, w := range r.joined {
+		if (thread == "" || w.ThreadID == thread) && (dispatch == "" || w.DispatchID == dispatch) {
+			return true
+		}
+	}
+	return false
 }
 
 type entry struct {
@@ -89,7 +106,16 @@ func (x *index) set(qid string, r *record) {
 	if r.Status == statusAsked {
 		k := askedKey{e.askedAt, qid}
 		i, _ := slices.BinarySearchFunc(x.order, k, refOrder)
-		x.order = slices.Insert(x.order, i, askedRef{askedKey: k, route: r.Route, thread: r.ThreadID, dispatch: r.DispatchID, subagent: r.Subagent})
+		ref := askedRef{askedKey: k, route: r.Route, thread: r.ThreadID, dispatch: r.DispatchID, subagent: r.Subagent}
+		if r.Left {
+			ref.thread, ref.dispatch = "", ""
+		}
+		for _, w := range r.WaitingThreads {
+			if w.QuestionID != qid {
+				ref.joined = append(ref.joined, w)
+			}
+		}
+		x.order = slices.Insert(x.order, i, ref)
 	}
 }
 

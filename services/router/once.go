@@ -94,22 +94,25 @@ var errJoinLater = errors.New("router: the matching question is being recorded")
 func (s *Service) join(ctx context.Context, r *record) (string, error) {
 	key := openPrefix + r.MatchKey
 	for range maxCAS {
+		// Most questions are new: claim first, read only when taken.
+		rev, err := s.decisions.Create(ctx, key, []byte(r.QuestionID))
+		if err == nil {
+			r.OpenRev = rev
+			return "", nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return "", fmt.Errorf("router: claim %s: %w", key, err)
+		}
 		e, err := s.decisions.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			_, err = s.decisions.Create(ctx, key, []byte(r.QuestionID))
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue
-			}
-			if err != nil {
-				return "", fmt.Errorf("router: claim %s: %w", key, err)
-			}
-			return "", nil
+			continue // released meanwhile
 		}
 		if err != nil {
 			return "", fmt.Errorf("router: read %s: %w", key, err)
 		}
 		lid := string(e.Value())
 		if lid == r.QuestionID {
+			r.OpenRev = e.Revision()
 			return "", nil // a redelivery of the question that holds the key
 		}
 		joined, open, err := s.joinQuestion(ctx, lid, r)
@@ -126,11 +129,12 @@ func (s *Service) join(ctx context.Context, r *record) (string, error) {
 		case open:
 			continue
 		}
-		_, err = s.decisions.Update(ctx, key, []byte(r.QuestionID), e.Revision())
+		rev, err = s.decisions.Update(ctx, key, []byte(r.QuestionID), e.Revision())
 		if err == nil {
+			r.OpenRev = rev
 			return "", nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if !isStale(err) {
 			return "", fmt.Errorf("router: claim %s: %w", key, err)
 		}
 	}
@@ -345,24 +349,36 @@ func (s *Service) endJoined(ctx context.Context, mid string, l *record) (bool, e
 	return true, nil
 }
 
-// release deletes open.<match> when it still names r, so the next
-// matching question is asked afresh.
+// release deletes open.<match> while it still names r (at the revision r
+// claimed it), so the next matching question is asked afresh.
 func (s *Service) release(ctx context.Context, r *record) error {
 	key := openPrefix + r.MatchKey
-	e, err := s.decisions.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil
-	case err != nil:
-		return fmt.Errorf("router: read %s: %w", key, err)
-	case string(e.Value()) != r.QuestionID:
-		return nil
+	rev := r.OpenRev
+	if rev == 0 {
+		// Claimed by a router that did not note the revision: read it.
+		e, err := s.decisions.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("router: read %s: %w", key, err)
+		case string(e.Value()) != r.QuestionID:
+			return nil
+		}
+		rev = e.Revision()
 	}
-	err = s.decisions.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	err := s.decisions.Delete(ctx, key, jetstream.LastRevision(rev))
+	if err != nil && !isStale(err) {
 		return fmt.Errorf("router: release %s: %w", key, err)
 	}
 	return nil
+}
+
+// isStale reports a KV write refused because the key changed since.
+func isStale(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		(errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant))
 }
 
 // remember stores r's answer as its route's decision for the match.

@@ -131,6 +131,14 @@ func TestAskOnce(t *testing.T) {
 	if page.Count != 1 || len(page.Questions) != 1 || len(page.Questions[0].WaitingThreads) != n {
 		t.Fatalf("waiting questions: count %d, %d on the page, want one with %d threads", page.Count, len(page.Questions), n)
 	}
+	joined, _ := e.record(qids[n-1])
+	byThread, err := c.Waiting(t.Context(), client.QuestionFilter{ThreadID: joined.ThreadID}, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byThread.Count != 1 || byThread.Questions[0].QuestionID != qids[0] {
+		t.Errorf("waiting questions of a joined thread: %d, want the question it joined", byThread.Count)
+	}
 	if got := counter(t, r.reg, "agora_router_questions_coalesced_total", map[string]string{"route": "default"}); got != n-1 {
 		t.Errorf("questions coalesced = %v, want %d", got, n-1)
 	}

@@ -85,6 +85,8 @@ type record struct {
 	// remembers (docs/design.md §3.5); DedupeKey is the sentinel's.
 	MatchKey  string `json:"match_key,omitempty"`
 	DedupeKey string `json:"dedupe_key,omitempty"`
+	// OpenRev is the revision of open.<match> this question claimed.
+	OpenRev uint64 `json:"open_rev,omitempty"`
 	// Left is set on an asked question whose own thread was cancelled
 	// while joined threads still wait on it: the question stays asked for
 	// them, and its answer resumes only them.

@@ -41,8 +41,7 @@ func (s *Service) microQuestions(ctx context.Context, req micro.Request) {
 	var keep func(askedRef) bool
 	if in.Route != "" || in.ThreadID != "" || in.DispatchID != "" || in.Subagent != "" {
 		keep = func(r askedRef) bool {
-			return (in.Route == "" || r.route == in.Route) && (in.ThreadID == "" || r.thread == in.ThreadID) &&
-				(in.DispatchID == "" || r.dispatch == in.DispatchID) && (in.Subagent == "" || r.subagent == in.Subagent)
+			return (in.Route == "" || r.route == in.Route) && r.has(in.ThreadID, in.DispatchID) && (in.Subagent == "" || r.subagent == in.Subagent)
 		}
 	}
 	keys, total, more := s.idx.waiting(after, in.Limit, keep)
