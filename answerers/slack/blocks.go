@@ -133,6 +133,11 @@ func (s *Server) questionBlocks(q *lifecycle.Question, now time.Time, open bool)
 		blocks = append(blocks, slackapi.NewSectionBlock(plain(ctx), nil, nil))
 	}
 	facts := []string{"sub-agent *" + escape(q.Subagent) + "*", "thread `" + escape(q.ThreadID) + "`", "route *" + escape(q.Route) + "*"}
+	if n := threadsWaiting(q); open && n > 1 {
+		// One answer resumes every thread waiting on the question
+		// (docs/slack.md, "Asked once").
+		facts = append([]string{fmt.Sprintf(":busts_in_silhouette: *asked by %d threads*", n)}, facts...)
+	}
 	if q.Kind != "" {
 		facts = append(facts, escape(q.Kind))
 	}
@@ -150,27 +155,98 @@ func (s *Server) questionBlocks(q *lifecycle.Question, now time.Time, open bool)
 	return blocks
 }
 
-// askedBlocks is the message of a question waiting for an answer.
+// threadsWaiting is how many threads wait on q: those its record lists,
+// or the asking thread alone.
+func threadsWaiting(q *lifecycle.Question) int { return max(1, len(q.WaitingThreads)) }
+
+// pendingSuggestion is the suggestion q waits with, as an answer and a
+// decision (approve or reject for an approval); ok is false when there is
+// none, or it was accepted (it answered the question).
+func pendingSuggestion(q *lifecycle.Question) (answer, decision string, ok bool) {
+	sg := q.Suggestion
+	if sg == nil || sg.Accepted {
+		return "", "", false
+	}
+	answer, decision = sg.Answer, sg.Decision
+	if q.Kind == "approval" && decision == "" && (answer == "approve" || answer == "reject") {
+		decision = answer
+	}
+	return answer, decision, true
+}
+
+// suggestionBlock shows a pending suggestion: what, by whom, how sure and
+// why.
+func suggestionBlock(q *lifecycle.Question) slackapi.Block {
+	sg := q.Suggestion
+	text := ":bulb: Suggested by " + who(sg.By) + ": *" + escape(clipped(answerLine(sg.Answer, sg.Decision), 500)) + "*" +
+		fmt.Sprintf(" · confidence *%.0f%%*", sg.Confidence*100)
+	if r := strings.TrimSpace(sg.Rationale); r != "" {
+		text += "\n>" + strings.ReplaceAll(escape(clipped(r, 1500)), "\n", "\n>")
+	}
+	return slackapi.NewSectionBlock(mrkdwn(text), nil, nil)
+}
+
+// answerLine is an answer as one line: an approval's decision with the
+// option chosen, if any.
+func answerLine(answer, decision string) string {
+	switch {
+	case decision == "":
+		return answer
+	case answer == "" || answer == decision:
+		return decision
+	}
+	return decision + " (" + answer + ")"
+}
+
+func clipped(s string, n int) string {
+	s, _ = truncate(s, n)
+	return s
+}
+
+// askedBlocks is the message of a question waiting for an answer. A
+// pending suggestion is shown above the controls and preselected: its
+// button is the primary one, the menu starts on it, the modal's text box
+// holds it.
 func (s *Server) askedBlocks(q *lifecycle.Question, now time.Time) []slackapi.Block {
 	blocks := s.questionBlocks(q, now, true)
+	suggested, decision, hasSuggestion := pendingSuggestion(q)
+	if hasSuggestion {
+		blocks = append(blocks, suggestionBlock(q))
+	}
 	var elems []slackapi.BlockElement
 	switch {
 	case q.Kind == "approval":
-		elems = append(elems,
-			slackapi.NewButtonBlockElement(actionApprove, "approve", plain("Approve")).WithStyle(slackapi.StylePrimary),
-			slackapi.NewButtonBlockElement(actionReject, "reject", plain("Reject…")).WithStyle(slackapi.StyleDanger))
+		approve := slackapi.NewButtonBlockElement(actionApprove, "approve", plain("Approve")).WithStyle(slackapi.StylePrimary)
+		reject := slackapi.NewButtonBlockElement(actionReject, "reject", plain("Reject…")).WithStyle(slackapi.StyleDanger)
+		if hasSuggestion && decision == "reject" {
+			approve.Style, reject.Style = slackapi.StyleDefault, slackapi.StylePrimary
+		}
+		elems = append(elems, approve, reject)
 	case len(q.Options) > 0 && len(q.Options) <= maxButtons:
 		for i, o := range q.Options {
 			t, _ := truncate(o, maxButtonText)
-			elems = append(elems, slackapi.NewButtonBlockElement(actionOption+strconv.Itoa(i), strconv.Itoa(i), plain(t)))
+			b := slackapi.NewButtonBlockElement(actionOption+strconv.Itoa(i), strconv.Itoa(i), plain(t))
+			if hasSuggestion && o == suggested {
+				b = b.WithStyle(slackapi.StylePrimary)
+			}
+			elems = append(elems, b)
 		}
 	case len(q.Options) > maxButtons:
 		var opts []*slackapi.OptionBlockObject
+		var initial *slackapi.OptionBlockObject
 		for i, o := range q.Options[:min(len(q.Options), maxSelectOptions)] {
 			t, _ := truncate(o, maxButtonText)
-			opts = append(opts, slackapi.NewOptionBlockObject(strconv.Itoa(i), plain(t), nil))
+			opt := slackapi.NewOptionBlockObject(strconv.Itoa(i), plain(t), nil)
+			if hasSuggestion && o == suggested && initial == nil {
+				initial = opt
+			}
+			opts = append(opts, opt)
 		}
-		elems = append(elems, slackapi.NewOptionsSelectBlockElement(slackapi.OptTypeStatic, plain("Choose an answer"), actionSelect, opts...))
+		sel := slackapi.NewOptionsSelectBlockElement(slackapi.OptTypeStatic, plain("Choose an answer"), actionSelect, opts...)
+		if initial != nil {
+			sel = sel.WithInitialOption(initial)
+		}
+		elems = append(elems, sel)
 		if len(q.Options) > maxSelectOptions {
 			// The rest cannot be listed: type one of them.
 			elems = append(elems, slackapi.NewButtonBlockElement(actionAnswer, "answer", plain("Other option…")))
@@ -248,6 +324,9 @@ func modal(callback, title, label string, required bool, meta string, q *lifecyc
 	in := slackapi.NewPlainTextInputBlockElement(nil, inputAction)
 	in.Multiline = true
 	in.MaxLength = 4000
+	if answer, _, ok := pendingSuggestion(q); ok && callback == callbackAnswer {
+		in.InitialValue = clipped(answer, in.MaxLength)
+	}
 	input := slackapi.NewInputBlock(inputBlock, plain(label), nil, in)
 	input.Optional = !required
 	qt, _ := truncate(escape(q.Question), maxSectionText-10)

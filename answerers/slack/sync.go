@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	slackapi "github.com/slack-go/slack"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // message is an entry of BucketMessages: where an open question's message
@@ -23,7 +25,14 @@ type message struct {
 	// a question that comes back to the route later is posted again.
 	Escalation int       `json:"escalation"`
 	PostedAt   time.Time `json:"posted_at"`
+	// Threads is how many threads the message says wait on the question
+	// (0 in entries written before it was kept: one): it is updated as
+	// threads join or leave.
+	Threads int `json:"threads,omitempty"`
 }
+
+// shown is how many threads the message says wait.
+func (m message) shown() int { return max(1, m.Threads) }
 
 func msgKey(route, qid string) string { return route + "." + qid }
 
@@ -204,7 +213,9 @@ func (s *Server) reconciler(ctx context.Context) {
 }
 
 // reconcile updates the messages of a question that closed or left their
-// route, then forgets them. A failed update is tried again a little later.
+// route, then forgets them, and those of a waiting question whose count
+// of waiting threads changed. A failed update is tried again a little
+// later.
 func (s *Server) reconcile(ctx context.Context, qid string) {
 	msgs := s.index.of(qid)
 	if len(msgs) == 0 {
@@ -220,6 +231,9 @@ func (s *Server) reconcile(ctx context.Context, qid string) {
 	}
 	for key, e := range msgs {
 		if q.Status == "asked" && q.Route == e.m.Route {
+			if threadsWaiting(q) != e.m.shown() {
+				s.recount(ctx, key, e, q)
+			}
 			continue
 		}
 		blocks, event := s.closedBlocks(q, e.m.Route)
@@ -252,6 +266,48 @@ func (s *Server) reconcile(ctx context.Context, qid string) {
 		}
 		s.index.remove(key, e.rev)
 	}
+}
+
+// recount rewrites the message of a waiting question whose threads
+// joined or left it, as posted (answer controls included) with the new
+// count, and records the count shown in its entry.
+func (s *Server) recount(ctx context.Context, key string, e indexed, q *lifecycle.Question) {
+	n := threadsWaiting(q)
+	log := s.log.With("route", e.m.Route, "question_id", q.QuestionID, "channel", e.m.Channel, "ts", e.m.TS, "threads", n)
+	err := s.api.call(ctx, "chat.update", s.api.attempts, func(ctx context.Context) error {
+		_, _, _, err := s.api.c.UpdateMessageContext(ctx, e.m.Channel, e.m.TS,
+			slackapi.MsgOptionText(fallbackText(q), true), slackapi.MsgOptionBlocks(s.askedBlocks(q, time.Now())...))
+		return err
+	})
+	switch {
+	case err != nil && !errors.Is(err, errPermanent):
+		log.Warn("message not updated with the threads waiting; will try again", "err", err)
+		s.retryLater(q.QuestionID)
+		return
+	case err != nil:
+		// The message is gone: the question's close has nothing to
+		// update either.
+		log.Warn("message cannot be updated; forgetting it", "err", err)
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = s.messages.Delete(dctx, key, jetstream.LastRevision(e.rev))
+		cancel()
+		s.index.remove(key, e.rev)
+		return
+	}
+	log.Info("message updated with the threads waiting")
+	m := e.m
+	m.Threads = n
+	b, _ := json.Marshal(m)
+	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rev, err := s.messages.Update(uctx, key, b, e.rev)
+	cancel()
+	if err != nil {
+		// Changed meanwhile (a repost) or unreachable: look again later.
+		log.Debug("message entry not updated", "err", err)
+		s.retryLater(q.QuestionID)
+		return
+	}
+	s.index.put(key, m, rev)
 }
 
 // retryLater enqueues the question again in 30s (dropped after a stop:
