@@ -346,7 +346,8 @@ func (st store) expireIndex(ctx context.Context, threadID string, expires time.T
 
 // expireQuestion writes a closed question record again with its TTL and
 // expires_at, which the router keeps on its own later writes. A question
-// still asked is left alone: nothing that waits expires.
+// still asked, or joined to one asked (docs/design.md §3.5), is left
+// alone: nothing that waits expires.
 func (st store) expireQuestion(ctx context.Context, qid string, expires time.Time) error {
 	for range maxCAS {
 		e, err := st.questions.Get(ctx, qid)
@@ -362,7 +363,7 @@ func (st store) expireQuestion(ctx context.Context, qid string, expires time.Tim
 		}
 		var status string
 		_ = json.Unmarshal(q["status"], &status)
-		if status == "asked" || string(q["expires_at"]) != "" {
+		if status == "asked" || status == lifecycle.StatusJoined || string(q["expires_at"]) != "" {
 			return nil
 		}
 		q["expires_at"], _ = json.Marshal(expires)

@@ -271,7 +271,7 @@ func TestStorePutKeepsTheTTL(t *testing.T) {
 }
 
 // A closed question is written again with its TTL and expires_at; a
-// question still asked, one already expiring, a missing one and a value
+// question still asked or joined to one asked, one already expiring, a missing one and a value
 // the router did not write are left alone (docs/design.md §2, "Retention").
 func TestStoreExpireQuestion(t *testing.T) {
 	a, _, js := newTestStores(t)
@@ -308,6 +308,7 @@ func TestStoreExpireQuestion(t *testing.T) {
 
 	for qid, value := range map[string]string{
 		"q-asked":    `{"question_id":"q-asked","status":"asked"}`,
+		"q-joined":   `{"question_id":"q-joined","status":"joined","joined_to":"q-asked"}`,
 		"q-expiring": `{"question_id":"q-expiring","status":"answered","expires_at":"2030-01-01T00:00:00Z"}`,
 		"q-foreign":  `not json`,
 	} {
