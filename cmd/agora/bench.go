@@ -19,6 +19,7 @@ func newBenchCmd() *cobra.Command {
 	var pcfg bench.PendingConfig
 	var dcfg bench.DepthConfig
 	var lcfg bench.LongConfig
+	var ccfg bench.CoalesceConfig
 	var asJSON bool
 	var cpuProfile, idleProfile, scale string
 	cmd := &cobra.Command{
@@ -70,8 +71,10 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 				}
 				lcfg.Exe = exe
 				return printReport(cmd, asJSON, bench.PrintLong)(bench.Long(cmd.Context(), lcfg, progress))
+			case "coalesce":
+				return printReport(cmd, asJSON, bench.PrintCoalesce)(bench.Coalesce(cmd.Context(), ccfg, progress))
 			default:
-				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth, long", scale)}
+				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth, long, coalesce", scale)}
 			}
 			return printReport(cmd, asJSON, bench.Print)(bench.Run(cmd.Context(), cfg, progress))
 		},
@@ -85,13 +88,14 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row and of a traced resume (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many sleeping sub-agents running at once on separate worker processes: memory per run in the workers and in its own processes, heartbeats, server traffic, nothing left after the workers are killed)")
+	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many sleeping sub-agents running at once on separate worker processes: memory per run in the workers and in its own processes, heartbeats, server traffic, nothing left after the workers are killed) or coalesce (many threads ask the same question: one waiting question, then one answer resumes them all: fan-out time, router and inbox memory)")
 	f.IntVar(&pcfg.Questions, "questions", 10000, "--scale pending: questions left waiting")
 	f.IntVar(&dcfg.Rounds, "rounds", 50, "--scale depth: rounds of the thread")
 	f.IntVar(&lcfg.Running, "running", 1000, "--scale long: dispatches running at once")
 	f.IntVar(&lcfg.Workers, "workers", 4, "--scale long: worker processes they are spread over")
 	f.DurationVar(&lcfg.Window, "window", 30*time.Second, "--scale long: how long heartbeats and traffic are counted")
 	f.StringVar(&idleProfile, "idle-cpuprofile", "", "--scale pending: write a CPU profile of the idle window (every question waiting) to this file")
+	f.IntVar(&ccfg.Threads, "threads-waiting", 1000, "--scale coalesce: threads asking the same question")
 	f.IntVar(&hcfg.Threads, "threads", 20000, "--scale history: threads to push through")
 	f.DurationVar(&hcfg.Retention, "retention", 30*time.Second, "--scale history: the retention of finished work")
 	f.DurationVar(&hcfg.Settle, "settle", 0, "--scale history: wait this much longer after the retention and measure again (the streams' duplicate windows last 10m)")

@@ -29,11 +29,14 @@ import (
 const askingSubagent = "bench-asker"
 
 // askingRuntime asks on round 0 and finishes on round 1, in process.
+// Each thread asks its own question: the same one from every thread would
+// be asked once for all of them (docs/design.md §3.5), which is what
+// coalesceRuntime measures, not these scenarios.
 type askingRuntime struct{}
 
 func (askingRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result {
 	if inv.Request.Round == 0 {
-		if err := sentinel.Write(inv.Workspace, sentinel.Request{Question: "A or B?", Options: []string{"A", "B"}, Kind: sentinel.KindDecision}); err != nil {
+		if err := sentinel.Write(inv.Workspace, sentinel.Request{Question: "A or B? (thread " + inv.Request.ThreadID + ")", Options: []string{"A", "B"}, Kind: sentinel.KindDecision}); err != nil {
 			return worker.Result{ExitCode: -1, Err: err}
 		}
 	}
