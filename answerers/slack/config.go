@@ -67,30 +67,9 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SLACK_SHUTDOWN_TIMEOUT" default:"10s"`
 }
 
-func (c Config) withDefaults() Config {
-	if c.NATSURL == "" {
-		c.NATSURL = "nats://127.0.0.1:4222"
-	}
-	if c.APIURL == "" {
-		c.APIURL = "https://slack.com/api/"
-	}
-	if c.PostAttempts == 0 {
-		c.PostAttempts = 5
-	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = time.Second
-	}
-	if c.MaxRetryAfter == 0 {
-		c.MaxRetryAfter = 2 * time.Minute
-	}
-	if c.ContextChars == 0 {
-		c.ContextChars = 500
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 10 * time.Second
-	}
-	return c
-}
+// withDefaults gives every zero field its documented default (its
+// default tag).
+func (c Config) withDefaults() Config { return config.Defaults(c) }
 
 // Validate reports every problem at once, naming each variable. It does
 // not read the settings file (New does).

@@ -53,19 +53,10 @@ type Config struct {
 
 var routeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// withDefaults gives every zero field its documented default (its
+// default tag, or for Audience the one its comment names) and trims Routes.
 func (c Config) withDefaults() Config {
-	if c.NATSURL == "" {
-		c.NATSURL = "nats://127.0.0.1:4222"
-	}
-	if c.Attempts == 0 {
-		c.Attempts = 5
-	}
-	if c.Backoff == 0 {
-		c.Backoff = time.Second
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
+	c = config.Defaults(c)
 	c.Routes = config.List(c.Routes)
 	if c.Audience == "" {
 		if u, err := url.Parse(c.URL); err == nil {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 )
@@ -72,6 +73,62 @@ func Var(spec any, field string) string {
 		return ""
 	}
 	return varName(f)
+}
+
+// Defaults returns spec, a flat struct of the kind Load fills, with every
+// zero field that has a default tag set to that default, so that a
+// configuration made in code gets the defaults its variables document. It
+// reads no environment variable. A field whose default does not decode
+// stays zero (Load reports such a default).
+func Defaults[T any](spec T) T {
+	v := reflect.ValueOf(&spec).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		def, ok := f.Tag.Lookup("default")
+		if !ok || !f.IsExported() || !v.Field(i).IsZero() {
+			continue
+		}
+		if d, ok := decode(f.Type, def); ok {
+			v.Field(i).Set(d)
+		}
+	}
+	return spec
+}
+
+// decode reads s as a value of type t, as envconfig decodes the kinds
+// Agora's settings use.
+func decode(t reflect.Type, s string) (reflect.Value, bool) {
+	v := reflect.New(t).Elem()
+	var err error
+	switch k := t.Kind(); {
+	case t == reflect.TypeFor[time.Duration]():
+		var d time.Duration
+		d, err = time.ParseDuration(s)
+		v.SetInt(int64(d))
+	case k == reflect.String:
+		v.SetString(s)
+	case k == reflect.Bool:
+		var b bool
+		b, err = strconv.ParseBool(s)
+		v.SetBool(b)
+	case k >= reflect.Int && k <= reflect.Int64:
+		var n int64
+		n, err = strconv.ParseInt(s, 0, t.Bits())
+		v.SetInt(n)
+	case k >= reflect.Uint && k <= reflect.Uint64:
+		var n uint64
+		n, err = strconv.ParseUint(s, 0, t.Bits())
+		v.SetUint(n)
+	case k == reflect.Float32 || k == reflect.Float64:
+		var n float64
+		n, err = strconv.ParseFloat(s, t.Bits())
+		v.SetFloat(n)
+	case k == reflect.Slice && t.Elem().Kind() == reflect.String:
+		v.Set(reflect.ValueOf(strings.Split(s, ",")).Convert(t))
+	default:
+		return v, false
+	}
+	return v, err == nil
 }
 
 // List returns the entries of a list setting (a comma-separated

@@ -265,3 +265,29 @@ func TestList(t *testing.T) {
 		}
 	}
 }
+
+// Defaults gives a zero config the values envconfig gives it with no
+// variable set, and leaves set fields and fields without a default alone.
+func TestDefaults(t *testing.T) {
+	setEnv(t, map[string]string{"AGORA_NATS_URL": "nats://y"}) // required by sampleConfig
+	var want sampleConfig
+	if err := envconfig.Process(config.Prefix, &want); err != nil {
+		t.Fatalf("envconfig: %v", err)
+	}
+	got := config.Defaults(sampleConfig{URL: "nats://y"})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Defaults = %+v\nenvconfig = %+v", got, want)
+	}
+	if got := config.Defaults(sampleConfig{Count: 7}); got.Count != 7 || got.Timeout != 30*time.Second {
+		t.Errorf("Defaults kept Count %d and set Timeout %s, want 7 and 30s", got.Count, got.Timeout)
+	}
+	type odd struct {
+		N     int     `default:"many"`
+		F     float64 `default:"0.5"`
+		U     uint8   `default:"0x10"`
+		Flags []bool  `default:"true"`
+	}
+	if got := config.Defaults(odd{}); got.N != 0 || got.F != 0.5 || got.U != 16 || got.Flags != nil {
+		t.Errorf("Defaults(odd{}) = %+v, want N and Flags left zero", got)
+	}
+}

@@ -40,19 +40,10 @@ type Config struct {
 	ProgressEvery time.Duration `envconfig:"MCP_PROGRESS_EVERY" default:"10s"`
 }
 
+// withDefaults gives every zero field its documented default (its
+// default tag) and trims APITokens.
 func (c Config) withDefaults() Config {
-	if c.NATSURL == "" {
-		c.NATSURL = "nats://127.0.0.1:4222"
-	}
-	if c.StateTTL == 0 {
-		c.StateTTL = time.Hour
-	}
-	if c.WaitCap == 0 {
-		c.WaitCap = 5 * time.Minute
-	}
-	if c.ProgressEvery == 0 {
-		c.ProgressEvery = 10 * time.Second
-	}
+	c = config.Defaults(c)
 	c.APITokens = config.List(c.APITokens)
 	return c
 }
