@@ -4,3 +4,11 @@ package router
 // fan-out (nil: none). Call it before starting routers, and again with nil
 // after they stopped.
 func SetFanoutStep(f func(mid string)) { fanoutStep = f }
+
+// SetMaxWaitingThreads sets how many threads one question lists at most
+// and returns the previous bound. Call it before starting routers.
+func SetMaxWaitingThreads(n int) int {
+	old := maxWaitingThreads
+	maxWaitingThreads = n
+	return old
+}

@@ -81,6 +81,12 @@ func remembers(rt *Route, kind string) bool {
 	return rt != nil && rt.Remember > 0 && (kind != "approval" || rt.RememberApprovals)
 }
 
+// maxWaitingThreads bounds the threads one question lists (about 170
+// bytes each in its record, which must stay well under NATS's 1 MiB
+// message): the next matching question is asked on its own and is joined
+// from then on. A variable for tests.
+var maxWaitingThreads = 2000
+
 // errJoinLater reports a matching question whose record is not written
 // yet: the joiner waits for it (a redelivery) rather than ask twice.
 var errJoinLater = errors.New("router: the matching question is being recorded")
@@ -151,7 +157,7 @@ func (s *Service) joinQuestion(ctx context.Context, lid string, r *record) (join
 			joined = true
 			return false, nil
 		}
-		if l.Status != statusAsked || l.MatchKey != r.MatchKey {
+		if l.Status != statusAsked || l.MatchKey != r.MatchKey || len(l.WaitingThreads) >= maxWaitingThreads {
 			return false, nil
 		}
 		open, joined = true, true
@@ -201,7 +207,7 @@ func (r *record) asJoined(lid string) {
 // release, the answer to remember.
 func (s *Service) settled(r *record, remember bool) {
 	r.Fanout = r.joinedIDs()
-	if r.MatchKey != "" {
+	if r.MatchKey != "" && r.JoinedTo == "" {
 		r.Release = true
 	}
 	if remember {

@@ -566,3 +566,23 @@ func TestSuggestions(t *testing.T) {
 		}
 	}
 }
+
+// TestAskOnceFullQuestion: a question lists a bounded number of threads;
+// the next matching one is asked on its own and gathers the later ones.
+func TestAskOnceFullQuestion(t *testing.T) {
+	old := router.SetMaxWaitingThreads(3)
+	t.Cleanup(func() { router.SetMaxWaitingThreads(old) })
+	e := newEnv(t, "routes:\n  - name: default\n")
+	e.startRouter(e.config())
+	full := e.askGroup(sameQuestion, 3)
+	second := e.askFrom(sameQuestion, 3)
+	e.waitQuestionEvents(second, 1)
+	third := e.askFrom(sameQuestion, 4)
+	rec := e.waitRecord(third, "joined", func(r questionRecord) bool { return r.Status == lifecycle.StatusJoined })
+	if rec.JoinedTo != second {
+		t.Errorf("after a full question, the next joined %s, want %s (the one asked after it)", rec.JoinedTo, second)
+	}
+	if lead, _ := e.record(full[0]); len(lead.WaitingThreads) != 3 {
+		t.Errorf("the full question lists %d threads, want 3", len(lead.WaitingThreads))
+	}
+}
