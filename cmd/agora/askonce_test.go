@@ -2,10 +2,17 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -146,5 +153,173 @@ func TestQuestionsShowAskOnce(t *testing.T) {
 	// An unknown id says how to list them.
 	if r := agora(t, "questions", "show", "q-01NOSUCHQUESTION"); r.code != 1 || !strings.Contains(r.stderr, "no question q-01NOSUCHQUESTION") || !strings.Contains(r.stderr, "questions --status all") {
 		t.Errorf("show of an unknown question: %s", r)
+	}
+}
+
+// devWithRoutes starts an agora dev of its own with the routing file
+// routes and returns the environment of client commands against it; it
+// stops when the test ends.
+func devWithRoutes(t *testing.T, routes string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(file, []byte(routes), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	natsAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(agoraBin, "dev", "--memory", "--http", httpAddr, "--nats-listen", natsAddr, "--workers", "4", "--router-config", file)
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), "TMPDIR="+dir, "AGORA_LOG_LEVEL=warn")
+	var log testkit.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	testkit.Eventually(t, 60*time.Second, "agora dev's /healthz", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("agora dev exited: %s", log.String())
+		default:
+		}
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return append(cleanEnv(), "AGORA_NATS_URL=nats://"+natsAddr, "USER=tester")
+}
+
+// renamer asks which name the config loader gets, with a dedupe key, and
+// resumed copies its input (the answer among it) to its output.
+const renamer = `if grep -q '"answer"' "$AGORA_INPUT_FILE"; then cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"; else exec "$0" needs-input --question "Rename the config loader to readConfig or parseConfig?" --option readConfig --option parseConfig --kind decision --dedupe-key config-loader-name; fi`
+
+// Ask once, end to end through the CLI against agora dev: three threads
+// asking the same question wait on one, shown as asked by 3 threads; a
+// thread whose question joined says which it waits on; one answer
+// finishes all three; the route remembers it, agora decisions lists it,
+// a fourth thread is answered from it with its provenance, and once
+// forgotten the question is asked again.
+func TestAskOnceEndToEnd(t *testing.T) {
+	t.Parallel()
+	env := devWithRoutes(t, "routes:\n  - name: default\n    answerer: human\n    remember: 720h\n")
+	run := func(args ...string) result { t.Helper(); return agoraWith(t, env, args...) }
+	must := func(args ...string) result {
+		t.Helper()
+		r := run(args...)
+		if r.code != 0 {
+			t.Fatalf("agora %s: %s", strings.Join(args, " "), r)
+		}
+		return r
+	}
+	def, _ := json.Marshal(map[string]any{"name": "renamer", "runtime": "exec", "command": []string{"/bin/sh", "-c", renamer, agoraBin}})
+	must("subagent", "apply", "-f", writeFile(t, "renamer.json", string(def)))
+
+	// Three threads ask.
+	var threads []string
+	for range 3 {
+		r := run("dispatch", "renamer", "--round", "--json")
+		if r.code != 4 {
+			t.Fatalf("dispatch: %s", r)
+		}
+		lines := jsonLines(t, r.stdout)
+		threads = append(threads, lines[len(lines)-1]["data"].(map[string]any)["thread_id"].(string))
+	}
+	asked := "q-" + threads[0]
+	testkit.Eventually(t, 30*time.Second, "one question for three threads", func() bool {
+		lines := jsonLines(t, must("questions", "--json").stdout)
+		wt, _ := func() ([]any, bool) {
+			if len(lines) != 1 {
+				return nil, false
+			}
+			w, ok := lines[0]["waiting_threads"].([]any)
+			return w, ok
+		}()
+		return len(lines) == 1 && lines[0]["question_id"] == asked && len(wt) == 3
+	})
+	if out := must("questions").stdout; !strings.Contains(out, "asked by 3 threads") {
+		t.Errorf("questions:\n%s", out)
+	}
+	show := must("questions", "show", asked).stdout
+	for _, th := range threads {
+		if !strings.Contains(show, th) {
+			t.Errorf("questions show lacks thread %s:\n%s", th, show)
+		}
+	}
+	// The second thread waits on the first's question.
+	if out := must("status", threads[1]).stdout; !strings.Contains(out, "waits on") || !strings.Contains(out, asked) || !strings.Contains(out, "answer "+asked) {
+		t.Errorf("status of a thread whose question joined:\n%s", out)
+	}
+
+	// One answer finishes all three.
+	must("answer", asked, "parseConfig")
+	for _, th := range threads {
+		testkit.Eventually(t, 30*time.Second, "thread "+th+" finished", func() bool {
+			return jsonLines(t, must("status", th, "--thread", "--json").stdout)[0]["status"] == "finished"
+		})
+	}
+
+	// The route remembered the answer.
+	var d map[string]any
+	testkit.Eventually(t, 10*time.Second, "the decision listed", func() bool {
+		lines := jsonLines(t, must("decisions", "list", "--json").stdout)
+		if len(lines) == 1 {
+			d = lines[0]
+		}
+		return len(lines) == 1
+	})
+	if d["question_id"] != asked || d["answer"] != "parseConfig" || d["route"] != "default" || d["answered_by"] != "tester" {
+		t.Errorf("decision = %v", d)
+	}
+	id := d["id"].(string)
+	if r := must("decisions", "list", "--route", "default"); !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "parseConfig") || !strings.Contains(r.stderr, "decisions forget ID") {
+		t.Errorf("decisions list:\n%s", r)
+	}
+	if r := must("decisions", "list", "--route", "other"); r.stdout != "" || !strings.Contains(r.stderr, "route other remembers") {
+		t.Errorf("decisions list of another route:\n%s", r)
+	}
+
+	// A fourth thread is answered from memory, at once.
+	r := must("dispatch", "renamer", "--wait", "--json")
+	lines := jsonLines(t, r.stdout)
+	fourth := lines[len(lines)-1]["data"].(map[string]any)["thread_id"].(string)
+	if !strings.Contains(r.stdout, `"answered_by":"memory:`+asked+`"`) {
+		t.Errorf("the fourth thread's resumed input lacks answered_by memory:%s:\n%s", asked, r.stdout)
+	}
+	q := jsonLines(t, must("questions", "--status", "answered", "--thread", fourth, "--json").stdout)
+	if len(q) != 1 || q[0]["answered_by"] != "memory:"+asked || q[0]["reused"].(map[string]any)["question_id"] != asked {
+		t.Errorf("the fourth thread's question: %v", q)
+	}
+	if out := must("questions", "--status", "answered", "--thread", fourth).stdout; !strings.Contains(out, "reused the decision of "+asked+" by tester") {
+		t.Errorf("questions of the fourth thread:\n%s", out)
+	}
+
+	// Forgotten, the question is asked again.
+	if r := must("decisions", "forget", id); !strings.Contains(r.stdout, "forgot "+id) || !strings.Contains(r.stdout, "asked again") {
+		t.Errorf("forget: %s", r)
+	}
+	if r := run("decisions", "forget", id); r.code != 1 || !strings.Contains(r.stderr, "no remembered decision "+id) || !strings.Contains(r.stderr, "decisions list") {
+		t.Errorf("forget again: %s", r)
+	}
+	if r := run("decisions", "forget", "not.an id"); r.code != 1 || !strings.Contains(r.stderr, "is not a decision id") {
+		t.Errorf("forget of a bad id: %s", r)
+	}
+	if r := must("decisions", "list"); r.stdout != "" || !strings.Contains(r.stderr, "no route remembers") {
+		t.Errorf("decisions list after forgetting: %s", r)
+	}
+	if r := run("dispatch", "renamer", "--round"); r.code != 4 {
+		t.Errorf("after forgetting, the question is asked again: %s", r)
 	}
 }
