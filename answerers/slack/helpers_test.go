@@ -607,31 +607,6 @@ func (w *world) question(t *testing.T, threadID string) lifecycle.Question {
 	return qs[0]
 }
 
-// counter reads a counter of the answerer's registry.
-func (w *world) counter(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := w.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metric
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
-
 func waitThread(t *testing.T, c *client.Client, threadID string) lifecycle.Data {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -141,7 +141,7 @@ func TestSignatures(t *testing.T) {
 	if q := w.question(t, d.ThreadID); q.Status != "asked" {
 		t.Fatalf("a refused request answered: %+v", q)
 	}
-	if n := w.counter(t, "agora_slack_requests_refused_total", nil); n != 5 {
+	if n := testkit.Counter(t, w.reg, "agora_slack_requests_refused_total", nil); n != 5 {
 		t.Errorf("refused requests counted %v, want 5", n)
 	}
 
@@ -152,7 +152,7 @@ func TestSignatures(t *testing.T) {
 	if code, _ := good.send(t, w.http.URL); code != http.StatusUnauthorized {
 		t.Errorf("replay: HTTP %d, want 401", code)
 	}
-	if n := w.counter(t, "agora_slack_requests_refused_total", map[string]string{"reason": "replay"}); n != 1 {
+	if n := testkit.Counter(t, w.reg, "agora_slack_requests_refused_total", map[string]string{"reason": "replay"}); n != 1 {
 		t.Errorf("replays counted %v", n)
 	}
 	waitThread(t, w.Client, d.ThreadID)
@@ -192,10 +192,10 @@ func TestSlackDown(t *testing.T) {
 	if gap := calls[1].At.Sub(calls[0].At); gap < 900*time.Millisecond {
 		t.Errorf("retried %s after a 429 with Retry-After: 1", gap)
 	}
-	if n := w.counter(t, "agora_slack_post_failures_total", map[string]string{"route": "ops", "reason": "api"}); n != 1 {
+	if n := testkit.Counter(t, w.reg, "agora_slack_post_failures_total", map[string]string{"route": "ops", "reason": "api"}); n != 1 {
 		t.Errorf("post failures counted %v", n)
 	}
-	if n := w.counter(t, "agora_slack_api_calls_total", map[string]string{"method": "chat.postMessage", "result": "rate_limited"}); n != 1 {
+	if n := testkit.Counter(t, w.reg, "agora_slack_api_calls_total", map[string]string{"method": "chat.postMessage", "result": "rate_limited"}); n != 1 {
 		t.Errorf("rate-limited calls counted %v", n)
 	}
 	if _, err := w.Client.Answer(t.Context(), q.QuestionID, lifecycle.Answer{Answer: "B", AnsweredBy: "carol"}); err != nil {

@@ -135,33 +135,6 @@ func (h *harness) ask(t *testing.T) string {
 	return d.DispatchID
 }
 
-func (h *harness) count(metric string, labels ...string) float64 {
-	mfs, _ := h.reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != metric {
-			continue
-		}
-		total := 0.0
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			total += m.GetCounter().GetValue()
-		}
-		return total
-	}
-	return 0
-}
-
 func (h *harness) route(t *testing.T, qid string) string {
 	t.Helper()
 	q, err := h.sys.Client.Question(t.Context(), qid)
@@ -241,7 +214,7 @@ func TestPostsSignedQuestionWithLinksThatAnswer(t *testing.T) {
 	if !ok || !strings.Contains(string(fin.Output), `"answer":"B"`) || !strings.Contains(string(fin.Output), `"answered_by":"dana@example.com"`) {
 		t.Errorf("thread ended %T %s", end.Data, fin.Output)
 	}
-	if n := h.count("agora_webhook_deliveries_total", "result", "delivered"); n != 1 {
+	if n := testkit.Counter(t, h.reg, "agora_webhook_deliveries_total", map[string]string{"result": "delivered"}); n != 1 {
 		t.Errorf("delivered = %v, want 1", n)
 	}
 }
@@ -267,7 +240,9 @@ func TestRetriesThenDelivers(t *testing.T) {
 	})
 	h := start(t, webhook.Config{URL: rcv.srv.URL})
 	qid := lifecycle.QuestionID(h.ask(t))
-	testkit.Eventually(t, 30*time.Second, "delivered", func() bool { return h.count("agora_webhook_deliveries_total", "result", "delivered") == 1 })
+	testkit.Eventually(t, 30*time.Second, "delivered", func() bool {
+		return testkit.Counter(t, h.reg, "agora_webhook_deliveries_total", map[string]string{"result": "delivered"}) == 1
+	})
 	if n := rcv.count(); n != 3 {
 		t.Errorf("%d POSTs, want 3", n)
 	}
@@ -281,7 +256,7 @@ func TestRetriesThenDelivers(t *testing.T) {
 		t.Errorf("retried %s after a Retry-After of 1s", gap)
 	}
 	mu.Unlock()
-	if n := h.count("agora_webhook_retries_total"); n != 2 {
+	if n := testkit.Counter(t, h.reg, "agora_webhook_retries_total", nil); n != 2 {
 		t.Errorf("retries = %v, want 2", n)
 	}
 	if r := h.route(t, qid); r != "hooks" {
@@ -306,7 +281,9 @@ func TestFailureDeclinesToTheFallback(t *testing.T) {
 			if n := rcv.count(); n != tc.posts {
 				t.Errorf("%d POSTs, want %d", n, tc.posts)
 			}
-			testkit.Eventually(t, 30*time.Second, "counted", func() bool { return h.count("agora_webhook_declined_total", "route", "hooks") == 1 })
+			testkit.Eventually(t, 30*time.Second, "counted", func() bool {
+				return testkit.Counter(t, h.reg, "agora_webhook_declined_total", map[string]string{"route": "hooks"}) == 1
+			})
 			q, err := h.sys.Client.Question(t.Context(), qid)
 			if err != nil || q.Status != "asked" {
 				t.Errorf("question %+v, %v: want it still asked, on the fallback", q, err)
@@ -328,7 +305,9 @@ func TestAnsweredElsewhereIsNotPosted(t *testing.T) {
 	if _, err := h.sys.Client.Answer(t.Context(), qid, lifecycle.Answer{Answer: "A", AnsweredBy: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 30*time.Second, "skipped", func() bool { return h.count("agora_webhook_deliveries_total", "result", "skipped") == 1 })
+	testkit.Eventually(t, 30*time.Second, "skipped", func() bool {
+		return testkit.Counter(t, h.reg, "agora_webhook_deliveries_total", map[string]string{"result": "skipped"}) == 1
+	})
 	if n := rcv.count(); n != 1 {
 		t.Errorf("%d POSTs, want 1: the question was answered before the retry", n)
 	}

@@ -1,17 +1,21 @@
 // Package testkit holds the small helpers many test packages share: waiting
 // for a condition, running a service for the length of a test, checking a
-// validation error, comparing served routes with the API document, and a
-// log buffer safe for concurrent writers.
+// validation error, comparing served routes with the API document, reading
+// a counter of a metrics registry, stopping a child process, and a log
+// buffer safe for concurrent writers.
 package testkit
 
 import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Eventually waits until cond holds, checking every 20ms, and fails the
@@ -134,4 +138,53 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// StopProcess sends p sig and waits until exited is closed (by whoever
+// waits for p); when grace passes first it kills p and waits on.
+func StopProcess(p *os.Process, sig os.Signal, exited <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
+	}
+}
+
+// Counter sums the counter name of g over the series that carry every
+// label of labels with its value (nil: every series), failing the test
+// when g cannot be gathered.
+func Counter(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("testkit: gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			series := map[string]string{}
+			for _, p := range m.GetLabel() {
+				series[p.GetName()] = p.GetValue()
+			}
+			if carries(series, labels) {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// carries reports whether series has every label of want with its value.
+func carries(series, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := series[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }

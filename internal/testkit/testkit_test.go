@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agora-dispatch/agora/internal/testkit"
 )
 
@@ -170,5 +172,29 @@ func TestListen(t *testing.T) {
 	if c, err := net.Dial("tcp", addr); err == nil {
 		c.Close()
 		t.Errorf("%s still accepts after its test ended", addr)
+	}
+}
+
+func TestCounter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calls_total", Help: "calls"}, []string{"method", "result"})
+	reg.MustRegister(c)
+	c.WithLabelValues("get", "ok").Add(2)
+	c.WithLabelValues("get", "error").Inc()
+	c.WithLabelValues("put", "ok").Add(4)
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"calls_total", nil, 7},
+		{"calls_total", map[string]string{"method": "get"}, 3},
+		{"calls_total", map[string]string{"method": "get", "result": "ok"}, 2},
+		{"calls_total", map[string]string{"route": "x"}, 0},
+		{"other_total", nil, 0},
+	} {
+		if got := testkit.Counter(t, reg, tc.name, tc.labels); got != tc.want {
+			t.Errorf("Counter(%s, %v) = %v, want %v", tc.name, tc.labels, got, tc.want)
+		}
 	}
 }

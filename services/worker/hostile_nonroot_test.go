@@ -145,13 +145,7 @@ func (h *harness) startUnprivilegedWorker(env ...string) *unprivilegedWorker {
 		close(w.exited)
 	}()
 	t.Cleanup(func() {
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-w.exited:
-		case <-time.After(15 * time.Second):
-			_ = w.cmd.Process.Kill()
-			<-w.exited
-		}
+		testkit.StopProcess(w.cmd.Process, syscall.SIGTERM, w.exited, 15*time.Second)
 		if t.Failed() || testing.Verbose() {
 			t.Logf("the unprivileged worker's output:\n%s", w.logs)
 		}
