@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -125,24 +126,13 @@ func (c Config) artifactCaps() (artifactCaps, error) {
 	return caps, errors.Join(errs...)
 }
 
+// withDefaults gives every zero field its default: its default tag, for
+// WorkspaceRoot agora-workspaces in the temporary directory, for ID
+// host-pid.
 func (c Config) withDefaults() Config {
-	if c.NATSURL == "" {
-		c.NATSURL = "nats://127.0.0.1:4222"
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
+	c = config.Defaults(c)
 	if c.WorkspaceRoot == "" {
 		c.WorkspaceRoot = filepath.Join(os.TempDir(), "agora-workspaces")
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.KillGrace == 0 {
-		c.KillGrace = 5 * time.Second
-	}
-	if c.PullExpiry == 0 {
-		c.PullExpiry = 2 * time.Second
 	}
 	if c.ID == "" {
 		h, _ := os.Hostname()
@@ -150,9 +140,6 @@ func (c Config) withDefaults() Config {
 			h = "worker"
 		}
 		c.ID = fmt.Sprintf("%s-%d", h, os.Getpid())
-	}
-	if c.ClaudeBin == "" {
-		c.ClaudeBin = "claude"
 	}
 	return c
 }
