@@ -87,16 +87,18 @@ func TestMCPHTTPOnDev(t *testing.T) {
 
 // The sub-agent's two ways to ask — the agora needs-input verb and the
 // require_input MCP tool served by the worker's own binary — each write a
-// sentinel that the worker turns into needs_input with the same fields.
+// sentinel that the worker turns into needs_input with the same fields;
+// both take a dedupe key and the opt-out of reuse, and refuse a bad key
+// naming the rule.
 func TestSubagentAsksWithTheVerbAndTheTool(t *testing.T) {
 	t.Parallel()
 	devServer(t)
 	verb, _ := json.Marshal(map[string]any{"name": "ask-verb", "runtime": "exec", "command": []string{agoraBin, "needs-input",
-		"--question", "Ship it?", "--kind", "approval", "--context", "via the verb", "--partial-state", `{"k":"v","n":[1,2]}`}})
+		"--question", "Ship it?", "--kind", "approval", "--context", "via the verb", "--partial-state", `{"k":"v","n":[1,2]}`, "--dedupe-key", "ship-decision", "--no-reuse"}})
 	// A shell speaking MCP's JSON-RPC to `agora` started as the server.
 	rpc := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}
 {"jsonrpc":"2.0","method":"notifications/initialized"}
-{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"require_input","arguments":{"question":"Ship it?","kind":"approval","context":"via the tool","partial_state":{"k":"v","n":[1,2]}}}}`
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"require_input","arguments":{"question":"Ship it?","kind":"approval","context":"via the tool","partial_state":{"k":"v","n":[1,2]},"dedupe_key":"ship-decision","reuse":false}}}`
 	tool, _ := json.Marshal(map[string]any{"name": "ask-tool", "runtime": "exec", "command": []string{"sh", "-c",
 		`{ printf '%s\n' "$1"; sleep 2; } | AGORA_SUBAGENT_MCP=serve "$0"`, agoraBin, rpc}})
 	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "ask-verb.json", string(verb)), "-f", writeFile(t, "ask-tool.json", string(tool)))
@@ -125,6 +127,14 @@ func TestSubagentAsksWithTheVerbAndTheTool(t *testing.T) {
 	r = agoraWith(t, append(cleanEnv(), "AGORA_WORKSPACE="+ws), "needs-input", "--question", "q", "--partial-state", "{not json")
 	if r.code != 1 || !strings.Contains(r.stderr, "--partial-state: not valid JSON") {
 		t.Errorf("needs-input with bad state: %s", r)
+	}
+	r = agoraWith(t, append(cleanEnv(), "AGORA_WORKSPACE="+ws), "needs-input", "--question", "q", "--dedupe-key", "a\tb")
+	if r.code != 1 || !strings.Contains(r.stderr, "--dedupe-key: must not hold control characters") || !strings.Contains(r.stderr, "without control characters, e.g.") {
+		t.Errorf("needs-input with a bad dedupe key: %s", r)
+	}
+	r = agoraWith(t, append(cleanEnv(), "AGORA_WORKSPACE="+ws), "needs-input", "--question", "q", "--dedupe-key", strings.Repeat("k", 257))
+	if r.code != 1 || !strings.Contains(r.stderr, "--dedupe-key: longer than 256 bytes") {
+		t.Errorf("needs-input with a long dedupe key: %s", r)
 	}
 	if _, err := exec.Command("test", "-e", ws+"/.agora/needs_input.json").CombinedOutput(); err == nil {
 		t.Error("a refused needs-input wrote the sentinel")

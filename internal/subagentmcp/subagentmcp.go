@@ -101,6 +101,8 @@ type RequireInputArgs struct {
 	Kind         string          `json:"kind,omitempty" jsonschema:"clarification, decision, information or approval"`
 	Context      string          `json:"context,omitempty" jsonschema:"what the person needs to know to answer, in plain text"`
 	PartialState json.RawMessage `json:"partial_state,omitempty"`
+	DedupeKey    string          `json:"dedupe_key,omitempty" jsonschema:"a short stable name for the decision you ask for, the same in every run and sub-agent that could ask it (e.g. config-loader-name, not the question's wording): sibling sub-agents asking with the same key wait on one question, answered once, and a route that remembers decisions may answer it from an earlier one. Leave it out for a question only this run would ask. At most 256 bytes, no control characters"`
+	Reuse        *bool           `json:"reuse,omitempty" jsonschema:"false asks for a fresh answer: never answer this question from a remembered earlier decision (use it when circumstances changed since it may have been asked before); leave out otherwise"`
 }
 
 // RequireInputResult is the tool's structured result.
@@ -110,7 +112,7 @@ type RequireInputResult struct {
 	Next     string `json:"next"`
 }
 
-const requireInputDesc = `Ask the operator a question instead of guessing, when the task is ambiguous and only they can decide (which of two functions to change, whether a risky step is approved, a fact you cannot find out yourself). Save your analysis so far in partial_state. After calling it, STOP: end your turn without doing more work. Agora routes the question to a person and starts you again with the answer ("answer" in your input file) and your partial_state. Calling it again replaces the earlier question (one question per run).`
+const requireInputDesc = `Ask the operator a question instead of guessing, when the task is ambiguous and only they can decide (which of two functions to change, whether a risky step is approved, a fact you cannot find out yourself). Save your analysis so far in partial_state. After calling it, STOP: end your turn without doing more work. Agora routes the question to a person and starts you again with the answer ("answer" in your input file) and your partial_state. Calling it again replaces the earlier question (one question per run). When other sub-agents working on the same task may hit the same decision, give it a dedupe_key naming the decision (e.g. "config-loader-name"): they are all asked once and resumed with the one answer.`
 
 // Server returns the sub-agent's MCP server with the require_input tool.
 func Server() *mcp.Server {
@@ -131,7 +133,8 @@ func Server() *mcp.Server {
 			if err != nil {
 				return nil, nil, err
 			}
-			r := sentinel.Request{Question: in.Question, Options: in.Options, Kind: sentinel.Kind(in.Kind), Context: in.Context}
+			r := sentinel.Request{Question: in.Question, Options: in.Options, Kind: sentinel.Kind(in.Kind), Context: in.Context,
+				DedupeKey: in.DedupeKey, Reuse: in.Reuse}
 			if len(in.PartialState) > 0 && string(in.PartialState) != "null" {
 				r.PartialState = in.PartialState
 			}

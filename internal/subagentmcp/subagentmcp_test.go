@@ -106,6 +106,51 @@ func TestRequireInputWritesTheSentinel(t *testing.T) {
 	}
 }
 
+// require_input takes dedupe_key and reuse, and its schema tells a model
+// when to give a key.
+func TestRequireInputDedupeKeyAndReuse(t *testing.T) {
+	ws := t.TempDir()
+	cs := connect(t, "AGORA_WORKSPACE="+ws)
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tool *mcp.Tool
+	for _, tl := range tools.Tools {
+		if tl.Name == "require_input" {
+			tool = tl
+		}
+	}
+	schema, _ := json.Marshal(tool.InputSchema)
+	var in struct {
+		Properties map[string]struct {
+			Type        any    `json:"type"`
+			Description string `json:"description"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(schema, &in); err != nil {
+		t.Fatal(err)
+	}
+	if d := in.Properties["dedupe_key"].Description; !strings.Contains(d, "config-loader-name") || !strings.Contains(d, "sibling sub-agents") {
+		t.Errorf("dedupe_key's description = %q", d)
+	}
+	if d := in.Properties["reuse"].Description; !strings.Contains(d, "fresh answer") {
+		t.Errorf("reuse's description = %q", d)
+	}
+	if !strings.Contains(tool.Description, "dedupe_key") {
+		t.Errorf("the tool's description does not teach dedupe_key: %q", tool.Description)
+	}
+
+	res := call(t, cs, map[string]any{"question": "Rename to readConfig or parseConfig?", "options": []string{"readConfig", "parseConfig"},
+		"dedupe_key": "config-loader-name", "reuse": false})
+	if res.IsError || !strings.Contains(text(res), "Stop now") {
+		t.Fatalf("require_input with dedupe_key and reuse: %s", text(res))
+	}
+	if r, err := sentinel.Resolve(ws); err != nil || r.Status != sentinel.Valid || r.Request.Question != "Rename to readConfig or parseConfig?" {
+		t.Fatalf("resolve = %+v %v", r, err)
+	}
+}
+
 func TestRequireInputRefusesBadCalls(t *testing.T) {
 	ws := t.TempDir()
 	cs := connect(t, "AGORA_WORKSPACE="+ws)
@@ -118,6 +163,8 @@ func TestRequireInputRefusesBadCalls(t *testing.T) {
 		{"bad kind", map[string]any{"question": "q", "kind": "vote"}, "kind"},
 		{"empty option", map[string]any{"question": "q", "options": []string{"A", ""}}, "options[1]"},
 		{"state over the cap", map[string]any{"question": "q", "partial_state": strings.Repeat("x", sentinel.MaxSize)}, "1048576"},
+		{"dedupe key with a newline", map[string]any{"question": "q", "dedupe_key": "a\nb"}, "dedupe_key: must not hold control characters"},
+		{"dedupe key too long", map[string]any{"question": "q", "dedupe_key": strings.Repeat("k", sentinel.MaxDedupeKey+1)}, "dedupe_key: longer than 256 bytes"},
 	} {
 		res := call(t, cs, c.args)
 		if !res.IsError || !strings.Contains(text(res), c.want) || !strings.Contains(text(res), "nothing was written") {
