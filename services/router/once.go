@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -147,27 +148,94 @@ func (s *Service) join(ctx context.Context, r *record) (string, error) {
 	return "", fmt.Errorf("router: %s: %d conflicting writers", key, maxCAS)
 }
 
+// joinQueues gathers the joins to one question that arrive while its
+// record is being written, so they are written together: thirty threads
+// of one fan-out join with a few compare-and-sets, not thirty that lose
+// to each other and read the growing record again.
+type joinQueues struct {
+	mu sync.Mutex
+	m  map[string]*joinBatch
+}
+
+type joinBatch struct{ reqs []*joinReq }
+
+type joinReq struct {
+	r    *record
+	done chan joinResult
+}
+
+type joinResult struct {
+	joined, open bool
+	err          error
+}
+
 // joinQuestion lists r's thread on question lid while it is asked. joined
 // reports that r's thread is on it (now or from an earlier try); open that
-// lid still waits (false: r must not join it).
+// lid still waits (false: r must not join it). The first caller for lid
+// writes every join queued meanwhile, batch after batch, until none waits.
 func (s *Service) joinQuestion(ctx context.Context, lid string, r *record) (joined, open bool, err error) {
-	_, _, err = s.store.update(ctx, lid, func(l *record) (bool, error) {
-		joined, open = false, false
-		if l.waitingOn(r.QuestionID) || slices.Contains(l.Fanout, r.QuestionID) {
-			joined = true
-			return false, nil
+	req := &joinReq{r: r, done: make(chan joinResult, 1)}
+	q := &s.joins
+	q.mu.Lock()
+	if q.m == nil {
+		q.m = map[string]*joinBatch{}
+	}
+	b, running := q.m[lid]
+	if !running {
+		b = &joinBatch{}
+		q.m[lid] = b
+	}
+	b.reqs = append(b.reqs, req)
+	q.mu.Unlock()
+	if !running {
+		for {
+			q.mu.Lock()
+			reqs := b.reqs
+			b.reqs = nil
+			if len(reqs) == 0 {
+				delete(q.m, lid)
+				q.mu.Unlock()
+				break
+			}
+			q.mu.Unlock()
+			s.writeJoins(ctx, lid, reqs)
 		}
-		if l.Status != statusAsked || l.MatchKey != r.MatchKey || len(l.WaitingThreads) >= maxWaitingThreads {
-			return false, nil
+	}
+	res := <-req.done
+	return res.joined, res.open, res.err
+}
+
+// writeJoins lists the threads of reqs on question lid with one
+// compare-and-set (retried on conflict) and tells each how it went.
+func (s *Service) writeJoins(ctx context.Context, lid string, reqs []*joinReq) {
+	res := make([]joinResult, len(reqs))
+	_, _, err := s.store.update(ctx, lid, func(l *record) (bool, error) {
+		changed := false
+		for i, q := range reqs {
+			r := q.r
+			res[i] = joinResult{}
+			if l.waitingOn(r.QuestionID) || slices.Contains(l.Fanout, r.QuestionID) {
+				res[i].joined = true
+				continue
+			}
+			if l.Status != statusAsked || l.MatchKey != r.MatchKey || len(l.WaitingThreads) >= maxWaitingThreads {
+				continue
+			}
+			if len(l.WaitingThreads) == 0 && !l.Left {
+				l.WaitingThreads = append(l.WaitingThreads, l.thread())
+			}
+			l.WaitingThreads = append(l.WaitingThreads, r.thread())
+			res[i] = joinResult{joined: true, open: true}
+			changed = true
 		}
-		open, joined = true, true
-		if len(l.WaitingThreads) == 0 && !l.Left {
-			l.WaitingThreads = append(l.WaitingThreads, l.thread())
-		}
-		l.WaitingThreads = append(l.WaitingThreads, r.thread())
-		return true, nil
+		return changed, nil
 	})
-	return joined, open, err
+	for i, q := range reqs {
+		if err != nil {
+			res[i] = joinResult{err: err}
+		}
+		q.done <- res[i]
+	}
 }
 
 // thread is r's entry in a waiting_threads list.

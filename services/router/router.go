@@ -124,6 +124,7 @@ type Service struct {
 	answers    jetstream.Consumer
 
 	locks     [64]sync.Mutex
+	joins     joinQueues // joins to one question, written together (once.go)
 	idx       *index
 	cancelled *cancelMemo
 	inflight  sync.Map // question ids being advanced by the scanner
@@ -452,9 +453,14 @@ func (s *Service) Handler() http.Handler {
 // lock serialises the work of this process on one question, which keeps
 // compare-and-set conflicts for the replicas' races only.
 func (s *Service) lock(qid string) *sync.Mutex {
+	return &s.locks[stripe(qid, len(s.locks))]
+}
+
+// stripe picks one of n locks for id.
+func stripe(id string, n int) int {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(qid))
-	return &s.locks[h.Sum32()%uint32(len(s.locks))]
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
 }
 
 // verdict is what becomes of a stream message (pkg/consume's verdict),
