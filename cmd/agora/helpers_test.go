@@ -174,13 +174,7 @@ func startDev() (*devProcess, error) {
 
 // stop interrupts dev (it drains) and kills it when that takes too long.
 func (d *devProcess) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-d.exited:
-	case <-time.After(15 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.exited
-	}
+	testkit.StopProcess(d.cmd.Process, syscall.SIGINT, d.exited, 15*time.Second)
 }
 
 // cleanEnv is the test's environment without AGORA_ settings.
