@@ -294,20 +294,30 @@ func (s *Service) followUp(ctx context.Context, qid string) error {
 	if len(r.Fanout) == 0 && !r.Release && !r.Memorize {
 		return nil
 	}
-	var done []string
-	var errs error
+	var (
+		mu   sync.Mutex
+		done []string
+		errs error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, fanoutWidth)
+	)
 	for _, mid := range r.Fanout {
-		if fanoutStep != nil {
-			fanoutStep(mid)
-		}
-		ok, err := s.endJoined(ctx, mid, r)
-		if err != nil {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if fanoutStep != nil {
+				fanoutStep(mid)
+			}
+			ok, err := s.endJoined(ctx, mid, r)
+			mu.Lock()
+			defer mu.Unlock()
 			errs = errors.Join(errs, err)
-		}
-		if ok {
-			done = append(done, mid)
-		}
+			if ok {
+				done = append(done, mid)
+			}
+		})
 	}
+	wg.Wait()
 	memorized := false
 	if r.Memorize {
 		if err := s.remember(ctx, r); err != nil {
@@ -346,6 +356,9 @@ func (s *Service) followUp(ctx context.Context, qid string) error {
 // called before each joined question of a fan-out: a test stops a router
 // there to show another finishes the fan-out exactly once.
 var fanoutStep func(mid string)
+
+// fanoutWidth is how many joined questions one fan-out ends at once.
+const fanoutWidth = 16
 
 // goFollowUp runs followUp for qid in the background, unless the scanner
 // has it in hand (it then does the same).
