@@ -18,6 +18,11 @@ func TestChaosSmallRound(t *testing.T) {
 		Faults     map[string]int `json:"faults"`
 		Anomalies  []string       `json:"anomalies"`
 		Dispatches int            `json:"dispatches"`
+		Questions  int            `json:"questions"`
+		Coalesced  int            `json:"coalesced_questions"`
+		Groups     int            `json:"coalesced_groups"`
+		GroupSizes []int          `json:"group_sizes"`
+		Resumes    int            `json:"resumes_checked"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("chaos --json: %v\n%s", err, r)
@@ -27,6 +32,21 @@ func TestChaosSmallRound(t *testing.T) {
 	}
 	if rep.Threads != 12 || rep.Events == 0 || rep.Dispatches < 12 {
 		t.Fatalf("the audit looked at too little: %+v", rep)
+	}
+	// Ask once: every question asked was matched to one re-dispatch, and
+	// each group holds its asked question and those that joined it.
+	if rep.Resumes != rep.Questions {
+		t.Errorf("%d questions asked, %d matched to a re-dispatch", rep.Questions, rep.Resumes)
+	}
+	sum := 0
+	for _, n := range rep.GroupSizes {
+		if n < 2 {
+			t.Errorf("a group of %d threads: %v", n, rep.GroupSizes)
+		}
+		sum += n
+	}
+	if len(rep.GroupSizes) != rep.Groups || sum != rep.Groups+rep.Coalesced {
+		t.Errorf("%d groups of %v threads, %d questions joined", rep.Groups, rep.GroupSizes, rep.Coalesced)
 	}
 	n := 0
 	for _, v := range rep.Faults {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,20 +74,31 @@ func (c Config) withDefaults() Config {
 
 // Report is what the audit found.
 type Report struct {
-	Threads     int            `json:"threads"`
-	Dispatches  int            `json:"dispatches"`
-	Questions   int            `json:"questions"`
-	Answers     int            `json:"answers_sent"`
-	Events      int            `json:"events_audited"`
-	Faults      map[string]int `json:"faults"`
-	Anomalies   []string       `json:"anomalies"`
-	DurationSec float64        `json:"duration_s"`
+	Threads    int            `json:"threads"`
+	Dispatches int            `json:"dispatches"`
+	Questions  int            `json:"questions"`
+	Answers    int            `json:"answers_sent"`
+	Events     int            `json:"events_audited"`
+	Faults     map[string]int `json:"faults"`
+	// Ask once (docs/design.md §3.5): questions that joined one already
+	// waiting, the groups they made (an asked question with threads
+	// joined) and each group's size in threads, largest first; resumes is
+	// how many re-dispatches the audit matched to an answered question.
+	Coalesced   int      `json:"coalesced_questions"`
+	Groups      int      `json:"coalesced_groups"`
+	GroupSizes  []int    `json:"group_sizes"`
+	Resumes     int      `json:"resumes_checked"`
+	Anomalies   []string `json:"anomalies"`
+	DurationSec float64  `json:"duration_s"`
 }
 
 // OK reports whether the audit found nothing wrong.
 func (r Report) OK() bool { return len(r.Anomalies) == 0 }
 
 const ackWait = 2 * time.Second
+
+// answerAfter is how long a question waits before its answers go out.
+const answerAfter = 1500 * time.Millisecond
 
 // proc is one service process the soak kills and restarts.
 type proc struct {
@@ -96,6 +108,18 @@ type proc struct {
 	log  io.Writer
 	mu   sync.Mutex
 	cmd  *exec.Cmd
+	// restarting serialises restart: two faults on one process never
+	// leave two of it running.
+	restarting sync.Mutex
+}
+
+// restart SIGKILLs p and starts it again after down.
+func (p *proc) restart(down time.Duration) {
+	p.restarting.Lock()
+	defer p.restarting.Unlock()
+	p.signal(syscall.SIGKILL)
+	time.Sleep(down)
+	_ = p.start()
 }
 
 func (p *proc) start() error {
@@ -124,6 +148,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	cfg = cfg.withDefaults()
 	start := time.Now()
 	rep := Report{Faults: map[string]int{}}
+	var fmu sync.Mutex
+	fault := func(name string) { fmu.Lock(); rep.Faults[name]++; fmu.Unlock() }
 	say := func(f string, a ...any) { fmt.Fprintf(progress, f+"\n", a...) }
 	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
@@ -189,7 +215,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	soak, stopSoak := context.WithCancel(ctx)
 	faultCtx, stopFaults := context.WithCancel(soak)
 	var faults sync.WaitGroup
-	faults.Go(func() { inject(faultCtx, cfg, procs, workers, &rep, say) })
+	faults.Go(func() { inject(faultCtx, cfg, procs, workers, fault) })
 
 	// Answers: every question gets one to three concurrent answers.
 	var answering sync.WaitGroup
@@ -200,6 +226,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 			qs, err := c.Questions(soak, client.QuestionFilter{Status: "asked"})
 			if err == nil {
 				for _, q := range qs {
+					// A person takes a moment: meanwhile threads asking the
+					// same question join it.
+					if time.Since(q.AskedAt) < answerAfter {
+						continue
+					}
 					amu.Lock()
 					// Still asked a while after its answers went out (the
 					// router was down): answer again, as a person would.
@@ -210,10 +241,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 					answered[q.QuestionID] = time.Now()
 					n := 1 + rand.IntN(3)
 					rep.Answers += n
+					// One in three answers to a group, while faults go on,
+					// SIGKILLs the router as the first answer is accepted:
+					// in the middle of its fan-out to the joined threads.
+					kill := len(q.WaitingThreads) > 1 && faultCtx.Err() == nil && rand.IntN(3) == 0
+					if kill {
+						fault("router SIGKILL during a fan-out")
+					}
 					amu.Unlock()
+					var once sync.Once
 					for range n {
 						go func() {
-							_, _ = c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
+							_, err := c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
+							if kill && err == nil {
+								once.Do(func() { procs[1].restart(300 * time.Millisecond) })
+							}
 						}()
 					}
 				}
@@ -277,13 +319,20 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	return rep, nil
 }
 
-// define registers the chaos sub-agent.
+// define registers the chaos sub-agent. It asks on half of its first
+// rounds: a quarter of its questions are its thread's own, half one
+// shared text and a quarter one dedupe_key under differing texts; threads
+// asking while one of those waits join it (docs/design.md §3.5).
 func define(ctx context.Context, c *client.Client, marker, side string) error {
 	script := `n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 sleep 0.$((n % 9 + 1))
 if [ $((n % 5)) -eq 0 ]; then setsid sh -c 'sleep 300; :' "` + marker + `" >/dev/null 2>&1 </dev/null & fi
-if [ "$AGORA_ROUND" = 0 ] && [ $((n % 3)) -eq 0 ]; then
-  printf '{"question":"go on?","options":["yes","no"]}' > "$AGORA_NEEDS_INPUT_FILE"; exit 0
+if [ "$AGORA_ROUND" = 0 ] && [ $((n % 2)) -eq 0 ]; then
+  case $((n / 2 % 4)) in
+  0) printf '{"question":"go on with %s?","options":["yes","no"]}' "$AGORA_THREAD_ID" ;;
+  3) printf '{"question":"go on? (%s)","options":["yes","no"],"dedupe_key":"chaos-shared"}' "$AGORA_THREAD_ID" ;;
+  *) printf '{"question":"go on?","options":["yes","no"]}' ;;
+  esac > "$AGORA_NEEDS_INPUT_FILE"; exit 0
 fi
 nonce="$AGORA_DISPATCH_ID-$AGORA_ATTEMPT-$n-$$"
 printf '%s' "$nonce" > "$SIDE/$AGORA_DISPATCH_ID.$AGORA_ATTEMPT"
@@ -296,7 +345,7 @@ printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_
 }
 
 // inject kills, pauses and restarts processes until ctx ends.
-func inject(ctx context.Context, cfg Config, procs, workers []*proc, rep *Report, say func(string, ...any)) {
+func inject(ctx context.Context, cfg Config, procs, workers []*proc, fault func(name string)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -305,27 +354,20 @@ func inject(ctx context.Context, cfg Config, procs, workers []*proc, rep *Report
 		}
 		switch f := rand.IntN(10); {
 		case f < 5: // SIGKILL a worker mid-run, restart it
-			w := workers[rand.IntN(len(workers))]
-			w.signal(syscall.SIGKILL)
-			time.Sleep(300 * time.Millisecond)
-			_ = w.start()
-			rep.Faults["worker SIGKILL"]++
+			workers[rand.IntN(len(workers))].restart(300 * time.Millisecond)
+			fault("worker SIGKILL")
 		case f < 7: // pause a worker past AckWait: its deliveries go to others
 			w := workers[rand.IntN(len(workers))]
 			w.signal(syscall.SIGSTOP)
 			time.Sleep(ackWait + time.Second)
 			w.signal(syscall.SIGCONT)
-			rep.Faults["worker SIGSTOP past AckWait"]++
+			fault("worker SIGSTOP past AckWait")
 		case f < 8:
-			procs[1].signal(syscall.SIGKILL)
-			time.Sleep(300 * time.Millisecond)
-			_ = procs[1].start()
-			rep.Faults["router SIGKILL"]++
+			procs[1].restart(300 * time.Millisecond)
+			fault("router SIGKILL")
 		default: // mid-intake: between a record and its queueing, often
-			procs[0].signal(syscall.SIGKILL)
-			time.Sleep(300 * time.Millisecond)
-			_ = procs[0].start()
-			rep.Faults["dispatcher SIGKILL"]++
+			procs[0].restart(300 * time.Millisecond)
+			fault("dispatcher SIGKILL")
 		}
 	}
 }
@@ -399,9 +441,20 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			}
 		}
 	}
+	resumed := map[string]int{} // thread → its dispatches that resume one
+	for _, x := range ds {
+		if x.parent != "" {
+			resumed[x.thread]++
+		}
+	}
 	for parent, k := range children {
 		if k > 1 {
 			bad("dispatch %s was resumed %d times, want once", parent, k)
+		}
+	}
+	for t, k := range resumed {
+		if k > 1 { // the sub-agent asks on round 0 only
+			bad("thread %s was resumed %d times, want once", t, k)
 		}
 	}
 	for _, t := range threads {
@@ -422,6 +475,7 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			bad("question %s answered %d times", q, k)
 		}
 	}
+	auditAskOnce(ctx, js, children, answeredEvents, rep, bad)
 	if kv, err := js.KeyValue(ctx, lifecycle.BucketDispatches); err == nil {
 		keys, _ := kv.ListKeys(ctx)
 		for k := range keys.Keys() {
@@ -449,6 +503,92 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 	}
+}
+
+// auditAskOnce checks every question record against the re-dispatches
+// (docs/design.md §3.5): each answered question, asked or joined, resumed
+// its own dispatch exactly once and has one answered event; none is left
+// asked or joined; each group's asked question lists exactly the threads
+// whose questions joined it, and every one of them was resumed once.
+// children counts the dispatches resuming each dispatch, answered the
+// answered events of each question.
+func auditAskOnce(ctx context.Context, js jetstream.JetStream, children, answered map[string]int, rep *Report, bad func(string, ...any)) {
+	c, err := client.New(js.Conn())
+	if err != nil {
+		bad("cannot read the question records: %v", err)
+		return
+	}
+	qs, err := c.Questions(ctx, client.QuestionFilter{})
+	if err != nil {
+		bad("cannot read the question records: %v", err)
+		return
+	}
+	byID := map[string]*lifecycle.Question{}
+	members := map[string][]string{} // asked question → the questions that joined it
+	for i := range qs {
+		q := &qs[i]
+		byID[q.QuestionID] = q
+		if q.JoinedTo != "" {
+			rep.Coalesced++
+			members[q.JoinedTo] = append(members[q.JoinedTo], q.QuestionID)
+		}
+		if q.Status != "answered" {
+			// No thread is cancelled and no route has deadlines here.
+			bad("question %s (joined to %q) ended %s, want answered", q.QuestionID, q.JoinedTo, q.Status)
+			continue
+		}
+		rep.Resumes++
+		if k := children[q.DispatchID]; k != 1 {
+			bad("question %s (joined to %q) was answered and its dispatch %s resumed %d times, want once", q.QuestionID, q.JoinedTo, q.DispatchID, k)
+		}
+		if k := answered[q.QuestionID]; k != 1 {
+			bad("question %s (joined to %q) was answered with %d answered events, want 1", q.QuestionID, q.JoinedTo, k)
+		}
+	}
+	for lid, ms := range members {
+		l := byID[lid]
+		if l == nil {
+			bad("questions %v joined %s, which has no record", ms, lid)
+			continue
+		}
+		if l.JoinedTo != "" {
+			bad("questions %v joined %s, which itself joined %s", ms, lid, l.JoinedTo)
+		}
+		listed := map[string]bool{}
+		once := 0
+		for _, w := range l.WaitingThreads {
+			if listed[w.QuestionID] {
+				bad("question %s lists waiting question %s twice", lid, w.QuestionID)
+			}
+			listed[w.QuestionID] = true
+			wq := byID[w.QuestionID]
+			switch {
+			case wq == nil:
+				bad("question %s lists waiting question %s, which has no record", lid, w.QuestionID)
+			case w.QuestionID != lid && wq.JoinedTo != lid:
+				bad("question %s lists waiting question %s, which joined %q", lid, w.QuestionID, wq.JoinedTo)
+			case wq.DispatchID != w.DispatchID:
+				bad("question %s lists dispatch %s for question %s, asked by dispatch %s", lid, w.DispatchID, w.QuestionID, wq.DispatchID)
+			}
+			if children[w.DispatchID] == 1 {
+				once++
+			}
+		}
+		if !listed[lid] {
+			bad("question %s does not list its own thread among those waiting", lid)
+		}
+		for _, m := range ms {
+			if !listed[m] {
+				bad("question %s joined %s, which does not list it among its waiting threads", m, lid)
+			}
+		}
+		if once != len(l.WaitingThreads) {
+			bad("question %s: %d of its %d waiting threads resumed once", lid, once, len(l.WaitingThreads))
+		}
+		rep.Groups++
+		rep.GroupSizes = append(rep.GroupSizes, len(l.WaitingThreads))
+	}
+	slices.SortFunc(rep.GroupSizes, func(a, b int) int { return b - a })
 }
 
 // readAll reads a stream from its start.
@@ -492,6 +632,9 @@ func Print(w io.Writer, r Report) {
 	fmt.Fprintf(tw, "questions asked\t%d\n", r.Questions)
 	fmt.Fprintf(tw, "answers sent (1-3 per question)\t%d\n", r.Answers)
 	fmt.Fprintf(tw, "events audited\t%d\n", r.Events)
+	fmt.Fprintf(tw, "questions joined to one already asked\t%d\n", r.Coalesced)
+	fmt.Fprintf(tw, "groups (threads waiting on each)\t%d %v\n", r.Groups, r.GroupSizes)
+	fmt.Fprintf(tw, "answered questions matched to one re-dispatch\t%d\n", r.Resumes)
 	for k, v := range r.Faults {
 		fmt.Fprintf(tw, "fault: %s\t%d\n", k, v)
 	}

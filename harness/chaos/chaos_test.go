@@ -1,0 +1,94 @@
+package chaos_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agora-dispatch/agora/harness/chaos"
+	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// The ask-once audit passes a group whose asked question lists every
+// joined thread, each answered once and resumed once, and reports each way
+// a group can go wrong.
+func TestAuditAskOnce(t *testing.T) {
+	// q1 was asked by thread t1; q2 and q3 (threads t2, t3) joined it; q4
+	// (thread t4) was asked on its own.
+	question := func(n, status, joinedTo string) lifecycle.Question {
+		return lifecycle.Question{Common: lifecycle.Common{DispatchID: "d" + n, ThreadID: "t" + n, Subagent: "chaos"},
+			QuestionID: "q" + n, Status: status, JoinedTo: joinedTo, Route: "default", Question: "go on?"}
+	}
+	waiting := func(ns ...string) []lifecycle.WaitingThread {
+		var out []lifecycle.WaitingThread
+		for _, n := range ns {
+			out = append(out, lifecycle.WaitingThread{QuestionID: "q" + n, DispatchID: "d" + n, ThreadID: "t" + n})
+		}
+		return out
+	}
+	good := func() []lifecycle.Question {
+		q1 := question("1", "answered", "")
+		q1.WaitingThreads = waiting("1", "2", "3")
+		return []lifecycle.Question{q1, question("2", "answered", "q1"), question("3", "answered", "q1"), question("4", "answered", "")}
+	}
+	once := func() map[string]int { return map[string]int{"d1": 1, "d2": 1, "d3": 1, "d4": 1} }
+	answeredOnce := func() map[string]int { return map[string]int{"q1": 1, "q2": 1, "q3": 1, "q4": 1} }
+	cases := []struct {
+		name     string
+		edit     func(qs []lifecycle.Question, children, answered map[string]int)
+		anomaly  string // "" when none
+		coalesce int    // questions joined
+	}{
+		{name: "every thread resumed once", edit: func([]lifecycle.Question, map[string]int, map[string]int) {}, coalesce: 2},
+		{name: "a joined thread resumed twice", edit: func(_ []lifecycle.Question, c, _ map[string]int) { c["d2"] = 2 },
+			anomaly: "dispatch d2 resumed 2 times", coalesce: 2},
+		{name: "a joined thread never resumed", edit: func(_ []lifecycle.Question, c, _ map[string]int) { delete(c, "d3") },
+			anomaly: "2 of its 3 waiting threads resumed once", coalesce: 2},
+		{name: "a joined question without its answered event", edit: func(_ []lifecycle.Question, _, a map[string]int) { delete(a, "q2") },
+			anomaly: "question q2 (joined to \"q1\") was answered with 0 answered events", coalesce: 2},
+		{name: "a joined question left joined", edit: func(qs []lifecycle.Question, _, _ map[string]int) { qs[2].Status = lifecycle.StatusJoined },
+			anomaly: "question q3 (joined to \"q1\") ended joined", coalesce: 2},
+		{name: "a joined question not listed", edit: func(qs []lifecycle.Question, _, _ map[string]int) { qs[0].WaitingThreads = waiting("1", "2") },
+			anomaly: "question q3 joined q1, which does not list it", coalesce: 2},
+		{name: "a listed thread that joined nothing", edit: func(qs []lifecycle.Question, _, _ map[string]int) {
+			qs[0].WaitingThreads = waiting("1", "2", "3", "4")
+		}, anomaly: "lists waiting question q4, which joined \"\"", coalesce: 2},
+		{name: "an asked question never resumed", edit: func(_ []lifecycle.Question, c, _ map[string]int) { delete(c, "d4") },
+			anomaly: "question q4 (joined to \"\") was answered and its dispatch d4 resumed 0 times", coalesce: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.StartProvisioned(t, provision.Config{})
+			js := srv.JetStream(t)
+			kv := natstest.KeyValue(t, js, lifecycle.BucketQuestions)
+			qs, children, answered := good(), once(), answeredOnce()
+			tc.edit(qs, children, answered)
+			for _, q := range qs {
+				b, err := json.Marshal(q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := kv.Put(t.Context(), q.QuestionID, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep := chaos.AuditAskOnce(t.Context(), js, children, answered)
+			if rep.Coalesced != tc.coalesce || rep.Groups != 1 {
+				t.Errorf("%d questions joined in %d groups, want %d in 1", rep.Coalesced, rep.Groups, tc.coalesce)
+			}
+			switch {
+			case tc.anomaly == "" && len(rep.Anomalies) > 0:
+				t.Errorf("anomalies: %q", rep.Anomalies)
+			case tc.anomaly == "":
+				if !slices.Equal(rep.GroupSizes, []int{3}) || rep.Resumes != 4 {
+					t.Errorf("groups %v, %d resumes checked; want [3] and 4", rep.GroupSizes, rep.Resumes)
+				}
+			case !slices.ContainsFunc(rep.Anomalies, func(a string) bool { return strings.Contains(a, tc.anomaly) }):
+				t.Errorf("anomalies %q, want one with %q (children %v)", rep.Anomalies, tc.anomaly, children)
+			}
+		})
+	}
+}
