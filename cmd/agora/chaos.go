@@ -24,6 +24,10 @@ pauses workers past AckWait. Then it audits the lifecycle and question streams
 and the dispatch records: one terminal event per dispatch, every thread ended,
 every question answered once and resumed once, every finished output the one
 its attempt wrote, no record left unqueued, no sub-agent process left behind.
+Threads share some of their questions, so some join one already asked (ask
+once); the audit checks each group's asked question lists exactly the threads
+that joined it and that each was resumed exactly once, and the router is
+sometimes killed as it fans an answer out to them.
 It exits 1 on any anomaly. --short is the CI form (about a minute).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
