@@ -74,15 +74,22 @@ type running struct {
 
 func (e *env) startRouter(cfg router.Config) *running {
 	e.t.Helper()
+	return e.startRouterOn(cfg, e.srv.Conn(e.t))
+}
+
+// startRouterOn is startRouter on a given connection, which a test may
+// close to cut the router off as a crash would.
+func (e *env) startRouterOn(cfg router.Config, nc *nats.Conn) *running {
+	e.t.Helper()
 	reg := prometheus.NewRegistry()
-	svc, err := router.New(cfg, router.Deps{Conn: e.srv.Conn(e.t), Logger: quietLogger(), Registerer: reg})
+	svc, err := router.New(cfg, router.Deps{Conn: nc, Logger: quietLogger(), Registerer: reg})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := svc.Run(ctx); err != nil {
+		if err := svc.Run(ctx); err != nil && !nc.IsClosed() {
 			e.t.Errorf("router.Run: %v", err)
 		}
 	})

@@ -1,15 +1,12 @@
 package router_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -250,28 +247,6 @@ func TestAskOnceRouterKilledDuringFanout(t *testing.T) {
 	cfg.ID = "survivor"
 	e.startRouter(cfg)
 	e.checkResumed(qids, "readConfig")
-}
-
-// startRouterOn is startRouter on a given connection, which the test may
-// close to cut the router off as a crash would.
-func (e *env) startRouterOn(cfg router.Config, nc *nats.Conn) *running {
-	e.t.Helper()
-	svc, err := router.New(cfg, router.Deps{Conn: nc, Logger: quietLogger()})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = svc.Run(ctx) })
-	select {
-	case <-svc.Ready():
-	case <-time.After(waitFor):
-		e.t.Fatal("router not ready")
-	}
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
-	e.t.Cleanup(stop)
-	return &running{Service: svc, stop: stop}
 }
 
 // cancelThread cancels a paused thread as the dispatcher does.
