@@ -432,24 +432,8 @@ func (s *server) call(ctx context.Context, q lifecycle.Question) (r Reply, err e
 	return s.h.Handle(ctx, q)
 }
 
-// submission is the body of agora.api.answer.<route>: a lifecycle.Answer,
-// plus decline and reason for a decline.
-type submission struct {
-	QuestionID string `json:"question_id"`
-	Route      string `json:"route,omitempty"`
-	Answer     string `json:"answer,omitempty"`
-	Decision   string `json:"decision,omitempty"`
-	AnsweredBy string `json:"answered_by,omitempty"`
-	Comment    string `json:"comment,omitempty"`
-	Decline    bool   `json:"decline,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	Suggest    bool   `json:"suggest,omitempty"`
-	// Confidence is sent with a suggestion even when zero.
-	Confidence *float64 `json:"confidence,omitempty"`
-}
-
 func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (client.AnswerReply, error) {
-	body := submission{QuestionID: q.QuestionID, Route: s.route, AnsweredBy: s.o.answeredBy}
+	body := client.Submission{QuestionID: q.QuestionID, Route: s.route, AnsweredBy: s.o.answeredBy}
 	switch {
 	case r.Declined:
 		body.Decline, body.Reason = true, r.Reason

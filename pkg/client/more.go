@@ -96,12 +96,6 @@ func (c *Client) Decline(ctx context.Context, questionID, by, reason string, opt
 	if err != nil {
 		return nil, err
 	}
-	body := struct {
-		QuestionID string `json:"question_id"`
-		Route      string `json:"route,omitempty"`
-		AnsweredBy string `json:"answered_by"`
-		Decline    bool   `json:"decline"`
-		Reason     string `json:"reason"`
-	}{questionID, route, by, true, reason}
+	body := Submission{QuestionID: questionID, Route: route, AnsweredBy: by, Decline: true, Reason: reason}
 	return c.submit(ctx, subject, questionID, body)
 }

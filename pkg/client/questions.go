@@ -189,6 +189,27 @@ func (c *Client) Answer(ctx context.Context, questionID string, a lifecycle.Answ
 	return c.submit(ctx, subject, questionID, a)
 }
 
+// Submission is the body of the router's answer endpoints
+// (agora.api.answer, agora.api.answer.<route>) and the data of
+// dev.agora.answer.submitted on AGORA_ANSWERS: an answer (the fields of
+// lifecycle.Answer), a decline (Decline, with Reason saying why: the
+// question goes to its route's fallback), or a suggestion (Suggest, with
+// Confidence from 0 to 1 and Reason as its rationale; docs/answering.md,
+// "Suggested answers"). Answer, Decline and the answerer SDK send it.
+type Submission struct {
+	QuestionID string `json:"question_id"`
+	Route      string `json:"route,omitempty"` // the route the answerer serves
+	Answer     string `json:"answer,omitempty"`
+	Decision   string `json:"decision,omitempty"` // approve | reject, for approval questions
+	AnsweredBy string `json:"answered_by,omitempty"`
+	Comment    string `json:"comment,omitempty"`
+	Decline    bool   `json:"decline,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Suggest    bool   `json:"suggest,omitempty"`
+	// Confidence is sent with a suggestion, even when zero.
+	Confidence *float64 `json:"confidence,omitempty"`
+}
+
 // answerSubject is the router endpoint an answer or decline goes to: a
 // route's own when AnswerVia names one, the generic one otherwise.
 func answerSubject(opts []AnswerOption) (subject, route string, err error) {

@@ -37,27 +37,9 @@ const (
 const DefaultAnsweredBy = "agora:default"
 
 // Submission is the body of agora.api.answer and agora.api.answer.<route>
-// and the data of
-// dev.agora.answer.submitted on AGORA_ANSWERS: a lifecycle.Answer, or, with
-// Decline set, an answerer's refusal to answer (Reason says why), which
-// sends the question to its route's fallback.
-//
-// Its JSON is that of lifecycle.Answer plus "decline", "reason", "suggest"
-// and "confidence".
-type Submission struct {
-	QuestionID string `json:"question_id"`
-	Route      string `json:"route,omitempty"` // the route the answerer serves
-	Answer     string `json:"answer,omitempty"`
-	Decision   string `json:"decision,omitempty"` // approve | reject, for approval questions
-	AnsweredBy string `json:"answered_by,omitempty"`
-	Comment    string `json:"comment,omitempty"`
-	Decline    bool   `json:"decline,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	// Suggest makes the answer a suggestion with Confidence (0 to 1) and
-	// Reason as its rationale (docs/answering.md, "Suggested answers").
-	Suggest    bool     `json:"suggest,omitempty"`
-	Confidence *float64 `json:"confidence,omitempty"`
-}
+// and the data of dev.agora.answer.submitted on AGORA_ANSWERS: an answer,
+// a decline or a suggestion (client.Submission).
+type Submission = client.Submission
 
 // The doors an answer comes through, as recorded in the history (via) and
 // counted (the door label of agora_router_answers_total).
