@@ -110,6 +110,22 @@ func TestResolveContent(t *testing.T) {
 		{name: "invalid UTF-8 in partial_state", content: "{\"question\":\"q\",\"partial_state\":{\"k\":\"\xFE\"}}", field: "partial_state", reason: "invalid UTF-8"},
 		{name: "invalid UTF-8 in unknown field ignored", content: "{\"question\":\"q\",\"note\":\"\xFF\"}",
 			want: sentinel.Request{Question: "q"}},
+		{name: "dedupe_key", content: `{"question":"q","dedupe_key":"config-loader name é"}`,
+			want: sentinel.Request{Question: "q", DedupeKey: "config-loader name é"}},
+		{name: "dedupe_key null", content: `{"question":"q","dedupe_key":null}`,
+			want: sentinel.Request{Question: "q"}},
+		{name: "dedupe_key number", content: `{"question":"q","dedupe_key":7}`, field: "dedupe_key", reason: "must be a string"},
+		{name: "dedupe_key blank", content: `{"question":"q","dedupe_key":"  "}`, field: "dedupe_key", reason: "must not be blank"},
+		{name: "dedupe_key control character", content: `{"question":"q","dedupe_key":"a\nb"}`, field: "dedupe_key", reason: "control characters"},
+		{name: "dedupe_key C1 control character", content: `{"question":"q","dedupe_key":"a\u0085b"}`, field: "dedupe_key", reason: "control characters"},
+		{name: "dedupe_key 256 bytes", content: `{"question":"q","dedupe_key":"` + strings.Repeat("k", 256) + `"}`,
+			want: sentinel.Request{Question: "q", DedupeKey: strings.Repeat("k", 256)}},
+		{name: "dedupe_key 257 bytes", content: `{"question":"q","dedupe_key":"` + strings.Repeat("k", 257) + `"}`, field: "dedupe_key", reason: "longer than 256 bytes"},
+		{name: "reuse false", content: `{"question":"q","reuse":false}`,
+			want: sentinel.Request{Question: "q", Reuse: new(bool)}},
+		{name: "reuse null", content: `{"question":"q","reuse":null}`,
+			want: sentinel.Request{Question: "q"}},
+		{name: "reuse string", content: `{"question":"q","reuse":"no"}`, field: "reuse", reason: "must be true or false"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,6 +225,10 @@ func TestValidate(t *testing.T) {
 		{"partial state not JSON", sentinel.Request{Question: "q", PartialState: json.RawMessage(`{a:1}`)}, "partial_state"},
 		{"partial state two values", sentinel.Request{Question: "q", PartialState: json.RawMessage(`1 2`)}, "partial_state"},
 		{"partial state invalid UTF-8", sentinel.Request{Question: "q", PartialState: json.RawMessage("\"\xff\"")}, "partial_state"},
+		{"dedupe key", sentinel.Request{Question: "q", DedupeKey: "loader"}, ""},
+		{"dedupe key blank", sentinel.Request{Question: "q", DedupeKey: " "}, "dedupe_key"},
+		{"dedupe key too long", sentinel.Request{Question: "q", DedupeKey: strings.Repeat("x", sentinel.MaxDedupeKey+1)}, "dedupe_key"},
+		{"dedupe key control character", sentinel.Request{Question: "q", DedupeKey: "a\tb"}, "dedupe_key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -237,22 +237,22 @@ func (e CommonDecision) Valid() bool {
 
 // Defines values for CommonQuestionKind.
 const (
-	Approval      CommonQuestionKind = "approval"
-	Clarification CommonQuestionKind = "clarification"
-	Decision      CommonQuestionKind = "decision"
-	Information   CommonQuestionKind = "information"
+	CommonQuestionKindApproval      CommonQuestionKind = "approval"
+	CommonQuestionKindClarification CommonQuestionKind = "clarification"
+	CommonQuestionKindDecision      CommonQuestionKind = "decision"
+	CommonQuestionKindInformation   CommonQuestionKind = "information"
 )
 
 // Valid indicates whether the value is a known member of the CommonQuestionKind enum.
 func (e CommonQuestionKind) Valid() bool {
 	switch e {
-	case Approval:
+	case CommonQuestionKindApproval:
 		return true
-	case Clarification:
+	case CommonQuestionKindClarification:
 		return true
-	case Decision:
+	case CommonQuestionKindDecision:
 		return true
-	case Information:
+	case CommonQuestionKindInformation:
 		return true
 	default:
 		return false
@@ -320,6 +320,7 @@ const (
 	ListQuestionsParamsStatusAsked     ListQuestionsParamsStatus = "asked"
 	ListQuestionsParamsStatusClosed    ListQuestionsParamsStatus = "closed"
 	ListQuestionsParamsStatusExpired   ListQuestionsParamsStatus = "expired"
+	ListQuestionsParamsStatusJoined    ListQuestionsParamsStatus = "joined"
 	ListQuestionsParamsStatusPending   ListQuestionsParamsStatus = "pending"
 	ListQuestionsParamsStatusWithdrawn ListQuestionsParamsStatus = "withdrawn"
 )
@@ -336,6 +337,8 @@ func (e ListQuestionsParamsStatus) Valid() bool {
 	case ListQuestionsParamsStatusClosed:
 		return true
 	case ListQuestionsParamsStatusExpired:
+		return true
+	case ListQuestionsParamsStatusJoined:
 		return true
 	case ListQuestionsParamsStatusPending:
 		return true
@@ -503,6 +506,36 @@ type CloudEvent struct {
 // CloudEventSpecversion defines model for CloudEvent.Specversion.
 type CloudEventSpecversion string
 
+// Decision A remembered decision (pkg/client.Decision): a route with remember keeps an answer that long, and a later question that matches it (same route, same dedupe_key, or the same sub-agent, question, options and kind) is answered with it at once, answered_by memory:<question_id> (docs/design.md §3.5).
+type Decision struct {
+	Answer     string    `json:"answer"`
+	AnsweredAt time.Time `json:"answered_at"`
+	AnsweredBy string    `json:"answered_by"`
+	Comment    *string   `json:"comment,omitempty"`
+	Decision   *string   `json:"decision,omitempty"`
+	DedupeKey  *string   `json:"dedupe_key,omitempty"`
+
+	// ExpiresAt When the decision is forgotten by itself: its answer's time plus the route's remember.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Id The decision's id: a digest of the matching rule's fields.
+	Id       string    `json:"id"`
+	Kind     *string   `json:"kind,omitempty"`
+	Options  *[]string `json:"options,omitempty"`
+	Question string    `json:"question"`
+
+	// QuestionId The question whose answer this is.
+	QuestionId string  `json:"question_id"`
+	Route      string  `json:"route"`
+	Subagent   *string `json:"subagent,omitempty"`
+}
+
+// DecisionList The body of GET /inbox/api/decisions (answerers/inbox.DecisionList): the remembered decisions of the routes the user may answer, newest answer first.
+type DecisionList struct {
+	Count     int        `json:"count"`
+	Decisions []Decision `json:"decisions"`
+}
+
 // Decline One refusal to answer a question, as the router recorded it.
 type Decline struct {
 	At         time.Time `json:"at"`
@@ -520,7 +553,7 @@ type EventRef struct {
 	Time time.Time `json:"time"`
 }
 
-// InboxQuestion A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds.
+// InboxQuestion A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds. A question several threads wait on lists them in waiting_threads (the asking thread first: their dispatch, thread and own question ids); the threads waiting are max(1, len(waiting_threads)). A question answered from a remembered decision names it in reused; a pending suggestion (accepted false) is the answer the inbox preselects.
 type InboxQuestion struct {
 	Answer     *string    `json:"answer,omitempty"`
 	AnsweredAt *time.Time `json:"answered_at,omitempty"`
@@ -734,7 +767,7 @@ type QuestionDetail struct {
 	// Earlier The questions of the thread's earlier rounds, in round order, with their answers.
 	Earlier []InboxQuestion `json:"earlier"`
 
-	// Question A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds.
+	// Question A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds. A question several threads wait on lists them in waiting_threads (the asking thread first: their dispatch, thread and own question ids); the threads waiting are max(1, len(waiting_threads)). A question answered from a remembered decision names it in reused; a pending suggestion (accepted false) is the answer the inbox preselects.
 	Question InboxQuestion `json:"question"`
 
 	// Thread The dispatcher's view of a thread, summarised.
@@ -1047,9 +1080,15 @@ type Question_WaitingThreads_Item struct {
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
+// ListDecisionsParams defines parameters for ListDecisions.
+type ListDecisionsParams struct {
+	// Route Only decisions of this route.
+	Route *string `form:"route,omitempty" json:"route,omitempty"`
+}
+
 // ListQuestionsParams defines parameters for ListQuestions.
 type ListQuestionsParams struct {
-	// Status pending (the default; asked is the same), answered, expired, withdrawn, closed (answered, expired or withdrawn) or all.
+	// Status pending (the default; asked is the same), answered, expired, withdrawn, joined (questions that joined another asked earlier, which is the one listed as pending), closed (answered, expired or withdrawn) or all.
 	Status *ListQuestionsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
 
 	// Route Only questions on this route.
@@ -3070,6 +3109,20 @@ type ClientInterface interface {
 	// Corresponds with POST /inbox/a/{token} (the `UseAnswerLink` operationId).
 	UseAnswerLinkWithFormdataBody(ctx context.Context, token string, body UseAnswerLinkFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListDecisions The remembered decisions
+	//
+	// The router's remembered decisions (agora.api.decisions) on the routes this inbox shows and the user may answer (docs/inbox.md, "Remembered decisions").
+	//
+	// Corresponds with GET /inbox/api/decisions (the `ListDecisions` operationId).
+	ListDecisions(ctx context.Context, params *ListDecisionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForgetDecision Forget a remembered decision
+	//
+	// Forgets a remembered decision (agora.api.decisions.forget): a later question like it is asked again. Threads it already answered are not changed. A request made with the session cookie needs the X-CSRF-Token header.
+	//
+	// Corresponds with DELETE /inbox/api/decisions/{id} (the `ForgetDecision` operationId).
+	ForgetDecision(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// LoginWithBody Sign in to the inbox: a bearer token for its JSON API
 	//
 	// A name and password from the users file, or the dev token. The token is valid until expires_at or until the user signs out.
@@ -3265,6 +3318,40 @@ func (c *Client) UseAnswerLinkWithBody(ctx context.Context, token string, conten
 // Corresponds with POST /inbox/a/{token} (the `UseAnswerLink` operationId).
 func (c *Client) UseAnswerLinkWithFormdataBody(ctx context.Context, token string, body UseAnswerLinkFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUseAnswerLinkRequestWithFormdataBody(c.Server, token, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListDecisions The remembered decisions
+//
+// The router's remembered decisions (agora.api.decisions) on the routes this inbox shows and the user may answer (docs/inbox.md, "Remembered decisions").
+//
+// Corresponds with GET /inbox/api/decisions (the `ListDecisions` operationId).
+func (c *Client) ListDecisions(ctx context.Context, params *ListDecisionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListDecisionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForgetDecision Forget a remembered decision
+//
+// Forgets a remembered decision (agora.api.decisions.forget): a later question like it is asked again. Threads it already answered are not changed. A request made with the session cookie needs the X-CSRF-Token header.
+//
+// Corresponds with DELETE /inbox/api/decisions/{id} (the `ForgetDecision` operationId).
+func (c *Client) ForgetDecision(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForgetDecisionRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3711,6 +3798,94 @@ func NewUseAnswerLinkRequestWithBody(server string, token string, contentType st
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListDecisionsRequest constructs an http.Request for the ListDecisions method
+func NewListDecisionsRequest(server string, params *ListDecisionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/inbox/api/decisions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Route != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "route", *params.Route, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewForgetDecisionRequest constructs an http.Request for the ForgetDecision method
+func NewForgetDecisionRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/inbox/api/decisions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -4576,6 +4751,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /inbox/a/{token} (the `UseAnswerLink` operationId).
 	UseAnswerLinkWithFormdataBodyWithResponse(ctx context.Context, token string, body UseAnswerLinkFormdataRequestBody, reqEditors ...RequestEditorFn) (*UseAnswerLinkResponse, error)
 
+	// ListDecisionsWithResponse The remembered decisions
+	//
+	// The router's remembered decisions (agora.api.decisions) on the routes this inbox shows and the user may answer (docs/inbox.md, "Remembered decisions").
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /inbox/api/decisions (the `ListDecisions` operationId).
+	ListDecisionsWithResponse(ctx context.Context, params *ListDecisionsParams, reqEditors ...RequestEditorFn) (*ListDecisionsResponse, error)
+
+	// ForgetDecisionWithResponse Forget a remembered decision
+	//
+	// Forgets a remembered decision (agora.api.decisions.forget): a later question like it is asked again. Threads it already answered are not changed. A request made with the session cookie needs the X-CSRF-Token header.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /inbox/api/decisions/{id} (the `ForgetDecision` operationId).
+	ForgetDecisionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ForgetDecisionResponse, error)
+
 	// LoginWithBodyWithResponse Sign in to the inbox: a bearer token for its JSON API
 	//
 	// A name and password from the users file, or the dev token. The token is valid until expires_at or until the user signs out.
@@ -4806,6 +4999,137 @@ func (r UseAnswerLinkResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UseAnswerLinkResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListDecisionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DecisionList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListDecisionsResponse) GetJSON200() *DecisionList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListDecisionsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListDecisionsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListDecisionsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListDecisionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListDecisionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListDecisionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListDecisionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ForgetDecisionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Decision
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ForgetDecisionResponse) GetJSON200() *Decision {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForgetDecisionResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForgetDecisionResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForgetDecisionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ForgetDecisionResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForgetDecisionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForgetDecisionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForgetDecisionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForgetDecisionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5948,6 +6272,36 @@ func (c *ClientWithResponses) UseAnswerLinkWithFormdataBodyWithResponse(ctx cont
 	return ParseUseAnswerLinkResponse(rsp)
 }
 
+// ListDecisionsWithResponse The remembered decisions
+//
+// The router's remembered decisions (agora.api.decisions) on the routes this inbox shows and the user may answer (docs/inbox.md, "Remembered decisions").
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /inbox/api/decisions (the `ListDecisions` operationId).
+func (c *ClientWithResponses) ListDecisionsWithResponse(ctx context.Context, params *ListDecisionsParams, reqEditors ...RequestEditorFn) (*ListDecisionsResponse, error) {
+	rsp, err := c.ListDecisions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListDecisionsResponse(rsp)
+}
+
+// ForgetDecisionWithResponse Forget a remembered decision
+//
+// Forgets a remembered decision (agora.api.decisions.forget): a later question like it is asked again. Threads it already answered are not changed. A request made with the session cookie needs the X-CSRF-Token header.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /inbox/api/decisions/{id} (the `ForgetDecision` operationId).
+func (c *ClientWithResponses) ForgetDecisionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ForgetDecisionResponse, error) {
+	rsp, err := c.ForgetDecision(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForgetDecisionResponse(rsp)
+}
+
 // LoginWithBodyWithResponse Sign in to the inbox: a bearer token for its JSON API
 //
 // A name and password from the users file, or the dev token. The token is valid until expires_at or until the user signs out.
@@ -6268,6 +6622,107 @@ func ParseUseAnswerLinkResponse(rsp *http.Response) (*UseAnswerLinkResponse, err
 	response := &UseAnswerLinkResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseListDecisionsResponse parses an HTTP response from a ListDecisionsWithResponse call
+func ParseListDecisionsResponse(rsp *http.Response) (*ListDecisionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListDecisionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DecisionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseForgetDecisionResponse parses an HTTP response from a ForgetDecisionWithResponse call
+func ParseForgetDecisionResponse(rsp *http.Response) (*ForgetDecisionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForgetDecisionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Decision
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	return response, nil

@@ -213,6 +213,18 @@ func refusals(t *testing.T, s *stack, thread, lastRound string) {
 
 		g, err := s.inbox.GetQuestionWithResponse(ctx, "q-gen-nope")
 		expect(t, "an unknown question", g, err, http.StatusNotFound)
+
+		// Remembered decisions: none on the built-in route (it remembers
+		// nothing), and one that is not remembered cannot be forgotten.
+		ds, err := s.inbox.ListDecisionsWithResponse(ctx, nil)
+		expect(t, "the remembered decisions", ds, err, http.StatusOK)
+		if ds != nil && ds.JSON200 != nil && (ds.JSON200.Count != 0 || len(ds.JSON200.Decisions) != 0) {
+			t.Errorf("decisions: %s", ds.Body)
+		}
+		ds, err = s.inbox.ListDecisionsWithResponse(bad, &genclient.ListDecisionsParams{Route: ptr("not a route")})
+		expect(t, "decisions of a bad route name", ds, err, http.StatusUnprocessableEntity)
+		fd, err := s.inbox.ForgetDecisionWithResponse(ctx, "d-gen-nope")
+		expect(t, "forget an unknown decision", fd, err, http.StatusNotFound)
 		st := genclient.ListQuestionsParamsStatus("bogus")
 		ls, err := s.inbox.ListQuestionsWithResponse(bad, &genclient.ListQuestionsParams{Status: &st})
 		expect(t, "an unknown status", ls, err, http.StatusUnprocessableEntity)
