@@ -87,10 +87,12 @@ func syncDir(dir string) error {
 // wireRequest is Request without PartialState, which encode splices in by
 // hand: encoding/json would compact and re-escape a json.RawMessage.
 type wireRequest struct {
-	Question string   `json:"question"`
-	Options  []string `json:"options,omitempty"`
-	Context  string   `json:"context,omitempty"`
-	Kind     Kind     `json:"kind,omitempty"`
+	Question  string   `json:"question"`
+	Options   []string `json:"options,omitempty"`
+	Context   string   `json:"context,omitempty"`
+	Kind      Kind     `json:"kind,omitempty"`
+	DedupeKey string   `json:"dedupe_key,omitempty"`
+	Reuse     *bool    `json:"reuse,omitempty"`
 }
 
 // encode renders a validated request as the bytes of a sentinel file: one
@@ -101,10 +103,12 @@ func encode(r Request) []byte {
 	enc.SetEscapeHTML(false)
 	// Cannot fail: every field is a valid UTF-8 string.
 	_ = enc.Encode(wireRequest{
-		Question: r.Question,
-		Options:  r.Options,
-		Context:  r.Context,
-		Kind:     r.Kind,
+		Question:  r.Question,
+		Options:   r.Options,
+		Context:   r.Context,
+		Kind:      r.Kind,
+		DedupeKey: r.DedupeKey,
+		Reuse:     r.Reuse,
 	})
 	state := trimJSONSpace(r.PartialState)
 	if len(state) == 0 || isNull(state) {

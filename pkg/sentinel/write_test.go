@@ -124,11 +124,13 @@ func TestWriteResolveRoundTrip(t *testing.T) {
 				Question: "Rewrite <A> or B & C?", Options: []string{"A", "B & C"},
 				Context: "line 1\nline 2 \u2028 é", Kind: sentinel.KindApproval,
 				PartialState: json.RawMessage(`{ "n": 1e400, "big": 123456789012345678901234567890, "html": "<b>" }`),
+				DedupeKey:    "deploy <prod> & é", Reuse: new(bool),
 			},
 			sentinel.Request{
 				Question: "Rewrite <A> or B & C?", Options: []string{"A", "B & C"},
 				Context: "line 1\nline 2 \u2028 é", Kind: sentinel.KindApproval,
 				PartialState: json.RawMessage(`{ "n": 1e400, "big": 123456789012345678901234567890, "html": "<b>" }`),
+				DedupeKey:    "deploy <prod> & é", Reuse: new(bool),
 			}},
 		{"empty options become nil",
 			sentinel.Request{Question: "q", Options: []string{}},
