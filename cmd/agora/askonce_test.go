@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,10 +209,10 @@ const renamer = `if grep -q '"answer"' "$AGORA_INPUT_FILE"; then cp "$AGORA_INPU
 
 // Ask once, end to end through the CLI against agora dev: three threads
 // asking the same question wait on one, shown as asked by 3 threads; a
-// thread whose question joined says which it waits on; one answer
-// finishes all three; the route remembers it, agora decisions lists it,
-// a fourth thread is answered from it with its provenance, and once
-// forgotten the question is asked again.
+// fourth is told its question joined, and a thread whose question joined
+// says which it waits on; one answer finishes all four; the route
+// remembers it, agora decisions lists it, a fifth thread is answered from
+// it with its provenance, and once forgotten the question is asked again.
 func TestAskOnceEndToEnd(t *testing.T) {
 	t.Parallel()
 	env := devWithRoutes(t, "routes:\n  - name: default\n    answerer: human\n    remember: 720h\n")
@@ -258,12 +259,19 @@ func TestAskOnceEndToEnd(t *testing.T) {
 			t.Errorf("questions show lacks thread %s:\n%s", th, show)
 		}
 	}
+	// A fourth thread asking is told its question joined the first's.
+	r := run("dispatch", "renamer", "--round")
+	m := regexp.MustCompile(`round 0, dispatch (\S+)\)`).FindStringSubmatch(r.stdout)
+	if r.code != 4 || m == nil || !strings.Contains(r.stdout, "Asked once: this question joined "+asked+", the same question, which 4 threads wait on") {
+		t.Fatalf("dispatch --round of a question that joins: %s", r)
+	}
+	threads = append(threads, m[1])
 	// The second thread waits on the first's question.
 	if out := must("status", threads[1]).stdout; !strings.Contains(out, "waits on") || !strings.Contains(out, asked) || !strings.Contains(out, "answer "+asked) {
 		t.Errorf("status of a thread whose question joined:\n%s", out)
 	}
 
-	// One answer finishes all three.
+	// One answer finishes all four.
 	must("answer", asked, "parseConfig")
 	for _, th := range threads {
 		testkit.Eventually(t, 30*time.Second, "thread "+th+" finished", func() bool {
@@ -291,13 +299,17 @@ func TestAskOnceEndToEnd(t *testing.T) {
 		t.Errorf("decisions list of another route:\n%s", r)
 	}
 
-	// A fourth thread is answered from memory, at once.
-	r := must("dispatch", "renamer", "--wait", "--json")
-	lines := jsonLines(t, r.stdout)
-	fourth := lines[len(lines)-1]["data"].(map[string]any)["thread_id"].(string)
-	if !strings.Contains(r.stdout, `"answered_by":"memory:`+asked+`"`) {
-		t.Errorf("the fourth thread's resumed input lacks answered_by memory:%s:\n%s", asked, r.stdout)
+	// A fifth thread is answered from memory, at once.
+	r = must("dispatch", "renamer", "--wait")
+	m = regexp.MustCompile(`round 0, dispatch (\S+)\)`).FindStringSubmatch(r.stdout)
+	if m == nil || !strings.Contains(r.stdout, `Answered at once from memory: "parseConfig" — reused the decision of `+asked+" by tester") ||
+		strings.Contains(r.stdout, "Answer it in the inbox") || !strings.Contains(r.stdout, `"answered_by": "memory:`+asked+`"`) {
+		t.Errorf("dispatch --wait answered from memory:\n%s", r)
 	}
+	if m == nil {
+		t.FailNow()
+	}
+	fourth := m[1]
 	q := jsonLines(t, must("questions", "--status", "answered", "--thread", fourth, "--json").stdout)
 	if len(q) != 1 || q[0]["answered_by"] != "memory:"+asked || q[0]["reused"].(map[string]any)["question_id"] != asked {
 		t.Errorf("the fourth thread's question: %v", q)

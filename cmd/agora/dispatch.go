@@ -240,9 +240,17 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 					o.inbox, inboxKnown = inboxURL(ctx, c.Conn(), o.inbox), true
 				}
 				block := questionBlock(g.cli(cmd), o.inbox, questionOf(v))
-				if o.round {
+				note, reused := askedOnceNote(ctx, c, v.QuestionID)
+				if reused {
+					block = askedBlock(questionOf(v))
+				}
+				block += note
+				switch {
+				case o.round:
 					block += fmt.Sprintf("The dispatch stopped to ask. Once answered, the thread goes on as a new dispatch:\n  %s events --thread %s --follow\n", g.cli(cmd), v.ThreadID)
-				} else {
+				case reused:
+					block += "The thread goes on with it…\n\n"
+				default:
 					block += "Waiting for the answer…\n\n"
 				}
 				p.out(out, "%s", block)
@@ -334,6 +342,66 @@ func questionOf(n *lifecycle.NeedsInput) question {
 // questionBlock shows a question, its options and where to answer it.
 func questionBlock(cli, inbox string, q question) string {
 	var b strings.Builder
+	b.WriteString(askedBlock(q))
+	fmt.Fprintf(&b, "\nAnswer it in the inbox: %s\n", inboxLink(inbox, q.ID))
+	lines := answerLines(cli, q)
+	fmt.Fprintf(&b, "or here:                %s\n", lines[0])
+	for _, l := range lines[1:] {
+		fmt.Fprintf(&b, "                        %s\n", l)
+	}
+	return b.String()
+}
+
+// askedOnceNote says how the router took the question qid, from its
+// record (docs/design.md §3.5): answered at once from a remembered
+// decision (reused), joined to one already waiting, or asked once for
+// several threads, and a suggestion waiting for a person. It waits up to 3 s for
+// the record, which the router writes a moment after the needs_input; ""
+// when it is plainly asked or not recorded by then.
+func askedOnceNote(ctx context.Context, c *client.Client, qid string) (note string, reused bool) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var q lifecycle.Question
+	for {
+		var err error
+		if q, err = c.Question(ctx, qid); err == nil {
+			break
+		}
+		if !isNotFound(err) {
+			return "", false
+		}
+		select {
+		case <-ctx.Done():
+			return "", false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	var b strings.Builder
+	switch {
+	case q.Reused != nil:
+		fmt.Fprintf(&b, "\nAnswered at once from memory: %q — %s.\n", cmp.Or(q.Answer, q.Decision), reusedText(q.Reused))
+	case q.Status == lifecycle.StatusJoined:
+		n := 0
+		if jq, err := c.Question(ctx, q.JoinedTo); err == nil {
+			n = threadsWaiting(jq)
+		}
+		fmt.Fprintf(&b, "\nAsked once: this question joined %s, the same question", q.JoinedTo)
+		if n > 1 {
+			fmt.Fprintf(&b, ", which %d threads wait on", n)
+		}
+		b.WriteString("; one answer resumes them all.\n")
+	case q.Status == "asked" && threadsWaiting(q) > 1:
+		fmt.Fprintf(&b, "\nAsked once for %d threads; one answer resumes them all.\n", threadsWaiting(q))
+	}
+	if s := q.Suggestion; s != nil && !s.Accepted && q.Status == "asked" {
+		fmt.Fprintf(&b, "%s\n", suggestionText(s, 200))
+	}
+	return b.String(), q.Reused != nil
+}
+
+// askedBlock shows a question and its options.
+func askedBlock(q question) string {
+	var b strings.Builder
 	kind := ""
 	if q.Kind != "" {
 		kind = q.Kind + ", "
@@ -347,12 +415,6 @@ func questionBlock(cli, inbox string, q question) string {
 	}
 	if len(q.Options) > 0 {
 		fmt.Fprintf(&b, "  Options: %s\n", strings.Join(q.Options, ", "))
-	}
-	fmt.Fprintf(&b, "\nAnswer it in the inbox: %s\n", inboxLink(inbox, q.ID))
-	lines := answerLines(cli, q)
-	fmt.Fprintf(&b, "or here:                %s\n", lines[0])
-	for _, l := range lines[1:] {
-		fmt.Fprintf(&b, "                        %s\n", l)
 	}
 	return b.String()
 }
