@@ -227,6 +227,13 @@ func TestAskOnceEndToEnd(t *testing.T) {
 	}
 	def, _ := json.Marshal(map[string]any{"name": "renamer", "runtime": "exec", "command": []string{"/bin/sh", "-c", renamer, agoraBin}})
 	must("subagent", "apply", "-f", writeFile(t, "renamer.json", string(def)))
+	// Another sub-agent asking the same decision in other words, with the
+	// same key; and one that wants a fresh answer.
+	other := strings.Replace(renamer, "Rename the config loader to readConfig or parseConfig?", "What should loadConfig be called?", 1)
+	def, _ = json.Marshal(map[string]any{"name": "namer", "runtime": "exec", "command": []string{"/bin/sh", "-c", other, agoraBin}})
+	must("subagent", "apply", "-f", writeFile(t, "namer.json", string(def)))
+	def, _ = json.Marshal(map[string]any{"name": "namer-fresh", "runtime": "exec", "command": []string{"/bin/sh", "-c", strings.Replace(other, "config-loader-name;", "config-loader-name --no-reuse;", 1), agoraBin}})
+	must("subagent", "apply", "-f", writeFile(t, "namer-fresh.json", string(def)))
 
 	// Three threads ask.
 	var threads []string
@@ -316,6 +323,14 @@ func TestAskOnceEndToEnd(t *testing.T) {
 	}
 	if out := must("questions", "--status", "answered", "--thread", fourth).stdout; !strings.Contains(out, "reused the decision of "+asked+" by tester") {
 		t.Errorf("questions of the fourth thread:\n%s", out)
+	}
+
+	// The same key in other words is the same decision; --no-reuse asks.
+	if r := must("dispatch", "namer", "--wait"); !strings.Contains(r.stdout, "Answered at once from memory") || !strings.Contains(r.stdout, `"answered_by": "memory:`+asked+`"`) {
+		t.Errorf("namer, the same dedupe key:\n%s", r)
+	}
+	if r := run("dispatch", "namer-fresh", "--round"); r.code != 4 || strings.Contains(r.stdout, "from memory") {
+		t.Errorf("namer-fresh, --no-reuse: %s", r)
 	}
 
 	// Forgotten, the question is asked again.

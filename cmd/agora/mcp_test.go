@@ -87,8 +87,8 @@ func TestMCPHTTPOnDev(t *testing.T) {
 
 // The sub-agent's two ways to ask — the agora needs-input verb and the
 // require_input MCP tool served by the worker's own binary — each write a
-// sentinel that the worker turns into needs_input with the same fields;
-// both take a dedupe key and the opt-out of reuse, and refuse a bad key
+// sentinel that the worker turns into needs_input with the same fields,
+// the dedupe key and the opt-out of reuse among them; a bad key is refused
 // naming the rule.
 func TestSubagentAsksWithTheVerbAndTheTool(t *testing.T) {
 	t.Parallel()
@@ -110,7 +110,8 @@ func TestSubagentAsksWithTheVerbAndTheTool(t *testing.T) {
 		lines := jsonLines(t, r.stdout)
 		data := lines[len(lines)-1]["data"].(map[string]any)
 		ps, _ := json.Marshal(data["partial_state"])
-		if data["question"] != "Ship it?" || data["kind"] != "approval" || data["context"] != c.via || string(ps) != `{"k":"v","n":[1,2]}` {
+		if data["question"] != "Ship it?" || data["kind"] != "approval" || data["context"] != c.via || string(ps) != `{"k":"v","n":[1,2]}` ||
+			data["dedupe_key"] != "ship-decision" || data["reuse"] != false {
 			t.Errorf("%s: needs_input = %v", c.name, data)
 		}
 	}

@@ -106,8 +106,8 @@ func TestRequireInputWritesTheSentinel(t *testing.T) {
 	}
 }
 
-// require_input takes dedupe_key and reuse, and its schema tells a model
-// when to give a key.
+// dedupe_key and reuse reach the sentinel, and the tool's schema tells a
+// model when to give a key.
 func TestRequireInputDedupeKeyAndReuse(t *testing.T) {
 	ws := t.TempDir()
 	cs := connect(t, "AGORA_WORKSPACE="+ws)
@@ -146,8 +146,20 @@ func TestRequireInputDedupeKeyAndReuse(t *testing.T) {
 	if res.IsError || !strings.Contains(text(res), "Stop now") {
 		t.Fatalf("require_input with dedupe_key and reuse: %s", text(res))
 	}
-	if r, err := sentinel.Resolve(ws); err != nil || r.Status != sentinel.Valid || r.Request.Question != "Rename to readConfig or parseConfig?" {
+	r, err := sentinel.Resolve(ws)
+	if err != nil || r.Status != sentinel.Valid {
 		t.Fatalf("resolve = %+v %v", r, err)
+	}
+	if r.Request.DedupeKey != "config-loader-name" || r.Request.Reuse == nil || *r.Request.Reuse {
+		t.Errorf("sentinel dedupe_key %q, reuse %v", r.Request.DedupeKey, r.Request.Reuse)
+	}
+	res = call(t, cs, map[string]any{"question": "q", "reuse": true})
+	if r, _ := sentinel.Resolve(ws); res.IsError || r.Request.DedupeKey != "" || r.Request.Reuse == nil || !*r.Request.Reuse {
+		t.Errorf("reuse true: %s %+v", text(res), r.Request)
+	}
+	res = call(t, cs, map[string]any{"question": "q"})
+	if r, _ := sentinel.Resolve(ws); res.IsError || r.Request.DedupeKey != "" || r.Request.Reuse != nil {
+		t.Errorf("without them: %s %+v", text(res), r.Request)
 	}
 }
 
