@@ -45,8 +45,8 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// testRoutes sends approvals, quick-* and ops-* sub-agents to their own
-// routes; the rest goes to human.
+// testRoutes sends approvals, quick-*, ops-* and memo-* sub-agents to
+// their own routes (memo remembers its answers); the rest goes to human.
 const testRoutes = `routes:
   - name: approvals
     match: {kind: approval}
@@ -61,6 +61,10 @@ const testRoutes = `routes:
     match: {subagent: "ops-*"}
     answerer: human
     fallback: human
+  - name: memo
+    match: {subagent: "memo-*"}
+    answerer: human
+    remember: 720h
   - name: human
     answerer: human
 `
@@ -189,7 +193,7 @@ func start(t *testing.T, o options) *system {
 		t.Fatal(err)
 	}
 	s := &system{t: t, srv: srv, c: c, inbox: in, web: web, cfg: cfg}
-	for _, name := range []string{"asker", "ops-asker", "quick-asker"} {
+	for _, name := range []string{"asker", "ops-asker", "quick-asker", "memo-asker"} {
 		s.shell(name, asker)
 	}
 	if o.dev {

@@ -30,6 +30,10 @@
 //	POST /inbox/api/questions/{id}/answer   JSON {"answer", "decision", "comment"} → client.AnswerReply
 //	POST /inbox/api/login                   JSON {"name", "password"} or {"token"} → a bearer token
 //	POST /inbox/api/questions/{id}/links    JSON {"audience", "ttl"} → the question's signed answer links
+//	GET  /inbox/decisions                   remembered decisions (query: route), each with a forget button
+//	POST /inbox/decisions/{id}/forget       the forget button (csrf)
+//	GET  /inbox/api/decisions               JSON DecisionList (query: route)
+//	DELETE /inbox/api/decisions/{id}        forgets one → the forgotten client.Decision
 //	GET  /inbox/a/{token}, POST             a signed answer link: GET confirms, POST answers once
 //	GET  /inbox/static/…, GET /inbox/healthz
 //

@@ -1000,9 +1000,10 @@ func TestPendingPages(t *testing.T) {
 		t.Errorf("%d rows over the pages, want 7", len(got))
 	}
 	// Counts by route and by who may see what: two approvals join the
-	// eight waiting questions; carol may answer on approvals only.
-	for range 2 {
-		_, qid := s.ask("asker", sentinel{Question: "Approve?", Kind: "approval"}, 1)
+	// eight waiting questions (two different ones: the same one would
+	// join the first); carol may answer on approvals only.
+	for i := range 2 {
+		_, qid := s.ask("asker", sentinel{Question: fmt.Sprintf("Approve %d?", i), Kind: "approval"}, 1)
 		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAsked })
 	}
 	carol := s.browser()

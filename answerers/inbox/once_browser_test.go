@@ -20,7 +20,8 @@ type chrome struct {
 
 // newChrome starts headless Chromium (chromium skips or fails the test
 // without one); a failing test leaves a screenshot in a temporary
-// directory.
+// directory. Call it after start: the browser must close before the
+// inbox's web server, which waits for the browser's live streams.
 func newChrome(t *testing.T) *chrome {
 	t.Helper()
 	exe := chromium(t)
@@ -93,8 +94,8 @@ func (c *chrome) signIn(s *system) {
 // the focused, marked option with its confidence and rationale, and Enter
 // sends it, which resumes the thread with it.
 func TestBrowserAskedOnce(t *testing.T) {
-	c := newChrome(t)
 	s := start(t, options{dev: true})
+	c := newChrome(t) // after start: closed first, ending its live streams
 	opts := []string{"readConfig", "parseConfig"}
 	dA, qA := s.ask("asker", sentinel{Question: "Rename the config loader: readConfig or parseConfig?", Options: opts, Kind: "decision"}, 1)
 	dB, qB := s.ask("asker", sentinel{Question: "Rename the config loader (B)?", Options: opts, Kind: "decision"}, 1)
@@ -159,5 +160,66 @@ func TestBrowserAskedOnce(t *testing.T) {
 	}
 	if out := s.finished(dA.ThreadID); string(out["answer"]) != `"parseConfig"` {
 		t.Errorf("A resumed with %s", out["answer"])
+	}
+}
+
+// TestBrowserThirtyThreadsAskOnce is the whole of asking once, in
+// headless Chromium against the real dispatcher, worker and router: 30
+// threads ask the same question on a route that remembers; the list shows
+// one question, "asked by 30 threads" (counted up live as they join); its
+// page lists the 30 threads; one click answers it and every thread
+// finishes with that answer; the decisions page then lists the
+// remembered answer, and its Forget button forgets it.
+func TestBrowserThirtyThreadsAskOnce(t *testing.T) {
+	s := start(t, options{dev: true})
+	c := newChrome(t)
+	c.signIn(s)
+	const n = 30
+	threads := make([]string, 0, n)
+	for range n {
+		d, err := s.c.Dispatch(t.Context(), lifecycleRequest("memo-asker", memoQuestion))
+		if err != nil {
+			t.Fatal(err)
+		}
+		threads = append(threads, d.ThreadID)
+	}
+	err := chromedp.Do(c.ctx, chromedp.WaitVisible(chromedp.CSS(`#pending li[data-id]`)),
+		chromedp.Poll[chromedp.Void](`(() => { const t = document.querySelector('#pending li[data-id] .threads'); return t && t.textContent === 'asked by 30 threads' })()`,
+			chromedp.WithPollingTimeout(waitFor)))
+	if err != nil {
+		l := s.listAPI("")
+		t.Fatalf("see one question asked by 30 threads: %v; the page shows %q; the API lists %d questions", err,
+			c.eval(`document.getElementById('pending').innerText`), len(l.Questions))
+	}
+	if got := c.eval(`String(document.querySelectorAll('#pending li[data-id]').length) + ' ' + document.getElementById('pending-count').textContent`); got != "1 1" {
+		t.Errorf("rows and count = %q, want one question", got)
+	}
+	c.do("open it",
+		chromedp.Click(chromedp.CSS(`#pending li[data-id] a`)),
+		chromedp.WaitVisible(chromedp.CSS(`#waiting-threads`)))
+	if got := c.eval(`String(document.querySelectorAll('#waiting-threads tbody tr').length)`); got != "30" {
+		t.Errorf("%s threads listed, want 30", got)
+	}
+	c.do("answer once",
+		chromedp.Click(chromedp.CSS(`button.option[value="parseConfig"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#outcome`)))
+	for _, th := range threads {
+		if out := s.finished(th); string(out["answer"]) != `"parseConfig"` || string(out["answered_by"]) != `"dev"` {
+			t.Errorf("thread %s resumed with %s by %s", th, out["answer"], out["answered_by"])
+		}
+	}
+
+	c.do("open the remembered decisions",
+		chromedp.Navigate(s.web.URL+"/inbox/decisions"),
+		chromedp.WaitVisible(chromedp.CSS(`#decisions tbody tr`)))
+	if got := c.text(`#decisions tbody tr`); !strings.Contains(got, "memo") || !strings.Contains(got, "parseConfig") || !strings.Contains(got, "dev") {
+		t.Errorf("decision row = %q", got)
+	}
+	c.do("forget it",
+		chromedp.Click(chromedp.CSS(`#decisions button.forget`)),
+		chromedp.WaitVisible(chromedp.CSS(`#decisions-notice`)),
+		chromedp.WaitVisible(chromedp.CSS(`#no-decisions`)))
+	if l := s.decisionsAPI(s.bearer, ""); l.Count != 0 {
+		t.Errorf("still remembered: %+v", l.Decisions)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -208,5 +209,72 @@ func TestAnsweredFromMemory(t *testing.T) {
 	d := s.waitQuestion(qNew, func(*inbox.Question) bool { return true })
 	if r := d.Question.Reused; r == nil || r.QuestionID != qOld || r.AnsweredBy != "bob" || !r.AnsweredAt.Equal(made) {
 		t.Errorf("reused = %+v", r)
+	}
+}
+
+// lifecycleRequest is a dispatch of sub-agent sa asking q.
+func lifecycleRequest(sa string, q sentinel) lifecycle.Request {
+	in, _ := json.Marshal(q)
+	return lifecycle.Request{Subagent: sa, Input: in}
+}
+
+// TestThirtyThreadsOneQuestion: 30 threads asking the same question are
+// one waiting question in the list and the JSON API, with the 30 threads
+// (dispatch and thread ids); the 29 that joined are listed with
+// status=joined only. One answer through the inbox resumes each thread
+// exactly once with that answer, and each joined question is answered
+// too.
+func TestThirtyThreadsOneQuestion(t *testing.T) {
+	s := start(t, options{})
+	const n = 30
+	q := sentinel{Question: "Rename the config loader: readConfig or parseConfig?", Options: []string{"readConfig", "parseConfig"}, Kind: "decision"}
+	byThread := map[string]*client.Dispatch{}
+	for range n {
+		d, err := s.c.Dispatch(t.Context(), lifecycleRequest("asker", q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		byThread[d.ThreadID] = d
+	}
+	var l inbox.List
+	testkit.Eventually(t, waitFor, "one question with 30 threads", func() bool {
+		l = s.listAPI("")
+		return len(l.Questions) == 1 && len(l.Questions[0].WaitingThreads) == n
+	})
+	asked := l.Questions[0]
+	if l.Count != 1 {
+		t.Errorf("count %d, want 1", l.Count)
+	}
+	for _, w := range asked.WaitingThreads {
+		if d := byThread[w.ThreadID]; d == nil || d.DispatchID != w.DispatchID || w.QuestionID != lifecycle.QuestionID(w.DispatchID) {
+			t.Errorf("waiting thread %+v is none of the 30", w)
+		}
+	}
+	if j := s.listAPI("status=joined"); len(j.Questions) != n-1 {
+		t.Errorf("%d joined questions listed, want %d", len(j.Questions), n-1)
+	}
+	b := s.browser()
+	b.login("alice", password)
+	mustContain(t, "pending page", b.get("/inbox/").body, "asked by 30 threads", "1 waiting, newest first.")
+
+	if st, body := s.apiCall(http.MethodPost, "/inbox/api/questions/"+asked.QuestionID+"/answer", map[string]string{"answer": "parseConfig"},
+		map[string]string{"Authorization": "Bearer " + s.bearer}); st != http.StatusOK {
+		t.Fatalf("answer: %d %s", st, body)
+	}
+	for th, d := range byThread {
+		if out := s.finished(th); string(out["answer"]) != `"parseConfig"` || string(out["answered_by"]) != `"alice"` {
+			t.Errorf("thread %s resumed with %s by %s", th, out["answer"], out["answered_by"])
+		}
+		view, err := s.c.Thread(t.Context(), th)
+		if err != nil || len(view.Rounds) != 2 {
+			t.Errorf("thread %s: %v, %d rounds, want the question's and one re-dispatch", th, err, len(view.Rounds))
+		}
+		qd := s.waitQuestion(lifecycle.QuestionID(d.DispatchID), func(q *inbox.Question) bool { return q.Status == inbox.StatusAnswered })
+		if qd.Question.Answer != "parseConfig" || qd.Question.AnsweredBy != "alice" {
+			t.Errorf("question of %s = %+v", th, qd.Question.Question)
+		}
+	}
+	if l := s.listAPI(""); len(l.Questions) != 0 {
+		t.Errorf("still waiting: %+v", l.Questions)
 	}
 }

@@ -45,6 +45,8 @@ func (s *Server) routesHandler() http.Handler {
 	mux.Handle("POST "+Prefix+"/questions/{id}/decline", s.form(s.declineForm))
 	mux.Handle("GET "+Prefix+"/questions/{id}/artifacts/{name...}", s.page(s.artifactFile))
 	mux.Handle("GET "+Prefix+"/history", s.page(s.historyPage))
+	mux.Handle("GET "+Prefix+"/decisions", s.page(s.decisionsPage))
+	mux.Handle("POST "+Prefix+"/decisions/{id}/forget", s.form(s.forgetForm))
 	mux.Handle("GET "+Prefix+"/events", s.page(s.events))
 	mux.HandleFunc("GET "+Prefix+"/login", s.loginPage)
 	mux.HandleFunc("POST "+Prefix+"/login", s.loginForm)
@@ -57,6 +59,8 @@ func (s *Server) routesHandler() http.Handler {
 	mux.Handle("POST "+Prefix+"/api/questions/{id}/answer", s.api(s.apiAnswer))
 	mux.HandleFunc("POST "+Prefix+"/api/login", s.apiLogin)
 	mux.Handle("POST "+Prefix+"/api/questions/{id}/links", s.api(s.apiLinks))
+	mux.Handle("GET "+Prefix+"/api/decisions", s.api(s.apiDecisions))
+	mux.Handle("DELETE "+Prefix+"/api/decisions/{id}", s.api(s.apiForget))
 	mux.HandleFunc("GET "+Prefix+"/a/{token}", s.linkPage)
 	mux.HandleFunc("POST "+Prefix+"/a/{token}", s.linkAnswer)
 	mux.HandleFunc(Prefix+"/api/", func(w http.ResponseWriter, r *http.Request) {

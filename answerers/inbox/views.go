@@ -77,7 +77,7 @@ func (s *Server) serveStatic(w http.ResponseWriter, r *http.Request) {
 }
 
 // pageNames are the page templates, each rendered inside layout.html.
-var pageNames = []string{"pending", "question", "history", "login", "error", "link"}
+var pageNames = []string{"pending", "question", "history", "login", "error", "link", "decisions"}
 
 func parsePages(static func(string) string) (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
