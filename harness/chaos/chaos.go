@@ -84,12 +84,15 @@ type Report struct {
 	// waiting, the groups they made (an asked question with threads
 	// joined) and each group's size in threads, largest first; resumes is
 	// how many re-dispatches the audit matched to an answered question.
-	Coalesced   int      `json:"coalesced_questions"`
-	Groups      int      `json:"coalesced_groups"`
-	GroupSizes  []int    `json:"group_sizes"`
-	Resumes     int      `json:"resumes_checked"`
-	Anomalies   []string `json:"anomalies"`
-	DurationSec float64  `json:"duration_s"`
+	Coalesced  int   `json:"coalesced_questions"`
+	Groups     int   `json:"coalesced_groups"`
+	GroupSizes []int `json:"group_sizes"`
+	// DedupeGroups are the groups whose questions' texts differ: joined by
+	// their dedupe_key.
+	DedupeGroups int      `json:"dedupe_key_groups"`
+	Resumes      int      `json:"resumes_checked"`
+	Anomalies    []string `json:"anomalies"`
+	DurationSec  float64  `json:"duration_s"`
 }
 
 // OK reports whether the audit found nothing wrong.
@@ -566,7 +569,8 @@ func auditAskOnce(ctx context.Context, js jetstream.JetStream, children, answere
 			case wq == nil:
 				bad("question %s lists waiting question %s, which has no record", lid, w.QuestionID)
 			case w.QuestionID != lid && wq.JoinedTo != lid:
-				bad("question %s lists waiting question %s, which joined %q", lid, w.QuestionID, wq.JoinedTo)
+				bad("question %s (answered at %s) lists waiting question %s, which joined %q and ended %s (its history: %s)",
+					lid, stamp(l.AnsweredAt), w.QuestionID, wq.JoinedTo, wq.Status, history(ctx, js, w.QuestionID))
 			case wq.DispatchID != w.DispatchID:
 				bad("question %s lists dispatch %s for question %s, asked by dispatch %s", lid, w.DispatchID, w.QuestionID, wq.DispatchID)
 			}
@@ -577,10 +581,15 @@ func auditAskOnce(ctx context.Context, js jetstream.JetStream, children, answere
 		if !listed[lid] {
 			bad("question %s does not list its own thread among those waiting", lid)
 		}
+		byKey := false
 		for _, m := range ms {
 			if !listed[m] {
 				bad("question %s joined %s, which does not list it among its waiting threads", m, lid)
 			}
+			byKey = byKey || byID[m].Question != l.Question
+		}
+		if byKey {
+			rep.DedupeGroups++
 		}
 		if once != len(l.WaitingThreads) {
 			bad("question %s: %d of its %d waiting threads resumed once", lid, once, len(l.WaitingThreads))
@@ -589,6 +598,44 @@ func auditAskOnce(ctx context.Context, js jetstream.JetStream, children, answere
 		rep.GroupSizes = append(rep.GroupSizes, len(l.WaitingThreads))
 	}
 	slices.SortFunc(rep.GroupSizes, func(a, b int) int { return b - a })
+}
+
+// stamp formats an optional time for an anomaly.
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return t.Format("15:04:05.000")
+}
+
+// history is the router's own history of question qid, read from its
+// stored record, for an anomaly that needs it.
+func history(ctx context.Context, js jetstream.JetStream, qid string) string {
+	kv, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
+	if err != nil {
+		return err.Error()
+	}
+	e, err := kv.Get(ctx, qid)
+	if err != nil {
+		return err.Error()
+	}
+	var r struct {
+		AskedAt time.Time `json:"asked_at"`
+		History []struct {
+			At     time.Time `json:"at"`
+			Via    string    `json:"via"`
+			Result string    `json:"result"`
+			Reason string    `json:"reason"`
+		} `json:"history"`
+	}
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return err.Error()
+	}
+	out := []string{"asked " + r.AskedAt.Format("15:04:05.000")}
+	for _, h := range r.History {
+		out = append(out, fmt.Sprintf("%s %s %s: %s", h.At.Format("15:04:05.000"), h.Via, h.Result, h.Reason))
+	}
+	return strings.Join(out, "; ")
 }
 
 // readAll reads a stream from its start.
@@ -634,6 +681,7 @@ func Print(w io.Writer, r Report) {
 	fmt.Fprintf(tw, "events audited\t%d\n", r.Events)
 	fmt.Fprintf(tw, "questions joined to one already asked\t%d\n", r.Coalesced)
 	fmt.Fprintf(tw, "groups (threads waiting on each)\t%d %v\n", r.Groups, r.GroupSizes)
+	fmt.Fprintf(tw, "groups joined by dedupe_key (texts differ)\t%d\n", r.DedupeGroups)
 	fmt.Fprintf(tw, "answered questions matched to one re-dispatch\t%d\n", r.Resumes)
 	for k, v := range r.Faults {
 		fmt.Fprintf(tw, "fault: %s\t%d\n", k, v)

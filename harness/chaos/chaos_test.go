@@ -41,8 +41,11 @@ func TestAuditAskOnce(t *testing.T) {
 		edit     func(qs []lifecycle.Question, children, answered map[string]int)
 		anomaly  string // "" when none
 		coalesce int    // questions joined
+		byKey    int    // groups joined by dedupe_key
 	}{
 		{name: "every thread resumed once", edit: func([]lifecycle.Question, map[string]int, map[string]int) {}, coalesce: 2},
+		{name: "a group joined by its dedupe_key", edit: func(qs []lifecycle.Question, _, _ map[string]int) { qs[1].Question = "go on? (t2)" },
+			coalesce: 2, byKey: 1},
 		{name: "a joined thread resumed twice", edit: func(_ []lifecycle.Question, c, _ map[string]int) { c["d2"] = 2 },
 			anomaly: "dispatch d2 resumed 2 times", coalesce: 2},
 		{name: "a joined thread never resumed", edit: func(_ []lifecycle.Question, c, _ map[string]int) { delete(c, "d3") },
@@ -76,8 +79,8 @@ func TestAuditAskOnce(t *testing.T) {
 				}
 			}
 			rep := chaos.AuditAskOnce(t.Context(), js, children, answered)
-			if rep.Coalesced != tc.coalesce || rep.Groups != 1 {
-				t.Errorf("%d questions joined in %d groups, want %d in 1", rep.Coalesced, rep.Groups, tc.coalesce)
+			if rep.Coalesced != tc.coalesce || rep.Groups != 1 || rep.DedupeGroups != tc.byKey {
+				t.Errorf("%d questions joined in %d groups, %d by dedupe_key; want %d in 1, %d", rep.Coalesced, rep.Groups, rep.DedupeGroups, tc.coalesce, tc.byKey)
 			}
 			switch {
 			case tc.anomaly == "" && len(rep.Anomalies) > 0:
