@@ -277,6 +277,12 @@ func TestAskOnceEndToEnd(t *testing.T) {
 	if out := must("status", threads[1]).stdout; !strings.Contains(out, "waits on") || !strings.Contains(out, asked) || !strings.Contains(out, "answer "+asked) {
 		t.Errorf("status of a thread whose question joined:\n%s", out)
 	}
+	if out := must("status", threads[2], "--thread").stdout; !strings.Contains(out, "waits on  "+asked) {
+		t.Errorf("status --thread of a thread whose question joined:\n%s", out)
+	}
+	if out := must("status", threads[0], "--thread").stdout; !strings.Contains(out, "asked by  4 threads") {
+		t.Errorf("status --thread of the asking thread:\n%s", out)
+	}
 
 	// One answer finishes all four.
 	must("answer", asked, "parseConfig")

@@ -259,7 +259,20 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 		if o.json {
 			return newJSONLines(out).write(th)
 		}
-		return printThread(out, th)
+		if err := printThread(out, th); err != nil {
+			return err
+		}
+		// A thread paused on a question asked once: say how.
+		if n := len(th.Rounds); n > 0 {
+			if res := th.Rounds[n-1].Result; res != nil && res.Kind == lifecycle.KindNeedsInput {
+				if q, err := c.Question(ctx, res.QuestionID); err == nil {
+					tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+					questionRows(func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }, &q, g.cli(cmd))
+					return tw.Flush()
+				}
+			}
+		}
+		return nil
 	}
 	rec, err := c.Status(ctx, id)
 	if isNotFound(err) {

@@ -104,6 +104,16 @@ func TestQuestionsAskedOnceForThreeThreads(t *testing.T) {
 			break
 		}
 	}
+	// agora_status of that thread names the question it waits on (the
+	// dispatcher's record follows the stream a moment behind).
+	testkit.Eventually(t, 10*time.Second, "agora_status of "+other+" waits on "+asked, func() bool {
+		rounds, _ := structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": other}))["rounds"].([]any)
+		return len(rounds) == 1 && rounds[0].(map[string]any)["waits_on"] == asked
+	})
+	if rounds, _ := structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": strings.TrimPrefix(asked, "q-")}))["rounds"].([]any); len(rounds) != 1 || rounds[0].(map[string]any)["waits_on"] != nil {
+		t.Errorf("agora_status of the asking thread: %v", rounds)
+	}
+
 	r := &recorder{answers: []map[string]any{{"answer": "B"}}}
 	ecs := e.connect(t, "bob", r.handle, "", false)
 	out := structured(t, call(t, ecs, "agora_dispatch", map[string]any{"thread_id": other}))

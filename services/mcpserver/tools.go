@@ -782,9 +782,12 @@ type RoundStatus struct {
 	Status     string `json:"status"`
 	QuestionID string `json:"question_id,omitempty"`
 	Question   string `json:"question,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	Detail     string `json:"detail,omitempty"`
-	Output     any    `json:"output,omitempty"`
+	// WaitsOn is, for a round paused on a question that joined another,
+	// the question asked for both (docs/design.md §3.5).
+	WaitsOn string `json:"waits_on,omitempty" jsonschema:"the round's question joined this one, asked once for every thread waiting on it: answer it with agora_answer"`
+	Reason  string `json:"reason,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+	Output  any    `json:"output,omitempty"`
 }
 
 func roundOf(r *client.Record) RoundStatus {
@@ -812,13 +815,32 @@ func (t *tools) status(ctx context.Context, _ *mcp.CallToolRequest, in TargetArg
 		if err != nil {
 			return nil, nil, t.explainTarget(err, "thread", in.ThreadID)
 		}
-		return nil, statusOf(th), nil
+		st := statusOf(th)
+		t.waitsOn(ctx, st.Rounds)
+		return nil, st, nil
 	}
 	rec, err := t.s.c.Status(ctx, in.DispatchID)
 	if err != nil {
 		return nil, nil, t.explainTarget(err, "dispatch", in.DispatchID)
 	}
-	return nil, &Status{ThreadID: rec.ThreadID, Status: string(rec.Status), Rounds: []RoundStatus{roundOf(rec)}}, nil
+	st := &Status{ThreadID: rec.ThreadID, Status: string(rec.Status), Rounds: []RoundStatus{roundOf(rec)}}
+	t.waitsOn(ctx, st.Rounds)
+	return nil, st, nil
+}
+
+// waitsOn sets WaitsOn of the last round when it is paused on a question
+// that joined another, from the question's record.
+func (t *tools) waitsOn(ctx context.Context, rounds []RoundStatus) {
+	if len(rounds) == 0 {
+		return
+	}
+	r := &rounds[len(rounds)-1]
+	if r.Status != string(lifecycle.KindNeedsInput) || r.QuestionID == "" {
+		return
+	}
+	if q, err := t.s.c.Question(ctx, r.QuestionID); err == nil && q.Status == lifecycle.StatusJoined {
+		r.WaitsOn = q.JoinedTo
+	}
 }
 
 // CancelArgs are agora_cancel's arguments.
