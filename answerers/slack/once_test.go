@@ -152,3 +152,66 @@ func TestSuggestionShown(t *testing.T) {
 		t.Errorf("approval buttons = %+v", els)
 	}
 }
+
+// TestThirtyThreadsOneMessage is asking once end to end, against the real
+// router: 30 threads ask the same question and Slack gets one message,
+// whose count follows them as they join ("asked by 30 threads") and as
+// one is cancelled (29); one click answers it, every thread still waiting
+// finishes with that answer, and the message says so.
+func TestThirtyThreadsOneMessage(t *testing.T) {
+	w := startWorld(t, worldOptions{routes: routes, settings: settings})
+	w.asks("ask-choice", choice)
+	const n = 30
+	var ds []*client.Dispatch
+	for range n {
+		d, err := w.Client.Dispatch(t.Context(), lifecycle.Request{Subagent: "ask-choice", Input: json.RawMessage(`{"task":"t"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	var m postedMessage
+	testkit.Eventually(t, time.Minute, "the message to say asked by 30 threads", func() bool {
+		m, _ = w.slack.messageIn("C0OPS")
+		return strings.Contains(m.all(), "*asked by 30 threads*")
+	})
+	if k := len(w.slack.callsOf("chat.postMessage")); k != 1 {
+		t.Errorf("%d messages posted for one question", k)
+	}
+	// The last thread is cancelled: it leaves the question.
+	if _, err := w.Client.CancelThread(t.Context(), ds[n-1].ThreadID); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, "the message to say asked by 29 threads", func() bool {
+		m, _ = w.slack.messageIn("C0OPS")
+		return strings.Contains(m.all(), "*asked by 29 threads*")
+	})
+	_, els := m.actions()
+	if code, _ := newInteraction(click(m, "U0BOB", els[1]), signingSecret, time.Now()).send(t, w.http.URL); code != 200 {
+		t.Fatalf("click: HTTP %d", code)
+	}
+	for i, d := range ds {
+		end := waitThread(t, w.Client, d.ThreadID)
+		if i == n-1 {
+			if _, ok := end.(*lifecycle.Cancelled); !ok {
+				t.Errorf("the cancelled thread ended %T", end)
+			}
+			continue
+		}
+		fin, ok := end.(*lifecycle.Finished)
+		var in map[string]any
+		if ok {
+			_ = json.Unmarshal(fin.Output, &in)
+		}
+		if !ok || fin.Round != 1 || in["answer"] != "B" || in["answered_by"] != "slack:"+team+"/U0BOB" {
+			t.Errorf("thread %d ended %T %+v", i, end, in)
+		}
+	}
+	testkit.Eventually(t, 30*time.Second, "the answered message", func() bool {
+		m, _ = w.slack.messageIn("C0OPS")
+		return strings.Contains(m.all(), "Answered *B* by <@U0BOB>")
+	})
+	if _, els := m.actions(); els != nil {
+		t.Errorf("the answered message keeps its buttons: %s", m.all())
+	}
+}
