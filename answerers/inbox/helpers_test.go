@@ -45,8 +45,10 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// testRoutes sends approvals, quick-*, ops-* and memo-* sub-agents to
-// their own routes (memo remembers its answers); the rest goes to human.
+// testRoutes sends approvals, quick-*, ops-*, bot-* and memo-* sub-agents
+// to their own routes (an answerer of bots suggests, taken at 0.9 and
+// sent to human below; memo remembers its answers); the rest goes to
+// human.
 const testRoutes = `routes:
   - name: approvals
     match: {kind: approval}
@@ -60,6 +62,11 @@ const testRoutes = `routes:
   - name: ops
     match: {subagent: "ops-*"}
     answerer: human
+    fallback: human
+  - name: bots
+    match: {subagent: "bot-*"}
+    answerer: bot
+    auto_accept: 0.9
     fallback: human
   - name: memo
     match: {subagent: "memo-*"}
@@ -193,7 +200,7 @@ func start(t *testing.T, o options) *system {
 		t.Fatal(err)
 	}
 	s := &system{t: t, srv: srv, c: c, inbox: in, web: web, cfg: cfg}
-	for _, name := range []string{"asker", "ops-asker", "quick-asker", "memo-asker"} {
+	for _, name := range []string{"asker", "ops-asker", "quick-asker", "memo-asker", "bot-asker"} {
 		s.shell(name, asker)
 	}
 	if o.dev {

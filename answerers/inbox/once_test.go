@@ -1,11 +1,13 @@
 package inbox_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -276,5 +279,59 @@ func TestThirtyThreadsOneQuestion(t *testing.T) {
 	}
 	if l := s.listAPI(""); len(l.Questions) != 0 {
 		t.Errorf("still waiting: %+v", l.Questions)
+	}
+}
+
+// TestSuggestedAnswers, against the real router and an answerer that
+// suggests (pkg/answerer.Suggest) on a route with auto_accept 0.9 and
+// fallback human: a suggestion at 0.95 answers the question by itself
+// (answered_by suggested:bot); one at 0.72 sends it to people, whose page
+// shows it preselected with its confidence and rationale, and their
+// answer resumes the thread.
+func TestSuggestedAnswers(t *testing.T) {
+	s := start(t, options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- answerer.Serve(ctx, s.srv.Conn(t), "bots", answerer.HandlerFunc(func(_ context.Context, q lifecycle.Question) (answerer.Reply, error) {
+			if strings.Contains(q.Question, "sure") {
+				return answerer.Suggest("parseConfig", 0.95, "every loader is parse*"), nil
+			}
+			return answerer.Suggest("parseConfig", 0.72, "most loaders are parse*"), nil
+		}), answerer.WithAnsweredBy("bot"), answerer.WithLogger(quietLogger()))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("answerer: %v", err)
+		}
+	})
+	opts := []string{"readConfig", "parseConfig"}
+	sure, err := s.c.Dispatch(t.Context(), lifecycleRequest("bot-asker", sentinel{Question: "Rename the loader (sure)?", Options: opts, Kind: "decision"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := s.finished(sure.ThreadID); string(out["answer"]) != `"parseConfig"` || string(out["answered_by"]) != `"suggested:bot"` {
+		t.Errorf("the sure suggestion resumed the thread with %s by %s", out["answer"], out["answered_by"])
+	}
+
+	unsure, err := s.c.Dispatch(t.Context(), lifecycleRequest("bot-asker", sentinel{Question: "Rename the loader?", Options: opts, Kind: "decision"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qid := lifecycle.QuestionID(unsure.DispatchID)
+	d := s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Pending() && q.Route == "human" })
+	if sg := d.Question.Suggestion; sg == nil || sg.Accepted || sg.Answer != "parseConfig" || sg.Confidence != 0.72 || sg.By != "bot" {
+		t.Fatalf("suggestion = %+v", sg)
+	}
+	b := s.browser()
+	b.login("alice", password)
+	mustContain(t, "the question page", b.get("/inbox/questions/"+qid).body, `id="suggestion"`, "72%", "most loaders are parse*",
+		`class="option suggested" autofocus aria-describedby="suggestion" name="answer" value="parseConfig"`)
+	if p := b.post("/inbox/questions/"+qid+"/answer", url.Values{"answer": {"readConfig"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("answer: %d %s", p.status, clipBody(p.body))
+	}
+	if out := s.finished(unsure.ThreadID); string(out["answer"]) != `"readConfig"` || string(out["answered_by"]) != `"alice"` {
+		t.Errorf("the person's answer resumed the thread with %s by %s", out["answer"], out["answered_by"])
 	}
 }
