@@ -1,6 +1,7 @@
 package slack_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -213,5 +215,51 @@ func TestThirtyThreadsOneMessage(t *testing.T) {
 	})
 	if _, els := m.actions(); els != nil {
 		t.Errorf("the answered message keeps its buttons: %s", m.all())
+	}
+}
+
+// suggestRoutes adds to the test routes a route whose answerer suggests,
+// taken at 0.9 and sent to ops (Slack) below.
+const suggestRoutes = `routes:
+  - name: bots
+    match: {subagent: "bot-*"}
+    answerer: bot
+    auto_accept: 0.9
+    fallback: ops
+  - name: ops
+    match: {subagent: "ask-*"}
+  - name: people
+`
+
+// TestSuggestionFromAnswerer, against the real router: an answerer's
+// suggestion below the route's auto_accept sends the question to the
+// Slack route preselected (its button primary, confidence and rationale
+// shown); a click on another option is the answer.
+func TestSuggestionFromAnswerer(t *testing.T) {
+	w := startWorld(t, worldOptions{routes: suggestRoutes, settings: settings})
+	w.Go("bot answerer", func(ctx context.Context) error {
+		return answerer.Serve(ctx, w.Server.Conn(t), "bots", answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
+			return answerer.Suggest("B", 0.72, "B is shorter"), nil
+		}), answerer.WithAnsweredBy("bot"))
+	})
+	w.asks("bot-choice", choice)
+	d, m := w.dispatch(t, "bot-choice", "C0OPS", nil)
+	if !strings.Contains(m.all(), "Suggested by *bot*: *B* · confidence *72%*") || !strings.Contains(m.all(), ">B is shorter") {
+		t.Errorf("message = %s", m.all())
+	}
+	_, els := m.actions()
+	if len(els) != 2 || els[1]["style"] != "primary" || els[0]["style"] != nil {
+		t.Fatalf("buttons = %+v", els)
+	}
+	if code, _ := newInteraction(click(m, "U0BOB", els[0]), signingSecret, time.Now()).send(t, w.http.URL); code != 200 {
+		t.Fatalf("click: HTTP %d", code)
+	}
+	fin, ok := waitThread(t, w.Client, d.ThreadID).(*lifecycle.Finished)
+	var in map[string]any
+	if ok {
+		_ = json.Unmarshal(fin.Output, &in)
+	}
+	if !ok || in["answer"] != "A" || in["answered_by"] != "slack:"+team+"/U0BOB" {
+		t.Errorf("thread ended %+v", in)
 	}
 }
