@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -24,6 +26,18 @@ func (s *system) decisionsAPI(token, query string) inbox.DecisionList {
 	if err := json.Unmarshal([]byte(body), &l); err != nil {
 		s.t.Fatalf("decisions: %v: %s", err, body)
 	}
+	return l
+}
+
+// waitDecisions waits until the JSON API lists n remembered decisions:
+// the router remembers an answer just after it replies to it.
+func (s *system) waitDecisions(token string, n int) inbox.DecisionList {
+	s.t.Helper()
+	var l inbox.DecisionList
+	testkit.Eventually(s.t, waitFor, fmt.Sprintf("%d remembered decisions", n), func() bool {
+		l = s.decisionsAPI(token, "")
+		return len(l.Decisions) == n
+	})
 	return l
 }
 
@@ -44,8 +58,8 @@ func TestDecisions(t *testing.T) {
 	if st, body := s.apiCall(http.MethodPost, "/inbox/api/questions/"+q1+"/answer", map[string]string{"answer": "parseConfig", "comment": "like the parse* helpers"}, auth); st != http.StatusOK {
 		t.Fatalf("answer: %d %s", st, body)
 	}
-	l := s.decisionsAPI(s.bearer, "")
-	if l.Count != 1 || len(l.Decisions) != 1 {
+	l := s.waitDecisions(s.bearer, 1)
+	if l.Count != 1 {
 		t.Fatalf("decisions = %+v", l)
 	}
 	d := l.Decisions[0]
@@ -126,11 +140,7 @@ func TestDecisionsPage(t *testing.T) {
 	if p := b.post("/inbox/questions/"+q1+"/answer", url.Values{"answer": {"readConfig"}}); p.status != http.StatusSeeOther {
 		t.Fatalf("answer: %d", p.status)
 	}
-	l := s.decisionsAPI(s.bearer, "")
-	if len(l.Decisions) != 1 {
-		t.Fatalf("decisions = %+v", l)
-	}
-	id := l.Decisions[0].ID
+	id := s.waitDecisions(s.bearer, 1).Decisions[0].ID
 	p := b.get("/inbox/decisions")
 	mustContain(t, "decisions page", p.body, `<tr data-id="`+id+`">`, "<td>memo</td>", memoQuestion.Question, `<strong class="decision-answer">readConfig</strong>`,
 		`<td class="decision-by">bob</td>`, `action="/inbox/decisions/`+id+`/forget"`, `name="csrf" value="`+b.csrf+`"`, "(in 29d 23h)")

@@ -133,7 +133,11 @@ func TestBrowserAskedOnce(t *testing.T) {
 	s.patch(qA, func(rec map[string]any) {
 		rec["waiting_threads"] = []any{waiting(dA, qA, "asker", now), waiting(dB, qB, "asker", now), waiting(dC, qC, "asker", now)}
 	})
-	c.do("see the count follow", chromedp.WaitVisible(chromedp.CSS(`#threads-count[data-threads="3"]`)))
+	c.do("see the count and the table follow", chromedp.WaitVisible(chromedp.CSS(`#threads-count[data-threads="3"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#waiting-threads tr[data-thread="`+dC.ThreadID+`"]`)))
+	if got := c.text(`#waiting-threads tr[data-thread="` + dC.ThreadID + `"]`); !strings.Contains(got, dC.DispatchID) || !strings.Contains(got, "its question") {
+		t.Errorf("C's row = %q", got)
+	}
 	if got := c.text(`#threads-count`); got != "asked by 3 threads" {
 		t.Errorf("page says %q after C joined", got)
 	}
@@ -209,6 +213,7 @@ func TestBrowserThirtyThreadsAskOnce(t *testing.T) {
 		}
 	}
 
+	s.waitDecisions(s.bearer, 1)
 	c.do("open the remembered decisions",
 		chromedp.Navigate(s.web.URL+"/inbox/decisions"),
 		chromedp.WaitVisible(chromedp.CSS(`#decisions tbody tr`)))

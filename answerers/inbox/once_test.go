@@ -280,6 +280,11 @@ func TestThirtyThreadsOneQuestion(t *testing.T) {
 	if l := s.listAPI(""); len(l.Questions) != 0 {
 		t.Errorf("still waiting: %+v", l.Questions)
 	}
+	// The history has each thread's answer, the joined ones marked.
+	h := b.get("/inbox/history").body
+	if got := strings.Count(h, "asked once with <code>"+asked.QuestionID+"</code>"); got != n-1 {
+		t.Errorf("the history marks %d questions as asked once with %s, want %d", got, asked.QuestionID, n-1)
+	}
 }
 
 // TestSuggestedAnswers, against the real router and an answerer that

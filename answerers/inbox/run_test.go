@@ -131,7 +131,8 @@ func TestQuestionPageParts(t *testing.T) {
 		mustContain(t, "question page", p.body,
 			`<strong>high</strong>`, "<pre><code>fmt.Println(&#34;&lt;hi&gt;&#34;)\n</code></pre>",
 			`<a href="https://example.com/docs" rel="nofollow">ok</a>`)
-		i, j := strings.Index(p.body, `id="context"`), strings.Index(p.body, "</section>")
+		i := strings.Index(p.body, `id="context"`)
+		j := i + strings.Index(p.body[max(i, 0):], "</section>") // the context's section ends
 		if i < 0 || j < i {
 			t.Fatalf("no context section:\n%s", clipBody(p.body))
 		}

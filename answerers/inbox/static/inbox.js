@@ -222,6 +222,57 @@
     };
     if (q.getAttribute('data-status') !== 'asked' && thread && thread.getAttribute('data-active') === 'true') pollThread();
 
+    // The table of threads waiting on the question, read again from the
+    // API when its count changes (built with textContent only).
+    var refreshWaiting = function () {
+      fetch(q.getAttribute('data-api'), { headers: { 'Accept': 'application/json' }, credentials: 'same-origin' })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (d) {
+          var sec = document.getElementById('waiting-threads');
+          if (!sec || !d || !d.question) return;
+          var wt = d.question.waiting_threads || [];
+          var tb = sec.querySelector('tbody');
+          while (tb.firstChild) tb.removeChild(tb.firstChild);
+          wt.forEach(function (w, i) {
+            var tr = document.createElement('tr');
+            tr.setAttribute('data-thread', w.thread_id);
+            var cell = function (text, code) {
+              var td = document.createElement('td');
+              var el = td;
+              if (code) { el = document.createElement('code'); td.appendChild(el); }
+              el.textContent = text || '';
+              tr.appendChild(td);
+              return td;
+            };
+            cell(w.dispatch_id, true);
+            cell(w.thread_id, true);
+            cell(w.subagent, false);
+            var when = cell('', false);
+            var t = document.createElement('time');
+            t.setAttribute('datetime', w.asked_at);
+            t.setAttribute('data-local', '');
+            t.textContent = w.asked_at;
+            when.appendChild(t);
+            var last = cell('', false);
+            if (i === 0) {
+              var m = document.createElement('span');
+              m.className = 'muted';
+              m.textContent = 'asked it';
+              last.appendChild(m);
+            } else {
+              var a = document.createElement('a');
+              a.href = '/inbox/questions/' + encodeURIComponent(w.question_id);
+              a.textContent = 'its question';
+              last.appendChild(a);
+            }
+            tb.appendChild(tr);
+          });
+          localTimes(sec);
+          sec.hidden = wt.length <= 1;
+        })
+        .catch(function () {});
+    };
+
     if (q.getAttribute('data-status') === 'asked' && window.EventSource) {
       var qes = new EventSource(q.getAttribute('data-events'));
       qes.onopen = function () { setLive(true); };
@@ -234,9 +285,11 @@
         // Threads joining or leaving the question: the count follows.
         var tc = document.getElementById('threads-count');
         if (tc && d.id === q.getAttribute('data-id') && typeof d.threads === 'number') {
+          var changed = tc.getAttribute('data-threads') !== String(d.threads);
           tc.setAttribute('data-threads', String(d.threads));
           tc.textContent = 'asked by ' + d.threads + ' threads';
           tc.hidden = d.threads <= 1;
+          if (changed) refreshWaiting();
         }
       });
       qes.addEventListener('remove', function (e) {
