@@ -278,11 +278,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		id := fmt.Sprintf("chaos%04d-%s", i, lifecycle.NewID())
 		ids = append(ids, id)
 		threads.Go(func() {
+			var err error
 			for ctx.Err() == nil {
-				if _, err := c.Dispatch(ctx, lifecycle.Request{DispatchID: id, Subagent: "chaos", Input: json.RawMessage(`{}`), Env: map[string]string{"SIDE": side}}); err == nil {
+				if _, err = c.Dispatch(ctx, lifecycle.Request{DispatchID: id, Subagent: "chaos", Input: json.RawMessage(`{}`), Env: map[string]string{"SIDE": side}}); err == nil {
 					break
 				}
 				time.Sleep(500 * time.Millisecond) // the dispatcher is being restarted
+			}
+			if err != nil {
+				tmu.Lock()
+				rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("thread %s was never accepted: its dispatch failed until the deadline, last with: %v", id, err))
+				tmu.Unlock()
+				return
 			}
 			if _, err := c.Follow(ctx, id, nil); err != nil {
 				tmu.Lock()
