@@ -280,6 +280,7 @@ func TestThirtyThreadsOneQuestion(t *testing.T) {
 	if l := s.listAPI(""); len(l.Questions) != 0 {
 		t.Errorf("still waiting: %+v", l.Questions)
 	}
+	mustContain(t, "the answered question's page", b.get("/inbox/questions/"+asked.QuestionID).body, `<span id="answered-threads">, for the 30 threads waiting</span>`)
 	// The history has each thread's answer, the joined ones marked.
 	h := b.get("/inbox/history").body
 	if got := strings.Count(h, "asked once with <code>"+asked.QuestionID+"</code>"); got != n-1 {

@@ -280,6 +280,9 @@ func (s *Server) closedBlocks(q *lifecycle.Question, route string) ([]slackapi.B
 		if q.AnsweredAt != nil {
 			line += " at " + slackDate(*q.AnsweredAt)
 		}
+		if n := len(q.WaitingThreads); n > 1 {
+			line += fmt.Sprintf(", for the %d threads waiting", n)
+		}
 	case q.Status == "expired":
 		event = "expired"
 		line = ":hourglass: Expired"

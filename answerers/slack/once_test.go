@@ -213,6 +213,9 @@ func TestThirtyThreadsOneMessage(t *testing.T) {
 		m, _ = w.slack.messageIn("C0OPS")
 		return strings.Contains(m.all(), "Answered *B* by <@U0BOB>")
 	})
+	if !strings.Contains(m.all(), ", for the 29 threads waiting") {
+		t.Errorf("the answered message does not say how many threads it answered: %s", m.all())
+	}
 	if _, els := m.actions(); els != nil {
 		t.Errorf("the answered message keeps its buttons: %s", m.all())
 	}
