@@ -140,8 +140,16 @@ func startDev() (*devProcess, error) {
 		return nil, err
 	}
 	natsAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	// The tests sharing this server run side by side and each answers its
+	// own demo question: the demo asks every thread the same one, which
+	// would be asked once (docs/design.md §3.5). TestAskOnceEndToEnd runs
+	// a server of its own with ask once on.
+	routes := filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: human\n    coalesce: false\n"), 0o600); err != nil {
+		return nil, err
+	}
 	d := &devProcess{natsURL: "nats://" + natsAddr, httpURL: "http://" + httpAddr, exited: make(chan struct{})}
-	d.cmd = exec.Command(agoraBin, "dev", "--memory", "--http", httpAddr, "--nats-listen", natsAddr, "--workers", "4")
+	d.cmd = exec.Command(agoraBin, "dev", "--memory", "--http", httpAddr, "--nats-listen", natsAddr, "--workers", "4", "--router-config", routes)
 	d.cmd.Dir = dir
 	d.cmd.Env = append(cleanEnv(), "TMPDIR="+dir, "AGORA_WORKER_KILL_GRACE=1s", "AGORA_LOG_LEVEL=warn")
 	d.cmd.Stdout, d.cmd.Stderr = &d.log, &d.log
