@@ -214,7 +214,10 @@ func (s *Service) writeJoins(ctx context.Context, lid string, reqs []*joinReq) {
 		for i, q := range reqs {
 			r := q.r
 			res[i] = joinResult{}
-			if l.waitingOn(r.QuestionID) || slices.Contains(l.Fanout, r.QuestionID) {
+			// Listed and still owed an ending: joined (an earlier try got
+			// this far). Listed on a question that ended without owing it
+			// one (its fan-out gave up on it) is not joined.
+			if (l.Status == statusAsked && l.waitingOn(r.QuestionID)) || slices.Contains(l.Fanout, r.QuestionID) {
 				res[i].joined = true
 				continue
 			}
