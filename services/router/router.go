@@ -50,12 +50,20 @@
 // question.withdrawn and ends the thread cancelled, with the canceller's
 // name and reason, so a client waiting on the thread sees it end.
 //
+// Questions are asked once (docs/design.md §3.5): a question that matches
+// one still waiting on its route joins it (status joined), one answer
+// resumes every waiting thread, each with its own re-dispatch, and a route
+// may remember its answers (agora_decisions) or take an answerer's
+// suggestion at its auto_accept.
+//
 // The question record is JSON: the fields of lifecycle.Question plus
 // traceparent, origin, ladder, step, on_expiry, asks, declined,
 // partial_state or partial_state_ref, request (the settings the re-dispatch
 // copies), max_rounds, comment, next_dispatch_id, outcome, history (every
-// answer attempt and decline with its result and reason), pending (events
-// not yet published) and updated_at.
+// answer attempt and decline with its result and reason), match_key,
+// dedupe_key and open_rev (what it matches, and the open.<match> key it
+// holds), thread_left, fanout, release and memorize (what asking once still
+// owes after it ended), pending (events not yet published) and updated_at.
 package router
 
 import (
