@@ -122,7 +122,7 @@ func (s *Service) join(ctx context.Context, r *record) (string, error) {
 			r.OpenRev = e.Revision()
 			return "", nil // a redelivery of the question that holds the key
 		}
-		joined, open, err := s.joinQuestion(ctx, lid, r)
+		joined, err := s.joinQuestion(ctx, lid, r)
 		switch {
 		case errors.Is(err, errNoQuestion):
 			if time.Since(e.Created()) < s.cfg.RecordWait {
@@ -133,8 +133,6 @@ func (s *Service) join(ctx context.Context, r *record) (string, error) {
 			return "", err
 		case joined:
 			return lid, nil
-		case open:
-			continue
 		}
 		rev, err = s.decisions.Update(ctx, key, []byte(r.QuestionID), e.Revision())
 		if err == nil {
@@ -165,15 +163,15 @@ type joinReq struct {
 }
 
 type joinResult struct {
-	joined, open bool
-	err          error
+	joined bool
+	err    error
 }
 
 // joinQuestion lists r's thread on question lid while it is asked. joined
-// reports that r's thread is on it (now or from an earlier try); open that
-// lid still waits (false: r must not join it). The first caller for lid
+// reports that r's thread is on it (now or from an earlier try); false:
+// r must not join it. The first caller for lid
 // writes every join queued meanwhile, batch after batch, until none waits.
-func (s *Service) joinQuestion(ctx context.Context, lid string, r *record) (joined, open bool, err error) {
+func (s *Service) joinQuestion(ctx context.Context, lid string, r *record) (bool, error) {
 	req := &joinReq{r: r, done: make(chan joinResult, 1)}
 	q := &s.joins
 	q.mu.Lock()
@@ -202,7 +200,7 @@ func (s *Service) joinQuestion(ctx context.Context, lid string, r *record) (join
 		}
 	}
 	res := <-req.done
-	return res.joined, res.open, res.err
+	return res.joined, res.err
 }
 
 // writeJoins lists the threads of reqs on question lid with one
@@ -228,7 +226,7 @@ func (s *Service) writeJoins(ctx context.Context, lid string, reqs []*joinReq) {
 				l.WaitingThreads = append(l.WaitingThreads, l.thread())
 			}
 			l.WaitingThreads = append(l.WaitingThreads, r.thread())
-			res[i] = joinResult{joined: true, open: true}
+			res[i] = joinResult{joined: true}
 			changed = true
 		}
 		return changed, nil
