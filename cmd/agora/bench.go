@@ -73,8 +73,15 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 				return printReport(cmd, asJSON, bench.PrintLong)(bench.Long(cmd.Context(), lcfg, progress))
 			case "coalesce":
 				return printReport(cmd, asJSON, bench.PrintCoalesce)(bench.Coalesce(cmd.Context(), ccfg, progress))
+			case "commit":
+				c := cfg
+				if c.Quick && c.Serial == 0 {
+					c.Serial, c.Throughput = 200, 1000
+				}
+				ccfg := bench.CommitConfig{Serial: c.Serial, Throughput: c.Throughput, Concurrency: c.Concurrency}
+				return printReport(cmd, asJSON, bench.PrintCommit)(bench.Commit(cmd.Context(), ccfg, progress))
 			default:
-				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth, long, coalesce", scale)}
+				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth, long, coalesce, commit", scale)}
 			}
 			return printReport(cmd, asJSON, bench.Print)(bench.Run(cmd.Context(), cfg, progress))
 		},
@@ -88,7 +95,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row and of a traced resume (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many sleeping sub-agents running at once on separate worker processes: memory per run in the workers and in its own processes, heartbeats, server traffic, nothing left after the workers are killed) or coalesce (many threads ask the same question: one waiting question, then one answer resumes them all: fan-out time, router and inbox memory)")
+	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many sleeping sub-agents running at once on separate worker processes: memory per run in the workers and in its own processes, heartbeats, server traffic, nothing left after the workers are killed) or coalesce (many threads ask the same question: one waiting question, then one answer resumes them all: fan-out time, router and inbox memory) or commit (the acceptance's accepted event and work message stored as two pipelined publishes to two streams, to one stream, and as one atomic batch, on one node R1 and on a three-node cluster R3 in this process)")
 	f.IntVar(&pcfg.Questions, "questions", 10000, "--scale pending: questions left waiting")
 	f.IntVar(&dcfg.Rounds, "rounds", 50, "--scale depth: rounds of the thread")
 	f.IntVar(&lcfg.Running, "running", 1000, "--scale long: dispatches running at once")

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The acceptance commit (docs/performance.md, "One commit for acceptance"):
+// the dispatcher stores two messages per dispatch, its accepted event and
+// the work message. Today they go to two streams, published back to back
+// and acknowledged together; JetStream's atomic batch (ADR-50) could commit
+// both to one stream in one round trip. These rows measure the raw cost of
+// each way on this run's server, with payloads of an accepted event's and a
+// work message's size, so the choice rests on figures.
+
+// Headers of JetStream's atomic batch publish (ADR-50) and per-subject
+// compare-and-set.
+const (
+	hdrBatchID        = "Nats-Batch-Id"
+	hdrBatchSeq       = "Nats-Batch-Sequence"
+	hdrBatchCommit    = "Nats-Batch-Commit"
+	hdrExpectLastSubj = "Nats-Expected-Last-Subject-Sequence"
+)
+
+// commitScenarios returns the three ways of storing the pair, in the order
+// printed: two streams pipelined (what the dispatcher does), one stream
+// pipelined, and one atomic batch on one stream; every stream file-backed
+// with replicas copies.
+func commitScenarios(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, replicas int) ([]scenario, error) {
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: "BENCH_COMMIT_EVT", Subjects: []string{"bench.commit.evt.>"}, Storage: jetstream.FileStorage},
+		{Name: "BENCH_COMMIT_WORK", Subjects: []string{"bench.commit.work.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
+		{Name: "BENCH_COMMIT_ONE", Subjects: []string{"bench.commit.one.>"}, Storage: jetstream.FileStorage, AllowAtomicPublish: true},
+	} {
+		sc.Replicas = replicas
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bench: stream %s: %w", sc.Name, err)
+		}
+	}
+	// Sizes of a no-op dispatch's accepted event and work message as the
+	// dispatcher publishes them (CloudEvents headers and JSON data).
+	evt := []byte(`{"dispatch_id":"` + strings.Repeat("x", 26) + `","thread_id":"` + strings.Repeat("x", 26) + `","round":0,"subagent":"bench","subagent_revision":1}` + strings.Repeat(" ", 200))
+	work := []byte(`{"subagent":"bench","input":{},"dispatch_id":"` + strings.Repeat("x", 26) + `"}` + strings.Repeat(" ", 400))
+	pair := func(id, evtSubj, workSubj string) (*nats.Msg, *nats.Msg) {
+		a := nats.NewMsg(evtSubj + id)
+		a.Header.Set(jetstream.MsgIDHeader, "accepted-"+id)
+		a.Data = evt
+		w := nats.NewMsg(workSubj + id)
+		w.Header.Set(jetstream.MsgIDHeader, id)
+		w.Data = work
+		return a, w
+	}
+	pipelined := func(evtSubj, workSubj string) func(context.Context, string) error {
+		return func(ctx context.Context, id string) error {
+			a, w := pair(id, evtSubj, workSubj)
+			fa, err := js.PublishMsgAsync(a)
+			if err != nil {
+				return err
+			}
+			if _, err := js.PublishMsg(ctx, w); err != nil {
+				return err
+			}
+			select {
+			case <-fa.Ok():
+				return nil
+			case err := <-fa.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	batch := func(ctx context.Context, id string) error {
+		a, w := pair(id, "bench.commit.one.evt.", "bench.commit.one.work.")
+		a.Header.Set(hdrBatchID, id)
+		a.Header.Set(hdrBatchSeq, "1")
+		// The work message is stored only if its subject has none yet,
+		// as step 3 would guard it per dispatch.
+		w.Header.Set(hdrBatchID, id)
+		w.Header.Set(hdrBatchSeq, "2")
+		w.Header.Set(hdrBatchCommit, "1")
+		w.Header.Set(hdrExpectLastSubj, "0")
+		if err := nc.PublishMsg(a); err != nil { // only the commit is acknowledged
+			return err
+		}
+		// nats.go's PubAck has no batch fields: the reply is read here.
+		reply, err := nc.RequestMsgWithContext(ctx, w)
+		if err != nil {
+			return err
+		}
+		var ack struct {
+			Seq   uint64 `json:"seq"`
+			Batch string `json:"batch"`
+			Count int    `json:"count"`
+			Error *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(reply.Data, &ack); err != nil {
+			return fmt.Errorf("bench: batch %s: reply %q: %w", id, reply.Data, err)
+		}
+		if ack.Error != nil || ack.Batch != id || ack.Count != 2 {
+			return fmt.Errorf("bench: batch %s not committed whole: %s", id, reply.Data)
+		}
+		return nil
+	}
+	return []scenario{
+		{name: "commit of two: pipelined publishes to two streams (today's acceptance)", do: pipelined("bench.commit.evt.", "bench.commit.work.")},
+		{name: "commit of two: pipelined publishes to one stream", do: pipelined("bench.commit.one.evt.", "bench.commit.one.work.")},
+		{name: "commit of two: one atomic batch on one stream (work guarded by expected last subject sequence 0)", do: batch},
+	}, nil
+}
