@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -134,9 +133,7 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 
 	// Round 0 of a thread ends with needs_input (frees an asking slot);
 	// after the answer, each thread's resumed round starts and finishes.
-	slots := make(chan struct{}, cfg.InFlight)
-	var mu sync.Mutex
-	asked := 0
+	k := newAsker(cfg.InFlight)
 	var answeredAt time.Time
 	started := map[string]time.Duration{} // thread → answer to its resumed run's start
 	resumedBy := map[string]string{}      // thread → its resumed dispatch
@@ -144,20 +141,8 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 	finished := map[string]time.Duration{}
 	var extraResumes, extraFinishes, restarts, republished int
 	allDone := make(chan struct{})
-	sub, err := st.nc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
-		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
-		if err != nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
+	sub, err := k.subscribe(st.nc, func(a lifecycle.LifecycleAddr, m *nats.Msg) {
 		switch {
-		case a.Kind == lifecycle.KindNeedsInput:
-			asked++
-			select {
-			case <-slots:
-			default: // an event published twice frees nothing more
-			}
 		case answeredAt.IsZero():
 		case a.Kind == lifecycle.KindStarted:
 			id := m.Header.Get(jetstream.MsgIDHeader)
@@ -186,26 +171,13 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 		return rep, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	count := func() int { mu.Lock(); defer mu.Unlock(); return asked }
 
 	say("%d threads ask the same question (%d at once)", cfg.Threads, cfg.InFlight)
 	t0 := time.Now()
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
-	for i := range cfg.Threads {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return rep, ctx.Err()
-		}
-		if _, err := st.Client().Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
-			return rep, fmt.Errorf("dispatch %d: %w", i, err)
-		}
-		select {
-		case <-tick.C:
-			say("  %d / %d asked", count(), cfg.Threads)
-		default:
-		}
+	if err := k.ask(ctx, st.Client(), cfg.Threads, tick.C, say); err != nil {
+		return rep, err
 	}
 	// Every thread asked and recorded: the router's waiting questions
 	// list every thread, on one question or (a failure) on several.
@@ -219,7 +191,7 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 		for _, w := range p.Questions {
 			threads += max(1, len(w.WaitingThreads))
 		}
-		if count() >= cfg.Threads && threads >= cfg.Threads {
+		if k.count() >= cfg.Threads && threads >= cfg.Threads {
 			rep.Waiting = p.Count
 			if p.Count != 1 || len(p.Questions) != 1 {
 				return rep, fmt.Errorf("bench: %d threads asked the same question and made %d waiting questions, want 1", cfg.Threads, p.Count)
@@ -229,13 +201,13 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 			break
 		}
 		if time.Now().After(deadline) {
-			return rep, fmt.Errorf("bench: %d of %d threads asked, %d on %d waiting questions after 5 minutes", count(), cfg.Threads, threads, p.Count)
+			return rep, fmt.Errorf("bench: %d of %d threads asked, %d on %d waiting questions after 5 minutes", k.count(), cfg.Threads, threads, p.Count)
 		}
 		select {
 		case <-ctx.Done():
 			return rep, ctx.Err()
 		case <-tick.C:
-			say("  %d asked, %d threads on %d waiting questions", count(), threads, p.Count)
+			say("  %d asked, %d threads on %d waiting questions", k.count(), threads, p.Count)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -272,9 +244,9 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 	}
 
 	say("answering it once")
-	mu.Lock()
+	k.mu.Lock()
 	answeredAt = time.Now()
-	mu.Unlock()
+	k.mu.Unlock()
 	if _, err := st.Client().Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "readConfig", AnsweredBy: "bench"}); err != nil {
 		return rep, fmt.Errorf("answer %s: %w", q.QuestionID, err)
 	}
@@ -287,17 +259,17 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 		case <-ctx.Done():
 			return rep, ctx.Err()
 		case <-tick.C:
-			mu.Lock()
+			k.mu.Lock()
 			say("  %d started, %d finished", len(started), len(finished))
-			mu.Unlock()
+			k.mu.Unlock()
 		case <-limit:
-			mu.Lock()
-			defer mu.Unlock()
+			k.mu.Lock()
+			defer k.mu.Unlock()
 			return rep, fmt.Errorf("bench: %d of %d threads resumed and %d finished within 10 minutes of the answer", len(started), cfg.Threads, len(finished))
 		}
 	}
 	time.Sleep(time.Second) // a duplicate would come now
-	mu.Lock()
+	k.mu.Lock()
 	var starts []time.Duration
 	for _, d := range started {
 		starts = append(starts, d)
@@ -307,7 +279,7 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 		last = max(last, d)
 	}
 	rep.ExtraResumes, rep.ExtraFinishes, rep.Restarts, rep.Republished = extraResumes, extraFinishes, restarts, republished
-	mu.Unlock()
+	k.mu.Unlock()
 	if len(starts) != cfg.Threads {
 		return rep, fmt.Errorf("bench: %d threads finished, %d resumed runs started, want %d", cfg.Threads, len(starts), cfg.Threads)
 	}

@@ -99,55 +99,28 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 
 	// A thread's first round ends with needs_input (frees an asking slot)
 	// and its second with finished (ends an answer's timing).
-	slots := make(chan struct{}, cfg.InFlight)
-	var mu sync.Mutex
-	asked := 0
+	k := newAsker(cfg.InFlight)
 	finished := map[string]chan struct{}{}
-	sub, err := st.nc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
-		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
-		if err != nil {
+	sub, err := k.subscribe(st.nc, func(a lifecycle.LifecycleAddr, _ *nats.Msg) {
+		if a.Kind != lifecycle.KindFinished {
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch a.Kind {
-		case lifecycle.KindNeedsInput:
-			asked++
-			select {
-			case <-slots:
-			default: // an event published twice frees nothing more
-			}
-		case lifecycle.KindFinished:
-			if ch, ok := finished[a.ThreadID]; ok {
-				close(ch)
-				delete(finished, a.ThreadID)
-			}
+		if ch, ok := finished[a.ThreadID]; ok {
+			close(ch)
+			delete(finished, a.ThreadID)
 		}
 	})
 	if err != nil {
 		return rep, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	count := func() int { mu.Lock(); defer mu.Unlock(); return asked }
 
 	say("asking %d questions (%d threads at once); none is answered", cfg.Questions, cfg.InFlight)
 	t0 := time.Now()
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
-	for i := range cfg.Questions {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return rep, ctx.Err()
-		}
-		if _, err := st.Client().Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
-			return rep, fmt.Errorf("dispatch %d: %w", i, err)
-		}
-		select {
-		case <-tick.C:
-			say("  %d / %d asked", count(), cfg.Questions)
-		default:
-		}
+	if err := k.ask(ctx, st.Client(), cfg.Questions, tick.C, say); err != nil {
+		return rep, err
 	}
 	// Every question asked, recorded by the router and shown by the inbox.
 	for {
@@ -155,7 +128,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		if err != nil {
 			return rep, err
 		}
-		if count() >= cfg.Questions && n >= cfg.Questions {
+		if k.count() >= cfg.Questions && n >= cfg.Questions {
 			rep.InboxPending = n
 			break
 		}
@@ -163,7 +136,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		case <-ctx.Done():
 			return rep, ctx.Err()
 		case <-tick.C:
-			say("  %d asked, %d in the inbox", count(), n)
+			say("  %d asked, %d in the inbox", k.count(), n)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -218,9 +191,9 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	var lat []time.Duration
 	for _, q := range qs[:cfg.Samples] {
 		ch := make(chan struct{})
-		mu.Lock()
+		k.mu.Lock()
 		finished[q.ThreadID] = ch
-		mu.Unlock()
+		k.mu.Unlock()
 		t := time.Now()
 		if _, err := st.Client().Answer(ctx, q.QuestionID, lifecycle.Answer{Answer: "A", AnsweredBy: "bench"}); err != nil {
 			return rep, fmt.Errorf("answer %s: %w", q.QuestionID, err)
@@ -239,6 +212,65 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 	rep.AnswerP50MS, rep.AnswerP99MS, rep.AnswerSamples = pct(0.5), pct(0.99), len(lat)
 	rep.PeakRSSMiB = procKiB("VmHWM") / 1024
 	return rep, nil
+}
+
+// asker dispatches threads of askingSubagent with at most a number of
+// them not yet asked at once: a dispatch takes a slot and its thread's
+// needs_input frees it.
+type asker struct {
+	slots chan struct{}
+	// mu guards asked and what the caller's events keep (subscribe).
+	mu    sync.Mutex
+	asked int
+}
+
+func newAsker(inFlight int) *asker { return &asker{slots: make(chan struct{}, inFlight)} }
+
+// subscribe counts the needs_input events, each freeing a slot, and
+// passes every other lifecycle event to other, called with k.mu held.
+// The caller unsubscribes.
+func (k *asker) subscribe(nc *nats.Conn, other func(a lifecycle.LifecycleAddr, m *nats.Msg)) (*nats.Subscription, error) {
+	return nc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
+		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
+		if err != nil {
+			return
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if a.Kind != lifecycle.KindNeedsInput {
+			other(a, m)
+			return
+		}
+		k.asked++
+		select {
+		case <-k.slots:
+		default: // an event published twice frees nothing more
+		}
+	})
+}
+
+// count is how many needs_input events came.
+func (k *asker) count() int { k.mu.Lock(); defer k.mu.Unlock(); return k.asked }
+
+// ask dispatches n threads, each once a slot is free, saying how many
+// asked on each tick. It returns once the last is dispatched.
+func (k *asker) ask(ctx context.Context, c *client.Client, n int, tick <-chan time.Time, say func(string, ...any)) error {
+	for i := range n {
+		select {
+		case k.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if _, err := c.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
+			return fmt.Errorf("dispatch %d: %w", i, err)
+		}
+		select {
+		case <-tick:
+			say("  %d / %d asked", k.count(), n)
+		default:
+		}
+	}
+	return nil
 }
 
 // inboxList asks the inbox API for up to limit pending questions and
