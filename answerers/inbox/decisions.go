@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/answertext"
+
 	"github.com/agora-dispatch/agora/internal/problem"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -165,7 +167,7 @@ func (s *Server) decisionsPage(w http.ResponseWriter, r *http.Request, id *ident
 	for _, x := range ds {
 		routes[x.Route] = true
 		v := decisionView{ID: x.ID, Route: x.Route, Question: x.Question, Kind: x.Kind, QuestionID: x.QuestionID,
-			Answer: answerText(x.Answer, x.Decision), AnsweredBy: x.AnsweredBy, Comment: x.Comment,
+			Answer: answertext.Line(x.Answer, x.Decision), AnsweredBy: x.AnsweredBy, Comment: x.Comment,
 			AnsweredISO: isoTime(x.AnsweredAt), AnsweredAt: fmtTime(x.AnsweredAt),
 			ExpiresISO: isoTime(x.ExpiresAt), ExpiresAt: fmtTime(x.ExpiresAt), ExpiresIn: span(x.ExpiresAt.Sub(now))}
 		if lifecycle.ValidToken(x.QuestionID) == nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/agora-dispatch/agora/internal/answertext"
 )
 
 // Live updates (GET /inbox/events) are Server-Sent Events fed by the
@@ -203,7 +205,7 @@ func (s *Server) removal(id string, q *Question, pending int) liveRemoval {
 	if q.Pending() {
 		msg = "No longer matches the filter."
 	}
-	return liveRemoval{ID: id, Status: q.Status, Message: msg, Answer: answerText(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy, AnsweredAt: q.AnsweredAt, Pending: pending}
+	return liveRemoval{ID: id, Status: q.Status, Message: msg, Answer: answertext.Line(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy, AnsweredAt: q.AnsweredAt, Pending: pending}
 }
 
 // liveItem renders q's row as on the pending page.

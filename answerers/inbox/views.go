@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/answertext"
+
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -314,7 +316,7 @@ type reusedView struct {
 // suggestionView is a suggested answer as the answer form shows it.
 type suggestionView struct {
 	Answer, Decision string
-	// Text is the suggestion as one line (answerText).
+	// Text is the suggestion as one line (answertext.Line).
 	Text string
 	// Confidence is a percentage, as "72%".
 	Confidence string
@@ -350,7 +352,7 @@ func newQView(q *Question, now time.Time) qview {
 		Approval: q.Kind == "approval", Escalation: q.Escalation,
 		AskedISO: isoTime(q.AskedAt), AskedAt: fmtTime(q.AskedAt), AskedAgo: ago(q.AskedAt, now),
 		Answer: q.Answer, Decision: q.Decision, Comment: q.Comment, AnsweredBy: q.AnsweredBy,
-		Detail: q.Detail, Outcome: q.Outcome, AnswerText: answerText(q.Answer, q.Decision),
+		Detail: q.Detail, Outcome: q.Outcome, AnswerText: answertext.Line(q.Answer, q.Decision),
 	}
 	v.KindLabel = kindLabel(v.Kind)
 	v.AnswerSnippet = trimmed(v.AnswerText, answerSnippetRunes)
@@ -394,7 +396,7 @@ func newQView(q *Question, now time.Time) qview {
 			ISO: isoTime(r.AnsweredAt), At: fmtTime(r.AnsweredAt)}
 	}
 	if sg := q.Suggestion; sg != nil && !sg.Accepted {
-		sv := &suggestionView{Answer: sg.Answer, Decision: sg.Decision, Text: answerText(sg.Answer, sg.Decision),
+		sv := &suggestionView{Answer: sg.Answer, Decision: sg.Decision, Text: answertext.Line(sg.Answer, sg.Decision),
 			Confidence: fmt.Sprintf("%.0f%%", sg.Confidence*100), Rationale: sg.Rationale, By: sg.By}
 		if q.Kind == "approval" && sv.Decision == "" && (sv.Answer == "approve" || sv.Answer == "reject") {
 			sv.Decision, sv.Answer = sv.Answer, ""
@@ -433,7 +435,7 @@ func closedMessage(q *Question) string {
 		if q.AnsweredAt != nil {
 			at = " at " + fmtTime(*q.AnsweredAt)
 		}
-		msg := fmt.Sprintf("Answered by %s%s: %s", q.AnsweredBy, at, answerText(q.Answer, q.Decision))
+		msg := fmt.Sprintf("Answered by %s%s: %s", q.AnsweredBy, at, answertext.Line(q.Answer, q.Decision))
 		if r := q.Reused; r != nil {
 			msg += " (" + reusedText(r) + ")"
 		}
@@ -457,18 +459,6 @@ func closedMessage(q *Question) string {
 // reusedText says whose remembered decision answered a question.
 func reusedText(r *lifecycle.Reused) string {
 	return fmt.Sprintf("answered from the decision of %s by %s at %s", r.QuestionID, r.AnsweredBy, fmtTime(r.AnsweredAt))
-}
-
-// answerText is an answer as one line: the decision of an approval with
-// the chosen option, if any.
-func answerText(answer, decision string) string {
-	switch {
-	case decision == "":
-		return answer
-	case answer == "" || answer == decision:
-		return decision
-	}
-	return decision + " (" + answer + ")"
 }
 
 // sortClosed orders closed questions by when they closed, latest first.

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agora-dispatch/agora/internal/answertext"
+
 	slackapi "github.com/slack-go/slack"
 
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -178,24 +180,12 @@ func pendingSuggestion(q *lifecycle.Question) (answer, decision string, ok bool)
 // why.
 func suggestionBlock(q *lifecycle.Question) slackapi.Block {
 	sg := q.Suggestion
-	text := ":bulb: Suggested by " + who(sg.By) + ": *" + escape(clipped(answerLine(sg.Answer, sg.Decision), 500)) + "*" +
+	text := ":bulb: Suggested by " + who(sg.By) + ": *" + escape(clipped(answertext.Line(sg.Answer, sg.Decision), 500)) + "*" +
 		fmt.Sprintf(" · confidence *%.0f%%*", sg.Confidence*100)
 	if r := strings.TrimSpace(sg.Rationale); r != "" {
 		text += "\n>" + strings.ReplaceAll(escape(clipped(r, 1500)), "\n", "\n>")
 	}
 	return slackapi.NewSectionBlock(mrkdwn(text), nil, nil)
-}
-
-// answerLine is an answer as one line: an approval's decision with the
-// option chosen, if any.
-func answerLine(answer, decision string) string {
-	switch {
-	case decision == "":
-		return answer
-	case answer == "" || answer == decision:
-		return decision
-	}
-	return decision + " (" + answer + ")"
 }
 
 func clipped(s string, n int) string {
