@@ -259,6 +259,21 @@ func newJSONLines(w io.Writer) *jsonLines {
 
 func (j *jsonLines) write(v any) error { return j.enc.Encode(v) }
 
+// writeJSONLines writes each item as one JSON line, as line makes it
+// (same: the item itself).
+func writeJSONLines[T, L any](w io.Writer, items []T, line func(T) L) error {
+	jl := newJSONLines(w)
+	for _, it := range items {
+		if err := jl.write(line(it)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// same is writeJSONLines' line for an item written as it is.
+func same[T any](v T) T { return v }
+
 // isTerminal reports whether w is a terminal (a character device).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)

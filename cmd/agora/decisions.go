@@ -65,13 +65,7 @@ answer, decision, answered_by, comment, answered_at, expires_at.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				jl := newJSONLines(out)
-				for _, d := range ds {
-					if err := jl.write(d); err != nil {
-						return err
-					}
-				}
-				return nil
+				return writeJSONLines(out, ds, same)
 			}
 			if len(ds) == 0 {
 				where := "no route"

@@ -150,13 +150,7 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	}()
 	out := cmd.OutOrStdout()
 	if o.json {
-		jl := newJSONLines(out)
-		for _, q := range qs {
-			if err := jl.write(lineOf(q)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(out, qs, lineOf)
 	}
 	if len(qs) == 0 {
 		if filter.Status == "asked" {
@@ -331,10 +325,7 @@ agora questions --json prints it.`,
 		Args:    args(1, arg{"QUESTION_ID", "the question to show (`agora questions` lists them)", "agora questions show q-01JZ8W3K2Q…"}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			qid := args[0]
-			if err := lifecycle.ValidToken(qid); err != nil {
-				return fmt.Errorf("%q is not a question id%s (`agora questions` lists them)", qid, suggestQuestionID(qid))
-			}
-			c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
+			c, ctx, done, err := g.callQuestion(cmd, qid)
 			if err != nil {
 				return err
 			}
@@ -455,6 +446,15 @@ With --json stdout carries the router's reply as one JSON object:
 	return cmd
 }
 
+// callQuestion starts a verb's exchange (call) about one question, once
+// qid is a question id.
+func (g *globals) callQuestion(cmd *cobra.Command, qid string) (*client.Client, context.Context, func(), error) {
+	if err := lifecycle.ValidToken(qid); err != nil {
+		return nil, nil, nil, fmt.Errorf("%q is not a question id%s (`agora questions` lists them)", qid, suggestQuestionID(qid))
+	}
+	return g.call(cmd.Context(), cmd.ErrOrStderr())
+}
+
 func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer string) error {
 	switch o.decision {
 	case "", "approve", "reject":
@@ -464,10 +464,7 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 	if answer == "" && o.decision == "" {
 		return errors.New("give an ANSWER (or --decision approve|reject for an approval question)")
 	}
-	if err := lifecycle.ValidToken(qid); err != nil {
-		return fmt.Errorf("%q is not a question id%s (`agora questions` lists them)", qid, suggestQuestionID(qid))
-	}
-	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
+	c, ctx, done, err := g.callQuestion(cmd, qid)
 	if err != nil {
 		return err
 	}

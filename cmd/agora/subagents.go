@@ -429,13 +429,7 @@ revision, updated_at and the definition.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				jl := newJSONLines(out)
-				for _, s := range list {
-					if err := jl.write(s); err != nil {
-						return err
-					}
-				}
-				return nil
+				return writeJSONLines(out, list, same)
 			}
 			if len(list) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "no sub-agents are registered (%s subagent apply -f FILE)\n", g.cli(cmd))
