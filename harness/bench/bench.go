@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -84,6 +85,11 @@ type Row struct {
 	// PeakRSSMiB is the process's peak resident memory while the row was
 	// set up and measured (the embedded server included).
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// CPUMS is the CPU time the throughput run took per round trip: this
+	// process (the embedded server, the services and the bench's own
+	// clients) and the child processes it waited for (the exec rows'
+	// launchers), user and system.
+	CPUMS float64 `json:"cpu_ms_per_round_trip"`
 }
 
 // Report is a whole run.
@@ -299,7 +305,7 @@ func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
 	if sc.phase != nil {
 		sc.phase(phaseThroughput)
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuTime()
 	for range cfg.Concurrency {
 		wg.Go(func() {
 			for id := range ids {
@@ -315,14 +321,24 @@ func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
 	}
 	close(ids)
 	wg.Wait()
-	el := time.Since(t0)
+	el, cpu := time.Since(t0), cpuTime()-cpu0
 	select {
 	case err := <-errs:
 		return Row{}, fmt.Errorf("%s: %w", sc.name, err)
 	default:
 	}
 	return Row{Scenario: sc.name, P50MS: pct(0.50), P99MS: pct(0.99), PerSecond: float64(cfg.Throughput) / el.Seconds(),
-		Serial: cfg.Serial, Throughput: cfg.Throughput}, nil
+		Serial: cfg.Serial, Throughput: cfg.Throughput, CPUMS: float64(cpu.Microseconds()) / 1000 / float64(cfg.Throughput)}, nil
+}
+
+// cpuTime is the user and system CPU time of this process and of the
+// children it has waited for.
+func cpuTime() time.Duration {
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
 }
 
 // waiter routes observed ends to the callers waiting for them.
@@ -628,7 +644,7 @@ func projectionCaughtUp(ctx context.Context, js jetstream.JetStream, within time
 // Print writes the report as a table.
 func Print(w io.Writer, r Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tper second\tp50 × baseline\trate × baseline\tpeak RSS MiB")
+	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tper second\tp50 × baseline\trate × baseline\tCPU ms each\tpeak RSS MiB")
 	for _, row := range r.Rows {
 		p, q := "1.00", "1.00"
 		if row.Baseline != "" {
@@ -638,7 +654,11 @@ func Print(w io.Writer, r Report) {
 		if row.PerSecond == 0 {
 			rate, q = "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\t%.1f\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q, row.PeakRSSMiB)
+		cpu := fmt.Sprintf("%.3f", row.CPUMS)
+		if row.PerSecond == 0 {
+			cpu = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%.1f\n", row.Scenario, row.P50MS, row.P99MS, rate, p, q, cpu, row.PeakRSSMiB)
 	}
 	tw.Flush()
 	if len(r.Artifacts) > 0 {

@@ -51,6 +51,11 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 			t.Errorf("row %q: peak RSS %v", r.Scenario, r.PeakRSSMiB)
 		}
 		largest = max(largest, r.PeakRSSMiB)
+		// A row with a rate ran its throughput phase in this process:
+		// it took CPU.
+		if r.PerSecond > 0 && r.CPUMS <= 0 {
+			t.Errorf("row %q: CPU per round trip %v", r.Scenario, r.CPUMS)
+		}
 		if strings.Contains(r.Scenario, "tracing on") {
 			traced = &rep.Rows[i]
 		}

@@ -27,7 +27,7 @@ func TestCommitScenario(t *testing.T) {
 			t.Fatalf("%s: rows %+v", st.Setup, st.Rows)
 		}
 		for i, r := range st.Rows {
-			if r.P50MS <= 0 || r.PerSecond <= 0 || r.Serial != 20 || r.Throughput != 40 {
+			if r.P50MS <= 0 || r.PerSecond <= 0 || r.CPUMS <= 0 || r.Serial != 20 || r.Throughput != 40 {
 				t.Errorf("%s: row %q: %+v", st.Setup, r.Scenario, r)
 			}
 			if (i > 0) != (r.Baseline != "") {

@@ -194,13 +194,13 @@ func PrintCommit(w io.Writer, r CommitReport) {
 	for _, st := range r.Setups {
 		fmt.Fprintf(w, "\n%s\n", st.Setup)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "storing accepted + work\tp50 ms\tp99 ms\tper second\tp50 × first\trate × first")
+		fmt.Fprintln(tw, "storing accepted + work\tp50 ms\tp99 ms\tper second\tp50 × first\trate × first\tCPU ms each")
 		for i, row := range st.Rows {
 			p, q := "1.00", "1.00"
 			if i > 0 {
 				p, q = fmt.Sprintf("%.2f", row.P50Ratio), fmt.Sprintf("%.2f", row.RateRatio)
 			}
-			fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.0f\t%s\t%s\n", row.Scenario, row.P50MS, row.P99MS, row.PerSecond, p, q)
+			fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.0f\t%s\t%s\t%.3f\n", row.Scenario, row.P50MS, row.P99MS, row.PerSecond, p, q, row.CPUMS)
 		}
 		tw.Flush()
 	}
