@@ -292,6 +292,20 @@ func Validate(d Data) error {
 // Nats-Msg-Id set to the event id so a retried publish is dropped by the
 // stream's duplicate window.
 func Encode(subject string, e Event) (*nats.Msg, error) {
+	if h, ok := binaryHeader(e); ok {
+		h.Set(jetstream.MsgIDHeader, e.ID())
+		var data []byte
+		if d := e.Data(); len(d) > 0 {
+			data = bytes.Clone(d)
+		}
+		return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+	}
+	return encodeSDK(subject, e)
+}
+
+// encodeSDK is Encode through the CloudEvents SDK's binding, for an event
+// binaryHeader leaves to it.
+func encodeSDK(subject string, e Event) (*nats.Msg, error) {
 	var buf bytes.Buffer
 	h, err := cejs.WriteMsg(binding.WithForceBinary(context.Background()), binding.ToMessage(&e), &buf)
 	if err != nil {
