@@ -38,52 +38,16 @@ func chromium(t *testing.T) string {
 // finish. Set AGORA_INBOX_SCREENSHOTS=<dir> to keep screenshots of the
 // pages; on failure one is saved to a temporary directory.
 func TestBrowser(t *testing.T) {
-	exe := chromium(t)
 	s := start(t, options{dev: true})
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1200, 860),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browserCtx, cancelBrowser := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancelBrowser)
-	// The first call starts the browser, which lives as long as its
-	// context: no timeout there; the steps below get one.
-	if err := chromedp.Do(browserCtx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
-	t.Cleanup(cancel)
-	// Runs before the browser closes (cleanups run last-in first-out).
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		dir, err := os.MkdirTemp("", "agora-inbox-browser-")
-		if err != nil {
-			t.Logf("no screenshot: %v", err)
-			return
-		}
-		shot(t, browserCtx, filepath.Join(dir, "failure.png"))
-	})
+	c := newChrome(t) // after start: closed first, ending its live streams
+	ctx := c.ctx
 	keep := os.Getenv("AGORA_INBOX_SCREENSHOTS")
 	snap := func(name string) {
 		if keep != "" {
-			shot(t, browserCtx, filepath.Join(keep, name+".png"))
+			shot(t, c.browser, filepath.Join(keep, name+".png"))
 		}
 	}
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	run := c.do
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	value := func(what string, a chromedp.Action[string]) string {
 		t.Helper()
@@ -185,12 +149,7 @@ func TestBrowser(t *testing.T) {
 	// What a run left, as a person sees it: Markdown context (bold, code),
 	// the diff escaped and coloured, the image shown, no script run.
 	s.shell("reviewer", reviewer)
-	d3, err := s.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "reviewer"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q3 := lifecycle.QuestionID(d3.DispatchID)
-	s.waitQuestion(q3, func(q *inbox.Question) bool { return q.Pending() })
+	d3, q3 := s.dispatchAsked(lifecycle.Request{Subagent: "reviewer"})
 	run("open a question with files",
 		chromedp.Navigate(s.web.URL+"/inbox/questions/"+q3),
 		chromedp.WaitVisible(css(`#artifacts pre.diff`)),

@@ -211,17 +211,24 @@ func start(t *testing.T, o options) *system {
 	return s
 }
 
-// shell registers an exec sub-agent running script with sh -c.
-func (s *system) shell(name, script string) {
+// bucket opens a KV bucket of the test's Agora.
+func (s *system) bucket(name string) jetstream.KeyValue {
 	s.t.Helper()
 	js, err := jetstream.New(s.srv.Conn(s.t))
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	kv, err := js.KeyValue(s.t.Context(), lifecycle.BucketSubagents)
+	kv, err := js.KeyValue(s.t.Context(), name)
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	return kv
+}
+
+// shell registers an exec sub-agent running script with sh -c.
+func (s *system) shell(name, script string) {
+	s.t.Helper()
+	kv := s.bucket(lifecycle.BucketSubagents)
 	b, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: []string{"ASK_ROUNDS"}})
 	if _, err := kv.Put(s.t.Context(), name, b); err != nil {
 		s.t.Fatal(err)
@@ -245,9 +252,16 @@ func (s *system) ask(sa string, q sentinel, rounds int) (*client.Dispatch, strin
 	if rounds > 1 {
 		req.Env = map[string]string{"ASK_ROUNDS": string(rune('0' + rounds))}
 	}
+	return s.dispatchAsked(req)
+}
+
+// dispatchAsked dispatches req and waits until the inbox shows its
+// question pending; it returns the dispatch and the question's id.
+func (s *system) dispatchAsked(req lifecycle.Request) (*client.Dispatch, string) {
+	s.t.Helper()
 	d, err := s.c.Dispatch(s.t.Context(), req)
 	if err != nil {
-		s.t.Fatalf("dispatch %s: %v", sa, err)
+		s.t.Fatalf("dispatch %s: %v", req.Subagent, err)
 	}
 	qid := lifecycle.QuestionID(d.DispatchID)
 	s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Pending() })

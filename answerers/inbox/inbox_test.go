@@ -15,8 +15,6 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/testkit"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -490,14 +488,7 @@ func TestRoutes(t *testing.T) {
 // them.
 func (s *system) doors(qid string) []string {
 	s.t.Helper()
-	js, err := jetstream.New(s.srv.Conn(s.t))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	kv, err := js.KeyValue(s.t.Context(), lifecycle.BucketQuestions)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	kv := s.bucket(lifecycle.BucketQuestions)
 	en, err := kv.Get(s.t.Context(), qid)
 	if err != nil {
 		s.t.Fatal(err)

@@ -14,8 +14,10 @@ import (
 // chrome is a headless Chromium for one test: do runs steps, text reads
 // an element's text, eval a script's value.
 type chrome struct {
-	t   *testing.T
-	ctx context.Context
+	t *testing.T
+	// ctx bounds the test's steps; browser is the browser's own context,
+	// which lives as long as the browser.
+	ctx, browser context.Context
 }
 
 // newChrome starts headless Chromium (chromium skips or fails the test
@@ -33,20 +35,26 @@ func newChrome(t *testing.T) *chrome {
 	t.Cleanup(cancelAlloc)
 	browserCtx, cancelBrowser := chromedp.NewContext(allocCtx)
 	t.Cleanup(cancelBrowser)
+	// The first call starts the browser, which lives as long as its
+	// context: no timeout there; the steps get one.
 	if err := chromedp.Do(browserCtx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
 	t.Cleanup(cancel)
+	// Runs before the browser closes (cleanups run last-in first-out).
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		if dir, err := os.MkdirTemp("", "agora-inbox-browser-"); err == nil {
-			shot(t, browserCtx, filepath.Join(dir, "failure.png"))
+		dir, err := os.MkdirTemp("", "agora-inbox-browser-")
+		if err != nil {
+			t.Logf("no screenshot: %v", err)
+			return
 		}
+		shot(t, browserCtx, filepath.Join(dir, "failure.png"))
 	})
-	return &chrome{t: t, ctx: ctx}
+	return &chrome{t: t, ctx: ctx, browser: browserCtx}
 }
 
 func (c *chrome) do(what string, steps ...chromedp.Action[chromedp.Void]) {

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
@@ -25,14 +23,7 @@ import (
 // the record's revision), and waits until the inbox shows the change.
 func (s *system) patch(qid string, change func(rec map[string]any)) {
 	s.t.Helper()
-	js, err := jetstream.New(s.srv.Conn(s.t))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	kv, err := js.KeyValue(s.t.Context(), lifecycle.BucketQuestions)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	kv := s.bucket(lifecycle.BucketQuestions)
 	for attempt := 0; ; attempt++ {
 		e, err := kv.Get(s.t.Context(), qid)
 		if err != nil {

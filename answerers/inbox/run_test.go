@@ -35,12 +35,7 @@ func TestQuestionPageShowsTheRun(t *testing.T) {
 	s.shell("reviewer", reviewer)
 	b := s.browser()
 	b.login("alice", password)
-	d, err := s.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "reviewer"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qid := lifecycle.QuestionID(d.DispatchID)
-	s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Pending() })
+	d, qid := s.dispatchAsked(lifecycle.Request{Subagent: "reviewer"})
 	p := b.get("/inbox/questions/" + qid)
 	mustContain(t, "question page", p.body,
 		`<strong>overloaded</strong>`, `<code>retry()</code>`, "<pre><code>kubectl scale --replicas=3\n</code></pre>",
@@ -143,12 +138,7 @@ func TestQuestionPageParts(t *testing.T) {
 
 	t.Run("partial state cut", func(t *testing.T) {
 		s.shell("big-state", bigState)
-		d, err := s.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "big-state"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		qid := lifecycle.QuestionID(d.DispatchID)
-		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Pending() })
+		_, qid := s.dispatchAsked(lifecycle.Request{Subagent: "big-state"})
 		p := b.get("/inbox/questions/" + qid)
 		mustContain(t, "question page", p.body, `<details class="block state" id="partial-state">`, `&#34;notes&#34;: &#34;xxxx`,
 			"Cut: the first 64 KiB of 97.7 KiB are shown.")
