@@ -135,12 +135,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("inbox: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: deps.Logger, listening: deps.Listening, store: newStore(), stopping: make(chan struct{}),
+	s := &Server{cfg: cfg, log: svc.Logger(deps.Logger, "service", "inbox"), listening: deps.Listening, store: newStore(), stopping: make(chan struct{}),
 		logins: newLimiter(cfg.LoginAttempts, cfg.LoginWindow, cfg.TrustProxy)}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	s.log = s.log.With("service", "inbox")
 	s.sessions = newSessions(cfg.SessionTTL, s.log)
 	if cfg.LinkKey != "" {
 		d, err := newLinkDoor(cfg.LinkKey)
@@ -175,28 +171,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 
-	switch {
-	case deps.Client != nil:
-		s.c, s.nc = deps.Client, deps.Client.Conn()
-	case deps.Conn != nil:
-		c, err := client.New(deps.Conn)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: %w", err)
-		}
-		s.c, s.nc = c, deps.Conn
-	default:
-		nc, err := svc.Connect("inbox", "", cfg.NATSURL, cfg.NATSCreds, s.log)
-		if err != nil {
-			return nil, err
-		}
-		c, err := client.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("inbox: %w", err)
-		}
-		s.c, s.nc, s.ownConn = c, nc, true
-	}
 	s.handler = s.routesHandler()
+	if s.c, s.nc, s.ownConn, err = svc.Client(deps.Client, deps.Conn, "inbox", cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

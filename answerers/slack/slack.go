@@ -128,12 +128,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, config.Var(cfg, "SettingsFile"))
 	}
-	s := &Server{cfg: cfg, settings: settings, log: deps.Logger, ready: make(chan struct{}), replays: newReplays(),
+	s := &Server{cfg: cfg, settings: settings, log: svc.Logger(deps.Logger, "service", "slack-answerer"), ready: make(chan struct{}), replays: newReplays(),
 		reconcileQ: make(chan string, 1024), index: newIndex()}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	s.log = s.log.With("service", "slack-answerer")
 	reg, gatherer := svc.Registry(deps.Registerer)
 	s.gatherer = gatherer
 	if s.metrics, err = newMetrics(reg); err != nil {
@@ -145,24 +141,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.api = newAPI(cfg, s.httpClient, s.log, s.metrics)
 	s.workCtx, s.stopAll = context.WithCancel(context.Background())
-	switch {
-	case deps.Client != nil:
-		s.c, s.nc = deps.Client, deps.Client.Conn()
-	case deps.Conn != nil:
-		if s.c, err = client.New(deps.Conn); err != nil {
-			return nil, fmt.Errorf("slack: %w", err)
-		}
-		s.nc = deps.Conn
-	default:
-		nc, err := svc.Connect("slack-answerer", "", cfg.NATSURL, cfg.NATSCreds, s.log)
-		if err != nil {
-			return nil, err
-		}
-		if s.c, err = client.New(nc); err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("slack: %w", err)
-		}
-		s.nc, s.ownConn = nc, true
+	if s.c, s.nc, s.ownConn, err = svc.Client(deps.Client, deps.Conn, "slack-answerer", cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

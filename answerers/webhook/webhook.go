@@ -79,11 +79,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("webhook: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: deps.Logger, http: deps.HTTPClient, ready: make(chan struct{})}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	s.log = s.log.With("service", "webhook")
+	s := &Server{cfg: cfg, log: svc.Logger(deps.Logger, "service", "webhook"), http: deps.HTTPClient, ready: make(chan struct{})}
 	if s.http == nil {
 		s.http = &http.Client{Timeout: cfg.Timeout}
 	}
@@ -100,15 +96,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.metrics, s.gatherer = m, gatherer
-	s.nc = deps.Conn
-	if s.nc == nil {
-		if s.nc, err = svc.Connect("webhook", "", cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
-			return nil, err
-		}
-		s.ownConn = true
-	}
-	if s.c, err = client.New(s.nc); err != nil {
-		return nil, fmt.Errorf("webhook: %w", err)
+	if s.c, s.nc, s.ownConn, err = svc.Client(nil, deps.Conn, "webhook", cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agora-dispatch/agora/pkg/client"
 )
 
 // Connect opens a NATS connection for a service instance that reconnects
@@ -37,6 +39,50 @@ func Connect(service, id, url, creds string, log *slog.Logger) (*nats.Conn, erro
 		return nil, fmt.Errorf("%s: cannot reach NATS at %s (AGORA_NATS_URL): %w — is `agora dev` or a NATS server running?", service, url, err)
 	}
 	return nc, nil
+}
+
+// Conn returns the connection a service built from its deps uses: nc
+// when it is set, which stays the caller's (own is false); otherwise one
+// Connect opens, which the service closes when it stops (own is true).
+func Conn(nc *nats.Conn, service, id, url, creds string, log *slog.Logger) (conn *nats.Conn, own bool, err error) {
+	if nc != nil {
+		return nc, false, nil
+	}
+	if nc, err = Connect(service, id, url, creds, log); err != nil {
+		return nil, false, err
+	}
+	return nc, true, nil
+}
+
+// Client returns the Agora client a service built from its deps works
+// through and that client's connection: c when it is set, which stays the
+// caller's; otherwise a client on the connection Conn returns for nc, with
+// Conn's own. A connection of its own is closed again when no client can
+// be made.
+func Client(c *client.Client, nc *nats.Conn, service, url, creds string, log *slog.Logger) (_ *client.Client, _ *nats.Conn, own bool, err error) {
+	if c != nil {
+		return c, c.Conn(), false, nil
+	}
+	if nc, own, err = Conn(nc, service, "", url, creds, log); err != nil {
+		return nil, nil, false, err
+	}
+	if c, err = client.New(nc); err != nil {
+		if own {
+			nc.Close()
+		}
+		return nil, nil, false, fmt.Errorf("%s: %w", service, err)
+	}
+	return c, nc, own, nil
+}
+
+// Logger returns the logger of a service built from its deps: log, or
+// slog.Default() when it is nil, with attrs added (the service's name and
+// instance id).
+func Logger(log *slog.Logger, attrs ...any) *slog.Logger {
+	if log == nil {
+		log = slog.Default()
+	}
+	return log.With(attrs...)
 }
 
 // ConnectionEvents logs what happens to a NATS connection: disconnects,

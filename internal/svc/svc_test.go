@@ -108,3 +108,22 @@ func TestConnectLogsPermissionViolation(t *testing.T) {
 	_ = nc.Flush()
 	waitFor(t, logs, "permission violation")
 }
+
+// Conn keeps a given connection the caller's and opens one of the
+// service's own otherwise.
+func TestConn(t *testing.T) {
+	srv := natstest.Start(t)
+	given := srv.Conn(t)
+	nc, own, err := svc.Conn(given, "test", "1", "nats://127.0.0.1:1", "", nil)
+	if err != nil || nc != given || own {
+		t.Fatalf("Conn(given) = %p, %v, %v; want the given connection, not owned", nc, own, err)
+	}
+	nc, own, err = svc.Conn(nil, "test", "1", srv.URL, "", nil)
+	if err != nil || nc == nil || !own {
+		t.Fatalf("Conn(nil) = %p, %v, %v; want a connection of its own", nc, own, err)
+	}
+	nc.Close()
+	if _, own, err = svc.Conn(nil, "test", "1", "nats://127.0.0.1:1", "", nil); err == nil || own {
+		t.Fatalf("Conn(nil) to no server: own %v, err %v; want an error", own, err)
+	}
+}
