@@ -101,7 +101,7 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 	if d.route != "" {
 		log = log.With("door_route", d.route)
 	}
-	mu := s.lock(qid)
+	mu := s.mutex(qid)
 	mu.Lock()
 	defer mu.Unlock()
 

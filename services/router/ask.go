@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/eventmsg"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -24,19 +25,9 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	log := s.log.With("subject", m.Subject())
-	e, err := lifecycle.DecodeMsg(m)
-	if err != nil {
-		log.Error("undecodable lifecycle message terminated", "err", err)
-		return term("undecodable")
-	}
-	d, err := lifecycle.Parse(e)
-	if errors.Is(err, lifecycle.ErrUnknownType) {
-		log.Warn("unknown event type skipped", "type", e.Type(), "id", e.ID())
-		return ack
-	}
-	if err != nil {
-		log.Error("needs_input with bad data terminated", "id", e.ID(), "err", err)
-		return term("bad data")
+	e, d, v, ok := eventmsg.Read(m, log, "needs_input")
+	if !ok {
+		return v
 	}
 	ni, ok := d.(*lifecycle.NeedsInput)
 	if !ok {
@@ -52,9 +43,7 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	defer span.End()
 	log = log.With("question_id", qid, "dispatch_id", ni.DispatchID, "thread_id", ni.ThreadID).With(logging.Trace(telemetry.Or(ctx, lifecycle.Traceparent(e)))...)
 
-	mu := s.lock(qid)
-	mu.Lock()
-	defer mu.Unlock()
+	defer s.lock(qid)()
 
 	if _, _, err := s.store.get(ctx, qid); err == nil {
 		// Asked before (a redelivery, or another replica): finish publishing.

@@ -150,10 +150,7 @@ func TestRouteDoorAfterEscalation(t *testing.T) {
 // TestGenericDoorAnswersAnyRoute: agora.api.answer, for trusted callers,
 // answers a question on any route, and the history says so.
 func TestGenericDoorAnswersAnyRoute(t *testing.T) {
-	e := newEnv(t, "routes:\n  - name: human\n")
-	e.startRouter(e.config())
-	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "s"}, Question: "?"}, lifecycle.Request{}, "")
-	e.waitStatus(qid, "asked")
+	e, qid := askedOnHuman(t)
 	if rep := e.answer(router.Submission{QuestionID: qid, Answer: "yes", AnsweredBy: "operator"}); rep.Status != client.AnswerAccepted {
 		t.Fatalf("generic answer = %+v", rep)
 	}
@@ -165,10 +162,7 @@ func TestGenericDoorAnswersAnyRoute(t *testing.T) {
 // An answer with a misspelt field is refused, naming it, and the question
 // still waits: "anwser" is not read as an empty answer.
 func TestAnswerWithUnknownFieldIsRefused(t *testing.T) {
-	e := newEnv(t, "routes:\n  - name: human\n")
-	e.startRouter(e.config())
-	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "s"}, Question: "?"}, lifecycle.Request{}, "")
-	e.waitStatus(qid, "asked")
+	e, qid := askedOnHuman(t)
 	for _, subject := range []string{lifecycle.APIAnswer, "agora.api.answer.human"} {
 		m, err := e.nc.Request(subject, []byte(`{"question_id":"`+qid+`","anwser":"yes","answered_by":"op"}`), 30*time.Second)
 		if err != nil {
@@ -183,4 +177,15 @@ func TestAnswerWithUnknownFieldIsRefused(t *testing.T) {
 		}
 	}
 	e.waitStatus(qid, "asked")
+}
+
+// askedOnHuman starts a router with the one route human and returns a
+// question asked on it.
+func askedOnHuman(t *testing.T) (*env, string) {
+	t.Helper()
+	e := newEnv(t, "routes:\n  - name: human\n")
+	e.startRouter(e.config())
+	qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "s"}, Question: "?"}, lifecycle.Request{}, "")
+	e.waitStatus(qid, "asked")
+	return e, qid
 }

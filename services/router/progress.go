@@ -184,9 +184,7 @@ func (s *Service) advance(ctx context.Context, qid string) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	log := s.log.With("question_id", qid)
-	mu := s.lock(qid)
-	mu.Lock()
-	defer mu.Unlock()
+	defer s.lock(qid)()
 	var ev lifecycle.QuestionEvent
 	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
 		ev = ""
@@ -343,9 +341,7 @@ func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.Ca
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	log := s.log.With("question_id", qid, "thread_id", cr.ThreadID)
-	mu := s.lock(qid)
-	mu.Lock()
-	defer mu.Unlock()
+	defer s.lock(qid)()
 	var ev lifecycle.QuestionEvent
 	r, changed, err := s.store.update(ctx, qid, func(r *record) (bool, error) {
 		ev = ""

@@ -161,12 +161,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		}
 		routes = r
 	}
-	s := &Service{cfg: cfg, nc: deps.Conn, log: deps.Logger, ready: make(chan struct{}), idx: newIndex(), cancelled: newCancelMemo()}
+	s := &Service{cfg: cfg, log: svc.Logger(deps.Logger, "service", "router", "router_id", cfg.ID), ready: make(chan struct{}), idx: newIndex(), cancelled: newCancelMemo()}
 	s.routes.Store(routes)
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	s.log = s.log.With("service", "router", "router_id", cfg.ID)
 	reg, gatherer := svc.Registry(deps.Registerer)
 	s.gatherer = gatherer
 	m, err := newMetrics(reg, s.idx)
@@ -175,12 +171,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.metrics = m
 	s.source = lifecycle.Source("router", cfg.ID)
-	if s.nc == nil {
-		nc, err := svc.Connect("router", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log)
-		if err != nil {
-			return nil, err
-		}
-		s.nc, s.ownConn = nc, true
+	if s.nc, s.ownConn, err = svc.Conn(deps.Conn, "router", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -458,10 +450,18 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// lock serialises the work of this process on one question, which keeps
+// mutex serialises the work of this process on one question, which keeps
 // compare-and-set conflicts for the replicas' races only.
-func (s *Service) lock(qid string) *sync.Mutex {
+func (s *Service) mutex(qid string) *sync.Mutex {
 	return &s.locks[stripe(qid, len(s.locks))]
+}
+
+// lock blocks until it holds qid's mutex and returns what releases it:
+// defer s.lock(qid)().
+func (s *Service) lock(qid string) (unlock func()) {
+	mu := s.mutex(qid)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // stripe picks one of n locks for id.
