@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/mcptest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -64,7 +65,7 @@ func TestQuestionsAskedOnceForThreeThreads(t *testing.T) {
 	cs := e.connect(t, "alice", nil, "", false)
 	var q map[string]any
 	testkit.Eventually(t, 30*time.Second, "one question for three threads", func() bool {
-		l := structured(t, call(t, cs, "agora_questions", map[string]any{}))
+		l := mcptest.Structured(t, mcptest.Call(t, cs, "agora_questions", map[string]any{}))
 		qs, _ := l["questions"].([]any)
 		if len(qs) != 1 {
 			return false
@@ -91,7 +92,7 @@ func TestQuestionsAskedOnceForThreeThreads(t *testing.T) {
 	}
 	asked := q["question_id"].(string)
 	// A joined question names the question it waits on.
-	jl := structured(t, call(t, cs, "agora_questions", map[string]any{"status": "joined"}))
+	jl := mcptest.Structured(t, mcptest.Call(t, cs, "agora_questions", map[string]any{"status": "joined"}))
 	if js, _ := jl["questions"].([]any); len(js) != 2 || js[0].(map[string]any)["joined_to"] != asked || js[1].(map[string]any)["joined_to"] != asked {
 		t.Errorf("joined questions = %v", jl)
 	}
@@ -107,16 +108,16 @@ func TestQuestionsAskedOnceForThreeThreads(t *testing.T) {
 	// agora_status of that thread names the question it waits on (the
 	// dispatcher's record follows the stream a moment behind).
 	testkit.Eventually(t, 10*time.Second, "agora_status of "+other+" waits on "+asked, func() bool {
-		rounds, _ := structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": other}))["rounds"].([]any)
+		rounds, _ := mcptest.Structured(t, mcptest.Call(t, cs, "agora_status", map[string]any{"thread_id": other}))["rounds"].([]any)
 		return len(rounds) == 1 && rounds[0].(map[string]any)["waits_on"] == asked
 	})
-	if rounds, _ := structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": strings.TrimPrefix(asked, "q-")}))["rounds"].([]any); len(rounds) != 1 || rounds[0].(map[string]any)["waits_on"] != nil {
+	if rounds, _ := mcptest.Structured(t, mcptest.Call(t, cs, "agora_status", map[string]any{"thread_id": strings.TrimPrefix(asked, "q-")}))["rounds"].([]any); len(rounds) != 1 || rounds[0].(map[string]any)["waits_on"] != nil {
 		t.Errorf("agora_status of the asking thread: %v", rounds)
 	}
 
 	r := &recorder{answers: []map[string]any{{"answer": "B"}}}
 	ecs := e.connect(t, "bob", r.handle, "", false)
-	out := structured(t, call(t, ecs, "agora_dispatch", map[string]any{"thread_id": other}))
+	out := mcptest.Structured(t, mcptest.Call(t, ecs, "agora_dispatch", map[string]any{"thread_id": other}))
 	if out["status"] != "finished" || !strings.Contains(e.finishedWith(t, other), `"chose":"B"`) {
 		t.Fatalf("following %s: %v", other, out)
 	}
@@ -156,7 +157,7 @@ func TestSuggestionIsShownAndPreselected(t *testing.T) {
 	cs := e.connect(t, "alice", nil, "", false)
 	var q map[string]any
 	testkit.Eventually(t, 30*time.Second, "the question on people with the suggestion", func() bool {
-		l := structured(t, call(t, cs, "agora_questions", map[string]any{"thread_id": thread, "route": "people"}))
+		l := mcptest.Structured(t, mcptest.Call(t, cs, "agora_questions", map[string]any{"thread_id": thread, "route": "people"}))
 		qs, _ := l["questions"].([]any)
 		if len(qs) != 1 {
 			return false
@@ -171,7 +172,7 @@ func TestSuggestionIsShownAndPreselected(t *testing.T) {
 
 	r := &recorder{answers: []map[string]any{{"answer": "A"}}}
 	ecs := e.connect(t, "bob", r.handle, "", false)
-	out := structured(t, call(t, ecs, "agora_dispatch", map[string]any{"thread_id": thread}))
+	out := mcptest.Structured(t, mcptest.Call(t, ecs, "agora_dispatch", map[string]any{"thread_id": thread}))
 	if out["status"] != "finished" || !strings.Contains(e.finishedWith(t, thread), `"chose":"A"`) {
 		t.Fatalf("result = %v", out)
 	}
@@ -192,17 +193,17 @@ func TestSuggestionIsShownAndPreselected(t *testing.T) {
 func TestDecisionsListedAndForgotten(t *testing.T) {
 	e := newEnvRoutes(t, "routes:\n  - name: default\n    answerer: human\n    remember: 720h\n")
 	cs := e.connect(t, "dave", nil, "", false)
-	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+	out := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
 	if out["status"] != "needs_input" {
 		t.Fatalf("first dispatch: %v", out)
 	}
 	qid, thread := out["question_id"].(string), out["thread_id"].(string)
-	structured(t, call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "B"}))
+	mcptest.Structured(t, mcptest.Call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "B"}))
 	e.finishedWith(t, thread)
 
 	var d map[string]any
 	testkit.Eventually(t, 10*time.Second, "the decision remembered", func() bool {
-		ds, _ := structured(t, call(t, cs, "agora_decisions", map[string]any{"route": "default"}))["decisions"].([]any)
+		ds, _ := mcptest.Structured(t, mcptest.Call(t, cs, "agora_decisions", map[string]any{"route": "default"}))["decisions"].([]any)
 		if len(ds) != 1 {
 			return false
 		}
@@ -214,12 +215,12 @@ func TestDecisionsListedAndForgotten(t *testing.T) {
 	}
 
 	// The same question again is answered from memory, with provenance.
-	out = structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+	out = mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
 	if out["status"] != "finished" || out["output"].(map[string]any)["chose"] != "B" {
 		t.Fatalf("second dispatch: %v", out)
 	}
 	second := out["thread_id"].(string)
-	l := structured(t, call(t, cs, "agora_questions", map[string]any{"thread_id": second, "status": "answered"}))
+	l := mcptest.Structured(t, mcptest.Call(t, cs, "agora_questions", map[string]any{"thread_id": second, "status": "answered"}))
 	qs, _ := l["questions"].([]any)
 	if len(qs) != 1 {
 		t.Fatalf("the second thread's questions: %v", l)
@@ -229,20 +230,20 @@ func TestDecisionsListedAndForgotten(t *testing.T) {
 		t.Errorf("the reused question = %v", q)
 	}
 
-	f := structured(t, call(t, cs, "agora_forget_decision", map[string]any{"id": d["id"]}))
+	f := mcptest.Structured(t, mcptest.Call(t, cs, "agora_forget_decision", map[string]any{"id": d["id"]}))
 	if f["forgotten"].(map[string]any)["id"] != d["id"] || !strings.Contains(f["note"].(string), "asked again") {
 		t.Errorf("forget = %v", f)
 	}
-	if res := call(t, cs, "agora_forget_decision", map[string]any{"id": d["id"]}); !res.IsError || !strings.Contains(text(res), "agora_decisions lists them") {
-		t.Errorf("forgetting it again: %s", text(res))
+	if res := mcptest.Call(t, cs, "agora_forget_decision", map[string]any{"id": d["id"]}); !res.IsError || !strings.Contains(mcptest.Text(res), "agora_decisions lists them") {
+		t.Errorf("forgetting it again: %s", mcptest.Text(res))
 	}
-	if res := call(t, cs, "agora_forget_decision", map[string]any{"id": "no such/id"}); !res.IsError || !strings.Contains(text(res), "not a decision id") {
-		t.Errorf("a bad id: %s", text(res))
+	if res := mcptest.Call(t, cs, "agora_forget_decision", map[string]any{"id": "no such/id"}); !res.IsError || !strings.Contains(mcptest.Text(res), "not a decision id") {
+		t.Errorf("a bad id: %s", mcptest.Text(res))
 	}
-	if ds, _ := structured(t, call(t, cs, "agora_decisions", map[string]any{}))["decisions"].([]any); len(ds) != 0 {
+	if ds, _ := mcptest.Structured(t, mcptest.Call(t, cs, "agora_decisions", map[string]any{}))["decisions"].([]any); len(ds) != 0 {
 		t.Errorf("decisions after forgetting = %v", ds)
 	}
-	out = structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+	out = mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
 	if out["status"] != "needs_input" {
 		t.Errorf("after forgetting, the question is asked again: %v", out)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agora-dispatch/agora/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/mcptest"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/mcpserver"
@@ -127,41 +128,6 @@ func (e *env) dispatchWithProgress(t *testing.T, principal string, args map[stri
 	return cs, res, progress
 }
 
-func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", tool, err)
-	}
-	return res
-}
-
-// structured returns a result's structured content as a map.
-func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
-	t.Helper()
-	if res.IsError {
-		t.Fatalf("tool error: %s", text(res))
-	}
-	b, _ := json.Marshal(res.StructuredContent)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("structured content %s: %v", b, err)
-	}
-	return m
-}
-
-func text(res *mcp.CallToolResult) string {
-	var parts []string
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			parts = append(parts, tc.Text)
-		}
-	}
-	return strings.Join(parts, "\n")
-}
-
 // recorder is an elicitation handler that answers from a script and
 // keeps what it was asked.
 type recorder struct {
@@ -211,7 +177,7 @@ func TestDispatchAsksThroughInputRequired(t *testing.T) {
 	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
 		t.Fatalf("negotiated %s, want 2026-07-28", v)
 	}
-	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser", "input": map[string]any{"task": "x"}}))
+	out := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser", "input": map[string]any{"task": "x"}}))
 	if out["status"] != "finished" || out["round"] != float64(1) || out["output"].(map[string]any)["chose"] != "B" {
 		t.Fatalf("result = %v", out)
 	}
@@ -237,7 +203,7 @@ func TestApprovalAndTwoRounds(t *testing.T) {
 	e := newEnv(t, mcpserver.Config{})
 	r := &recorder{answers: []map[string]any{{"answer": "eu"}, {"decision": "approve", "comment": "go"}}}
 	cs := e.connect(t, "alice", r.handle, "", false)
-	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "two-questions"}))
+	out := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "two-questions"}))
 	if out["status"] != "finished" || out["round"] != float64(2) {
 		t.Fatalf("result = %v", out)
 	}
@@ -266,7 +232,7 @@ func TestOlderProtocolElicitation(t *testing.T) {
 	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
 		t.Fatalf("negotiated %s", v)
 	}
-	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "two-questions"}))
+	out := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "two-questions"}))
 	if out["status"] != "finished" || out["output"].(map[string]any)["decision"] != "reject" || len(r.asked) != 2 {
 		t.Fatalf("result = %v, asked %d", out, len(r.asked))
 	}
@@ -277,7 +243,7 @@ func TestOlderProtocolElicitation(t *testing.T) {
 func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
 	e := newEnv(t, mcpserver.Config{})
 	cs := e.connect(t, "dave", nil, "", false)
-	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+	out := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
 	if out["status"] != "needs_input" || out["question"] != "Rewrite A or B?" || out["kind"] != "decision" || out["context"] != "Same signature." {
 		t.Fatalf("result = %v", out)
 	}
@@ -291,7 +257,7 @@ func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
 	// The waiting question, a page at a time (the router's index learns
 	// of it through its watch, a moment after the record).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		l := structured(t, call(t, cs, "agora_questions", map[string]any{"thread_id": thread, "limit": 1}))
+		l := mcptest.Structured(t, mcptest.Call(t, cs, "agora_questions", map[string]any{"thread_id": thread, "limit": 1}))
 		if qs, _ := l["questions"].([]any); len(qs) == 1 && qs[0].(map[string]any)["question_id"] == qid && l["count"] == float64(1) {
 			if _, more := l["next_cursor"]; more {
 				t.Errorf("one waiting question, yet a next page: %v", l)
@@ -303,23 +269,23 @@ func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
 		}
 	}
 	for _, args := range []map[string]any{{"cursor": "bogus"}, {"status": "answered", "cursor": "1.q-x"}, {"limit": 5000}} {
-		if r := call(t, cs, "agora_questions", args); !r.IsError || !strings.Contains(text(r), "cursor") && !strings.Contains(text(r), "limit") {
-			t.Errorf("agora_questions %v: error %v, %s", args, r.IsError, text(r))
+		if r := mcptest.Call(t, cs, "agora_questions", args); !r.IsError || !strings.Contains(mcptest.Text(r), "cursor") && !strings.Contains(mcptest.Text(r), "limit") {
+			t.Errorf("agora_questions %v: error %v, %s", args, r.IsError, mcptest.Text(r))
 		}
 	}
-	bad := call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "C"})
-	if !bad.IsError || !strings.Contains(text(bad), "not one of the options: A, B") {
-		t.Errorf("an invalid answer: %v %s", bad.IsError, text(bad))
+	bad := mcptest.Call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "C"})
+	if !bad.IsError || !strings.Contains(mcptest.Text(bad), "not one of the options: A, B") {
+		t.Errorf("an invalid answer: %v %s", bad.IsError, mcptest.Text(bad))
 	}
-	ok := structured(t, call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "A"}))
+	ok := mcptest.Structured(t, mcptest.Call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "A"}))
 	if ok["status"] != "answered" || ok["thread_id"] != thread {
 		t.Errorf("answer = %v", ok)
 	}
-	again := call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "B"})
-	if !again.IsError || !strings.Contains(text(again), "answered by mcp:dave") {
-		t.Errorf("a second answer: %s", text(again))
+	again := mcptest.Call(t, cs, "agora_answer", map[string]any{"question_id": qid, "answer": "B"})
+	if !again.IsError || !strings.Contains(mcptest.Text(again), "answered by mcp:dave") {
+		t.Errorf("a second answer: %s", mcptest.Text(again))
 	}
-	fin := structured(t, call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
+	fin := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
 	if fin["status"] != "finished" || fin["output"].(map[string]any)["chose"] != "A" {
 		t.Fatalf("following on = %v", fin)
 	}
@@ -328,11 +294,11 @@ func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
 	// event agora_dispatch followed (docs/dispatcher.md).
 	var st map[string]any
 	testkit.Eventually(t, 10*time.Second, "agora_status to show the thread finished in 2 rounds", func() bool {
-		st = structured(t, call(t, cs, "agora_status", map[string]any{"thread_id": thread}))
+		st = mcptest.Structured(t, mcptest.Call(t, cs, "agora_status", map[string]any{"thread_id": thread}))
 		rounds, _ := st["rounds"].([]any)
 		return st["status"] == "finished" && len(rounds) == 2
 	})
-	evs := structured(t, call(t, cs, "agora_events", map[string]any{"thread_id": thread}))["events"].([]any)
+	evs := mcptest.Structured(t, mcptest.Call(t, cs, "agora_events", map[string]any{"thread_id": thread}))["events"].([]any)
 	var kinds []string
 	for _, ev := range evs {
 		kinds = append(kinds, ev.(map[string]any)["kind"].(string))
@@ -341,7 +307,7 @@ func TestNoElicitationFallsBackToAgoraAnswer(t *testing.T) {
 		t.Errorf("events = %v, want %v", kinds, want)
 	}
 	since := evs[2].(map[string]any)["id"].(string)
-	if later := structured(t, call(t, cs, "agora_events", map[string]any{"thread_id": thread, "since": since}))["events"].([]any); len(later) != 3 {
+	if later := mcptest.Structured(t, mcptest.Call(t, cs, "agora_events", map[string]any{"thread_id": thread, "since": since}))["events"].([]any); len(later) != 3 {
 		t.Errorf("events since %s: %d, want 3", since, len(later))
 	}
 }
@@ -400,18 +366,18 @@ func TestRequestStateIsSealedBoundExpiringSingleUse(t *testing.T) {
 		{"not sealed", alice, `{"thread_id":"` + thread + `"}`, "not one this server issued"},
 	} {
 		r := retry(c.cs, c.state)
-		if !r.IsError || !strings.Contains(text(r), c.want) {
-			t.Errorf("%s: %v %s", c.name, r.IsError, text(r))
+		if !r.IsError || !strings.Contains(mcptest.Text(r), c.want) {
+			t.Errorf("%s: %v %s", c.name, r.IsError, mcptest.Text(r))
 		}
 		stillAsked(c.name)
 	}
 	// The real one answers and follows the thread to its end; a replay of
 	// it is refused.
-	if out := structured(t, retry(alice, res.RequestState)); out["status"] != "finished" || out["output"].(map[string]any)["chose"] != "A" {
+	if out := mcptest.Structured(t, retry(alice, res.RequestState)); out["status"] != "finished" || out["output"].(map[string]any)["chose"] != "A" {
 		t.Fatalf("answer with the state = %v", out)
 	}
-	if r := retry(alice, res.RequestState); !r.IsError || !strings.Contains(text(r), "already used") {
-		t.Errorf("replay: %v %s", r.IsError, text(r))
+	if r := retry(alice, res.RequestState); !r.IsError || !strings.Contains(mcptest.Text(r), "already used") {
+		t.Errorf("replay: %v %s", r.IsError, mcptest.Text(r))
 	}
 	if q := question(t, e.sys.Client, thread); q.Answer != "A" || q.AnsweredBy != "mcp:alice" {
 		t.Errorf("question = %+v", q)
@@ -423,7 +389,7 @@ func TestRequestStateIsSealedBoundExpiringSingleUse(t *testing.T) {
 func TestWaitCapReturnsRunning(t *testing.T) {
 	e := newEnv(t, mcpserver.Config{WaitCap: time.Second, ProgressEvery: 200 * time.Millisecond})
 	cs, res, progress := e.dispatchWithProgress(t, "erin", map[string]any{"subagent": "sleeper"})
-	out := structured(t, res)
+	out := mcptest.Structured(t, res)
 	thread, _ := out["thread_id"].(string)
 	if out["status"] != "running" || thread == "" || !strings.Contains(out["next"].(string), thread) {
 		t.Fatalf("result = %v", out)
@@ -432,7 +398,7 @@ func TestWaitCapReturnsRunning(t *testing.T) {
 		t.Errorf("%d progress notifications in a 1s wait, want several", n)
 	}
 	for range 10 {
-		out = structured(t, call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
+		out = mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
 		if out["status"] != "running" {
 			break
 		}
@@ -462,12 +428,12 @@ func TestToolErrorsSayWhatToDo(t *testing.T) {
 		{"agora_status", map[string]any{}, "exactly one of thread_id and dispatch_id"},
 		{"agora_questions", map[string]any{"status": "bogus"}, "want asked"},
 	} {
-		r := call(t, cs, c.tool, c.args)
-		if !r.IsError || !strings.Contains(text(r), c.want) {
-			t.Errorf("%s %v: %v %q, want an error saying %q", c.tool, c.args, r.IsError, text(r), c.want)
+		r := mcptest.Call(t, cs, c.tool, c.args)
+		if !r.IsError || !strings.Contains(mcptest.Text(r), c.want) {
+			t.Errorf("%s %v: %v %q, want an error saying %q", c.tool, c.args, r.IsError, mcptest.Text(r), c.want)
 		}
 	}
-	subs := structured(t, call(t, cs, "agora_subagents", map[string]any{}))["subagents"].([]any)
+	subs := mcptest.Structured(t, mcptest.Call(t, cs, "agora_subagents", map[string]any{}))["subagents"].([]any)
 	var names []string
 	for _, s := range subs {
 		names = append(names, s.(map[string]any)["name"].(string))
@@ -497,13 +463,13 @@ func TestToolErrorsSayWhatToDo(t *testing.T) {
 func TestCancelThreadPausedOnAQuestion(t *testing.T) {
 	e := newEnv(t, mcpserver.Config{})
 	cs := e.connect(t, "gina", nil, "", false)
-	out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+	out := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
 	thread := out["thread_id"].(string)
-	c := structured(t, call(t, cs, "agora_cancel", map[string]any{"thread_id": thread, "reason": "changed my mind"}))
+	c := mcptest.Structured(t, mcptest.Call(t, cs, "agora_cancel", map[string]any{"thread_id": thread, "reason": "changed my mind"}))
 	if c["thread_id"] != thread {
 		t.Fatalf("cancel = %v", c)
 	}
-	fin := structured(t, call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
+	fin := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"thread_id": thread}))
 	if fin["status"] != "cancelled" || !strings.Contains(fmt.Sprint(fin["detail"]), "mcp:gina") {
 		t.Errorf("after cancel = %v", fin)
 	}
@@ -550,8 +516,8 @@ func TestHTTPNeedsATokenAndRecordsItsPrincipal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := structured(t, call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
-		structured(t, call(t, cs, "agora_answer", map[string]any{"question_id": out["question_id"], "answer": "B"}))
+		out := mcptest.Structured(t, mcptest.Call(t, cs, "agora_dispatch", map[string]any{"subagent": "chooser"}))
+		mcptest.Structured(t, mcptest.Call(t, cs, "agora_answer", map[string]any{"question_id": out["question_id"], "answer": "B"}))
 		sum := sha256.Sum256([]byte("s3cret"))
 		if q := question(t, e.sys.Client, out["thread_id"].(string)); q.AnsweredBy != "mcp:token-"+hex.EncodeToString(sum[:4]) {
 			t.Errorf("answered_by = %q", q.AnsweredBy)
@@ -583,7 +549,7 @@ func TestArtifactLinksAndProgress(t *testing.T) {
 	e.sys.Shell("artist", `echo '{"message":"drawing","percent":50}' >> "$AGORA_PROGRESS_FILE"; sleep 0.5
 printf -- '--- a\n+++ b\n' > "$AGORA_ARTIFACTS_DIR/fix.diff"; mkdir -p "$AGORA_ARTIFACTS_DIR/img"; printf '\211PNG\r\n\032\n' > "$AGORA_ARTIFACTS_DIR/img/dot.png"`)
 	cs, res, progress := e.dispatchWithProgress(t, "ivy", map[string]any{"subagent": "artist"})
-	out := structured(t, res)
+	out := mcptest.Structured(t, res)
 	if out["status"] != "finished" || len(out["artifacts"].([]any)) != 2 {
 		t.Fatalf("result = %v", out)
 	}
