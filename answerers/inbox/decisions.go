@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/answertext"
-
 	"github.com/agora-dispatch/agora/internal/problem"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"

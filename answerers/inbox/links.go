@@ -138,7 +138,7 @@ func (s *Server) linkPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.render(w, http.StatusOK, "link", view{Title: "Answer: " + trimmed(q.Question.Question, 60), Data: s.linkForm(c, q, r.URL.Path)})
+	s.render(w, http.StatusOK, "link", view{Title: "Answer: " + clip.Line(q.Question.Question, 60), Data: s.linkForm(c, q, r.URL.Path)})
 }
 
 // linkAnswer is POST /inbox/a/{token}: it answers once.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/problem"
 
 	"github.com/nats-io/nats.go"
@@ -353,7 +354,7 @@ func (s *Server) questionPage(w http.ResponseWriter, r *http.Request, id *identi
 	if r.URL.Query().Get("sent") == "1" && q.Status == StatusAnswered && q.AnsweredBy == id.user.name {
 		d.Notice, d.NoticeKind = "Your answer was sent. The sub-agent resumes with it.", "ok"
 	}
-	v := s.baseView(id, trimmed(q.Question.Question, 60))
+	v := s.baseView(id, clip.Line(q.Question.Question, 60))
 	v.Data = d
 	s.render(w, http.StatusOK, "question", v)
 }
@@ -462,7 +463,7 @@ func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity
 	if rep.Status == client.AnswerRetry {
 		d.NoticeKind = "error"
 	}
-	v := s.baseView(id, trimmed(q.Question.Question, 60))
+	v := s.baseView(id, clip.Line(q.Question.Question, 60))
 	v.Data = d
 	s.render(w, status, "question", v)
 }

@@ -273,7 +273,7 @@ func (s *Server) declineForm(w http.ResponseWriter, r *http.Request, id *identit
 	}
 	d := s.questionData(r.Context(), id, q)
 	d.Notice, d.NoticeKind = notice, kind
-	v := s.baseView(id, trimmed(q.Question.Question, 60))
+	v := s.baseView(id, clip.Line(q.Question.Question, 60))
 	v.Data = d
 	s.render(w, status, "question", v)
 }

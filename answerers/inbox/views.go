@@ -15,11 +15,10 @@ import (
 	"net/url"
 	"path"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/answertext"
-
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -355,7 +354,7 @@ func newQView(q *Question, now time.Time) qview {
 		Detail: q.Detail, Outcome: q.Outcome, AnswerText: answertext.Line(q.Answer, q.Decision),
 	}
 	v.KindLabel = kindLabel(v.Kind)
-	v.AnswerSnippet = trimmed(v.AnswerText, answerSnippetRunes)
+	v.AnswerSnippet = clip.Line(v.AnswerText, answerSnippetRunes)
 	for _, d := range q.Declines {
 		v.Declines = append(v.Declines, declineView{Route: d.Route, By: cmp.Or(d.DeclinedBy, "an answerer"), Reason: d.Reason, ISO: isoTime(d.At), At: fmtTime(d.At)})
 	}
@@ -624,13 +623,3 @@ func choices(values []string, selected string, label func(string) string) []choi
 
 // answerSnippetRunes is how much of an answer a history row shows.
 const answerSnippetRunes = 80
-
-// trimmed shortens s to n runes for a one-line summary.
-func trimmed(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}

@@ -8,10 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agora-dispatch/agora/internal/answertext"
-
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/agora-dispatch/agora/internal/answertext"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
