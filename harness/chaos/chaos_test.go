@@ -1,7 +1,6 @@
 package chaos_test
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -66,18 +65,9 @@ func TestAuditAskOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := natstest.StartProvisioned(t, provision.Config{})
 			js := srv.JetStream(t)
-			kv := natstest.KeyValue(t, js, lifecycle.BucketQuestions)
 			qs, children, answered := good(), once(), answeredOnce()
 			tc.edit(qs, children, answered)
-			for _, q := range qs {
-				b, err := json.Marshal(q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := kv.Put(t.Context(), q.QuestionID, b); err != nil {
-					t.Fatal(err)
-				}
-			}
+			natstest.PutQuestions(t, js, qs...)
 			rep := chaos.AuditAskOnce(t.Context(), js, children, answered)
 			if rep.Coalesced != tc.coalesce || rep.Groups != 1 || rep.DedupeGroups != tc.byKey {
 				t.Errorf("%d questions joined in %d groups, %d by dedupe_key; want %d in 1, %d", rep.Coalesced, rep.Groups, rep.DedupeGroups, tc.coalesce, tc.byKey)
