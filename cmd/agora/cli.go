@@ -321,16 +321,6 @@ func prettyJSON(raw json.RawMessage) string {
 	return b.String()
 }
 
-// clipText shortens s to n runes for a table cell or a one-line summary.
-func clipText(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
-
 // ms formats a duration in milliseconds for people.
 func ms(d int64) string {
 	return (time.Duration(d) * time.Millisecond).Round(time.Millisecond).String()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -92,8 +93,8 @@ func printDecisions(w io.Writer, ds []client.Decision) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROUTE\tMATCHES\tQUESTION\tANSWER\tBY\tANSWERED\tEXPIRES")
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Route, decisionMatch(d), clipText(d.Question, 50),
-			clipText(decisionAnswer(d), 30), d.AnsweredBy, age(d.AnsweredAt), until(d.ExpiresAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Route, decisionMatch(d), clip.Line(d.Question, 50),
+			clip.Line(decisionAnswer(d), 30), d.AnsweredBy, age(d.AnsweredAt), until(d.ExpiresAt))
 	}
 	return tw.Flush()
 }
@@ -102,7 +103,7 @@ func printDecisions(w io.Writer, ds []client.Decision) error {
 // the sub-agent (with the question, options and kind).
 func decisionMatch(d client.Decision) string {
 	if d.DedupeKey != "" {
-		return "key " + clipText(d.DedupeKey, 40)
+		return "key " + clip.Line(d.DedupeKey, 40)
 	}
 	return "sub-agent " + cmp.Or(d.Subagent, "-")
 }
@@ -166,8 +167,8 @@ With --json stdout carries the forgotten decision as one JSON object.`,
 			if asJSON {
 				return newJSONLines(out).write(d)
 			}
-			fmt.Fprintf(out, "forgot %s: %q, answered %q by %s (question %s, route %s)\n", d.ID, clipText(d.Question, 60),
-				clipText(decisionAnswer(d), 40), d.AnsweredBy, d.QuestionID, d.Route)
+			fmt.Fprintf(out, "forgot %s: %q, answered %q by %s (question %s, route %s)\n", d.ID, clip.Line(d.Question, 60),
+				clip.Line(decisionAnswer(d), 40), d.AnsweredBy, d.QuestionID, d.Route)
 			fmt.Fprintln(out, "later questions that match it are asked again; the threads it already answered are not changed")
 			return nil
 		},

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -197,7 +198,7 @@ func eventDetail(d lifecycle.Lifecycle) string {
 	case *lifecycle.Started:
 		return fmt.Sprintf("worker %s attempt %d", v.WorkerID, v.Attempt)
 	case *lifecycle.NeedsInput:
-		s := fmt.Sprintf("%s %q", v.QuestionID, clipText(v.Question, 80))
+		s := fmt.Sprintf("%s %q", v.QuestionID, clip.Line(v.Question, 80))
 		if len(v.Options) > 0 {
 			s += " [" + strings.Join(v.Options, "|") + "]"
 		}
@@ -205,19 +206,19 @@ func eventDetail(d lifecycle.Lifecycle) string {
 	case *lifecycle.Finished:
 		s := fmt.Sprintf("exit %d in %s", v.ExitCode, ms(v.DurationMS))
 		if len(v.Output) > 0 && string(v.Output) != "null" {
-			s += "  output " + clipText(compactJSON(v.Output), 100)
+			s += "  output " + clip.Line(compactJSON(v.Output), 100)
 		}
 		return s
 	case *lifecycle.Failed:
 		s := string(v.Reason)
 		if v.Detail != "" {
-			s += ": " + clipText(v.Detail, 120)
+			s += ": " + clip.Line(v.Detail, 120)
 		}
 		return s
 	case *lifecycle.Cancelled:
 		s := "by " + v.By
 		if v.Reason != "" {
-			s += ": " + clipText(v.Reason, 80)
+			s += ": " + clip.Line(v.Reason, 80)
 		}
 		return s
 	}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/agora-dispatch/agora/internal/clip"
 )
 
 // progress reports the state of a followed dispatch on stderr. On a
@@ -113,7 +115,7 @@ func (p *progress) draw() {
 	if !p.tty || p.quiet || p.state == "" {
 		return
 	}
-	fmt.Fprintf(p.w, "\r\x1b[K%s", clipText(p.elapsed()+"  "+p.state, progressWidth))
+	fmt.Fprintf(p.w, "\r\x1b[K%s", clip.Line(p.elapsed()+"  "+p.state, progressWidth))
 	p.shown = true
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -205,7 +206,7 @@ func printQuestions(w io.Writer, qs []lifecycle.Question) error {
 	fmt.Fprintln(tw, "QUESTION_ID\tSTATUS\tROUTE\tKIND\tSUBAGENT\tASKED\tQUESTION\tOPTIONS / ANSWER")
 	for _, q := range qs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.QuestionID, statusCell(q), q.Route, cmp.Or(q.Kind, "-"), q.Subagent,
-			age(q.AskedAt), clipText(q.Question, 60), answerCell(q))
+			age(q.AskedAt), clip.Line(q.Question, 60), answerCell(q))
 	}
 	return tw.Flush()
 }
@@ -229,9 +230,9 @@ func statusCell(q lifecycle.Question) string {
 // suggestionText words an answerer's suggestion: "suggested: B (0.72, by
 // agent:reviewer): why".
 func suggestionText(s *lifecycle.Suggestion, rationale int) string {
-	t := fmt.Sprintf("suggested: %s (%.2f, by %s)", clipText(cmp.Or(s.Answer, s.Decision), 40), s.Confidence, cmp.Or(s.By, "an answerer"))
+	t := fmt.Sprintf("suggested: %s (%.2f, by %s)", clip.Line(cmp.Or(s.Answer, s.Decision), 40), s.Confidence, cmp.Or(s.By, "an answerer"))
 	if s.Rationale != "" {
-		t += ": " + clipText(s.Rationale, rationale)
+		t += ": " + clip.Line(s.Rationale, rationale)
 	}
 	return t
 }
@@ -264,7 +265,7 @@ func printQuestion(w io.Writer, q lifecycle.Question) error {
 	}
 	row("asked", "%s (%s) by %s, thread %s round %d", when(&q.AskedAt), age(q.AskedAt), q.Subagent, q.ThreadID, q.Round)
 	if q.Context != "" {
-		row("context", "%s", clipText(q.Context, 200))
+		row("context", "%s", clip.Line(q.Context, 200))
 	}
 	if q.Deadline != nil {
 		row("deadline", "%s", when(q.Deadline))
@@ -284,7 +285,7 @@ func printQuestion(w io.Writer, q lifecycle.Question) error {
 		if q.Decision != "" && q.Answer != "" && q.Answer != q.Decision {
 			a += " (" + q.Decision + ")"
 		}
-		row("answer", "%s, by %s at %s", clipText(a, 200), q.AnsweredBy, when(q.AnsweredAt))
+		row("answer", "%s, by %s at %s", clip.Line(a, 200), q.AnsweredBy, when(q.AnsweredAt))
 	}
 	if q.Reused != nil {
 		row("reused", "%s", reusedText(q.Reused))
@@ -361,7 +362,7 @@ func lineOf(q lifecycle.Question) questionLine {
 
 func answerCell(q lifecycle.Question) string {
 	if q.Status == "asked" {
-		cell := clipText(strings.Join(q.Options, " | "), 60)
+		cell := clip.Line(strings.Join(q.Options, " | "), 60)
 		switch {
 		case q.Kind == "approval":
 			cell = "approval: --decision approve|reject"
@@ -379,14 +380,14 @@ func answerCell(q lifecycle.Question) string {
 	if q.AnsweredBy != "" {
 		a := cmp.Or(q.Answer, q.Decision)
 		if q.Reused != nil {
-			return fmt.Sprintf("→ %s (%s)", clipText(a, 40), reusedText(q.Reused))
+			return fmt.Sprintf("→ %s (%s)", clip.Line(a, 40), reusedText(q.Reused))
 		}
 		if s := q.Suggestion; s != nil && s.Accepted {
-			return fmt.Sprintf("→ %s (by %s, confidence %.2f)", clipText(a, 40), q.AnsweredBy, s.Confidence)
+			return fmt.Sprintf("→ %s (by %s, confidence %.2f)", clip.Line(a, 40), q.AnsweredBy, s.Confidence)
 		}
-		return fmt.Sprintf("→ %s (by %s)", clipText(a, 40), q.AnsweredBy)
+		return fmt.Sprintf("→ %s (by %s)", clip.Line(a, 40), q.AnsweredBy)
 	}
-	return clipText(q.Detail, 60)
+	return clip.Line(q.Detail, 60)
 }
 
 // age is how long ago t was, for people.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -431,7 +432,7 @@ func resumedWith(r *client.Record) string {
 	if json.Unmarshal(r.Request.Input, &in) != nil || (in.Answer == "" && in.Decision == "") {
 		return ""
 	}
-	s := strconv.Quote(clipText(cmp.Or(in.Answer, in.Decision), 40))
+	s := strconv.Quote(clip.Line(cmp.Or(in.Answer, in.Decision), 40))
 	if in.Decision != "" && in.Answer != in.Decision {
 		s += " (" + in.Decision + ")"
 	}
@@ -439,7 +440,7 @@ func resumedWith(r *client.Record) string {
 		s += " by " + in.AnsweredBy
 	}
 	if in.Comment != "" {
-		s += ", comment " + strconv.Quote(clipText(in.Comment, 60))
+		s += ", comment " + strconv.Quote(clip.Line(in.Comment, 60))
 	}
 	return s + " to " + r.Request.QuestionID
 }
@@ -451,15 +452,15 @@ func resultSummary(r *client.Result) string {
 	switch r.Kind {
 	case lifecycle.KindFinished:
 		if len(r.Output) > 0 && string(r.Output) != "null" {
-			return clipText(compactJSON(r.Output), 80)
+			return clip.Line(compactJSON(r.Output), 80)
 		}
 		return "no output"
 	case lifecycle.KindFailed:
-		return clipText(string(r.Reason)+": "+r.Detail, 80)
+		return clip.Line(string(r.Reason)+": "+r.Detail, 80)
 	case lifecycle.KindCancelled:
-		return clipText("by "+r.By+" "+r.Detail, 80)
+		return clip.Line("by "+r.By+" "+r.Detail, 80)
 	case lifecycle.KindNeedsInput:
-		return clipText(r.QuestionID+" "+r.Question, 80)
+		return clip.Line(r.QuestionID+" "+r.Question, 80)
 	}
 	return "-"
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -438,7 +439,7 @@ revision, updated_at and the definition.`,
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tRUNTIME\tREVISION\tUPDATED\tDESCRIPTION")
 			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Name, s.Definition.Runtime, s.Revision, when(&s.UpdatedAt), clipText(s.Definition.Description, 70))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Name, s.Definition.Runtime, s.Revision, when(&s.UpdatedAt), clip.Line(s.Definition.Description, 70))
 			}
 			return tw.Flush()
 		},
