@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -22,20 +23,7 @@ import (
 // the bucket.
 func putQuestions(t *testing.T, qs ...lifecycle.Question) {
 	t.Helper()
-	js := devServer(t).jetStream(t)
-	kv, err := js.KeyValue(t.Context(), lifecycle.BucketQuestions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range qs {
-		b, err := json.Marshal(q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(t.Context(), q.QuestionID, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	natstest.PutQuestions(t, devServer(t).jetStream(t), qs...)
 }
 
 // askedOnce is a question three threads wait on, with a suggestion below

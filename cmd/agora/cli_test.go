@@ -396,12 +396,20 @@ func TestDispatchRefused(t *testing.T) {
 	}
 }
 
+// applyShell registers an exec sub-agent name that runs script with
+// /bin/sh -c.
+func applyShell(t *testing.T, name, script string) {
+	t.Helper()
+	def, err := json.Marshal(map[string]any{"name": name, "runtime": "exec", "command": []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAgora(t, "subagent", "apply", "-f", writeFile(t, name+".json", string(def)))
+}
+
 func TestDispatchFailed(t *testing.T) {
 	t.Parallel()
-	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "failer.yaml", `name: failer
-runtime: exec
-command: ["/bin/sh", "-c", "echo boom >&2; exit 3"]
-`))
+	applyShell(t, "failer", "echo boom >&2; exit 3")
 	r := agora(t, "dispatch", "failer", "--wait")
 	if r.code != 2 || !strings.Contains(r.stdout, "Failed (provider-failed)") || !strings.Contains(r.stdout, "boom") {
 		t.Errorf("dispatch --wait of a failing sub-agent: %s", r)
@@ -410,10 +418,7 @@ command: ["/bin/sh", "-c", "echo boom >&2; exit 3"]
 
 func TestCancelRunning(t *testing.T) {
 	t.Parallel()
-	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "sleeper.yaml", `name: sleeper
-runtime: exec
-command: ["/bin/sh", "-c", "sleep 60"]
-`))
+	applyShell(t, "sleeper", "sleep 60")
 	rec := jsonLines(t, mustAgora(t, "dispatch", "sleeper", "--json").stdout)
 	id := rec[0]["dispatch_id"].(string)
 	status := func() string {
@@ -498,10 +503,7 @@ func TestJSONOnlyOnStdout(t *testing.T) {
 // with a decision resumes the thread.
 func TestApprovalQuestion(t *testing.T) {
 	t.Parallel()
-	mustAgora(t, "subagent", "apply", "-f", writeFile(t, "approver.yaml", `name: approver
-runtime: exec
-command: ["/bin/sh", "-c", "if grep -q decision \"$AGORA_INPUT_FILE\"; then echo '{\"ok\":true}' > \"$AGORA_OUTPUT_FILE\"; else echo '{\"question\":\"Ship it?\",\"kind\":\"approval\"}' > \"$AGORA_NEEDS_INPUT_FILE\"; fi"]
-`))
+	applyShell(t, "approver", `if grep -q decision "$AGORA_INPUT_FILE"; then echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"; else echo '{"question":"Ship it?","kind":"approval"}' > "$AGORA_NEEDS_INPUT_FILE"; fi`)
 	r := agora(t, "dispatch", "approver", "--round")
 	if r.code != 4 || !strings.Contains(r.stdout, "--decision approve") {
 		t.Fatalf("dispatch --round of an asking sub-agent: %s", r)

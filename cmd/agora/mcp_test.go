@@ -6,29 +6,16 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agora-dispatch/agora/internal/mcptest"
 )
 
 // mcpCall calls a tool and returns its structured content.
 func mcpCall(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) map[string]any {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", tool, err)
-	}
-	if res.IsError {
-		t.Fatalf("%s: tool error: %v", tool, res.Content)
-	}
-	b, _ := json.Marshal(res.StructuredContent)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return mcptest.Structured(t, mcptest.Call(t, cs, tool, args))
 }
 
 // `agora mcp` over stdio, as `claude mcp add agora -- agora mcp` runs it:
