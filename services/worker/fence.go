@@ -149,6 +149,12 @@ func (s *Service) publishFenced(ctx context.Context, j *job, d lifecycle.Data) (
 	if err != nil {
 		return false, lastEvent{}, err
 	}
+	return s.publishMsgFenced(ctx, j, m)
+}
+
+// publishMsgFenced is publishFenced of a message fencedMsg built with the
+// fence j has now.
+func (s *Service) publishMsgFenced(ctx context.Context, j *job, m *nats.Msg) (stored bool, last lastEvent, err error) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	backoff := 50 * time.Millisecond

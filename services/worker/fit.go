@@ -76,17 +76,24 @@ func (s *Service) eventSize(j *job, d lifecycle.Data) (int, error) {
 
 // fit returns d, shrunk if need be so that its message fits the
 // connection's max payload, or, when it cannot fit, a `failed
-// worker-failed` event of the run that says why. An error is a transient
-// store failure (the delivery is retried), or a tooLarge error when not
-// even the failed event fits.
-func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifecycle.Lifecycle, error) {
+// worker-failed` event of the run that says why. When d fits as it is,
+// fit also returns the fenced message it measured, ready to publish (the
+// common case builds the event once); otherwise the message is nil and
+// the publish builds the event it returns. An error is a transient store
+// failure (the delivery is retried), or a tooLarge error when not even the
+// failed event fits.
+func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifecycle.Lifecycle, *nats.Msg, error) {
 	limit, what := s.maxEvent()
 	if limit <= 0 {
-		return d, nil // not connected yet: the publish reports it
+		return d, nil, nil // not connected yet: the publish reports it
 	}
-	size, err := s.eventSize(j, d)
-	if err != nil || size <= limit {
-		return d, nil // an encoding error is the publish's to report
+	m, err := s.fencedMsg(j, d)
+	if err != nil {
+		return d, nil, nil // an encoding error is the publish's to report
+	}
+	size := msgSize(m)
+	if size <= limit {
+		return d, m, nil
 	}
 	first := size
 	var orig lifecycle.Outputs
@@ -95,11 +102,11 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 	}
 	size, gave, err := s.shrink(ctx, j, d, limit)
 	if err != nil {
-		return d, err
+		return d, nil, err
 	}
 	if size <= limit {
 		j.log.Warn("terminal event shrunk to fit "+what, "kind", d.LifecycleKind(), "bytes", first, "now", size, "limit", limit, "gave_up", strings.Join(gave, "; "))
-		return d, nil
+		return d, nil, nil
 	}
 	detail := fmt.Sprintf("the %s event of %d bytes exceeds %s of %d bytes", d.LifecycleKind(), first, what, limit)
 	if len(gave) > 0 {
@@ -114,12 +121,12 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 	j.log.Error("terminal event cannot fit "+what+": the dispatch fails", "kind", d.LifecycleKind(), "bytes", first, "limit", limit, "detail", f.Detail)
 	fsize, _, err := s.shrink(ctx, j, f, limit)
 	if err != nil {
-		return d, err
+		return d, nil, err
 	}
 	if fsize > limit {
-		return d, fmt.Errorf("worker: even the failed event (%d bytes) exceeds %s of %d bytes: %w", fsize, what, limit, nats.ErrMaxPayload)
+		return d, nil, fmt.Errorf("worker: even the failed event (%d bytes) exceeds %s of %d bytes: %w", fsize, what, limit, nats.ErrMaxPayload)
 	}
-	return f, nil
+	return f, nil, nil
 }
 
 // maxEvent is the largest lifecycle message that can be stored, and what

@@ -364,13 +364,19 @@ func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exi
 	}
 	// The event must fit the server's max payload: shrunk, or replaced
 	// by a failed event that says why (fit.go).
-	d, err := s.fit(ctx, j, d)
+	d, m, err := s.fit(ctx, j, d)
 	if err != nil {
 		return s.retryLater(j, err)
 	}
 	pctx, pspan := telemetry.Tracer().Start(ctx, "agora.run.publish", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("agora.kind", string(d.LifecycleKind()))))
-	stored, last, err := s.publishFenced(pctx, j, d)
+	var stored bool
+	var last lastEvent
+	if m != nil {
+		stored, last, err = s.publishMsgFenced(pctx, j, m) // as fit measured it
+	} else {
+		stored, last, err = s.publishFenced(pctx, j, d)
+	}
 	telemetry.End(pspan, err)
 	if err != nil {
 		return s.retryLater(j, err)
