@@ -92,6 +92,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 16, "concurrent handlers / worker slots")
 	f.BoolVar(&cfg.Quick, "quick", false, "a short run (under 30 s)")
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "make the workers' workspaces under this directory (default: a temporary directory), e.g. to compare a tmpfs")
+	f.BoolVar(&cfg.NoExec, "no-exec", false, "leave out the rows that run processes (the fork/exec baseline, the exec rows, the sandbox's layers): the message path alone")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row and of a traced resume (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")

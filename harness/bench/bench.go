@@ -44,6 +44,10 @@ type Config struct {
 	WorkspaceRoot string
 	// Breakdown prints the traced row's per-stage timings (its spans).
 	Breakdown bool
+	// NoExec leaves out what runs processes: the fork/exec baseline, the
+	// exec rows and the sandbox's layers (for comparing the message path
+	// alone, e.g. two builds one after the other).
+	NoExec bool
 }
 
 func (c Config) withDefaults() Config {
@@ -180,6 +184,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	// (the physical floor of running a process per message).
 	var mem peaks
 	for i, withExec := range []bool{false, true} {
+		if withExec && cfg.NoExec {
+			// The exec rows are left out too: their baseline index is
+			// never read.
+			continue
+		}
 		peak := mem.window()
 		base, stopBase, err := baseline(ctx, nc, js, cfg.Concurrency, withExec)
 		if err != nil {
@@ -207,6 +216,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", doorStream, 1},
 	} {
 		peak := mem.window()
+		if rt.runtime == "exec" && cfg.NoExec {
+			continue
+		}
 		sc, stop, err := workerPath(ctx, url, js, wsRoot, cfg.Concurrency, rt.runtime, rt.door)
 		if err != nil {
 			return Report{}, err
@@ -248,7 +260,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	row.PeakRSSMiB = peak()
 	rep.Rows = append(rep.Rows, row)
 	say("measuring the sandbox's layers, one at a time")
-	if rep.Layers, err = sandboxLayers(ctx, wsRoot, samples); err != nil {
+	if cfg.NoExec {
+		say("leaving out the sandbox's layers (--no-exec)")
+	} else if rep.Layers, err = sandboxLayers(ctx, wsRoot, samples); err != nil {
 		return Report{}, err
 	}
 	if cfg.Breakdown {
