@@ -97,11 +97,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("dispatcher: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, nc: deps.Conn, log: deps.Logger, ready: make(chan struct{}), stopping: make(chan struct{})}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	s.log = s.log.With("service", "dispatcher", "dispatcher_id", cfg.ID)
+	s := &Service{cfg: cfg, log: svc.Logger(deps.Logger, "service", "dispatcher", "dispatcher_id", cfg.ID), ready: make(chan struct{}), stopping: make(chan struct{})}
 	reg, gatherer := svc.Registry(deps.Registerer)
 	s.gatherer = gatherer
 	m, err := newMetrics(reg)
@@ -116,12 +112,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	for _, t := range cfg.APITokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
-	if s.nc == nil {
-		nc, err := svc.Connect("dispatcher", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log)
-		if err != nil {
-			return nil, err
-		}
-		s.nc, s.ownConn = nc, true
+	if s.nc, s.ownConn, err = svc.Conn(deps.Conn, "dispatcher", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

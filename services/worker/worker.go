@@ -118,12 +118,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("worker: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, log: deps.Logger, nc: deps.Conn}
+	s := &Service{cfg: cfg, log: svc.Logger(deps.Logger, "service", "worker", "worker_id", cfg.ID)}
 	s.caps, _ = cfg.artifactCaps() // checked by Validate
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	s.log = s.log.With("service", "worker", "worker_id", cfg.ID)
 	reg, gatherer := svc.Registry(deps.Registerer)
 	s.gatherer = gatherer
 	m, err := newMetrics(reg, cfg.Concurrency)
@@ -165,12 +161,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
-	if s.nc == nil {
-		nc, err := svc.Connect("worker", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log)
-		if err != nil {
-			return nil, err
-		}
-		s.nc, s.ownConn = nc, true
+	if s.nc, s.ownConn, err = svc.Conn(deps.Conn, "worker", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
