@@ -74,11 +74,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 			case "coalesce":
 				return printReport(cmd, asJSON, bench.PrintCoalesce)(bench.Coalesce(cmd.Context(), ccfg, progress))
 			case "commit":
-				c := cfg
-				if c.Quick && c.Serial == 0 {
-					c.Serial, c.Throughput = 200, 1000
-				}
-				ccfg := bench.CommitConfig{Serial: c.Serial, Throughput: c.Throughput, Concurrency: c.Concurrency}
+				ccfg := bench.CommitConfig{Serial: cfg.Serial, Throughput: cfg.Throughput, Concurrency: cfg.Concurrency, Quick: cfg.Quick}
 				return printReport(cmd, asJSON, bench.PrintCommit)(bench.Commit(cmd.Context(), ccfg, progress))
 			default:
 				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth, long, coalesce, commit", scale)}

@@ -259,7 +259,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	row.PeakRSSMiB = peak()
 	rep.Rows = append(rep.Rows, row)
-	say("measuring the sandbox's layers, one at a time")
+	if !cfg.NoExec {
+		say("measuring the sandbox's layers, one at a time")
+	}
 	if cfg.NoExec {
 		say("leaving out the sandbox's layers (--no-exec)")
 	} else if rep.Layers, err = sandboxLayers(ctx, wsRoot, samples); err != nil {

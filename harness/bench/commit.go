@@ -42,8 +42,9 @@ func commitScenarios(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 			return nil, fmt.Errorf("bench: stream %s: %w", sc.Name, err)
 		}
 	}
-	// Sizes of a no-op dispatch's accepted event and work message as the
-	// dispatcher publishes them (CloudEvents headers and JSON data).
+	// Bodies about the size of a no-op dispatch's accepted event and work
+	// message with their CloudEvents headers (which these carry in the
+	// body: only Nats-Msg-Id is set as a header).
 	evt := []byte(`{"dispatch_id":"` + strings.Repeat("x", 26) + `","thread_id":"` + strings.Repeat("x", 26) + `","round":0,"subagent":"bench","subagent_revision":1}` + strings.Repeat(" ", 200))
 	work := []byte(`{"subagent":"bench","input":{},"dispatch_id":"` + strings.Repeat("x", 26) + `"}` + strings.Repeat(" ", 400))
 	pair := func(id, evtSubj, workSubj string) (*nats.Msg, *nats.Msg) {

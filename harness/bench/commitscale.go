@@ -20,9 +20,10 @@ import (
 
 // CommitConfig sizes `agora bench --scale commit`.
 type CommitConfig struct {
-	Serial      int // default 1000
-	Throughput  int // default 5000
+	Serial      int // default 1000 (200 with Quick)
+	Throughput  int // default 5000 (1000 with Quick)
 	Concurrency int // default 16
+	Quick       bool
 }
 
 // CommitSetup is one server setup the three ways were measured on.
@@ -42,7 +43,7 @@ type CommitReport struct {
 // embedded server and on a three-node cluster in this process (docs/
 // performance.md, "One commit for acceptance").
 func Commit(ctx context.Context, cfg CommitConfig, progress io.Writer) (CommitReport, error) {
-	mc := Config{Serial: cfg.Serial, Throughput: cfg.Throughput, Concurrency: cfg.Concurrency}.withDefaults()
+	mc := Config{Serial: cfg.Serial, Throughput: cfg.Throughput, Concurrency: cfg.Concurrency, Quick: cfg.Quick}.withDefaults()
 	say := sayer(progress)
 	dir, err := os.MkdirTemp("", "agora-bench-commit-")
 	if err != nil {
