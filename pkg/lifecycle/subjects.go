@@ -161,6 +161,15 @@ func CancelSubject(dispatchID string) (string, error) {
 // cancel whose dispatch_id is the paused dispatch (docs/design.md §2).
 const CancelThreadPrefix = "agora.control.cancel-thread."
 
+// AcceptedHeader is a NATS header of a work message on
+// agora.dispatch.<subagent> whose dispatch's accepted event was published
+// before it, naming that event's id. The dispatcher sends the two back to
+// back without waiting in between, and two streams do not store in the
+// order they were sent, so a worker that finds the dispatch's chain empty
+// waits for that event before it claims the run (docs/worker.md#fencing).
+// A work message without it (published by hand) is run on an empty chain.
+const AcceptedHeader = "Agora-Accepted"
+
 // CancelThreadSubject is agora.control.cancel-thread.<thread_id>.
 func CancelThreadSubject(threadID string) (string, error) {
 	return join("agora", "control", "cancel-thread", threadID)

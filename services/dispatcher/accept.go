@@ -266,9 +266,11 @@ func (s *Service) acceptedPending(ctx context.Context, b *bindings, rec client.R
 }
 
 // publish sends the accepted event and the queued work of rec, the
-// accepted event first on the same connection so the server stores it
-// first; both acknowledgements are awaited together, which saves a round
-// trip before a worker can start (docs/dispatcher.md). Its span,
+// accepted event first on the same connection; both acknowledgements are
+// awaited together, which saves a round trip before a worker can start
+// (docs/dispatcher.md). The two streams may still store them in either
+// order: the work message names its accepted event (queue), and a worker
+// that finds the chain empty waits for it (docs/worker.md#fencing). Its span,
 // agora.dispatch.publish, times the two; the events name the dispatch's
 // span (ctx's) as their cause.
 func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, fresh bool) (err error) {
@@ -383,6 +385,9 @@ func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request
 	if err != nil {
 		return err
 	}
+	// Queued only by publish, after the accepted event was sent: the
+	// worker waits for it on an empty chain.
+	msg.Header.Set(lifecycle.AcceptedHeader, lifecycle.AcceptedID(req.DispatchID))
 	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamDispatch)); err != nil {
 		return fmt.Errorf("dispatcher: queue %s: %w", req.DispatchID, err)
 	}

@@ -73,6 +73,46 @@ func (s *Service) lastEvent(ctx context.Context, c lifecycle.Common) (lastEvent,
 	return readLast(raw.Subject, raw.Sequence, raw.Header, raw.Data), nil
 }
 
+// acceptedWait bounds how long a run waits for its dispatch's accepted
+// event on an empty chain before it returns the work message for
+// redelivery.
+const acceptedWait = 2 * time.Second
+
+// awaitAccepted reads the dispatch's chain again until an event is there:
+// the work message says an accepted event was sent before it
+// (lifecycle.AcceptedHeader), and the dispatcher sends the two to two
+// streams without waiting in between, so the work can be delivered before
+// its accepted event is stored. A `started` fenced on the empty chain would
+// be stored before that event, and the run's terminal event, fenced on its
+// `started`, refused once the event lands. Reads back off from 1 ms; after
+// acceptedWait with the chain still empty the error returns the message
+// for redelivery (docs/worker.md#fencing).
+func (s *Service) awaitAccepted(ctx context.Context, j *job) (lastEvent, error) {
+	deadline := time.Now().Add(acceptedWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return lastEvent{}, ctx.Err()
+		case <-t.C:
+		}
+		last, err := s.lastEvent(ctx, j.common)
+		if err != nil {
+			return last, err
+		}
+		if last.seq != 0 {
+			s.metrics.acceptedWaits.WithLabelValues("stored").Inc()
+			j.log.Info("the dispatch's accepted event was stored after its work message was delivered: waited for it", "waited", time.Since(deadline.Add(-acceptedWait)).Round(time.Microsecond))
+			return last, nil
+		}
+		if time.Now().After(deadline) {
+			s.metrics.acceptedWaits.WithLabelValues("not_stored").Inc()
+			return lastEvent{}, fmt.Errorf("the dispatch's accepted event (%s) is not stored %s after its work message was delivered", j.msg.Headers().Get(lifecycle.AcceptedHeader), acceptedWait)
+		}
+	}
+}
+
 // lastEventOnLeader is lastEvent read from the stream leader (the
 // JetStream API's STREAM.MSG.GET, never a direct get): the latest event
 // stored, for a caller that acts on a refused publish as on a chain that

@@ -95,6 +95,9 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 
 	lctx, lspan := telemetry.Tracer().Start(ctx, "agora.run.lookup")
 	last, err := s.lastEvent(context.WithoutCancel(lctx), j.common)
+	if err == nil && last.seq == 0 && j.msg.Headers().Get(lifecycle.AcceptedHeader) != "" {
+		last, err = s.awaitAccepted(context.WithoutCancel(lctx), j)
+	}
 	telemetry.End(lspan, err)
 	if err != nil {
 		return s.retryLater(j, err)

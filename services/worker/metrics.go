@@ -14,6 +14,11 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	inFlight   prometheus.Gauge
 	progress   prometheus.Counter
+	// acceptedWaits counts runs that found their dispatch's chain empty
+	// though their work message follows an accepted event (fence.go), by
+	// outcome: "stored" once it was read, "not_stored" when the message
+	// went back for redelivery.
+	acceptedWaits *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, slots int) (*metrics, error) {
@@ -25,6 +30,8 @@ func newMetrics(reg prometheus.Registerer, slots int) (*metrics, error) {
 			prometheus.ExponentialBuckets(0.001, 4, 12), "kind"),
 		inFlight: r.Gauge("in_flight", "Deliveries being handled now."),
 		progress: r.Counter("progress_reports_total", "Progress reports published (coalesced from the runs' progress lines)."),
+		acceptedWaits: r.CounterVec("accepted_waits_total",
+			"Runs that found their dispatch's event chain empty although an accepted event was sent before their work message, and waited for it, by outcome (stored, not_stored: returned for redelivery).", "outcome"),
 	}
 	r.GaugeFunc("slots", "Dispatches this worker runs at once (its concurrency): in_flight / slots is its utilisation.",
 		func() float64 { return float64(slots) })

@@ -1,0 +1,113 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// The dispatcher sends a dispatch's accepted event and its work message
+// back to back to two streams, which do not store in the order they were
+// sent: the work can be delivered before the event is stored. A worker that
+// fenced its `started` on the empty chain would have it stored before the
+// accepted event, and its terminal event refused once that landed. Here the
+// accepted event comes only after the first delivery gave up waiting: no
+// `started` may be stored before it, and the dispatch then runs once, its
+// chain in order (docs/worker.md#fencing).
+func TestWorkDeliveredBeforeItsAcceptedEvent(t *testing.T) {
+	h := newHarness(t, provision.Config{})
+	h.shell("quick", `echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"`)
+	reg := prometheus.NewRegistry()
+	h.startWorker(h.workerConfig(), worker.Deps{Registerer: reg})
+
+	req := lifecycle.Request{DispatchID: lifecycle.NewID(), Subagent: "quick"}
+	req.ThreadID = req.DispatchID
+	e, err := lifecycle.New(lifecycle.Source("test", "harness"), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, err := lifecycle.DispatchSubject(req.Subagent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lifecycle.Encode(subj, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Set(lifecycle.AcceptedHeader, lifecycle.AcceptedID(req.DispatchID))
+	if _, err := h.js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first delivery waits, finds nothing and returns the message.
+	testkit.Eventually(t, 30*time.Second, "the work message redelivered", func() bool {
+		return waits(t, reg, "not_stored") >= 1 && redelivered(t, h.js) >= 1
+	})
+	if ks := kinds(h.events(req.DispatchID)); len(ks) != 0 {
+		t.Fatalf("events before the accepted event was stored: %v", ks)
+	}
+
+	h.publishEvent(&lifecycle.Accepted{Common: lifecycle.Common{DispatchID: req.DispatchID, ThreadID: req.ThreadID, Subagent: req.Subagent}})
+	r := h.terminal(req.DispatchID)
+	if f, ok := r.Data.(*lifecycle.Finished); !ok || string(f.Output) != `{"ok":true}` {
+		t.Fatalf("terminal %T %+v, want finished with the run's output", r.Data, r.Data)
+	}
+	got := kinds(h.events(req.DispatchID))
+	want := []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished}
+	if len(got) != len(want) {
+		t.Fatalf("chain %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("chain %v, want %v", got, want)
+		}
+	}
+	h.waitWorkEmpty()
+}
+
+// waits reads agora_worker_accepted_waits_total{outcome} from reg.
+func waits(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "agora_worker_accepted_waits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// redelivered is how many work messages the workers' consumer delivered
+// more than once.
+func redelivered(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumRedelivered
+}
