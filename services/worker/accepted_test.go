@@ -1,13 +1,13 @@
 package worker_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -30,26 +30,12 @@ func TestWorkDeliveredBeforeItsAcceptedEvent(t *testing.T) {
 
 	req := lifecycle.Request{DispatchID: lifecycle.NewID(), Subagent: "quick"}
 	req.ThreadID = req.DispatchID
-	e, err := lifecycle.New(lifecycle.Source("test", "harness"), &req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj, err := lifecycle.DispatchSubject(req.Subagent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lifecycle.Encode(subj, e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Header.Set(lifecycle.AcceptedHeader, lifecycle.AcceptedID(req.DispatchID))
-	if _, err := h.js.PublishMsg(t.Context(), m); err != nil {
-		t.Fatal(err)
-	}
+	h.dispatchMsg(req, func(m *nats.Msg) { m.Header.Set(lifecycle.AcceptedHeader, lifecycle.AcceptedID(req.DispatchID)) })
 
 	// The first delivery waits, finds nothing and returns the message.
 	testkit.Eventually(t, 30*time.Second, "the work message redelivered", func() bool {
-		return waits(t, reg, "not_stored") >= 1 && redelivered(t, h.js) >= 1
+		return waits(t, reg, "not_stored") >= 1 &&
+			natstest.ConsumerInfo(t, h.js, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers).NumRedelivered >= 1
 	})
 	if ks := kinds(h.events(req.DispatchID)); len(ks) != 0 {
 		t.Fatalf("events before the accepted event was stored: %v", ks)
@@ -93,21 +79,4 @@ func waits(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 		}
 	}
 	return 0
-}
-
-// redelivered is how many work messages the workers' consumer delivered
-// more than once.
-func redelivered(t *testing.T, js jetstream.JetStream) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	c, err := js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.NumRedelivered
 }

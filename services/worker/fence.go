@@ -88,7 +88,7 @@ const acceptedWait = 2 * time.Second
 // acceptedWait with the chain still empty the error returns the message
 // for redelivery (docs/worker.md#fencing).
 func (s *Service) awaitAccepted(ctx context.Context, j *job) (lastEvent, error) {
-	deadline := time.Now().Add(acceptedWait)
+	start := time.Now()
 	for wait := time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		t := time.NewTimer(wait)
 		select {
@@ -103,10 +103,10 @@ func (s *Service) awaitAccepted(ctx context.Context, j *job) (lastEvent, error) 
 		}
 		if last.seq != 0 {
 			s.metrics.acceptedWaits.WithLabelValues("stored").Inc()
-			j.log.Info("the dispatch's accepted event was stored after its work message was delivered: waited for it", "waited", time.Since(deadline.Add(-acceptedWait)).Round(time.Microsecond))
+			j.log.Info("the dispatch's accepted event was stored after its work message was delivered: waited for it", "waited", time.Since(start).Round(time.Microsecond))
 			return last, nil
 		}
-		if time.Now().After(deadline) {
+		if time.Since(start) > acceptedWait {
 			s.metrics.acceptedWaits.WithLabelValues("not_stored").Inc()
 			return lastEvent{}, fmt.Errorf("the dispatch's accepted event (%s) is not stored %s after its work message was delivered", j.msg.Headers().Get(lifecycle.AcceptedHeader), acceptedWait)
 		}

@@ -167,6 +167,13 @@ func (h *harness) startWorker(cfg worker.Config, deps worker.Deps) *worker.Servi
 // dispatch queues a request as the dispatcher would and returns its id.
 func (h *harness) dispatch(req lifecycle.Request) string {
 	h.t.Helper()
+	return h.dispatchMsg(req, nil)
+}
+
+// dispatchMsg is dispatch with edit, when set, changing the work message
+// before it is published.
+func (h *harness) dispatchMsg(req lifecycle.Request, edit func(*nats.Msg)) string {
+	h.t.Helper()
 	if req.DispatchID == "" {
 		req.DispatchID = lifecycle.NewID()
 	}
@@ -184,6 +191,9 @@ func (h *harness) dispatch(req lifecycle.Request) string {
 	m, err := lifecycle.Encode(subj, e)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if edit != nil {
+		edit(m)
 	}
 	if _, err := h.js.PublishMsg(h.t.Context(), m); err != nil {
 		h.t.Fatal(err)
