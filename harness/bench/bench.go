@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -215,10 +214,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		{"agora worker path (dispatch message → worker), exec /bin/true through the sandbox launcher", "exec", doorWork, 1},
 		{"agora end to end (request → dispatcher → worker), exec /bin/true", "exec", doorStream, 1},
 	} {
-		peak := mem.window()
 		if rt.runtime == "exec" && cfg.NoExec {
 			continue
 		}
+		peak := mem.window()
 		sc, stop, err := workerPath(ctx, url, js, wsRoot, cfg.Concurrency, rt.runtime, rt.door)
 		if err != nil {
 			return Report{}, err
@@ -259,13 +258,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	row.PeakRSSMiB = peak()
 	rep.Rows = append(rep.Rows, row)
-	if !cfg.NoExec {
-		say("measuring the sandbox's layers, one at a time")
-	}
 	if cfg.NoExec {
 		say("leaving out the sandbox's layers (--no-exec)")
-	} else if rep.Layers, err = sandboxLayers(ctx, wsRoot, samples); err != nil {
-		return Report{}, err
+	} else {
+		say("measuring the sandbox's layers, one at a time")
+		if rep.Layers, err = sandboxLayers(ctx, wsRoot, samples); err != nil {
+			return Report{}, err
+		}
 	}
 	if cfg.Breakdown {
 		say("measuring resume latency with tracing on, for its stages")
@@ -345,16 +344,6 @@ func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
 	}
 	return Row{Scenario: sc.name, P50MS: pct(0.50), P99MS: pct(0.99), PerSecond: float64(cfg.Throughput) / el.Seconds(),
 		Serial: cfg.Serial, Throughput: cfg.Throughput, CPUMS: float64(cpu.Microseconds()) / 1000 / float64(cfg.Throughput)}, nil
-}
-
-// cpuTime is the user and system CPU time of this process and of the
-// children it has waited for.
-func cpuTime() time.Duration {
-	var self, children syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
-	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
-	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
-	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
 }
 
 // waiter routes observed ends to the callers waiting for them.

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -136,7 +138,7 @@ func startServers(dir string, n int) ([]string, func(), error) {
 			JetStream: true, StoreDir: filepath.Join(dir, strconv.Itoa(i)), NoLog: true, NoSigs: true,
 			JetStreamMaxMemory: -1, JetStreamMaxStore: -1,
 			Cluster: server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(joinRoutes(routes, i)),
+			Routes:  server.RoutesFromStr(strings.Join(slices.Delete(slices.Clone(routes), i, i+1), ",")), // every other server
 		}
 		s, err := server.NewServer(opts)
 		if err != nil {
@@ -173,21 +175,6 @@ func startServers(dir string, n int) ([]string, func(), error) {
 		time.Sleep(20 * time.Millisecond) // polling the server's own state
 	}
 	return urls, stop, nil
-}
-
-// joinRoutes is the routes of every server but the i-th, comma-separated.
-func joinRoutes(routes []string, i int) string {
-	s := ""
-	for j, r := range routes {
-		if j == i {
-			continue
-		}
-		if s != "" {
-			s += ","
-		}
-		s += r
-	}
-	return s
 }
 
 // PrintCommit writes the report as one table per setup.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -272,9 +273,16 @@ func statusKiB(path, field string) float64 {
 }
 
 // procCPU is the process's user + system CPU time so far.
-func procCPU() time.Duration {
-	_, cpu, _ := procStat(os.Getpid())
-	return cpu
+func procCPU() time.Duration { return rusageCPU(syscall.RUSAGE_SELF) }
+
+// cpuTime is procCPU with the CPU of the child processes it has waited
+// for (the exec rows' launchers).
+func cpuTime() time.Duration { return procCPU() + rusageCPU(syscall.RUSAGE_CHILDREN) }
+
+func rusageCPU(who int) time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(who, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // PrintHistory writes the history report as a table.
