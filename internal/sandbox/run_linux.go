@@ -48,6 +48,9 @@ type Launcher struct {
 	mu       sync.Mutex
 	starting int // spares being started
 	closed   bool
+	// spawner forks the launchers that start in a user namespace of
+	// their own; nil where the Launcher's modes make none.
+	spawner *spawner
 }
 
 // spareLaunchers is how many launchers a Launcher keeps started ahead.
@@ -55,11 +58,23 @@ const spareLaunchers = 2
 
 // spare is a started launcher waiting for its Start message.
 type spare struct {
-	cmd  *exec.Cmd
-	ctrl int      // our end of the control socket; -1 once closed
-	res  *os.File // the result pipe's read end
-	done chan struct{}
-	err  error // cmd.Wait's, once done is closed
+	pid    int
+	signal func(syscall.Signal) error
+	ctrl   int      // our end of the control socket; -1 once closed
+	res    *os.File // the result pipe's read end
+	done   chan struct{}
+	err    error // the launcher's exit (as exec.Cmd.Wait words it), once done is closed
+}
+
+// newSpare is the spare of launcher pid, signalled through signal.
+func newSpare(pid int, signal func(syscall.Signal) error) *spare {
+	return &spare{pid: pid, signal: signal, ctrl: -1, done: make(chan struct{})}
+}
+
+// end records the launcher's exit.
+func (sp *spare) end(err error) {
+	sp.err = err
+	close(sp.done)
 }
 
 // closeCtrl closes our end of the control socket, once.
@@ -74,7 +89,7 @@ func (sp *spare) closeCtrl() {
 // releases what the worker holds of it.
 func (sp *spare) discard() {
 	sp.closeCtrl()
-	_ = sp.cmd.Process.Kill()
+	_ = sp.signal(syscall.SIGKILL)
 	<-sp.done
 	sp.res.Close()
 }
@@ -200,6 +215,7 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 		}
 		h.RunUID = hostUID
 		l.mode, l.attr, l.host = mode, nsAttr, h
+		l.startSpawner()
 		for _, c := range candidates {
 			if _, err := probe(c.attr()); err == nil {
 				l.offAttr, l.offMode = c.attr, ModePIDNamespace
@@ -216,6 +232,7 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 			h, err := probe(c.attr())
 			if err == nil {
 				l.mode, l.attr, l.host = c.mode, c.attr, h
+				l.startSpawner()
 				return l, nil
 			}
 			errs = append(errs, err)
@@ -238,6 +255,19 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 	return l, nil
 }
 
+// startSpawner starts the spawner when the Launcher's launchers start in
+// a user namespace of their own (docs/sandbox.md, "The spawner"). Without
+// one (it could not start) the worker forks them itself, as it does after
+// Close.
+func (l *Launcher) startSpawner() {
+	if l.attr().Cloneflags&syscall.CLONE_NEWUSER == 0 {
+		return
+	}
+	if s, err := startSpawner(l.via); err == nil {
+		l.spawner = s
+	}
+}
+
 // Executable reports the launcher binary in use.
 func (l *Launcher) Executable() string { return l.exe }
 
@@ -257,12 +287,18 @@ func (l *Launcher) UnconfinedMode() Mode {
 	return l.mode
 }
 
-// Close stops the spare launchers. Runs may still be started afterwards;
-// they start their launcher when they need it.
+// Close stops the spare launchers, and the spawner once the runs it
+// started launchers for have ended. Runs may still be started afterwards;
+// they start their launcher when they need it, from the worker.
 func (l *Launcher) Close() {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+	defer func() {
+		if l.spawner != nil {
+			l.spawner.close()
+		}
+	}()
 	for {
 		select {
 		case sp := <-l.spares:
@@ -289,6 +325,21 @@ func (l *Launcher) startWith(attr *syscall.SysProcAttr) (*spare, error) {
 		return nil, err
 	}
 	theirs := os.NewFile(uintptr(fds[1]), "control")
+	if l.spawner != nil && attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
+		sp, err := l.spawner.start(attr, resW, theirs)
+		if !errors.Is(err, errSpawnerGone) {
+			resW.Close()
+			theirs.Close()
+			if err != nil {
+				resR.Close()
+				syscall.Close(fds[0])
+				return nil, err
+			}
+			sp.ctrl, sp.res = fds[0], resR
+			return sp, nil
+		}
+		// Closed, or dead: the worker forks the launcher itself.
+	}
 	cmd := &exec.Cmd{
 		Path: l.via, Args: []string{launcher.Name, launcher.Protocol},
 		// Nothing of the worker's environment: the run's comes with
@@ -307,8 +358,9 @@ func (l *Launcher) startWith(attr *syscall.SysProcAttr) (*spare, error) {
 		syscall.Close(fds[0])
 		return nil, err
 	}
-	sp := &spare{cmd: cmd, ctrl: fds[0], res: resR, done: make(chan struct{})}
-	go func() { sp.err = cmd.Wait(); close(sp.done) }()
+	sp := newSpare(cmd.Process.Pid, func(sig syscall.Signal) error { return cmd.Process.Signal(sig) })
+	sp.ctrl, sp.res = fds[0], resR
+	go func() { sp.end(cmd.Wait()) }()
 	return sp, nil
 }
 
@@ -590,7 +642,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		if err == nil {
 			// The run's cgroups take the launcher before it starts
 			// anything: the launcher's user may not write them.
-			err = joinCgroups(s.Cgroups, sp.cmd.Process.Pid)
+			err = joinCgroups(s.Cgroups, sp.pid)
 		}
 		if err == nil {
 			if lnFD, wsFD, err = sp.send(msg, files...); err != nil {
@@ -660,7 +712,7 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	select {
 	case line = <-report:
 	case <-ctx.Done():
-		_ = sp.cmd.Process.Signal(syscall.SIGTERM)
+		_ = sp.signal(syscall.SIGTERM)
 		t := time.NewTimer(s.KillGrace + 2*time.Second)
 		select {
 		case line = <-report:
@@ -668,13 +720,13 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		case <-t.C:
 			// The launcher did not end its tree in time. In a PID
 			// namespace its death takes the tree with it.
-			_ = sp.cmd.Process.Kill()
+			_ = sp.signal(syscall.SIGKILL)
 			line = <-report
 		}
 	}
 	go l.refill()
-	// (The launcher is reaped by its cmd.Wait either way; without a
-	// report its exit is the only news of it.)
+	// (The launcher is reaped either way; without a report its exit is
+	// the only news of it.)
 	var werr error
 	if !bytes.HasSuffix(line, []byte("\n")) {
 		<-sp.done

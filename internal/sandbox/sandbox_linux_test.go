@@ -88,6 +88,7 @@ func TestNewPicksAMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer l.Close()
 	if l.Mode() != sandbox.ModeNamespaces && l.Mode() != sandbox.ModePIDNamespace && l.Mode() != sandbox.ModeSubreaper {
 		t.Fatalf("mode %q", l.Mode())
 	}
@@ -277,34 +278,97 @@ func TestWorkerKilledTakesTreeWithIt(t *testing.T) {
 		daemon, runtime := hostPID(t, marker+"-daemon"), hostPID(t, marker+"-runtime")
 		// The run made the worker start spare launchers: they go too.
 		spares := waitSpares(t, cmd.Process.Pid, 1)
+		spawner := spawners(cmd.Process.Pid)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		_ = cmd.Wait()
 		waitGone(t, runtime)
 		waitGone(t, daemon)
-		for _, p := range spares {
+		for _, p := range append(spares, spawner...) {
 			waitGone(t, p)
 		}
 	})
 }
 
-// spareLaunchers lists the children of pid that are launchers waiting for
-// their run (argv exactly Name, Protocol).
+// spareLaunchers lists the launchers of the worker pid that wait for
+// their run (argv exactly Name, Protocol): its children, or its spawner's.
 func spareLaunchers(pid int) []int {
+	var out []int
+	for _, c := range children(pid) {
+		if isProc(c, launcher.Name) {
+			out = append(out, c)
+		}
+	}
+	for _, sp := range spawners(pid) {
+		for _, c := range children(sp) {
+			if isProc(c, launcher.Name) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// spawnerOf returns the spawner whose children the spares are: one, a
+// child of this process.
+func spawnerOf(t *testing.T, spares []int) int {
+	t.Helper()
+	sp := parentOf(spares[0])
+	if !isProc(sp, launcher.SpawnerName) || parentOf(sp) != os.Getpid() {
+		t.Fatalf("spare %d's parent %d is not a spawner of this process", spares[0], sp)
+	}
+	for _, p := range spares[1:] {
+		if q := parentOf(p); q != sp {
+			t.Errorf("spare %d's parent is %d, not the spawner %d", p, q, sp)
+		}
+	}
+	return sp
+}
+
+// parentOf returns the parent of pid, 0 if it cannot be read.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// spawners lists the children of pid that are spawners.
+func spawners(pid int) []int {
+	var out []int
+	for _, c := range children(pid) {
+		if isProc(c, launcher.SpawnerName) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// children lists the children of pid.
+func children(pid int) []int {
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	var out []int
 	for _, task := range tasks {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
 		for _, f := range strings.Fields(string(b)) {
 			c, _ := strconv.Atoi(f)
-			argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
-			if string(argv) == launcher.Name+"\x00"+launcher.Protocol+"\x00" && alive(c) {
-				out = append(out, c)
-			}
+			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// isProc reports whether pid lives with argv exactly name, Protocol.
+func isProc(pid int, name string) bool {
+	argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return string(argv) == name+"\x00"+launcher.Protocol+"\x00" && alive(pid)
 }
 
 // waitSpares waits until pid has at least n spare launchers and returns
@@ -317,6 +381,44 @@ func waitSpares(t *testing.T, pid, n int) []int {
 		return len(s) >= n
 	})
 	return s
+}
+
+// A spawner killed from outside takes its waiting launchers with it; the
+// runs after it still work, their launchers forked by the worker itself.
+func TestSpawnerKilled(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		if l.Mode() != sandbox.ModeNamespaces {
+			return
+		}
+		run := func() {
+			t.Helper()
+			var out bytes.Buffer
+			res := l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "echo ok"}, Dir: "/", Stdout: &out, KillGrace: time.Second})
+			if res.Err != nil || res.ExitCode != 0 || out.String() != "ok\n" {
+				t.Fatalf("result %+v, output %q", res, out.String())
+			}
+		}
+		run()
+		spares := waitSpares(t, os.Getpid(), 1)
+		sp := spawnerOf(t, spares)
+		if err := syscall.Kill(sp, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range append(spares, sp) {
+			waitGone(t, p)
+		}
+		run()
+		run()
+		// The spares now wait as the worker's own children.
+		testkit.Eventually(t, 5*time.Second, "spares forked by the worker", func() bool {
+			for _, c := range children(os.Getpid()) {
+				if isProc(c, launcher.Name) {
+					return true
+				}
+			}
+			return false
+		})
+	})
 }
 
 // A run starts spare launchers; a later run works when its spare was
@@ -338,6 +440,26 @@ func TestSpareLaunchers(t *testing.T) {
 		}
 		run()
 		spares := waitSpares(t, os.Getpid(), 2)
+		sp := 0 // this Launcher's spawner, where it has one
+		if l.Mode() == sandbox.ModeNamespaces {
+			// Launchers that start in a user namespace are the
+			// spawner's children, not the worker's (docs/sandbox.md,
+			// "The spawner").
+			sp = spawnerOf(t, spares)
+			// The spawner's socket to the worker reaches no launcher.
+			sock, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/3", sp))
+			if err != nil || !strings.HasPrefix(sock, "socket:") {
+				t.Fatalf("the spawner's fd 3 is %q (%v), want its socket", sock, err)
+			}
+			for _, p := range spares {
+				fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p))
+				for _, fd := range fds {
+					if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", p, fd.Name())); l == sock {
+						t.Errorf("spare %d holds the spawner's socket as fd %s", p, fd.Name())
+					}
+				}
+			}
+		}
 		// Nothing of the worker's environment reaches a launcher.
 		for _, p := range spares {
 			if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p)); err != nil || string(env) != "GOMAXPROCS=1\x00" {
@@ -358,6 +480,10 @@ func TestSpareLaunchers(t *testing.T) {
 		// The run's own launcher exits just after its report; a spare
 		// would stay.
 		testkit.Eventually(t, 5*time.Second, "the run's own launcher to exit, leaving no spares after Close", noSpares)
+		if sp != 0 {
+			// The spawner goes once nothing it started is left.
+			waitGone(t, sp)
+		}
 	})
 }
 

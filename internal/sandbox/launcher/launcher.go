@@ -26,6 +26,10 @@
 //     writes one result line: exit code, signal number, processes killed,
 //     layers applied, start error, separated by NUL. The worker takes the
 //     line as the end of the run; the launcher's own exit follows.
+//
+// A worker whose launchers start in a user namespace of their own starts
+// them through a spawner (argv SpawnerName, Protocol; fd 3 a Unix
+// sequenced-packet socket): see spawnerMain.
 package launcher
 
 import (
@@ -38,11 +42,14 @@ import (
 // argv[0] of one started only to test what the host allows and whether it
 // speaks Protocol (it exits 0 when it does). Protocol is argv[1] of both:
 // a worker and a separate launcher binary from another build refuse each
-// other instead of misreading the arguments.
+// other instead of misreading the arguments. SpawnerName is argv[0] of the
+// process a worker forks its launchers from (docs/sandbox.md, "The
+// spawner").
 const (
-	Name      = "agora-sandbox"
-	ProbeName = "agora-sandbox-probe"
-	Protocol  = "agora-sandbox/3"
+	Name        = "agora-sandbox"
+	ProbeName   = "agora-sandbox-probe"
+	SpawnerName = "agora-sandbox-spawner"
+	Protocol    = "agora-sandbox/4"
 )
 
 // The receipt's byte: Receipt, with ReceiptProxy when it carries the run's

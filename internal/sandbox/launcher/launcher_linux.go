@@ -46,6 +46,11 @@ func init() {
 		os.Exit(3)
 	case Name:
 		os.Exit(main())
+	case SpawnerName:
+		if len(os.Args) > 1 && os.Args[1] == Protocol {
+			os.Exit(spawnerMain())
+		}
+		os.Exit(3)
 	}
 }
 
