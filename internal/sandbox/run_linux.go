@@ -49,8 +49,9 @@ type Launcher struct {
 	starting int // spares being started
 	closed   bool
 	// spawner forks the launchers that start in a user namespace of
-	// their own; nil where the Launcher's modes make none.
-	spawner *spawner
+	// their own, started on the first such launcher (spawnerFor).
+	spawner      *spawner
+	spawnerTried bool
 }
 
 // spareLaunchers is how many launchers a Launcher keeps started ahead.
@@ -215,7 +216,6 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 		}
 		h.RunUID = hostUID
 		l.mode, l.attr, l.host = mode, nsAttr, h
-		l.startSpawner()
 		for _, c := range candidates {
 			if _, err := probe(c.attr()); err == nil {
 				l.offAttr, l.offMode = c.attr, ModePIDNamespace
@@ -232,7 +232,6 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 			h, err := probe(c.attr())
 			if err == nil {
 				l.mode, l.attr, l.host = c.mode, c.attr, h
-				l.startSpawner()
 				return l, nil
 			}
 			errs = append(errs, err)
@@ -253,19 +252,6 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 	}
 	l.host = h
 	return l, nil
-}
-
-// startSpawner starts the spawner when the Launcher's launchers start in
-// a user namespace of their own (docs/sandbox.md, "The spawner"). Without
-// one (it could not start) the worker forks them itself, as it does after
-// Close.
-func (l *Launcher) startSpawner() {
-	if l.attr().Cloneflags&syscall.CLONE_NEWUSER == 0 {
-		return
-	}
-	if s, err := startSpawner(l.via); err == nil {
-		l.spawner = s
-	}
 }
 
 // Executable reports the launcher binary in use.
@@ -295,8 +281,11 @@ func (l *Launcher) Close() {
 	l.closed = true
 	l.mu.Unlock()
 	defer func() {
-		if l.spawner != nil {
-			l.spawner.close()
+		l.mu.Lock()
+		s := l.spawner
+		l.mu.Unlock()
+		if s != nil {
+			s.close()
 		}
 	}()
 	for {
@@ -314,31 +303,19 @@ func (l *Launcher) start() (*spare, error) { return l.startWith(l.attr()) }
 
 // startWith starts a launcher with attr.
 func (l *Launcher) startWith(attr *syscall.SysProcAttr) (*spare, error) {
-	resR, resW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		resR.Close()
-		resW.Close()
-		return nil, err
-	}
-	theirs := os.NewFile(uintptr(fds[1]), "control")
-	if l.spawner != nil && attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
-		sp, err := l.spawner.start(attr, resW, theirs)
-		if !errors.Is(err, errSpawnerGone) {
-			resW.Close()
-			theirs.Close()
-			if err != nil {
-				resR.Close()
-				syscall.Close(fds[0])
-				return nil, err
+	if attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
+		if s := l.spawnerFor(); s != nil {
+			sp, err := startSpawned(s, attr)
+			if !errors.Is(err, errSpawnerGone) {
+				return sp, err
 			}
-			sp.ctrl, sp.res = fds[0], resR
-			return sp, nil
+			// Closed, dead or misbehaving: the worker forks the
+			// launcher itself, with descriptors of its own.
 		}
-		// Closed, or dead: the worker forks the launcher itself.
+	}
+	resR, resW, ours, theirs, err := launcherChannels()
+	if err != nil {
+		return nil, err
 	}
 	cmd := &exec.Cmd{
 		Path: l.via, Args: []string{launcher.Name, launcher.Protocol},
@@ -355,13 +332,64 @@ func (l *Launcher) startWith(attr *syscall.SysProcAttr) (*spare, error) {
 	theirs.Close()
 	if err != nil {
 		resR.Close()
-		syscall.Close(fds[0])
+		syscall.Close(ours)
 		return nil, err
 	}
 	sp := newSpare(cmd.Process.Pid, func(sig syscall.Signal) error { return cmd.Process.Signal(sig) })
-	sp.ctrl, sp.res = fds[0], resR
+	sp.ctrl, sp.res = ours, resR
 	go func() { sp.end(cmd.Wait()) }()
 	return sp, nil
+}
+
+// startSpawned starts a launcher through the spawner s.
+func startSpawned(s *spawner, attr *syscall.SysProcAttr) (*spare, error) {
+	resR, resW, ours, theirs, err := launcherChannels()
+	if err != nil {
+		return nil, err
+	}
+	sp, err := s.start(attr, resW, theirs)
+	resW.Close()
+	theirs.Close()
+	if err != nil {
+		resR.Close()
+		syscall.Close(ours)
+		return nil, err
+	}
+	sp.ctrl, sp.res = ours, resR
+	return sp, nil
+}
+
+// launcherChannels makes a launcher's result pipe and control socket: the
+// read end and our end of the socket stay with the worker, the write end
+// and theirs go to the launcher.
+func launcherChannels() (resR, resW *os.File, ours int, theirs *os.File, err error) {
+	resR, resW, err = os.Pipe()
+	if err != nil {
+		return nil, nil, -1, nil, err
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		resR.Close()
+		resW.Close()
+		return nil, nil, -1, nil, err
+	}
+	return resR, resW, fds[0], os.NewFile(uintptr(fds[1]), "control"), nil
+}
+
+// spawnerFor returns the spawner, started on first use (docs/sandbox.md,
+// "The spawner"); nil after Close, or where it could not start (the
+// worker forks its launchers itself then).
+func (l *Launcher) spawnerFor() *spawner {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	if l.spawner == nil && !l.spawnerTried {
+		l.spawnerTried = true
+		l.spawner, _ = startSpawner(l.via)
+	}
+	return l.spawner
 }
 
 // take returns a started launcher: a spare when one is ready (unless

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -279,6 +280,9 @@ func TestWorkerKilledTakesTreeWithIt(t *testing.T) {
 		// The run made the worker start spare launchers: they go too.
 		spares := waitSpares(t, cmd.Process.Pid, 1)
 		spawner := spawners(cmd.Process.Pid)
+		if l.Mode() == sandbox.ModeNamespaces && len(spawner) != 1 {
+			t.Fatalf("the worker's spawners: %v, want one", spawner)
+		}
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -383,8 +387,71 @@ func waitSpares(t *testing.T, pid, n int) []int {
 	return s
 }
 
-// A spawner killed from outside takes its waiting launchers with it; the
-// runs after it still work, their launchers forked by the worker itself.
+// readyWriter signals ready at the first write.
+type readyWriter struct {
+	once  sync.Once
+	ready chan struct{}
+	mu    sync.Mutex
+	buf   bytes.Buffer
+}
+
+func newReadyWriter() *readyWriter { return &readyWriter{ready: make(chan struct{})} }
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.once.Do(func() { close(w.ready) })
+	return w.buf.Write(p)
+}
+
+func (w *readyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// startRun runs script in the background and waits for its first output.
+func startRun(t *testing.T, l *sandbox.Launcher, script string) (*readyWriter, <-chan sandbox.Result) {
+	t.Helper()
+	out := newReadyWriter()
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		done <- l.Run(t.Context(), sandbox.Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: "/", Stdout: out, KillGrace: time.Second})
+	}()
+	select {
+	case <-out.ready:
+	case res := <-done:
+		t.Fatalf("the run ended before it said anything: %+v", res)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run said nothing within 10s")
+	}
+	return out, done
+}
+
+// Close while a run lasts keeps the spawner until the run has ended: the
+// run ends as it would have (the spawner's death would take its launcher).
+func TestSpawnerOutlivesCloseWhileARunLasts(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		if l.Mode() != sandbox.ModeNamespaces {
+			return
+		}
+		// The runtime outlasts Close by its own sleep.
+		out, done := startRun(t, l, "echo ready; sleep 2; echo done")
+		l.Close()
+		select {
+		case res := <-done:
+			if res.Err != nil || res.ExitCode != 0 || out.String() != "ready\ndone\n" {
+				t.Fatalf("result %+v, output %q", res, out.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the run did not end")
+		}
+	})
+}
+
+// A spawner killed from outside takes its launchers with it: a run in
+// progress fails at once (no report) instead of hanging; the runs after it
+// still work, their launchers forked by the worker itself.
 func TestSpawnerKilled(t *testing.T) {
 	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
 		if l.Mode() != sandbox.ModeNamespaces {
@@ -401,8 +468,17 @@ func TestSpawnerKilled(t *testing.T) {
 		run()
 		spares := waitSpares(t, os.Getpid(), 1)
 		sp := spawnerOf(t, spares)
+		_, done := startRun(t, l, "echo ready; exec sleep 300")
 		if err := syscall.Kill(sp, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
+		}
+		select {
+		case res := <-done:
+			if res.Err == nil || !errors.Is(res.Err, sandbox.ErrLauncher) {
+				t.Fatalf("the run whose spawner died: %+v, want a launcher failure", res)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the run whose spawner died did not end")
 		}
 		for _, p := range append(spares, sp) {
 			waitGone(t, p)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -15,8 +16,14 @@ import (
 )
 
 // errSpawnerGone is returned for a request the spawner can no longer
-// serve: the Launcher was closed, or the spawner died.
+// serve: the Launcher was closed, or the spawner died or misbehaved. The
+// caller forks the launcher itself, with descriptors of its own.
 var errSpawnerGone = errors.New("sandbox: the spawner is gone")
+
+// spawnerAnswerWait bounds the wait for the spawner's answer to one
+// request: a fork and a pidfd, well under a second on any host; a spawner
+// that takes longer is killed and the worker forks its launchers itself.
+const spawnerAnswerWait = 10 * time.Second
 
 // spawner is the worker's end of its spawner, the small process launchers
 // that start in a user namespace of their own are forked from
@@ -26,7 +33,7 @@ var errSpawnerGone = errors.New("sandbox: the spawner is gone")
 // the worker copy-on-write, a cost that grows with the worker's heap.
 type spawner struct {
 	cmd     *exec.Cmd
-	req     sync.Mutex   // one request at a time, answered in order
+	req     sync.Mutex   // one request at a time, answered in order; close takes it too
 	fdMu    sync.RWMutex // held for reading while fd is used; the reader closes it
 	fd      int
 	answers chan spawnAnswer
@@ -44,14 +51,20 @@ type spawnAnswer struct {
 
 // startSpawner starts the spawner from the launcher binary at via. Its
 // start shares the worker's memory until its exec (no user namespace of
-// its own): the one cheap fork the worker pays for.
+// its own): the one cheap fork the worker pays for. It fails where the
+// host does not let the worker open and signal pidfds (Linux 5.3, and a
+// seccomp profile that allows both), through which launchers from the
+// spawner are signalled.
 func startSpawner(via string) (*spawner, error) {
-	// Launchers from the spawner are signalled through pidfds (Linux 5.3).
 	pidfd, err := unix.PidfdOpen(os.Getpid(), 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: no pidfd on this host: %w", err)
 	}
+	err = unix.PidfdSendSignal(pidfd, 0, nil, 0)
 	syscall.Close(pidfd)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pidfds cannot be signalled on this host: %w", err)
+	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -60,7 +73,9 @@ func startSpawner(via string) (*spawner, error) {
 	cmd := &exec.Cmd{
 		Path: via, Args: []string{launcher.SpawnerName, launcher.Protocol},
 		Env: []string{"GOMAXPROCS=1"}, Dir: "/",
-		ExtraFiles:  []*os.File{theirs},
+		ExtraFiles: []*os.File{theirs},
+		// It ends when the worker does: its socket closes then, and the
+		// parent-death signal covers a worker killed outright.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 	}
 	err = cmd.Start()
@@ -76,7 +91,9 @@ func startSpawner(via string) (*spawner, error) {
 
 // start asks the spawner for a launcher with attr, passing it the result
 // pipe's write end and the launcher's end of the control socket, and
-// returns its spare with the pid, signal and exit filled in.
+// returns its spare with the pid, signal and exit filled in. On
+// errSpawnerGone the spawner may have received the descriptors: the caller
+// must not give them to another launcher.
 func (s *spawner) start(attr *syscall.SysProcAttr, files ...*os.File) (*spare, error) {
 	msg, err := launcher.SpawnOf(attr)
 	if err != nil {
@@ -101,62 +118,90 @@ func (s *spawner) start(attr *syscall.SysProcAttr, files ...*os.File) (*spare, e
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", errSpawnerGone, err) // it died: not yet read
 	}
-	a, ok := <-s.answers
-	if !ok {
-		return nil, errSpawnerGone
+	t := time.NewTimer(spawnerAnswerWait)
+	defer t.Stop()
+	select {
+	case a, ok := <-s.answers:
+		if !ok {
+			return nil, errSpawnerGone
+		}
+		return a.sp, a.err
+	case <-t.C:
+		s.kill()
+		return nil, fmt.Errorf("%w (no answer within %s)", errSpawnerGone, spawnerAnswerWait)
 	}
-	return a.sp, a.err
+}
+
+// kill ends a spawner that misbehaved; no request is sent to it again,
+// and the reader ends what it started once its socket closes.
+func (s *spawner) kill() {
+	s.mu.Lock()
+	s.gone = true
+	s.mu.Unlock()
+	_ = s.cmd.Process.Kill()
 }
 
 // read takes the spawner's messages until it ends: answers go to the
-// request waiting for them, a launcher's exit to its spare.
+// request waiting for them, a launcher's exit to its spare. A message that
+// is not one of the protocol's ends the spawner.
 func (s *spawner) read() {
 	buf := make([]byte, 4096)
-	oob := make([]byte, syscall.CmsgSpace(4))
+	oob := make([]byte, syscall.CmsgSpace(4*2))
 	for {
-		n, oobn, _, _, err := syscall.Recvmsg(s.fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, _, err := syscall.Recvmsg(s.fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil || n == 0 {
 			break
 		}
-		var rights []int
-		if oobn > 0 {
-			if cms, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil && len(cms) > 0 {
-				rights, _ = syscall.ParseUnixRights(&cms[0])
-			}
-		}
+		rights, rerr := receivedRights(oob[:oobn])
 		a, err := launcher.ParseSpawnAnswer(buf[:n])
-		if err != nil || a.Kind == "ok" && len(rights) != 1 {
+		want := 0
+		if a.Kind == "ok" {
+			want = 1
+		}
+		if err != nil || rerr != nil || len(rights) != want || flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 {
 			for _, fd := range rights {
 				syscall.Close(fd)
 			}
-			s.answers <- spawnAnswer{err: fmt.Errorf("sandbox: spawner: %v (%d descriptors)", err, len(rights))}
-			continue
+			s.kill()
+			break
 		}
 		switch a.Kind {
 		case "ok":
 			sp := newSpawned(a.Pid, rights[0])
 			s.mu.Lock()
-			s.live[a.Pid] = sp
+			_, dup := s.live[a.Pid]
+			if !dup {
+				s.live[a.Pid] = sp
+			}
 			s.mu.Unlock()
+			if dup { // the spawner reports an exit before a pid is reused
+				sp.end(errSpawnerGone)
+				s.kill()
+				break
+			}
 			s.answers <- spawnAnswer{sp: sp.spare}
+			continue
 		case "err":
 			s.answers <- spawnAnswer{err: fmt.Errorf("sandbox: spawner: %s", a.Err)}
+			continue
 		case "exit":
 			s.mu.Lock()
-			sp := s.live[a.Pid]
+			sp, ok := s.live[a.Pid]
 			delete(s.live, a.Pid)
 			s.mu.Unlock()
-			if sp.spare != nil {
+			if ok {
 				sp.end(waitErr(a.Status))
 			}
 			s.shutdownIfDone()
+			continue
 		}
+		break
 	}
-	// The spawner ended (or was shut down): the launchers it started die
-	// with it (their parent-death signal).
+	// The spawner ended (or was shut down, or killed): the launchers it
+	// started die with it (their parent-death signal).
 	s.mu.Lock()
 	s.gone = true
 	live := s.live
@@ -173,12 +218,35 @@ func (s *spawner) read() {
 	_ = s.cmd.Wait()
 }
 
+// receivedRights returns the descriptors passed in oob.
+func receivedRights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	cms, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for i := range cms {
+		r, err := syscall.ParseUnixRights(&cms[i])
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, r...)
+	}
+	return fds, nil
+}
+
 // close lets the spawner go once the launchers it started have ended;
-// later launchers are forked by the worker itself.
+// later launchers are forked by the worker itself. It waits for a request
+// in flight, so that none is cut off.
 func (s *spawner) close() {
+	s.req.Lock()
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+	s.req.Unlock()
 	s.shutdownIfDone()
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
 
 // Inherited descriptors.
@@ -25,7 +26,6 @@ const (
 const (
 	prSetChildSubreaper = 36
 	prSetNoNewPrivs     = 38
-	sysCloseRange       = 436 // the same number on every Linux architecture
 	closeRangeCloexec   = 1 << 2
 	maxStart            = 4 << 20 // bytes of a Start message
 	// maxSentFDs is how many descriptors a Start message may carry (the
@@ -373,7 +373,7 @@ func prctl(option, arg uintptr) error {
 
 // closeInherited marks every descriptor above stderr close-on-exec.
 func closeInherited() {
-	if _, _, e := syscall.RawSyscall(sysCloseRange, 3, ^uintptr(0), closeRangeCloexec); e == 0 {
+	if _, _, e := syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, ^uintptr(0), closeRangeCloexec); e == 0 {
 		return
 	}
 	ents, _ := os.ReadDir("/proc/self/fd")

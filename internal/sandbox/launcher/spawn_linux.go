@@ -5,15 +5,18 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // fdSpawner is the spawner's socket to the worker.
 const fdSpawner = 3
-
-const sysPidfdOpen = 434 // the same number on every Linux architecture
 
 // Spawn is what a worker asks its spawner for: a launcher started with
 // these process attributes (docs/sandbox.md, "The spawner"). It holds the
@@ -152,22 +155,25 @@ func ParseSpawn(msg []byte) (Spawn, error) {
 // worker closes its end (docs/sandbox.md, "The spawner"). Each request
 // carries the launcher's result pipe and control socket; the answer is
 // "ok <pid>" with a pidfd of the launcher, or "err <why>"; when a launcher
-// ends, "exit <pid> <wait status>" follows. A launcher is forked from this
-// small process rather than from the worker: a fork that makes a user
-// namespace cannot share the parent's memory (vfork), so it copies the
-// parent's page tables and leaves every page of the parent copy-on-write —
-// a cost that grows with the worker's heap, here with this process's few
-// megabytes.
+// ends, "exit <pid> <wait status>" follows, always before a later "ok" can
+// name the same pid. A launcher is forked from this small process rather
+// than from the worker: a fork that makes a user namespace cannot share
+// the parent's memory (vfork), so it copies the parent's page tables and
+// leaves every page of the parent copy-on-write — a cost that grows with
+// the worker's heap, here with this process's few megabytes. An answer
+// that cannot be sent, or a request that is not one, ends the spawner: the
+// worker then sees its socket close and forks launchers itself.
 func spawnerMain() int {
 	syscall.CloseOnExec(fdSpawner) // never a launcher's
 	devnull, err := syscall.Open("/dev/null", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return 1
 	}
+	sp := &spawner{devnull: devnull}
 	buf := make([]byte, 4096)
 	oob := make([]byte, syscall.CmsgSpace(4*2))
 	for {
-		n, oobn, _, _, err := syscall.Recvmsg(fdSpawner, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, _, err := syscall.Recvmsg(fdSpawner, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -177,70 +183,132 @@ func spawnerMain() int {
 			// closes its end only once none is left.
 			return 0
 		}
-		var fds []int
-		if oobn > 0 {
-			if cms, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
-				for i := range cms {
-					if r, err := syscall.ParseUnixRights(&cms[i]); err == nil {
-						fds = append(fds, r...)
-					}
-				}
-			}
+		fds, rerr := rights(oob[:oobn])
+		if rerr != nil || flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 {
+			return 4
 		}
-		spawn(buf[:n], fds, devnull)
+		if !sp.spawn(buf[:n], fds) {
+			return 4
+		}
 	}
 }
 
-// spawn starts one launcher and answers the worker.
-func spawn(msg []byte, fds []int, devnull int) {
+// rights returns the descriptors passed in oob.
+func rights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	cms, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for i := range cms {
+		r, err := syscall.ParseUnixRights(&cms[i])
+		if err != nil {
+			return nil, err
+		}
+		fds = append(fds, r...)
+	}
+	return fds, nil
+}
+
+// spawner is the spawner process's state.
+type spawner struct {
+	devnull int
+	// mu is held from a fork to its answer, and from a launcher's reaping
+	// to its exit message, so that a pid freed by a reap is reported
+	// ended before a new launcher can be reported under it.
+	mu sync.Mutex
+}
+
+// answer sends one message to the worker. A message lost would leave the
+// worker waiting for it, so the spawner ends instead: the worker sees its
+// socket close, takes every launcher it started for ended, and forks the
+// next ones itself.
+func (s *spawner) answer(msg string, rights []byte) {
+	for {
+		err := syscall.Sendmsg(fdSpawner, []byte(msg), rights, nil, 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			os.Exit(4)
+		}
+		return
+	}
+}
+
+// spawn starts one launcher and answers the worker. It reports false when
+// the request was not one.
+func (s *spawner) spawn(msg []byte, fds []int) bool {
 	defer func() {
 		for _, fd := range fds {
 			syscall.Close(fd)
 		}
 	}()
-	answer := func(s string, rights []byte) {
-		for syscall.Sendmsg(fdSpawner, []byte(s), rights, nil, 0) == syscall.EINTR {
-		}
-	}
 	sp, err := ParseSpawn(msg)
-	if err == nil && len(fds) != 2 {
-		err = fmt.Errorf("launcher: spawn: %d descriptors, want the result pipe and the control socket", len(fds))
-	}
 	if err != nil {
-		answer("err "+err.Error(), nil)
-		return
+		return false
 	}
+	if len(fds) != 2 {
+		s.answer(fmt.Sprintf("err launcher: spawn: %d descriptors, want the result pipe and the control socket", len(fds)), nil)
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{Name, Protocol}, &syscall.ProcAttr{
 		Dir: "/", Env: []string{"GOMAXPROCS=1"},
-		Files: []uintptr{uintptr(devnull), uintptr(devnull), uintptr(devnull), uintptr(fds[0]), uintptr(fds[1])},
+		Files: []uintptr{uintptr(s.devnull), uintptr(s.devnull), uintptr(s.devnull), uintptr(fds[0]), uintptr(fds[1])},
 		Sys:   sp.Attr(),
 	})
 	if err != nil {
-		answer("err "+err.Error(), nil)
-		return
+		s.answer("err "+err.Error(), nil)
+		return true
 	}
-	// The launcher is not reaped before the wait below: its pid names it
-	// until then, so the pidfd opened now is its.
-	pidfd, _, e := syscall.RawSyscall(sysPidfdOpen, uintptr(pid), 0, 0)
-	if e != 0 {
+	// The launcher is not reaped before its exit is reported (below): its
+	// pid names it until then, so the pidfd opened now is its.
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(pid, &ws, 0, nil)
-		answer("err pidfd_open: "+e.Error(), nil)
-		return
+		s.answer("err pidfd_open: "+err.Error(), nil)
+		return true
 	}
-	answer("ok "+strconv.Itoa(pid), syscall.UnixRights(int(pidfd)))
-	syscall.Close(int(pidfd))
-	go func() {
-		var ws syscall.WaitStatus
-		for {
-			if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
-				break
-			}
-		}
-		answer("exit "+strconv.Itoa(pid)+" "+strconv.FormatUint(uint64(ws), 10), nil)
-	}()
+	s.answer("ok "+strconv.Itoa(pid), syscall.UnixRights(pidfd))
+	syscall.Close(pidfd)
+	go s.reap(pid)
+	return true
 }
+
+// reap waits for launcher pid to end without reaping it, then reaps it and
+// reports its exit under mu.
+func (s *spawner) reap(pid int) {
+	var info [128]byte // a siginfo_t, not read: waitid only waits here
+	for {
+		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pWaitPID, uintptr(pid), uintptr(unsafe.Pointer(&info)), wExited|wNoWait, 0, 0)
+		if e != syscall.EINTR {
+			break
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+			break
+		}
+	}
+	s.answer("exit "+strconv.Itoa(pid)+" "+strconv.FormatUint(uint64(ws), 10), nil)
+}
+
+// waitid's idtype and options.
+const (
+	pWaitPID = 1
+	wExited  = 4
+	wNoWait  = 0x1000000
+)
 
 // SpawnAnswer is one message of the spawner: Kind "ok" (Pid, and the
 // pidfd sent with it), "err" (Err) or "exit" (Pid, Status).
