@@ -52,6 +52,7 @@ type Launcher struct {
 	// their own, started on the first such launcher (spawnerFor).
 	spawner      *spawner
 	spawnerTried bool
+	spawnerErr   error // why it could not start
 }
 
 // spareLaunchers is how many launchers a Launcher keeps started ahead.
@@ -387,9 +388,24 @@ func (l *Launcher) spawnerFor() *spawner {
 	}
 	if l.spawner == nil && !l.spawnerTried {
 		l.spawnerTried = true
-		l.spawner, _ = startSpawner(l.via)
+		l.spawner, l.spawnerErr = startSpawner(l.via)
 	}
 	return l.spawner
+}
+
+// Spawner starts the spawner now where this Launcher's launchers need one
+// (else the first such launcher starts it) and reports why it could not
+// start: its launchers are then forked from the worker, which costs the
+// worker more CPU per run the larger its memory (docs/sandbox.md, "The
+// spawner"). Nil when it runs, or when no launcher needs one.
+func (l *Launcher) Spawner() error {
+	if l.attr().Cloneflags&syscall.CLONE_NEWUSER == 0 {
+		return nil
+	}
+	l.spawnerFor()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.spawnerErr
 }
 
 // take returns a started launcher: a spare when one is ready (unless

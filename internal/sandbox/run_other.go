@@ -73,3 +73,6 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 
 // Close releases nothing: a direct launcher keeps no process started.
 func (l *Launcher) Close() {}
+
+// Spawner reports nil: launchers start directly here.
+func (l *Launcher) Spawner() error { return nil }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -426,6 +427,37 @@ func startRun(t *testing.T, l *sandbox.Launcher, script string) (*readyWriter, <
 		t.Fatal("the run said nothing within 10s")
 	}
 	return out, done
+}
+
+// Spawner starts the spawner where the mode's launchers need a user
+// namespace, and only there; the worker calls it at start to log a host
+// where none can start.
+func TestSpawnerStartsOnRequest(t *testing.T) {
+	eachMode(t, func(t *testing.T, l *sandbox.Launcher) {
+		before := spawners(os.Getpid())
+		if err := l.Spawner(); err != nil {
+			t.Fatalf("Spawner: %v", err)
+		}
+		var started []int
+		for _, p := range spawners(os.Getpid()) {
+			if !slices.Contains(before, p) {
+				started = append(started, p)
+			}
+		}
+		want := 0
+		if l.Mode() == sandbox.ModeNamespaces || l.Mode() == sandbox.ModePIDNamespace && os.Geteuid() != 0 {
+			want = 1
+		}
+		if len(started) != want {
+			t.Fatalf("mode %s: Spawner started %v, want %d", l.Mode(), started, want)
+		}
+		if err := l.Spawner(); err != nil {
+			t.Fatalf("Spawner again: %v", err)
+		}
+		if after := spawners(os.Getpid()); len(after) != len(before)+want {
+			t.Errorf("a second call started another: %v before, %v after", before, after)
+		}
+	})
 }
 
 // Close while a run lasts keeps the spawner until the run has ended: the

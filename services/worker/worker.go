@@ -246,6 +246,10 @@ func (s *Service) Run(ctx context.Context) error {
 
 	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable(),
 		"landlock_abi", s.launcher.Host().LandlockABI, "private_proc", s.launcher.Host().PrivateProc, "cgroups", s.cgroups)
+	if err := s.launcher.Spawner(); err != nil {
+		// Runs are contained as before; each launcher's start costs more.
+		s.log.Warn("sandbox: no spawner, launchers are forked from the worker itself (more CPU per run, docs/sandbox.md \"The spawner\")", "err", err)
+	}
 
 	// What a killed worker left in the root goes now, and again from time
 	// to time (a run killed with its worker frees its lock a moment later).
