@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -287,36 +286,20 @@ func cpuTime() time.Duration {
 }
 
 // liveChildrenCPU sums, over the children of this process that still run,
-// their CPU and that of the children they have waited for, from
-// /proc/<pid>/stat (utime, stime, cutime, cstime, in clock ticks of 10 ms,
-// the value of USER_HZ on Linux).
+// their CPU and that of the children they have waited for.
 func liveChildrenCPU() time.Duration {
 	tasks, _ := os.ReadDir("/proc/self/task")
-	var ticks int64
+	var sum time.Duration
 	for _, task := range tasks {
 		b, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
-		for _, pid := range strings.Fields(string(b)) {
-			st, err := os.ReadFile("/proc/" + pid + "/stat")
-			if err != nil {
-				continue
-			}
-			// Fields after the command name, which may hold spaces and
-			// ends at the last ')': state is the first, utime the 12th.
-			i := bytes.LastIndexByte(st, ')')
-			if i < 0 {
-				continue
-			}
-			f := strings.Fields(string(st[i+1:]))
-			if len(f) < 15 {
-				continue
-			}
-			for _, v := range f[11:15] {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				ticks += n
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			if _, cpu, waited, ok := procStat(pid); ok {
+				sum += cpu + waited
 			}
 		}
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return sum
 }
 
 func rusageCPU(who int) time.Duration {

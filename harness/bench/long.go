@@ -287,22 +287,29 @@ func tail(b []byte, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// procStat is one process's parent and CPU time, from /proc/PID/stat.
-func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
+// procStat is one process's parent, CPU time, and the CPU time of the
+// children it has waited for, from /proc/PID/stat.
+func procStat(pid int) (ppid int, cpu, waited time.Duration, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	// Fields after the command (which may hold spaces) start after ")".
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, 0, false
+	if len(f) < 15 {
+		return 0, 0, 0, false
+	}
+	ticks := func(fields ...string) time.Duration {
+		var sum float64
+		for _, v := range fields {
+			n, _ := strconv.ParseFloat(v, 64)
+			sum += n
+		}
+		return time.Duration(sum / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
 	}
 	ppid, _ = strconv.Atoi(f[1])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return ppid, time.Duration((ut + st) / 100 * float64(time.Second)), true // USER_HZ is 100 on Linux
+	return ppid, ticks(f[11], f[12]), ticks(f[13], f[14]), true
 }
 
 // pids lists every process.
@@ -321,7 +328,7 @@ func pids() []int {
 func descendants(roots []int) []int {
 	children := map[int][]int{}
 	for _, p := range pids() {
-		if ppid, _, ok := procStat(p); ok {
+		if ppid, _, _, ok := procStat(p); ok {
 			children[ppid] = append(children[ppid], p)
 		}
 	}
@@ -372,7 +379,7 @@ func procsPSSKiB(ps []int) float64 {
 func procsCPU(ps []int) time.Duration {
 	var sum time.Duration
 	for _, p := range ps {
-		if _, cpu, ok := procStat(p); ok {
+		if _, cpu, _, ok := procStat(p); ok {
 			sum += cpu
 		}
 	}

@@ -306,7 +306,7 @@ func (l *Launcher) start() (*spare, error) { return l.startWith(l.attr()) }
 func (l *Launcher) startWith(attr *syscall.SysProcAttr) (*spare, error) {
 	if attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
 		if s := l.spawnerFor(); s != nil {
-			sp, err := startSpawned(s, attr)
+			sp, err := withChannels(func(resW, theirs *os.File) (*spare, error) { return s.start(attr, resW, theirs) })
 			if !errors.Is(err, errSpawnerGone) {
 				return sp, err
 			}
@@ -314,67 +314,52 @@ func (l *Launcher) startWith(attr *syscall.SysProcAttr) (*spare, error) {
 			// launcher itself, with descriptors of its own.
 		}
 	}
-	resR, resW, ours, theirs, err := launcherChannels()
-	if err != nil {
-		return nil, err
-	}
-	cmd := &exec.Cmd{
-		Path: l.via, Args: []string{launcher.Name, launcher.Protocol},
-		// Nothing of the worker's environment: the run's comes with
-		// its Start message. One P is all a launcher uses; its Go
-		// runtime then starts fewer threads (about 0.2 ms and a fifth of
-		// the system time of each start, measured here).
-		Env: []string{"GOMAXPROCS=1"}, Dir: "/",
-		ExtraFiles:  []*os.File{resW, theirs},
-		SysProcAttr: attr,
-	}
-	err = cmd.Start()
-	resW.Close()
-	theirs.Close()
-	if err != nil {
-		resR.Close()
-		syscall.Close(ours)
-		return nil, err
-	}
-	sp := newSpare(cmd.Process.Pid, func(sig syscall.Signal) error { return cmd.Process.Signal(sig) })
-	sp.ctrl, sp.res = ours, resR
-	go func() { sp.end(cmd.Wait()) }()
-	return sp, nil
+	return withChannels(func(resW, theirs *os.File) (*spare, error) {
+		cmd := &exec.Cmd{
+			Path: l.via, Args: []string{launcher.Name, launcher.Protocol},
+			// Nothing of the worker's environment: the run's comes with
+			// its Start message. One P is all a launcher uses; its Go
+			// runtime then starts fewer threads (about 0.2 ms and a fifth
+			// of the system time of each start, measured here).
+			Env: []string{"GOMAXPROCS=1"}, Dir: "/",
+			ExtraFiles:  []*os.File{resW, theirs},
+			SysProcAttr: attr,
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		sp := newSpare(cmd.Process.Pid, func(sig syscall.Signal) error { return cmd.Process.Signal(sig) })
+		go func() { sp.end(cmd.Wait()) }()
+		return sp, nil
+	})
 }
 
-// startSpawned starts a launcher through the spawner s.
-func startSpawned(s *spawner, attr *syscall.SysProcAttr) (*spare, error) {
-	resR, resW, ours, theirs, err := launcherChannels()
+// withChannels makes a launcher's result pipe and control socket and
+// starts it with start, which gets the pipe's write end and the launcher's
+// end of the socket; those are closed here once start returns. The spare
+// keeps the read end and the worker's end of the socket.
+func withChannels(start func(resW, theirs *os.File) (*spare, error)) (*spare, error) {
+	resR, resW, err := os.Pipe()
 	if err != nil {
 		return nil, err
-	}
-	sp, err := s.start(attr, resW, theirs)
-	resW.Close()
-	theirs.Close()
-	if err != nil {
-		resR.Close()
-		syscall.Close(ours)
-		return nil, err
-	}
-	sp.ctrl, sp.res = ours, resR
-	return sp, nil
-}
-
-// launcherChannels makes a launcher's result pipe and control socket: the
-// read end and our end of the socket stay with the worker, the write end
-// and theirs go to the launcher.
-func launcherChannels() (resR, resW *os.File, ours int, theirs *os.File, err error) {
-	resR, resW, err = os.Pipe()
-	if err != nil {
-		return nil, nil, -1, nil, err
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		resR.Close()
 		resW.Close()
-		return nil, nil, -1, nil, err
+		return nil, err
 	}
-	return resR, resW, fds[0], os.NewFile(uintptr(fds[1]), "control"), nil
+	theirs := os.NewFile(uintptr(fds[1]), "control")
+	sp, err := start(resW, theirs)
+	resW.Close()
+	theirs.Close()
+	if err != nil {
+		resR.Close()
+		syscall.Close(fds[0])
+		return nil, err
+	}
+	sp.ctrl, sp.res = fds[0], resR
+	return sp, nil
 }
 
 // spawnerFor returns the spawner, started on first use (docs/sandbox.md,

@@ -388,27 +388,18 @@ func waitSpares(t *testing.T, pid, n int) []int {
 	return s
 }
 
-// readyWriter signals ready at the first write.
+// readyWriter is a testkit.Buffer that signals ready at the first write.
 type readyWriter struct {
+	testkit.Buffer
 	once  sync.Once
 	ready chan struct{}
-	mu    sync.Mutex
-	buf   bytes.Buffer
 }
 
 func newReadyWriter() *readyWriter { return &readyWriter{ready: make(chan struct{})} }
 
 func (w *readyWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.once.Do(func() { close(w.ready) })
-	return w.buf.Write(p)
-}
-
-func (w *readyWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
+	return w.Buffer.Write(p)
 }
 
 // startRun runs script in the background and waits for its first output.

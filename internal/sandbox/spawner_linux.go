@@ -155,7 +155,7 @@ func (s *spawner) read() {
 		if err != nil || n == 0 {
 			break
 		}
-		rights, rerr := receivedRights(oob[:oobn])
+		rights, rerr := launcher.Rights(oob[:oobn])
 		a, err := launcher.ParseSpawnAnswer(buf[:n])
 		want := 0
 		if a.Kind == "ok" {
@@ -216,26 +216,6 @@ func (s *spawner) read() {
 	s.fd = -1
 	s.fdMu.Unlock()
 	_ = s.cmd.Wait()
-}
-
-// receivedRights returns the descriptors passed in oob.
-func receivedRights(oob []byte) ([]int, error) {
-	if len(oob) == 0 {
-		return nil, nil
-	}
-	cms, err := syscall.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for i := range cms {
-		r, err := syscall.ParseUnixRights(&cms[i])
-		if err != nil {
-			return fds, err
-		}
-		fds = append(fds, r...)
-	}
-	return fds, nil
 }
 
 // close lets the spawner go once the launchers it started have ended;

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func TestWorkDeliveredBeforeItsAcceptedEvent(t *testing.T) {
 
 	// The first delivery waits, finds nothing and returns the message.
 	testkit.Eventually(t, 30*time.Second, "the work message redelivered", func() bool {
-		return waits(t, reg, "not_stored") >= 1 &&
+		return testkit.Counter(t, reg, "agora_worker_accepted_waits_total", map[string]string{"outcome": "not_stored"}) >= 1 &&
 			natstest.ConsumerInfo(t, h.js, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers).NumRedelivered >= 1
 	})
 	if ks := kinds(h.events(req.DispatchID)); len(ks) != 0 {
@@ -47,36 +48,8 @@ func TestWorkDeliveredBeforeItsAcceptedEvent(t *testing.T) {
 		t.Fatalf("terminal %T %+v, want finished with the run's output", r.Data, r.Data)
 	}
 	got := kinds(h.events(req.DispatchID))
-	want := []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished}
-	if len(got) != len(want) {
+	if want := []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished}; !slices.Equal(got, want) {
 		t.Fatalf("chain %v, want %v", got, want)
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("chain %v, want %v", got, want)
-		}
-	}
 	h.waitWorkEmpty()
-}
-
-// waits reads agora_worker_accepted_waits_total{outcome} from reg.
-func waits(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "agora_worker_accepted_waits_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

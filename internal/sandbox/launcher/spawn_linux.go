@@ -183,7 +183,7 @@ func spawnerMain() int {
 			// closes its end only once none is left.
 			return 0
 		}
-		fds, rerr := rights(oob[:oobn])
+		fds, rerr := Rights(oob[:oobn])
 		if rerr != nil || flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 {
 			return 4
 		}
@@ -193,8 +193,9 @@ func spawnerMain() int {
 	}
 }
 
-// rights returns the descriptors passed in oob.
-func rights(oob []byte) ([]int, error) {
+// Rights returns the descriptors passed (SCM_RIGHTS) in the control
+// messages oob of one received message.
+func Rights(oob []byte) ([]int, error) {
 	if len(oob) == 0 {
 		return nil, nil
 	}
@@ -206,7 +207,7 @@ func rights(oob []byte) ([]int, error) {
 	for i := range cms {
 		r, err := syscall.ParseUnixRights(&cms[i])
 		if err != nil {
-			return nil, err
+			return fds, err
 		}
 		fds = append(fds, r...)
 	}
