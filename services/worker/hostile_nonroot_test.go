@@ -215,6 +215,7 @@ func TestHostileSubagentsNonRootWorker(t *testing.T) {
 		t.Skip(msg)
 	}
 	workerPID := fmt.Sprint(w.cmd.Process.Pid)
+	spawnerPIDs := spawners(t, w.cmd.Process.Pid) // it runs in namespaces (above)
 
 	cases := []struct {
 		name   string
@@ -250,6 +251,7 @@ exit 1`},
 		{name: "signal the worker", env: map[string]string{"WORKER_PID": workerPID},
 			script: `kill -TERM "$WORKER_PID" 2>/dev/null && { echo BREACH; exit 0; }; kill -TERM -1 2>/dev/null; exit 1`,
 			check:  func(t *testing.T, _ string) { w.alive(t) }},
+		{name: "signal or read the spawner", env: map[string]string{"SPAWNER_PIDS": spawnerPIDs}, script: spawnerAttack},
 		{name: "trace or signal the launcher",
 			script: `[ "$(uname -m)" = x86_64 ] || exit 1
 perl -e 'exit(syscall(101, 16, 1, 0, 0) == 0 ? 0 : 1)' && { echo BREACH ptrace; exit 0; }

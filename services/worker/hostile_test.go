@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -137,6 +139,10 @@ func TestHostileSubagents(t *testing.T) {
 	cfg := h.workerConfig()
 	cfg.SandboxUID = 0 // the default: an unprivileged host uid
 	svc := h.startWorker(cfg, worker.Deps{})
+	var spawnerPIDs string // where the worker's launchers come from a spawner
+	if svc.Isolation() == "namespaces" {
+		spawnerPIDs = spawners(t, os.Getpid())
+	}
 
 	cases := []struct {
 		name   string
@@ -185,6 +191,7 @@ read -t 2 line <&3 && echo BREACH' | grep -q BREACH && { echo BREACH; exit 0; };
 			}},
 		{name: "signal the worker", need: "pidns", script: `kill -TERM "$WORKER_PID" 2>/dev/null && { echo BREACH; exit 0; }; kill -TERM -1 2>/dev/null; exit 1`,
 			env: map[string]string{"WORKER_PID": fmt.Sprint(os.Getpid())}},
+		{name: "signal or read the spawner", need: "namespaces", script: spawnerAttack, env: map[string]string{"SPAWNER_PIDS": spawnerPIDs}},
 		{name: "fork bomb", need: "cgroup", box: subagent.Sandbox{Limits: subagent.Limits{Processes: 64}}, reason: lifecycle.ReasonLimitExceeded,
 			script: `bomb() { bomb | bomb & }; bomb; sleep 2; exit 0`},
 		{name: "allocate past the memory limit", need: "landlock", box: subagent.Sandbox{Limits: subagent.Limits{Memory: "128MiB"}},
@@ -294,4 +301,38 @@ func TestBoxAttacksBreachWithoutTheSandbox(t *testing.T) {
 			}
 		})
 	}
+}
+
+// spawnerAttack is a run's attack on the spawner its launcher was forked
+// from (docs/sandbox.md, "The spawner"), told its host pid: signal it,
+// read its environment, list its descriptors, reach its socket through
+// /proc. Each must fail.
+const spawnerAttack = `for p in $SPAWNER_PIDS; do
+  kill -0 "$p" 2>/dev/null && { echo BREACH signal $p; exit 0; }
+  cat "/proc/$p/environ" >/dev/null 2>&1 && { echo BREACH environ $p; exit 0; }
+  ls "/proc/$p/fd" >/dev/null 2>&1 && { echo BREACH fds $p; exit 0; }
+  exec 9<>"/proc/$p/fd/3" 2>/dev/null && { echo BREACH socket $p; exit 0; }
+done
+exit 1`
+
+// spawners waits until the worker pid has a spawner child and returns the
+// pids of its spawners, space-separated.
+func spawners(t *testing.T, pid int) string {
+	t.Helper()
+	var found []string
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("process %d to start its spawner", pid), func() bool {
+		found = nil
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+			for _, c := range strings.Fields(string(b)) {
+				argv, _ := os.ReadFile("/proc/" + c + "/cmdline")
+				if strings.HasPrefix(string(argv), "agora-sandbox-spawner\x00") {
+					found = append(found, c)
+				}
+			}
+		}
+		return len(found) > 0
+	})
+	return strings.Join(found, " ")
 }
