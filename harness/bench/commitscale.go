@@ -156,21 +156,26 @@ func startServers(dir string, n int) ([]string, func(), error) {
 		}
 		urls = append(urls, s.ClientURL())
 	}
-	// JetStream is usable once the cluster has a meta leader.
+	// An R3 stream can be placed once the cluster has a meta leader and
+	// that leader has heard from every server (a leader alone answers "no
+	// suitable peers for placement").
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ok := false
+		peers := -1
 		for _, s := range servers {
 			if s.JetStreamIsLeader() {
-				ok = true
+				peers = len(s.JetStreamClusterPeers())
 			}
 		}
-		if ok {
+		if peers == n {
 			break
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, nil, fmt.Errorf("bench: the cluster elected no JetStream leader within 30s")
+			if peers < 0 {
+				return nil, nil, fmt.Errorf("bench: the cluster elected no JetStream leader within 30s")
+			}
+			return nil, nil, fmt.Errorf("bench: the JetStream leader knows %d of %d servers after 30s", peers, n)
 		}
 		time.Sleep(20 * time.Millisecond) // polling the server's own state
 	}
