@@ -67,12 +67,13 @@ func (b buckets) keys(t *testing.T, d0, d1 string) map[string]bool {
 	_, serr := b.state.GetInfo(ctx, d0)
 	out := map[string]bool{
 		"dispatch round 0": has(b.dispatches, d0),
-		"thread index":     has(b.dispatches, "thread."+d0),
 		"question":         has(b.questions, lifecycle.QuestionID(d0)),
 		"state object":     serr == nil,
 	}
+	// A thread has an index once it has a second round (docs/dispatcher.md).
 	if d1 != "" {
 		out["dispatch round 1"] = has(b.dispatches, d1)
+		out["thread index"] = has(b.dispatches, "thread."+d0)
 	}
 	return out
 }

@@ -109,25 +109,23 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		// nothing to write for it.
 		rec.Events = []client.EventRef{{ID: lifecycle.AcceptedID(rec.DispatchID), Kind: lifecycle.KindAccepted, Time: now}}
 	}
-	// A root's thread index is written beside the record, not after it: a
-	// crash between the two leaves an entry without a record, which every
-	// reader skips and a retry completes (docs/dispatcher.md). A root's
-	// thread is its own id, so even a request that turns out to conflict
-	// with the record under that id indexes nothing of another thread. A
-	// later round is indexed after its record exists and is its own.
-	// (Its index is read beside the record's write, which saves that
-	// read's round trip.)
+	// A root is its thread's first entry without being written in an index
+	// (store.enter): its acceptance writes the record alone. A later round
+	// is indexed after its record exists and is its own, so a request that
+	// reuses another thread's dispatch id (a conflict) lists nothing in
+	// this thread; its index is read beside the record's write, which
+	// saves that read's round trip (docs/dispatcher.md).
 	var pre *indexRead
 	indexed := make(chan error, 1)
 	rctx, rspan := telemetry.Tracer().Start(ctx, "agora.dispatch.record")
-	go func() {
-		if req.Round == 0 {
-			indexed <- b.store.index(rctx, rec.ThreadID, rec.Round, rec.DispatchID)
-			return
-		}
-		pre = b.store.readIndex(rctx, rec.ThreadID)
+	if req.Round > 0 {
+		go func() {
+			pre = b.store.readIndex(rctx, rec.ThreadID)
+			indexed <- nil
+		}()
+	} else {
 		indexed <- nil
-	}()
+	}
 	created, err := b.store.create(rctx, &rec)
 	ierr := <-indexed
 	if req.Round > 0 && err == nil {
@@ -210,7 +208,7 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec record, created u
 	}
 	fresh := created > 0
 	if !fresh {
-		if err := b.store.index(ctx, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
+		if err := b.store.enter(ctx, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
 			return rec.Record, err
 		}
 	}

@@ -111,12 +111,14 @@ func (s *Service) project(ctx context.Context, b *bindings, m jetstream.Msg) ver
 		return ack
 	}
 	rec, created, err := s.apply(ctx, b, e, l)
-	// A record the projection creates (a refused request) is indexed
-	// here, before its thread's end below looks for it in the index; so is
-	// one whose accepted event it applies. An acceptance that listed its
-	// accepted event in the record indexed it before publishing the event.
+	// A record the projection creates (a refused request) is entered in
+	// its thread's index here, before its thread's end below looks for it
+	// there; so is one whose accepted event it applies. An acceptance that
+	// listed its accepted event in the record entered it before publishing
+	// the event. (A root is its thread's first entry without being
+	// written: store.enter.)
 	if err == nil && (created || l.LifecycleKind() == lifecycle.KindAccepted && !listedAtAcceptance(rec.Record, e.ID())) {
-		err = b.store.index(ctx, c.ThreadID, c.Round, c.DispatchID)
+		err = b.store.enter(ctx, c.ThreadID, c.Round, c.DispatchID)
 	}
 	if err == nil && endsThread(l.LifecycleKind()) {
 		err = s.expireThread(ctx, b, c.ThreadID, c.DispatchID, log)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	cloudevent "github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -138,7 +139,7 @@ func TestProjectionAfterRestart(t *testing.T) {
 	}
 	h.projectionIdle()
 	before := h.snapshot()
-	if len(before) != 6 { // three records, three thread indexes
+	if len(before) != 3 { // three records; a thread of one round has no index (docs/dispatcher.md)
 		t.Fatalf("keys: %v", before)
 	}
 
@@ -261,5 +262,56 @@ func TestStatusAndThreadViews(t *testing.T) {
 	}
 	if resp, _ := h.do(http.MethodGet, "/v1/dispatches/bad.id", "", ""); resp.StatusCode != http.StatusUnprocessableEntity {
 		t.Errorf("GET an invalid id: %d", resp.StatusCode)
+	}
+}
+
+// A thread of one round has no index: its root, the record under the
+// thread's id, answers the thread view and a thread cancel. The index is
+// written with the second round and lists the root first. An id that is a
+// later round of another thread is no thread.
+func TestOneRoundThreadHasNoIndex(t *testing.T) {
+	h := newHarness(t, dispatcher.Config{})
+	kv := natstest.KeyValue(t, h.js, lifecycle.BucketDispatches)
+	indexed := func(thread string) bool {
+		_, err := kv.Get(t.Context(), "thread."+thread)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	d := h.dispatchMicro(lifecycle.Request{DispatchID: "solo", Subagent: "planner"})
+	h.publishAsWorker(&lifecycle.Started{Common: d.Record.Common(), WorkerID: "w", Attempt: 1})
+	fin := h.publishAsWorker(&lifecycle.Finished{Common: d.Record.Common(), Output: json.RawMessage(`null`)})
+	h.projected("solo", fin.ID())
+	if indexed("solo") {
+		t.Error("a thread of one round has an index")
+	}
+	th, err := h.cl.Thread(t.Context(), "solo")
+	if err != nil || len(th.Rounds) != 1 || th.Rounds[0].DispatchID != "solo" || th.Status != lifecycle.KindFinished {
+		t.Fatalf("thread of one round: %+v %v", th, err)
+	}
+	if got := len(th.Rounds[0].Events); got != 3 {
+		t.Errorf("the round lists %d events, want accepted, started, finished", got)
+	}
+
+	running := h.dispatchMicro(lifecycle.Request{DispatchID: "solo-running", Subagent: "planner"})
+	th, err = h.cl.CancelThread(t.Context(), "solo-running", client.CancelBy("carol", "done"))
+	if err != nil || len(th.Rounds) != 1 || th.Status != lifecycle.KindCancelled {
+		t.Fatalf("cancel a thread of one round: %+v %v", th, err)
+	}
+	if rec, _ := h.record(running.DispatchID); rec.Status != lifecycle.KindCancelled {
+		t.Errorf("the root is %s after its thread was cancelled", rec.Status)
+	}
+
+	d0, d1 := h.twoRoundThread("duo")
+	if !indexed("duo") {
+		t.Fatal("a thread with a second round has no index")
+	}
+	th, err = h.cl.Thread(t.Context(), "duo")
+	if err != nil || len(th.Rounds) != 2 || th.Rounds[0].DispatchID != d0.DispatchID || th.Rounds[1].DispatchID != d1.DispatchID {
+		t.Fatalf("thread of two rounds: %+v %v", th, err)
+	}
+	if resp, data := h.do(http.MethodGet, "/v1/threads/"+d1.DispatchID, "", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /v1/threads/<a later round's id>: %d %s, want 404", resp.StatusCode, data)
 	}
 }

@@ -36,7 +36,7 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended
 	expires := time.Now().Add(s.cfg.Retention).UTC().Truncate(time.Second)
 	idx, err := b.store.expireIndex(ctx, threadID, expires)
 	if errors.Is(err, errNoRecord) {
-		return nil // a refused request's thread: only its own record, which has no index
+		return nil // a thread of one round has no index (store.enter): the ended record is all of it
 	}
 	if err != nil {
 		return err

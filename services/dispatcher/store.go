@@ -216,10 +216,24 @@ const threadPrefix = "thread."
 
 func threadKey(threadID string) string { return threadPrefix + threadID }
 
-// thread reads a thread's index; errNoRecord when there is none.
+// thread reads a thread's index; errNoRecord when there is none. A thread
+// of one round has no index (enter): its root, the record under the
+// thread's own id, is its only entry.
 func (st store) thread(ctx context.Context, threadID string) (threadIndex, error) {
 	idx, _, err := st.readThread(ctx, threadID)
-	return idx, err
+	if !errors.Is(err, errNoRecord) {
+		return idx, err
+	}
+	root, _, rerr := st.get(ctx, threadID)
+	switch {
+	case errors.Is(rerr, errNoRecord):
+		return idx, err
+	case rerr != nil:
+		return threadIndex{}, rerr
+	case root.Round != 0 || root.ThreadID != threadID:
+		return idx, err // a later round of another thread under this id
+	}
+	return threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: 0, DispatchID: threadID}}, ExpiresAt: root.ExpiresAt}, nil
 }
 
 // readThread reads a thread's index and its revision; errNoRecord when
@@ -239,7 +253,20 @@ func (st store) readThread(ctx context.Context, threadID string) (threadIndex, u
 	return idx, e.Revision(), nil
 }
 
-// index adds a dispatch to its thread's index, once.
+// enter lists a dispatch in its thread's index, as acceptance and the
+// projection do, except a root: a root is the first entry of its thread
+// (its thread id is its own), so a thread that never gets a second round
+// needs no index at all (thread answers it from the root's record). The
+// index is written when a later round is entered, listing the root first.
+func (st store) enter(ctx context.Context, threadID string, round int, dispatchID string) error {
+	if round == 0 && dispatchID == threadID {
+		return nil
+	}
+	return st.index(ctx, threadID, round, dispatchID)
+}
+
+// index adds a dispatch to its thread's index, once, with the thread's
+// root (the dispatch under the thread's id) listed too.
 func (st store) index(ctx context.Context, threadID string, round int, dispatchID string) error {
 	return st.indexFrom(ctx, threadID, round, dispatchID, nil)
 }
@@ -263,7 +290,13 @@ func (st store) indexFrom(ctx context.Context, threadID string, round int, dispa
 	// create makes the index with this one dispatch; false when another
 	// writer made it first.
 	create := func() (bool, error) {
-		data, _ := json.Marshal(threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}})
+		idx := threadIndex{ThreadID: threadID, Dispatches: []threadEntry{{Round: round, DispatchID: dispatchID}}}
+		if dispatchID != threadID {
+			// The root, never entered itself (enter). A reader skips an
+			// entry without a record, as it skips any other.
+			idx.Dispatches = append([]threadEntry{{Round: 0, DispatchID: threadID}}, idx.Dispatches...)
+		}
+		data, _ := json.Marshal(idx)
 		_, err := st.kv.Create(ctx, key, data)
 		if conflict(err) {
 			return false, nil
