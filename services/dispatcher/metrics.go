@@ -31,7 +31,10 @@ type metrics struct {
 	accept     *prometheus.HistogramVec
 	dispatches *prometheus.CounterVec
 	projected  *prometheus.CounterVec
-	reconciled prometheus.Counter
+	// projectionWrites counts the projection's record writes: fewer than
+	// the events it applies when events of one dispatch came together.
+	projectionWrites prometheus.Counter
+	reconciled       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,6 +48,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Dispatches that reached a terminal event, by kind and failure reason, counted once per dispatch by the status projection.", "kind", "reason"),
 		projected: r.CounterVec("events_projected_total",
 			"Lifecycle events applied to dispatch records, by kind (redeliveries are not counted; accepted is counted when the record is created with it).", "kind"),
+		projectionWrites: r.Counter("projection_writes_total",
+			"Dispatch record writes by the status projection: fewer than the events it applies when events of one dispatch that wait together are written at once."),
 		reconciled: r.Counter("reconciled_total", "Interrupted acceptances (records left unqueued) that the reconciler completed."),
 	}
 	return m, r.Err()

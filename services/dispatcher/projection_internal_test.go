@@ -1,0 +1,153 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// Events of one dispatch that a projection shard takes together are
+// applied in stream order and written once (projectBatch); events of
+// other dispatches in the same batch get their own write; a redelivered
+// event in a batch changes nothing. The batch is made here by fetching
+// the stored events, so what waits together is not left to timing.
+func TestProjectionWritesEventsTakenTogetherOnce(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	kv := natstest.KeyValue(t, js, lifecycle.BucketDispatches)
+	s, err := New(Config{ID: "batch"}, Deps{Conn: srv.Conn(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bindings{js: js, store: newStore(js, kv, nil)}
+	writes := func() int {
+		t.Helper()
+		mfs, err := s.gatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "agora_dispatcher_projection_writes_total" {
+				return int(mf.GetMetric()[0].GetCounter().GetValue())
+			}
+		}
+		return 0 // not written yet
+	}
+
+	accepted := func(id string) lifecycle.Common {
+		t.Helper()
+		now := time.Now().UTC()
+		rec := record{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
+			Request: &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner"},
+			Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}, Queued: true}
+		if _, err := b.store.create(t.Context(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "planner"}
+	}
+	publish := func(d lifecycle.Lifecycle) {
+		t.Helper()
+		_, msg, err := lifecycle.Message("test", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// batch fetches the n events stored on the dispatches' subjects, in
+	// stream order, as one batch for one shard.
+	batch := func(n int, ids ...string) []jetstream.Msg {
+		t.Helper()
+		var filters []string
+		for _, id := range ids {
+			filters = append(filters, lifecycle.LifecycleFilter("", id, id))
+		}
+		c, err := js.OrderedConsumer(t.Context(), lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.FetchNoWait(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []jetstream.Msg
+		for m := range got.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) != n {
+			t.Fatalf("fetched %d events, want %d", len(msgs), n)
+		}
+		return msgs
+	}
+	stored := func(id string) client.Record {
+		t.Helper()
+		rec, _, err := b.store.get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Record
+	}
+
+	t.Run("started and finished of one dispatch: one write", func(t *testing.T) {
+		c := accepted("b-1")
+		publish(&lifecycle.Started{Common: c, WorkerID: "w", Attempt: 1})
+		publish(&lifecycle.Finished{Common: c, Output: json.RawMessage(`{"n":1}`)})
+		before := writes()
+		s.projectBatch(t.Context(), b, batch(2, "b-1"))
+		if n := writes() - before; n != 1 {
+			t.Errorf("%d writes, want 1", n)
+		}
+		got := stored("b-1")
+		if got.Status != lifecycle.KindFinished || got.WorkerID != "w" || got.StartedAt == nil || got.EndedAt == nil || len(got.Events) != 3 ||
+			got.Events[1].Kind != lifecycle.KindStarted || got.Events[2].Kind != lifecycle.KindFinished || got.ExpiresAt == nil {
+			t.Errorf("record: %+v", got)
+		}
+	})
+
+	t.Run("two dispatches interleaved: a write each, each in its order", func(t *testing.T) {
+		a, z := accepted("b-2a"), accepted("b-2z")
+		publish(&lifecycle.Started{Common: a, WorkerID: "w", Attempt: 1})
+		publish(&lifecycle.Started{Common: z, WorkerID: "w", Attempt: 1})
+		publish(&lifecycle.Failed{Common: a, Reason: lifecycle.ReasonProviderFailed, Detail: "exit status 2"})
+		before := writes()
+		s.projectBatch(t.Context(), b, batch(3, "b-2a", "b-2z"))
+		if n := writes() - before; n != 2 {
+			t.Errorf("%d writes, want 2", n)
+		}
+		if got := stored("b-2a"); got.Status != lifecycle.KindFailed || len(got.Events) != 3 || got.Result == nil || got.Result.Reason != lifecycle.ReasonProviderFailed {
+			t.Errorf("b-2a: %+v", got)
+		}
+		if got := stored("b-2z"); got.Status != lifecycle.KindStarted || len(got.Events) != 2 || got.ExpiresAt != nil {
+			t.Errorf("b-2z: %+v", got)
+		}
+	})
+
+	t.Run("a redelivery beside a new event: the new one alone is written", func(t *testing.T) {
+		c := accepted("b-3")
+		publish(&lifecycle.Started{Common: c, WorkerID: "w", Attempt: 1})
+		s.projectBatch(t.Context(), b, batch(1, "b-3"))
+		publish(&lifecycle.Finished{Common: c, Output: json.RawMessage(`null`)})
+		before := writes()
+		s.projectBatch(t.Context(), b, batch(2, "b-3")) // started again, and finished
+		if n := writes() - before; n != 1 {
+			t.Errorf("%d writes, want 1", n)
+		}
+		if got := stored("b-3"); got.Status != lifecycle.KindFinished || len(got.Events) != 3 {
+			t.Errorf("record: %+v", got)
+		}
+		before = writes()
+		s.projectBatch(t.Context(), b, batch(2, "b-3")) // both again
+		if n := writes() - before; n != 0 {
+			t.Errorf("%d writes for two redeliveries, want 0", n)
+		}
+	})
+}
