@@ -172,14 +172,15 @@ func (s *Service) decodeProjected(ctx context.Context, m jetstream.Msg) *project
 		return it
 	}
 	c := l.Base()
-	if lifecycle.Validate(l) != nil || !idRE.MatchString(c.DispatchID) || !idRE.MatchString(c.ThreadID) {
-		it.log.Warn("lifecycle event with ids that cannot be recorded: skipped", "id", e.ID(), "dispatch_id", c.DispatchID)
-		return it
-	}
-	it.e, it.l = e, l
-	it.ctx, it.span = telemetry.Tracer().Start(telemetry.Remote(ctx, lifecycle.Traceparent(e)), "agora.dispatch.project",
+	sctx, span := telemetry.Tracer().Start(telemetry.Remote(ctx, lifecycle.Traceparent(e)), "agora.dispatch.project",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attribute.String("agora.kind", string(l.LifecycleKind()))),
 		trace.WithAttributes(telemetry.Dispatch(c)...))
+	if lifecycle.Validate(l) != nil || !idRE.MatchString(c.DispatchID) || !idRE.MatchString(c.ThreadID) {
+		it.log.Warn("lifecycle event with ids that cannot be recorded: skipped", "id", e.ID(), "dispatch_id", c.DispatchID)
+		span.End()
+		return it
+	}
+	it.e, it.l, it.ctx, it.span = e, l, sctx, span
 	return it
 }
 
