@@ -2,14 +2,10 @@ package dispatcher
 
 import (
 	"encoding/json"
-	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/natstest"
-	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -20,14 +16,8 @@ import (
 // event in a batch changes nothing. The batch is made here by fetching
 // the stored events, so what waits together is not left to timing.
 func TestProjectionWritesEventsTakenTogetherOnce(t *testing.T) {
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	js := srv.JetStream(t)
-	kv := natstest.KeyValue(t, js, lifecycle.BucketDispatches)
-	s, err := New(Config{ID: "batch"}, Deps{Conn: srv.Conn(t), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bindings{js: js, store: newStore(js, kv, nil)}
+	s, b, _ := projectionService(t, "batch", nil)
+	js := b.js
 	writes := func() int {
 		t.Helper()
 		mfs, err := s.gatherer.Gather()
@@ -41,17 +31,13 @@ func TestProjectionWritesEventsTakenTogetherOnce(t *testing.T) {
 		}
 		return 0 // not written yet
 	}
-
 	accepted := func(id string) lifecycle.Common {
 		t.Helper()
-		now := time.Now().UTC()
-		rec := record{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
-			Request: &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner"},
-			Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}, Queued: true}
+		rec := acceptedRecord(id)
 		if _, err := b.store.create(t.Context(), &rec); err != nil {
 			t.Fatal(err)
 		}
-		return lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "planner"}
+		return rec.Common()
 	}
 	publish := func(d lifecycle.Lifecycle) {
 		t.Helper()

@@ -35,32 +35,24 @@ func (k *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 // since. Counting reads needs the bucket's handle, which the black-box
 // tests cannot reach.
 func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	js := srv.JetStream(t)
-	raw := natstest.KeyValue(t, js, lifecycle.BucketDispatches)
-	s, err := New(Config{ID: "copy"}, Deps{Conn: srv.Conn(t), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := &countingKV{KeyValue: raw}
-	b := &bindings{js: js, store: newStore(js, kv, nil)}
+	var kv *countingKV
+	s, b, raw := projectionService(t, "copy", func(raw jetstream.KeyValue) jetstream.KeyValue {
+		kv = &countingKV{KeyValue: raw}
+		return kv
+	})
 
 	// accepted writes the record as acceptance does: created here, so the
 	// copy holds it.
 	accepted := func(id string) lifecycle.Common {
 		t.Helper()
-		now := time.Now().UTC()
-		c := lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "planner"}
-		rec := record{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
-			Request: &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner"},
-			Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}}
+		rec := acceptedRecord(id)
 		data, _ := json.Marshal(rec)
 		rev, err := kv.Create(t.Context(), id, data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b.store.cache.wrote(&rec, data, rev)
-		return c
+		return rec.Common()
 	}
 	apply := func(d lifecycle.Lifecycle) record {
 		t.Helper()
@@ -212,4 +204,32 @@ func TestRecordCacheBounds(t *testing.T) {
 			t.Errorf("%d entries, want 0", c.len())
 		}
 	})
+}
+
+// projectionService is a dispatcher on a provisioned server with the
+// bindings the projection uses, its store on agora_dispatches as wrap
+// makes it (nil: the bucket itself). It returns the bucket too.
+func projectionService(t *testing.T, id string, wrap func(jetstream.KeyValue) jetstream.KeyValue) (*Service, *bindings, jetstream.KeyValue) {
+	t.Helper()
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	raw := natstest.KeyValue(t, js, lifecycle.BucketDispatches)
+	s, err := New(Config{ID: id}, Deps{Conn: srv.Conn(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := raw
+	if wrap != nil {
+		kv = wrap(raw)
+	}
+	return s, &bindings{js: js, store: newStore(js, kv, nil)}, raw
+}
+
+// acceptedRecord is the record acceptance creates for a root dispatch:
+// accepted, queued, listing its accepted event.
+func acceptedRecord(id string) record {
+	now := time.Now().UTC()
+	return record{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
+		Request: &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner"},
+		Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}, Queued: true}
 }
