@@ -28,6 +28,10 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 		if l.P50MS <= 0 {
 			t.Errorf("sandbox layer %q: p50 %v", l.Layers, l.P50MS)
 		}
+		// Every run starts processes: it costs CPU here and machine-wide.
+		if l.CPUMS <= 0 || l.MachineCPUMS <= 0 {
+			t.Errorf("sandbox layer %q: CPU %v ms, machine CPU %v ms per run", l.Layers, l.CPUMS, l.MachineCPUMS)
+		}
 		modes[l.Mode]++
 	}
 	if modes[rep.SandboxMode] == 0 {

@@ -124,4 +124,7 @@ func TestLongScenario(t *testing.T) {
 	if rep.LeftBehind != 0 {
 		t.Errorf("%d sub-agent processes outlived their killed workers", rep.LeftBehind)
 	}
+	if rep.MountsAfterSweep != 0 {
+		t.Errorf("%d of the %d workspace filesystems the killed workers left are still mounted after a sweep", rep.MountsAfterSweep, rep.MountsLeft)
+	}
 }

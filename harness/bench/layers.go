@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,6 +24,13 @@ type LayerRow struct {
 	P99MS  float64 `json:"p99_ms"`
 	// AddedMS is this row's p50 less the previous row's.
 	AddedMS float64 `json:"added_ms"`
+	// CPUMS is the CPU one run took in this process and its children (the
+	// spawner and the launchers: cpuTime), MachineCPUMS the time all CPUs
+	// were busy per run (/proc/stat), which also counts the kernel's own
+	// threads, such as those that free a network namespace after its last
+	// process, and whatever else the machine ran meanwhile.
+	CPUMS        float64 `json:"cpu_ms"`
+	MachineCPUMS float64 `json:"machine_cpu_ms"`
 }
 
 // sandboxLayers measures the launcher alone, layer by layer, in the mode
@@ -78,6 +87,7 @@ func sandboxLayers(ctx context.Context, wsRoot string, samples int) ([]LayerRow,
 				b, dir = binds, ws
 			}
 			var lat []time.Duration
+			cpu0, mach0 := cpuTime(), machineCPU()
 			for range samples {
 				start := time.Now()
 				r := l.Run(ctx, sandbox.Spec{Path: "/bin/true", Args: []string{"true"}, Dir: dir, KillGrace: time.Second, Policy: st.pol, Binds: b})
@@ -87,8 +97,10 @@ func sandboxLayers(ctx context.Context, wsRoot string, samples int) ([]LayerRow,
 					return nil, fmt.Errorf("bench: sandbox layers %s: %+v", st.name, r)
 				}
 			}
+			cpu, mach := cpuTime()-cpu0, machineCPU()-mach0
 			slices.Sort(lat)
-			row := LayerRow{Layers: st.name, Mode: string(m), P50MS: ms(lat[len(lat)/2]), P99MS: ms(lat[len(lat)*99/100])}
+			row := LayerRow{Layers: st.name, Mode: string(m), P50MS: ms(lat[len(lat)/2]), P99MS: ms(lat[len(lat)*99/100]),
+				CPUMS: ms(cpu) / float64(samples), MachineCPUMS: ms(mach) / float64(samples)}
 			if prev > 0 {
 				row.AddedMS = row.P50MS - prev
 			}
@@ -109,13 +121,41 @@ func printLayers(w io.Writer, rows []LayerRow) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "sandbox layers (launcher alone, /bin/true, serial)\tmode\tp50 ms\tp99 ms\t+ p50 ms")
+	fmt.Fprintln(tw, "sandbox layers (launcher alone, /bin/true, serial)\tmode\tp50 ms\tp99 ms\t+ p50 ms\tCPU ms each\tmachine CPU ms each")
 	for _, r := range rows {
 		added := "-"
 		if r.AddedMS != 0 {
 			added = fmt.Sprintf("%+.3f", r.AddedMS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\n", r.Layers, r.Mode, r.P50MS, r.P99MS, added)
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\t%.2f\t%.2f\n", r.Layers, r.Mode, r.P50MS, r.P99MS, added, r.CPUMS, r.MachineCPUMS)
 	}
 	tw.Flush()
+}
+
+// machineCPU is the time the machine's CPUs have been busy so far: the
+// first line of /proc/stat less its idle and I/O-wait times, in the
+// kernel's clock ticks (USER_HZ, 100 a second on Linux); 0 when it cannot
+// be read.
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 7 { // idle, iowait, steal (another guest's); guest time is in user already
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / 100
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
 )
 
 // LongConfig sizes `agora bench --scale long`: Running dispatches run at
@@ -73,6 +75,12 @@ type LongReport struct {
 	// launcher, which dies with its worker): always 0 unless something
 	// escaped.
 	LeftBehind int `json:"processes_left_behind"`
+	// MountsLeft counts the workspace filesystems the killed workers left
+	// mounted; MountsAfterSweep those still mounted once each workspace
+	// root was swept as a worker starting on it would
+	// (worker.SweepWorkspaces): always 0 unless the sweep misses some.
+	MountsLeft       int `json:"workspace_mounts_left"`
+	MountsAfterSweep int `json:"workspace_mounts_after_sweep"`
 }
 
 // holdSubagent is the long runs' sub-agent: it sleeps an hour. Its
@@ -261,6 +269,23 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 			break
 		}
 	}
+	// No worker starts on these roots again, so the bench sweeps them as
+	// one would; a workspace is swept once the last process holding its
+	// lock (its launcher) is gone.
+	var roots []string
+	for i := range cfg.Workers {
+		roots = append(roots, filepath.Join(dir, "ws-"+strconv.Itoa(i)))
+	}
+	rep.MountsLeft = mountsUnder(roots...)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for _, root := range roots {
+			worker.SweepWorkspaces(root, slog.New(slog.DiscardHandler))
+		}
+		rep.MountsAfterSweep = mountsUnder(roots...)
+		if rep.MountsAfterSweep == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	rep.PeakRSSMiB = procKiB("VmHWM") / 1024
 	return rep, nil
 }
@@ -402,5 +427,28 @@ func PrintLong(w io.Writer, r LongReport) {
 	fmt.Fprintf(tw, "CPU while all run: this process / workers / the runs' processes\t%.2f%% / %.2f%% / %.2f%% of one core\t\n", r.CPUPercent, r.WorkerCPUPercent, r.RunCPUPercent)
 	fmt.Fprintf(tw, "peak RSS of this process\t%.1f MiB\t\n", r.PeakRSSMiB)
 	fmt.Fprintf(tw, "sub-agent processes left after the workers were killed\t%d\t\n", r.LeftBehind)
+	fmt.Fprintf(tw, "workspace filesystems left mounted by the killed workers → after a sweep of their roots\t%d → %d\t\n", r.MountsLeft, r.MountsAfterSweep)
 	_ = tw.Flush()
+}
+
+// mountsUnder counts the mounts of this mount namespace below the roots.
+func mountsUnder(roots ...string) int {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		for _, root := range roots {
+			if strings.HasPrefix(f[4], root+"/") {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }

@@ -87,6 +87,13 @@ func lockDir(dir string, try bool) (*os.File, error) {
 // workspaceName matches what prepareWorkspace creates.
 var workspaceName = regexp.MustCompile(`^[^./\\]+\.[0-9]+\.[0-9]+$`)
 
+// SweepWorkspaces removes the workspaces under root that no run holds any
+// more, as a worker on root does at its start and then periodically: for
+// tooling that stops workers for good (a worker killed mid-run leaves its
+// runs' workspaces, and their filesystems mounted, until a worker on the
+// same root sweeps them). It returns how many it removed.
+func SweepWorkspaces(root string, log *slog.Logger) int { return sweepWorkspaces(root, log) }
+
 // sweepWorkspaces removes workspaces under root that no run holds any more
 // — left by a worker that was killed, on this host, sharing the root or
 // not — and kills processes still working in them. Only directories named
