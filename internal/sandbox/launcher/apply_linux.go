@@ -125,12 +125,6 @@ func probe() string {
 	if err != nil {
 		abi = 0
 	}
-	b := func(ok bool) string {
-		if ok {
-			return "1"
-		}
-		return "0"
-	}
 	proc := os.Getpid() == 1 && syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") == nil &&
 		syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "") == nil
 	userns := inUserNS()

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -286,12 +285,8 @@ func (s *spawner) spawn(msg []byte, fds []int) bool {
 // reap waits for launcher pid to end without reaping it, then reaps it and
 // reports its exit under mu.
 func (s *spawner) reap(pid int) {
-	var info [128]byte // a siginfo_t, not read: waitid only waits here
-	for {
-		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pWaitPID, uintptr(pid), uintptr(unsafe.Pointer(&info)), wExited|wNoWait, 0, 0)
-		if e != syscall.EINTR {
-			break
-		}
+	var info unix.Siginfo // not read: waitid only waits here
+	for unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -303,13 +298,6 @@ func (s *spawner) reap(pid int) {
 	}
 	s.answer("exit "+strconv.Itoa(pid)+" "+strconv.FormatUint(uint64(ws), 10), nil)
 }
-
-// waitid's idtype and options.
-const (
-	pWaitPID = 1
-	wExited  = 4
-	wNoWait  = 0x1000000
-)
 
 // SpawnAnswer is one message of the spawner: Kind "ok" (Pid, and the
 // pidfd sent with it), "err" (Err) or "exit" (Pid, Status).
