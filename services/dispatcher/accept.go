@@ -116,18 +116,19 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	// this thread; its index is read beside the record's write, which
 	// saves that read's round trip (docs/dispatcher.md).
 	var pre *indexRead
-	indexed := make(chan error, 1)
+	read := make(chan struct{})
 	rctx, rspan := telemetry.Tracer().Start(ctx, "agora.dispatch.record")
 	if req.Round > 0 {
 		go func() {
+			defer close(read)
 			pre = b.store.readIndex(rctx, rec.ThreadID)
-			indexed <- nil
 		}()
 	} else {
-		indexed <- nil
+		close(read)
 	}
 	created, err := b.store.create(rctx, &rec)
-	ierr := <-indexed
+	<-read
+	var ierr error
 	if req.Round > 0 && err == nil {
 		ierr = b.store.indexFrom(rctx, rec.ThreadID, rec.Round, rec.DispatchID, pre)
 	}
