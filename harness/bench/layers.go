@@ -133,9 +133,8 @@ func printLayers(w io.Writer, rows []LayerRow) {
 }
 
 // machineCPU is the time the machine's CPUs have been busy so far: the
-// first line of /proc/stat less its idle and I/O-wait times, in the
-// kernel's clock ticks (USER_HZ, 100 a second on Linux); 0 when it cannot
-// be read.
+// first line of /proc/stat less its idle, I/O-wait and steal times; 0
+// when it cannot be read.
 func machineCPU() time.Duration {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -157,5 +156,5 @@ func machineCPU() time.Duration {
 		}
 		busy += n
 	}
-	return time.Duration(busy) * time.Second / 100
+	return clockTicks(busy)
 }

@@ -326,12 +326,12 @@ func procStat(pid int) (ppid int, cpu, waited time.Duration, ok bool) {
 		return 0, 0, 0, false
 	}
 	ticks := func(fields ...string) time.Duration {
-		var sum float64
+		var sum int64
 		for _, v := range fields {
-			n, _ := strconv.ParseFloat(v, 64)
+			n, _ := strconv.ParseInt(v, 10, 64)
 			sum += n
 		}
-		return time.Duration(sum / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
+		return clockTicks(sum)
 	}
 	ppid, _ = strconv.Atoi(f[1])
 	return ppid, ticks(f[11], f[12]), ticks(f[13], f[14]), true
@@ -452,3 +452,7 @@ func mountsUnder(roots ...string) int {
 	}
 	return n
 }
+
+// clockTicks converts the kernel's clock ticks (/proc's CPU times) to a
+// duration: USER_HZ is 100 on Linux.
+func clockTicks(n int64) time.Duration { return time.Duration(n) * time.Second / 100 }
