@@ -162,13 +162,22 @@ func CancelSubject(dispatchID string) (string, error) {
 const CancelThreadPrefix = "agora.control.cancel-thread."
 
 // AcceptedHeader is a NATS header of a work message on
-// agora.dispatch.<subagent> whose dispatch's accepted event was published
-// before it, naming that event's id. The dispatcher sends the two back to
-// back without waiting in between, and two streams do not store in the
-// order they were sent, so a worker that finds the dispatch's chain empty
-// waits for that event before it claims the run (docs/worker.md#fencing).
+// agora.dispatch.<subagent> naming the id of its dispatch's accepted event,
+// published before it. A worker that finds the dispatch's chain empty
+// under it waits for that event before it claims the run: a dispatcher
+// from before AcceptedSeqHeader sent the two back to back, to two streams
+// that do not store in the order they were sent (docs/worker.md#fencing).
 // A work message without it (published by hand) is run on an empty chain.
 const AcceptedHeader = "Agora-Accepted"
+
+// AcceptedSeqHeader is a NATS header of a work message naming the stream
+// sequence of its dispatch's accepted event on AGORA_LIFECYCLE, stored
+// before the work was published: a worker's first delivery fences its
+// `started` on it without reading the chain; a redelivery, or a message
+// without it, reads the chain (docs/worker.md#fencing). The fence is
+// checked by the stream, so a wrong value costs a refused `started` and a
+// read, never a run that does not own its dispatch.
+const AcceptedSeqHeader = "Agora-Accepted-Sequence"
 
 // CancelThreadSubject is agora.control.cancel-thread.<thread_id>.
 func CancelThreadSubject(threadID string) (string, error) {

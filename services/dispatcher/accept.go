@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -215,7 +216,7 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec record, created u
 	}
 	if rec.Result != nil && rec.Result.Reason == lifecycle.ReasonMaxRounds && rec.AcceptedAt == nil {
 		if !fresh {
-			if ok, err := s.eventExists(ctx, b, lifecycle.KindFailed, rec.Record); err != nil || ok {
+			if seq, err := s.eventSeq(ctx, b, lifecycle.KindFailed, rec.Record); err != nil || seq != 0 {
 				return rec.Record, err
 			}
 		}
@@ -253,58 +254,47 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec record, created u
 	return rec.Record, err
 }
 
-// acceptedPending reports whether the accepted event of rec is still to
-// be published: always for a record created just now, otherwise when the
-// stream has none.
-func (s *Service) acceptedPending(ctx context.Context, b *bindings, rec client.Record, fresh bool) (bool, error) {
+// acceptedSeq returns the stream sequence of rec's accepted event on
+// AGORA_LIFECYCLE, 0 when it is still to be published: always for a
+// record created just now, otherwise when the stream has none.
+func (s *Service) acceptedSeq(ctx context.Context, b *bindings, rec client.Record, fresh bool) (uint64, error) {
 	if fresh {
-		return true, nil
+		return 0, nil
 	}
-	ok, err := s.eventExists(ctx, b, lifecycle.KindAccepted, rec)
-	return !ok, err
+	return s.eventSeq(ctx, b, lifecycle.KindAccepted, rec)
 }
 
-// publish sends the accepted event and the queued work of rec, the
-// accepted event first on the same connection; both acknowledgements are
-// awaited together, which saves a round trip before a worker can start
-// (docs/dispatcher.md). The two streams may still store them in either
-// order: the work message names its accepted event (queue), and a worker
-// that finds the chain empty waits for it (docs/worker.md#fencing). Its span,
-// agora.dispatch.publish, times the two; the events name the dispatch's
-// span (ctx's) as their cause.
+// publish sends the accepted event and then the queued work of rec,
+// which carries the event's stream sequence (queue): a worker's first
+// delivery fences its `started` on it without reading the chain
+// (docs/worker.md#fencing), so the work is sent only once `accepted` is
+// acknowledged. Its span, agora.dispatch.publish, times the two; the
+// events name the dispatch's span (ctx's) as their cause.
 func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, fresh bool) (err error) {
 	_, span := telemetry.Tracer().Start(ctx, "agora.dispatch.publish", trace.WithSpanKind(trace.SpanKindProducer))
 	defer func() { telemetry.End(span, err) }()
 	req := *rec.Request
-	pending, err := s.acceptedPending(ctx, b, rec, fresh)
+	seq, err := s.acceptedSeq(ctx, b, rec, fresh)
 	if err != nil {
 		return err
 	}
-	var accepted jetstream.PubAckFuture
-	if pending {
+	if seq == 0 {
 		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
 		_, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, rec.Traceparent), acceptedTime(rec))
 		if err != nil {
 			return fmt.Errorf("dispatcher: build event: %w", err)
 		}
-		if accepted, err = b.js.PublishMsgAsync(msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle)); err != nil {
+		// A repeat is a duplicate (the event id is its Nats-Msg-Id),
+		// acknowledged with the first one's sequence.
+		ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle))
+		if err != nil {
 			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
 		}
+		seq = ack.Sequence
 	}
 	// A record a worker already started was queued: only the flag is missing.
 	if fresh || rec.Status == lifecycle.KindAccepted {
-		if err := s.queue(ctx, b, &req, rec.Traceparent); err != nil {
-			return err
-		}
-	}
-	if accepted != nil {
-		select {
-		case <-accepted.Ok():
-		case err := <-accepted.Err():
-			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
-		case <-ctx.Done():
-			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, ctx.Err())
-		}
+		return s.queue(ctx, b, &req, rec.Traceparent, seq)
 	}
 	return nil
 }
@@ -313,11 +303,11 @@ func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, f
 // paused on the question this round answers: accepted (once), then
 // cancelled, never queued.
 func (s *Service) cancelOnAcceptance(ctx context.Context, b *bindings, rec client.Record, fresh bool, mark *client.CancelMark) (client.Record, error) {
-	pending, err := s.acceptedPending(ctx, b, rec, fresh)
+	seq, err := s.acceptedSeq(ctx, b, rec, fresh)
 	if err != nil {
 		return rec, err
 	}
-	if pending {
+	if seq == 0 {
 		req := rec.Request
 		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
 		if _, _, err := s.emit(ctx, b, d, rec.Traceparent); err != nil {
@@ -370,8 +360,10 @@ func ignoreNoRecord(err error) error {
 }
 
 // queue publishes the completed request on agora.dispatch.<subagent> with
-// Nats-Msg-Id = dispatch id, so a repeat is dropped as a duplicate.
-func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request, traceparent string) error {
+// Nats-Msg-Id = dispatch id, so a repeat is dropped as a duplicate. It
+// names the dispatch's accepted event, stored at acceptedSeq on
+// AGORA_LIFECYCLE (docs/worker.md#fencing).
+func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request, traceparent string, acceptedSeq uint64) error {
 	e, err := lifecycle.New(s.source, req, telemetry.Event(ctx, traceparent))
 	if err != nil {
 		return fmt.Errorf("dispatcher: build request event: %w", err)
@@ -384,9 +376,8 @@ func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request
 	if err != nil {
 		return err
 	}
-	// Queued only by publish, after the accepted event was sent: the
-	// worker waits for it on an empty chain.
 	msg.Header.Set(lifecycle.AcceptedHeader, lifecycle.AcceptedID(req.DispatchID))
+	msg.Header.Set(lifecycle.AcceptedSeqHeader, strconv.FormatUint(acceptedSeq, 10))
 	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamDispatch)); err != nil {
 		return fmt.Errorf("dispatcher: queue %s: %w", req.DispatchID, err)
 	}
@@ -406,19 +397,19 @@ func (s *Service) emit(ctx context.Context, b *bindings, d lifecycle.Data, trace
 	return e, ack, nil
 }
 
-// eventExists looks for an event of kind k of the dispatch on the
-// lifecycle stream.
-func (s *Service) eventExists(ctx context.Context, b *bindings, k lifecycle.Kind, rec client.Record) (bool, error) {
+// eventSeq returns the stream sequence of the dispatch's event of kind k
+// on the lifecycle stream, 0 when there is none.
+func (s *Service) eventSeq(ctx context.Context, b *bindings, k lifecycle.Kind, rec client.Record) (uint64, error) {
 	subj, err := lifecycle.LifecycleSubject(k, rec.ThreadID, rec.DispatchID)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	_, err = b.events.GetLastMsgForSubject(ctx, subj)
+	raw, err := b.events.GetLastMsgForSubject(ctx, subj)
 	switch {
 	case err == nil:
-		return true, nil
+		return raw.Sequence, nil
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
+		return 0, nil
 	}
-	return false, fmt.Errorf("dispatcher: look up %s: %w", subj, err)
+	return 0, fmt.Errorf("dispatcher: look up %s: %w", subj, err)
 }

@@ -73,6 +73,25 @@ func (s *Service) lastEvent(ctx context.Context, c lifecycle.Common) (lastEvent,
 	return readLast(raw.Subject, raw.Sequence, raw.Header, raw.Data), nil
 }
 
+// acceptedFence is the fence of a first delivery whose work message names
+// the stream sequence of its dispatch's accepted event
+// (lifecycle.AcceptedSeqHeader), stored before the work was published:
+// `started` is fenced on it without reading the chain. known is false for
+// a redelivery, whose chain holds more than `accepted`, and for a message
+// without the header. Were the chain to have moved on since — a cancel
+// while the work was queued — the stream refuses the `started` and claim
+// reads the chain then (docs/worker.md#fencing).
+func acceptedFence(j *job) (last lastEvent, known bool) {
+	if j.attempt != 1 {
+		return lastEvent{}, false
+	}
+	seq, err := strconv.ParseUint(j.msg.Headers().Get(lifecycle.AcceptedSeqHeader), 10, 64)
+	if err != nil || seq == 0 {
+		return lastEvent{}, false
+	}
+	return lastEvent{seq: seq, kind: lifecycle.KindAccepted}, true
+}
+
 // acceptedWait bounds how long a run waits for its dispatch's accepted
 // event on an empty chain before it returns the work message for
 // redelivery.

@@ -94,9 +94,18 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	defer s.cancels.unregister(j.req.DispatchID)
 
 	lctx, lspan := telemetry.Tracer().Start(ctx, "agora.run.lookup")
-	last, err := s.lastEvent(context.WithoutCancel(lctx), j.common)
-	if err == nil && last.seq == 0 && j.msg.Headers().Get(lifecycle.AcceptedHeader) != "" {
-		last, err = s.awaitAccepted(context.WithoutCancel(lctx), j)
+	last, known := acceptedFence(j)
+	var err error
+	if known {
+		lspan.SetAttributes(attribute.String("agora.fence.from", "work_message"))
+		s.metrics.fences.WithLabelValues("work_message").Inc()
+	} else {
+		lspan.SetAttributes(attribute.String("agora.fence.from", "read"))
+		s.metrics.fences.WithLabelValues("read").Inc()
+		last, err = s.lastEvent(context.WithoutCancel(lctx), j.common)
+		if err == nil && last.seq == 0 && j.msg.Headers().Get(lifecycle.AcceptedHeader) != "" {
+			last, err = s.awaitAccepted(context.WithoutCancel(lctx), j)
+		}
 	}
 	telemetry.End(lspan, err)
 	if err != nil {

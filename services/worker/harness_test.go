@@ -201,16 +201,19 @@ func (h *harness) dispatchMsg(req lifecycle.Request, edit func(*nats.Msg)) strin
 	return req.DispatchID
 }
 
-// publishEvent publishes a lifecycle event directly (as another service would).
-func (h *harness) publishEvent(d lifecycle.Data) {
+// publishEvent publishes a lifecycle event directly (as another service
+// would) and returns its stream sequence.
+func (h *harness) publishEvent(d lifecycle.Data) uint64 {
 	h.t.Helper()
 	_, m, err := lifecycle.Message(lifecycle.Source("test", "harness"), d)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := h.js.PublishMsg(h.t.Context(), m); err != nil {
+	ack, err := h.js.PublishMsg(h.t.Context(), m)
+	if err != nil {
 		h.t.Fatal(err)
 	}
+	return ack.Sequence
 }
 
 type recorded struct {

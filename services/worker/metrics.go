@@ -19,6 +19,10 @@ type metrics struct {
 	// outcome: "stored" once it was read, "not_stored" when the message
 	// went back for redelivery.
 	acceptedWaits *prometheus.CounterVec
+	// fences counts how deliveries learned their fence (fence.go), by
+	// from: "work_message" (a first delivery naming its accepted event's
+	// sequence) or "read" (the chain read by direct get).
+	fences *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, slots int) (*metrics, error) {
@@ -32,6 +36,8 @@ func newMetrics(reg prometheus.Registerer, slots int) (*metrics, error) {
 		progress: r.Counter("progress_reports_total", "Progress reports published (coalesced from the runs' progress lines)."),
 		acceptedWaits: r.CounterVec("accepted_waits_total",
 			"Runs that found their dispatch's event chain empty although an accepted event was sent before their work message, and waited for it, by outcome (stored, not_stored: returned for redelivery).", "outcome"),
+		fences: r.CounterVec("fences_total",
+			"Deliveries by where their fence came from: work_message (a first delivery fenced on the accepted event's sequence its work message names, without a read) or read (the dispatch's chain read by direct get).", "from"),
 	}
 	r.GaugeFunc("slots", "Dispatches this worker runs at once (its concurrency): in_flight / slots is its utilisation.",
 		func() float64 { return float64(slots) })
