@@ -321,12 +321,19 @@ func measure(ctx context.Context, sc scenario, cfg Config) (Row, error) {
 		sc.phase(phaseThroughput)
 	}
 	t0, cpu0 := time.Now(), cpuTime()
+	// A handler that fails keeps taking ids without running them, so the
+	// feed below never waits on handlers that all stopped; each sends at
+	// most one error.
 	for range cfg.Concurrency {
 		wg.Go(func() {
+			failed := false
 			for id := range ids {
+				if failed {
+					continue
+				}
 				if err := sc.do(ctx, id); err != nil {
 					errs <- err
-					return
+					failed = true
 				}
 			}
 		})

@@ -3,8 +3,12 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,19 +31,26 @@ const (
 	hdrExpectLastSubj = "Nats-Expected-Last-Subject-Sequence"
 )
 
-// commitScenarios returns the three ways of storing the pair, in the order
-// printed: two streams pipelined (what the dispatcher does), one stream
-// pipelined, and one atomic batch on one stream; every stream file-backed
-// with replicas copies.
-func commitScenarios(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, replicas int) ([]scenario, error) {
+// commitScenarios returns the ways of storing the pair, in the order
+// printed: two streams pipelined (the acceptance before step 4), one
+// stream pipelined, and one atomic batch on one stream; then the
+// acceptance with a worker's first fence, before step 4 (the pair
+// pipelined, then the fence read) and after it (`accepted` acknowledged,
+// then the work); every stream file-backed with replicas copies.
+func commitScenarios(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, replicas int, fenceReads, fenceMisses *atomic.Int64) ([]scenario, error) {
+	var events jetstream.Stream // the accepted events', read as a worker reads its fence
 	for _, sc := range []jetstream.StreamConfig{
-		{Name: "BENCH_COMMIT_EVT", Subjects: []string{"bench.commit.evt.>"}, Storage: jetstream.FileStorage},
+		{Name: "BENCH_COMMIT_EVT", Subjects: []string{"bench.commit.evt.>"}, Storage: jetstream.FileStorage, AllowDirect: true},
 		{Name: "BENCH_COMMIT_WORK", Subjects: []string{"bench.commit.work.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
 		{Name: "BENCH_COMMIT_ONE", Subjects: []string{"bench.commit.one.>"}, Storage: jetstream.FileStorage, AllowAtomicPublish: true},
 	} {
 		sc.Replicas = replicas
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		st, err := js.CreateOrUpdateStream(ctx, sc)
+		if err != nil {
 			return nil, fmt.Errorf("bench: stream %s: %w", sc.Name, err)
+		}
+		if events == nil {
+			events = st
 		}
 	}
 	// Bodies about the size of a no-op dispatch's accepted event and work
@@ -110,9 +121,47 @@ func commitScenarios(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 		}
 		return nil
 	}
+	// What a worker's first `started` waits on besides the work's
+	// delivery, before step 4 and after it (docs/worker.md#fencing): the
+	// pair pipelined and then the fence read by direct get, against
+	// `accepted` acknowledged before the work is sent, whose sequence the
+	// work carries.
+	// A direct get may be answered by a replica that has not stored the
+	// event yet: the worker then read again, from 1 ms backing off, as
+	// here (its awaitAccepted before step 4).
+	pipelinedThenRead := func(ctx context.Context, id string) error {
+		if err := pipelined("bench.commit.evt.", "bench.commit.work.")(ctx, id); err != nil {
+			return err
+		}
+		fenceReads.Add(1)
+		for wait := time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+			_, err := events.GetLastMsgForSubject(ctx, "bench.commit.evt."+id)
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return err
+			}
+			fenceMisses.Add(1)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("bench: the accepted event %s not read: %w", id, ctx.Err())
+			case <-time.After(wait):
+			}
+		}
+	}
+	sequential := func(ctx context.Context, id string) error {
+		a, w := pair(id, "bench.commit.evt.", "bench.commit.work.")
+		ack, err := js.PublishMsg(ctx, a)
+		if err != nil {
+			return err
+		}
+		w.Header.Set("Agora-Accepted-Sequence", strconv.FormatUint(ack.Sequence, 10))
+		_, err = js.PublishMsg(ctx, w)
+		return err
+	}
 	return []scenario{
-		{name: "commit of two: pipelined publishes to two streams (today's acceptance)", do: pipelined("bench.commit.evt.", "bench.commit.work.")},
+		{name: "commit of two: pipelined publishes to two streams (the acceptance before step 4)", do: pipelined("bench.commit.evt.", "bench.commit.work.")},
 		{name: "commit of two: pipelined publishes to one stream", do: pipelined("bench.commit.one.evt.", "bench.commit.one.work.")},
 		{name: "commit of two: one atomic batch on one stream (work guarded by expected last subject sequence 0)", do: batch},
+		{name: "acceptance and first fence: two streams pipelined, then the fence read by direct get (before step 4)", do: pipelinedThenRead},
+		{name: "acceptance and first fence: accepted acknowledged, then the work naming its sequence (step 4)", do: sequential},
 	}, nil
 }

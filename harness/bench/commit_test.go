@@ -10,8 +10,9 @@ import (
 )
 
 // TestCommitScenario runs the acceptance-commit scenario small: each setup
-// measures the three ways, every publish acknowledged (a batch that did
-// not commit both messages fails the run).
+// measures the five ways, every publish acknowledged (a batch that did
+// not commit both messages fails the run, so does a fence read that finds
+// no accepted event).
 func TestCommitScenario(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -23,7 +24,7 @@ func TestCommitScenario(t *testing.T) {
 		t.Fatalf("setups: %+v", rep.Setups)
 	}
 	for _, st := range rep.Setups {
-		if len(st.Rows) != 3 {
+		if len(st.Rows) != 5 {
 			t.Fatalf("%s: rows %+v", st.Setup, st.Rows)
 		}
 		for i, r := range st.Rows {
