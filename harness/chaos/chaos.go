@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/proclist"
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -100,6 +101,31 @@ func (r Report) OK() bool { return len(r.Anomalies) == 0 }
 
 const ackWait = 2 * time.Second
 
+// crashChance is the chance of a kill at each pass of a crash point.
+const crashChance = "0.05"
+
+// crashFaults names the faults the crash points make.
+var crashFaults = map[string]string{
+	crashpoint.DispatcherAccepted: "dispatcher killed at a crash point: accepted stored, work not published",
+	crashpoint.WorkerPickup:       "worker killed at a crash point: delivery taken, started not sent",
+}
+
+// countCrashPoints counts the crash points the services' log names as hit.
+func countCrashPoints(log string, fault func(string)) error {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return fmt.Errorf("chaos: read the services' log: %w", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if name, ok := strings.CutPrefix(line, "agora crash point: "); ok {
+			if f, known := crashFaults[name]; known {
+				fault(f)
+			}
+		}
+	}
+	return nil
+}
+
 // answerAfter is how long a question waits before its answers go out.
 const answerAfter = 1500 * time.Millisecond
 
@@ -114,28 +140,80 @@ type proc struct {
 	// restarting serialises restart: two faults on one process never
 	// leave two of it running.
 	restarting sync.Mutex
+	// killing is the process the soak is killing itself; stopping is set
+	// once the services are being stopped for good. A process that ends
+	// otherwise ended by itself: killed at a crash point (SIGKILL), and
+	// started again, or exited, which is reported.
+	killing  *exec.Cmd
+	stopping bool
+	// exited is told of a process that ended by itself other than by
+	// SIGKILL.
+	exited func(name string, err error)
 }
 
 // restart SIGKILLs p and starts it again after down.
 func (p *proc) restart(down time.Duration) {
 	p.restarting.Lock()
 	defer p.restarting.Unlock()
+	p.mu.Lock()
+	p.killing = p.cmd
+	p.mu.Unlock()
 	p.signal(syscall.SIGKILL)
 	time.Sleep(down)
 	_ = p.start()
 }
 
+// stop ends p for good with s.
+func (p *proc) stop(s syscall.Signal) {
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
+	p.signal(syscall.SIGCONT)
+	p.signal(s)
+}
+
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.stopping {
+		return nil
+	}
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = p.env, p.log, p.log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("chaos: start %s: %w", p.name, err)
 	}
 	p.cmd = cmd
-	go func() { _ = cmd.Wait() }()
+	go p.wait(cmd)
 	return nil
+}
+
+// wait waits for cmd to end and starts p again when it was killed at a
+// crash point (docs/chaos.md, "Crash points").
+func (p *proc) wait(cmd *exec.Cmd) {
+	err := cmd.Wait()
+	p.mu.Lock()
+	byItself := p.cmd == cmd && p.killing != cmd && !p.stopping
+	p.mu.Unlock()
+	if !byItself {
+		return
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		if p.exited != nil {
+			p.exited(p.name, err)
+		}
+		return
+	}
+	time.Sleep(300 * time.Millisecond)
+	p.restarting.Lock()
+	defer p.restarting.Unlock()
+	p.mu.Lock()
+	again := p.cmd == cmd
+	p.mu.Unlock()
+	if again {
+		_ = p.start()
+	}
 }
 
 func (p *proc) signal(s syscall.Signal) {
@@ -191,14 +269,24 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	defer logf.Close()
 	base := append(os.Environ(), "AGORA_NATS_URL="+url, "AGORA_LOG_LEVEL=warn")
-	mk := func(name string, extra ...string) *proc {
-		return &proc{name: name, args: []string{cfg.Exe, "service", strings.SplitN(name, "-", 2)[0]}, env: append(append([]string{}, base...), extra...), log: logf}
+	var emu sync.Mutex
+	exited := func(name string, err error) {
+		emu.Lock()
+		defer emu.Unlock()
+		rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("%s exited by itself (%v) while the soak ran", name, err))
 	}
-	procs := []*proc{mk("dispatcher", "AGORA_DISPATCHER_RECONCILE_GRACE=2s"), mk("router")}
+	mk := func(name string, extra ...string) *proc {
+		return &proc{name: name, args: []string{cfg.Exe, "service", strings.SplitN(name, "-", 2)[0]}, env: append(append([]string{}, base...), extra...), log: logf, exited: exited}
+	}
+	// Crash points (docs/chaos.md): the dispatcher killed with a
+	// dispatch's accepted event stored and its work not yet published, a
+	// worker killed with a delivery taken and its `started` not yet sent.
+	procs := []*proc{mk("dispatcher", "AGORA_DISPATCHER_RECONCILE_GRACE=2s", crashpoint.Env+"="+crashpoint.DispatcherAccepted+":"+crashChance), mk("router")}
 	var workers []*proc
 	for i := range cfg.Workers {
 		w := mk(fmt.Sprintf("worker-%d", i+1), "AGORA_WORKER_ID=chaos-w"+strconv.Itoa(i+1), "AGORA_WORKER_CONCURRENCY=2",
-			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws"), "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s")
+			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws"), "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s",
+			crashpoint.Env+"="+crashpoint.WorkerPickup+":"+crashChance)
 		workers = append(workers, w)
 		procs = append(procs, w)
 	}
@@ -209,8 +297,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	defer func() {
 		for _, p := range procs {
-			p.signal(syscall.SIGCONT)
-			p.signal(syscall.SIGKILL)
+			p.stop(syscall.SIGKILL)
 		}
 	}()
 
@@ -280,7 +367,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		threads.Go(func() {
 			var err error
 			for ctx.Err() == nil {
-				if _, err = c.Dispatch(ctx, lifecycle.Request{DispatchID: id, Subagent: "chaos", Input: json.RawMessage(`{}`), Env: map[string]string{"SIDE": side}}); err == nil {
+				// Each attempt has its own bound: a dispatcher killed
+				// after it took the request never answers it, and
+				// Dispatch waits as long as its context lets it.
+				actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err = c.Dispatch(actx, lifecycle.Request{DispatchID: id, Subagent: "chaos", Input: json.RawMessage(`{}`), Env: map[string]string{"SIDE": side}})
+				cancel()
+				if err == nil {
 					break
 				}
 				time.Sleep(500 * time.Millisecond) // the dispatcher is being restarted
@@ -316,10 +409,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	rep.Threads = len(ids)
 	say("threads done; stopping the services")
 	for _, p := range procs {
-		p.signal(syscall.SIGCONT)
-		p.signal(syscall.SIGTERM)
+		p.stop(syscall.SIGTERM)
 	}
 	time.Sleep(3 * time.Second)
+	if err := countCrashPoints(logf.Name(), fault); err != nil {
+		return rep, err
+	}
 
 	say("auditing")
 	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -291,6 +292,7 @@ func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, f
 			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
 		}
 		seq = ack.Sequence
+		crashpoint.Here(crashpoint.DispatcherAccepted) // docs/chaos.md
 	}
 	// A record a worker already started was queued: only the flag is missing.
 	if fresh || rec.Status == lifecycle.KindAccepted {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/consume"
@@ -95,6 +96,9 @@ type bindings struct {
 func New(cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("dispatcher: config: %w", err)
+	}
+	if err := crashpoint.Check(); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{cfg: cfg, log: svc.Logger(deps.Logger, "service", "dispatcher", "dispatcher_id", cfg.ID), ready: make(chan struct{}), stopping: make(chan struct{})}

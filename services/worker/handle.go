@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/consume"
@@ -82,6 +83,7 @@ func (s *Service) Handle(ctx context.Context, msg jetstream.Msg) Outcome {
 	ctx, span := s.runSpan(ctx, j, ev.Time(), msg.Subject())
 	j.log = s.log.With("dispatch_id", req.DispatchID, "thread_id", req.ThreadID, "round", req.Round, "attempt", j.attempt, "subagent", req.Subagent).
 		With(logging.Trace(j.trace)...)
+	crashpoint.Here(crashpoint.WorkerPickup) // docs/chaos.md
 	o := s.handle(ctx, j)
 	endRun(span, o)
 	return o

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/svc"
@@ -116,6 +117,9 @@ var (
 func New(cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: config: %w", err)
+	}
+	if err := crashpoint.Check(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{cfg: cfg, log: svc.Logger(deps.Logger, "service", "worker", "worker_id", cfg.ID)}
