@@ -22,9 +22,12 @@ import (
 // TestFirstDeliveryFenceOnR3: on the three-node cluster, with
 // AGORA_LIFECYCLE at three replicas, a first delivery fences its `started`
 // on the accepted event's sequence its work message names, without reading
-// the chain, and every dispatch runs once; a dispatch cancelled while its
-// work waits (both worker containers paused) has its `started` refused by
-// the stream leader and is skipped, never run (docs/worker.md#fencing).
+// the chain, and every dispatch runs once; a finished dispatch's work
+// delivered again as attempt 1 is skipped, although the replicated stream
+// acknowledges its repeated `started` as a duplicate; a dispatch cancelled
+// while its work waits (both worker containers paused) has its `started`
+// refused by the stream leader and is skipped, never run
+// (docs/worker.md#fencing).
 func TestFirstDeliveryFenceOnR3(t *testing.T) {
 	e := newEnv(t)
 	e.register(sleeper("quick", 10*time.Millisecond))
@@ -47,6 +50,29 @@ func TestFirstDeliveryFenceOnR3(t *testing.T) {
 		}
 		e.assertChain(d.DispatchID, lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished)
 	}
+
+	// The first dispatch's work message delivered again as attempt 1 (a
+	// copy published by hand under another message id, as a consumer
+	// created anew would deliver it): its `started` is a repeat of the
+	// one stored, which a replicated stream drops as a duplicate before
+	// it checks the fence. The worker asks the leader whose it is and
+	// skips the finished dispatch; nothing runs or is stored.
+	again := lifecycle.Request{DispatchID: "fence-0", ThreadID: "fence-0", Subagent: "quick"}
+	ev, err := lifecycle.New(lifecycle.Source("containertest", "t"), &again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := lifecycle.Encode("agora.dispatch.quick", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, "fence-0-again")
+	msg.Header.Set(lifecycle.AcceptedSeqHeader, strconv.FormatUint(e.eventSeq(lifecycle.KindAccepted, "fence-0"), 10))
+	retry(ctx, t, "publish the work again", time.Minute, func(ctx context.Context) (*jetstream.PubAck, error) {
+		return e.js.PublishMsg(ctx, msg)
+	})
+	e.waitWorkEmpty()
+	e.assertChain("fence-0", lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished)
 
 	// Cancelled while queued: no worker takes the work until the
 	// dispatch's `cancelled` is stored.
@@ -77,12 +103,25 @@ func TestFirstDeliveryFenceOnR3(t *testing.T) {
 		skipped += m[`agora_worker_dispatches_total{kind="",reason="skipped"}`]
 	}
 	t.Logf("fences from the work message %v, from a read %v; skipped %v", fromHeader, reads, skipped)
-	if fromHeader != n+1 || reads != 0 {
-		t.Errorf("fences from the work message %v and from a read %v, want %d and 0", fromHeader, reads, n+1)
+	if fromHeader != n+2 || reads != 0 {
+		t.Errorf("fences from the work message %v and from a read %v, want %d and 0", fromHeader, reads, n+2)
 	}
-	if skipped != 1 {
-		t.Errorf("%v deliveries skipped, want 1 (the dispatch cancelled while queued)", skipped)
+	if skipped != 2 {
+		t.Errorf("%v deliveries skipped, want 2 (the finished dispatch's work again, the dispatch cancelled while queued)", skipped)
 	}
+}
+
+// eventSeq returns the stream sequence of a root dispatch's event of kind k.
+func (e *env) eventSeq(k lifecycle.Kind, dispatchID string) uint64 {
+	e.t.Helper()
+	subj, err := lifecycle.LifecycleSubject(k, dispatchID, dispatchID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	raw := retry(e.t.Context(), e.t, "read "+subj, time.Minute, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return e.stream(lifecycle.StreamLifecycle).GetLastMsgForSubject(ctx, subj)
+	})
+	return raw.Sequence
 }
 
 // assertChain checks a dispatch's events on AGORA_LIFECYCLE, in order. A

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // The acceptance commit (docs/performance.md, "One commit for acceptance"):
@@ -134,12 +136,16 @@ func commitScenarios(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 			return err
 		}
 		fenceReads.Add(1)
+		start := time.Now()
 		for wait := time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 			_, err := events.GetLastMsgForSubject(ctx, "bench.commit.evt."+id)
 			if !errors.Is(err, jetstream.ErrMsgNotFound) {
 				return err
 			}
 			fenceMisses.Add(1)
+			if time.Since(start) > 2*time.Second { // the worker's bound
+				return fmt.Errorf("bench: the accepted event %s not read within 2s of its acknowledgement", id)
+			}
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("bench: the accepted event %s not read: %w", id, ctx.Err())
@@ -153,7 +159,7 @@ func commitScenarios(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 		if err != nil {
 			return err
 		}
-		w.Header.Set("Agora-Accepted-Sequence", strconv.FormatUint(ack.Sequence, 10))
+		w.Header.Set(lifecycle.AcceptedSeqHeader, strconv.FormatUint(ack.Sequence, 10))
 		_, err = js.PublishMsg(ctx, w)
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -110,20 +111,23 @@ var crashFaults = map[string]string{
 	crashpoint.WorkerPickup:       "worker killed at a crash point: delivery taken, started not sent",
 }
 
-// countCrashPoints counts the crash points the services' log names as hit.
-func countCrashPoints(log string, fault func(string)) error {
+// countCrashPoints counts the crash points the services' log names as hit
+// and returns how many were.
+func countCrashPoints(log string, fault func(string)) (int, error) {
 	b, err := os.ReadFile(log)
 	if err != nil {
-		return fmt.Errorf("chaos: read the services' log: %w", err)
+		return 0, fmt.Errorf("chaos: read the services' log: %w", err)
 	}
+	n := 0
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if name, ok := strings.CutPrefix(line, "agora crash point: "); ok {
 			if f, known := crashFaults[name]; known {
 				fault(f)
+				n++
 			}
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // answerAfter is how long a question waits before its answers go out.
@@ -147,8 +151,10 @@ type proc struct {
 	killing  *exec.Cmd
 	stopping bool
 	// exited is told of a process that ended by itself other than by
-	// SIGKILL.
+	// SIGKILL, or that could not be started again; killed of one that
+	// ended by SIGKILL the soak did not send.
 	exited func(name string, err error)
+	killed func()
 }
 
 // restart SIGKILLs p and starts it again after down.
@@ -160,7 +166,14 @@ func (p *proc) restart(down time.Duration) {
 	p.mu.Unlock()
 	p.signal(syscall.SIGKILL)
 	time.Sleep(down)
-	_ = p.start()
+	p.startAgain()
+}
+
+// startAgain starts p after a kill; a failure is reported.
+func (p *proc) startAgain() {
+	if err := p.start(); err != nil && p.exited != nil {
+		p.exited(p.name, err)
+	}
 }
 
 // stop ends p for good with s.
@@ -205,6 +218,9 @@ func (p *proc) wait(cmd *exec.Cmd) {
 		}
 		return
 	}
+	if p.killed != nil {
+		p.killed()
+	}
 	time.Sleep(300 * time.Millisecond)
 	p.restarting.Lock()
 	defer p.restarting.Unlock()
@@ -212,7 +228,7 @@ func (p *proc) wait(cmd *exec.Cmd) {
 	again := p.cmd == cmd
 	p.mu.Unlock()
 	if again {
-		_ = p.start()
+		p.startAgain()
 	}
 }
 
@@ -269,14 +285,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	defer logf.Close()
 	base := append(os.Environ(), "AGORA_NATS_URL="+url, "AGORA_LOG_LEVEL=warn")
-	var emu sync.Mutex
+	// tmu guards rep.Anomalies while the soak runs.
+	var tmu sync.Mutex
+	var selfKills atomic.Int64
 	exited := func(name string, err error) {
-		emu.Lock()
-		defer emu.Unlock()
-		rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("%s exited by itself (%v) while the soak ran", name, err))
+		tmu.Lock()
+		defer tmu.Unlock()
+		rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("%s ended by itself while the soak ran: %v", name, err))
 	}
 	mk := func(name string, extra ...string) *proc {
-		return &proc{name: name, args: []string{cfg.Exe, "service", strings.SplitN(name, "-", 2)[0]}, env: append(append([]string{}, base...), extra...), log: logf, exited: exited}
+		return &proc{name: name, args: []string{cfg.Exe, "service", strings.SplitN(name, "-", 2)[0]}, env: append(append([]string{}, base...), extra...), log: logf,
+			exited: exited, killed: func() { selfKills.Add(1) }}
 	}
 	// Crash points (docs/chaos.md): the dispatcher killed with a
 	// dispatch's accepted event stored and its work not yet published, a
@@ -359,7 +378,6 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 
 	say("dispatching %d threads to %d workers, a fault every %s", cfg.Threads, cfg.Workers, cfg.FaultEvery)
 	var threads sync.WaitGroup
-	var tmu sync.Mutex
 	var ids []string
 	for i := range cfg.Threads {
 		id := fmt.Sprintf("chaos%04d-%s", i, lifecycle.NewID())
@@ -412,8 +430,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		p.stop(syscall.SIGTERM)
 	}
 	time.Sleep(3 * time.Second)
-	if err := countCrashPoints(logf.Name(), fault); err != nil {
+	hit, err := countCrashPoints(logf.Name(), fault)
+	if err != nil {
 		return rep, err
+	}
+	// Every SIGKILL the soak did not send must be a crash point's.
+	if n := selfKills.Load(); n > int64(hit) {
+		rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("%d services were killed by SIGKILL, by neither the soak nor a crash point (%d crash points hit): the OOM killer?", n-int64(hit), hit))
 	}
 
 	say("auditing")

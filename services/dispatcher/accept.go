@@ -286,7 +286,9 @@ func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, f
 			return fmt.Errorf("dispatcher: build event: %w", err)
 		}
 		// A repeat is a duplicate (the event id is its Nats-Msg-Id),
-		// acknowledged with the first one's sequence.
+		// acknowledged with the first one's sequence; a replicated stream
+		// still storing the first answers an error instead (10158), and a
+		// retry or the reconciler completes the acceptance.
 		ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle))
 		if err != nil {
 			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)

@@ -219,7 +219,23 @@ func (s *Service) publishMsgFenced(ctx context.Context, j *job, m *nats.Msg) (st
 	backoff := 50 * time.Millisecond
 	for {
 		ack, err := s.js.PublishMsg(pctx, m)
-		if err == nil {
+		if err == nil && ack.Duplicate {
+			// A replicated stream drops a repeated event id before it
+			// checks the fence: the event stored under that id may be
+			// this run's own (an acknowledgement lost), or one from a
+			// delivery before this one (a work message delivered a
+			// second time as attempt 1). Only the leader can tell.
+			last, lerr := s.lastEventOnLeader(pctx, j.common)
+			if lerr == nil {
+				if a, perr := lifecycle.ParseLifecycleSubject(m.Subject); perr == nil && last.seq == ack.Sequence &&
+					last.ownedBy(s.cfg.ID, j.attempt, func(k lifecycle.Kind) bool { return k == a.Kind }) {
+					j.fence = ack.Sequence
+					return true, lastEvent{}, nil
+				}
+				return false, last, nil
+			}
+			err = lerr
+		} else if err == nil {
 			j.fence = ack.Sequence
 			return true, lastEvent{}, nil
 		}
@@ -329,8 +345,12 @@ func (s *Service) claim(ctx context.Context, j *job) (Outcome, bool) {
 	if j.started != nil {
 		select {
 		case ack := <-j.started.Ok():
-			j.fence, j.owned = ack.Sequence, true
-			return Outcome{}, true
+			if !ack.Duplicate {
+				j.fence, j.owned = ack.Sequence, true
+				return Outcome{}, true
+			}
+			// Dropped as a repeat of an earlier `started` of this
+			// attempt: publishFenced below finds out whose it is.
 		case err := <-j.started.Err():
 			if !wrongLastSeq(err) {
 				j.log.Warn("started event not acknowledged; republishing", "err", err)

@@ -37,10 +37,13 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 		// redeliver returns the first delivery unacknowledged, so the
 		// worker gets attempt 2.
 		redeliver bool
-		want      []lifecycle.Kind
-		ran       bool
-		reads     bool   // the worker reads the chain
-		from      string // agora_worker_fences_total's label
+		// subagent, when set, names a sub-agent that is not defined:
+		// the run ends failed before it claims the dispatch.
+		subagent string
+		want     []lifecycle.Kind
+		ran      bool
+		reads    bool   // the worker reads the chain
+		from     string // agora_worker_fences_total's label
 	}{{
 		name:   "the accepted event's sequence",
 		header: func(a uint64) string { return strconv.FormatUint(a, 10) },
@@ -60,6 +63,15 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 		want:   []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished},
 		ran:    true, reads: true, from: "work_message",
 	}, {
+		// `failed` is refused on the wrong fence and follows the chain's
+		// `accepted`, as `started` does, rather than leave the message
+		// to AckWait.
+		name:     "a sequence past the chain, no definition",
+		header:   func(a uint64) string { return strconv.FormatUint(a+1000, 10) },
+		subagent: "undefined",
+		want:     []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindFailed},
+		reads:    true, from: "work_message",
+	}, {
 		name:   "not a sequence",
 		header: func(uint64) string { return "first" },
 		want:   []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished},
@@ -76,6 +88,9 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 			marks := t.TempDir()
 			h.shell("marker", `touch "$MARKS/ran"; echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"`)
 			req := lifecycle.Request{DispatchID: lifecycle.NewID(), Subagent: "marker", Env: map[string]string{"MARKS": marks}}
+			if tc.subagent != "" {
+				req.Subagent = tc.subagent
+			}
 			req.ThreadID = req.DispatchID
 			c := lifecycle.Common{DispatchID: req.DispatchID, ThreadID: req.ThreadID, Subagent: req.Subagent}
 			seq := h.publishEvent(&lifecycle.Accepted{Common: c})

@@ -391,6 +391,17 @@ func (s *Service) finish(ctx context.Context, j *job, d lifecycle.Lifecycle, exi
 	} else {
 		stored, last, err = s.publishFenced(pctx, j, d)
 	}
+	// An end before the run claimed the dispatch (no definition, below
+	// the floor) was fenced on the event this run knew, perhaps from its
+	// work message: when the chain moved on to an event that neither ends
+	// nor takes over the dispatch, it follows that event, as claim does.
+	for range 8 {
+		if err != nil || stored || j.startedSent || last.kind.Terminal() || last.newer(j.attempt) {
+			break
+		}
+		j.fence = last.seq
+		stored, last, err = s.publishFenced(pctx, j, d)
+	}
 	telemetry.End(pspan, err)
 	if err != nil {
 		return s.retryLater(j, err)
