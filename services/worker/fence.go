@@ -354,7 +354,20 @@ func (s *Service) claim(ctx context.Context, j *job) (Outcome, bool) {
 		case err := <-j.started.Err():
 			if !wrongLastSeq(err) {
 				j.log.Warn("started event not acknowledged; republishing", "err", err)
+				break
 			}
+			// Refused: the chain moved on from the fence it was sent
+			// on (a cancel while queued, an `accepted` stored late).
+			// Read it before publishing again, rather than be refused
+			// once more.
+			last, lerr := s.lastEvent(ctx, j.common)
+			if lerr != nil {
+				break
+			}
+			if o, ok := s.settled(j, last); ok {
+				return o, false
+			}
+			j.fence = last.seq
 		case <-time.After(30 * time.Second):
 		}
 		j.started = nil

@@ -44,11 +44,14 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 		ran      bool
 		reads    bool   // the worker reads the chain
 		from     string // agora_worker_fences_total's label
+		// starts is how many `started` the worker sends: a refused one
+		// is followed by a read, not sent again on the same fence.
+		starts int32
 	}{{
 		name:   "the accepted event's sequence",
 		header: func(a uint64) string { return strconv.FormatUint(a, 10) },
 		want:   []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished},
-		ran:    true, from: "work_message",
+		ran:    true, from: "work_message", starts: 1,
 	}, {
 		name: "cancelled while queued",
 		after: func(h *harness, c lifecycle.Common) {
@@ -56,12 +59,12 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 		},
 		header: func(a uint64) string { return strconv.FormatUint(a, 10) },
 		want:   []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindCancelled},
-		reads:  true, from: "work_message",
+		reads:  true, from: "work_message", starts: 1,
 	}, {
 		name:   "a sequence past the chain",
 		header: func(a uint64) string { return strconv.FormatUint(a+1000, 10) },
 		want:   []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished},
-		ran:    true, reads: true, from: "work_message",
+		ran:    true, reads: true, from: "work_message", starts: 2,
 	}, {
 		// `failed` is refused on the wrong fence and follows the chain's
 		// `accepted`, as `started` does, rather than leave the message
@@ -75,13 +78,13 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 		name:   "not a sequence",
 		header: func(uint64) string { return "first" },
 		want:   []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished},
-		ran:    true, reads: true, from: "read",
+		ran:    true, reads: true, from: "read", starts: 1,
 	}, {
 		name:      "a redelivery",
 		header:    func(a uint64) string { return strconv.FormatUint(a, 10) },
 		redeliver: true,
 		want:      []lifecycle.Kind{lifecycle.KindAccepted, lifecycle.KindStarted, lifecycle.KindFinished},
-		ran:       true, reads: true, from: "read",
+		ran:       true, reads: true, from: "read", starts: 1,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, provision.Config{})
@@ -115,6 +118,13 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 				}
 				t.Cleanup(func() { _ = sub.Unsubscribe() })
 			}
+			// Every `started` sent, stored or refused.
+			var starts atomic.Int32
+			sub, err := h.nc.Subscribe(lifecycle.LifecycleFilter(lifecycle.KindStarted, "", req.DispatchID), func(*nats.Msg) { starts.Add(1) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
 			if err := h.nc.Flush(); err != nil {
 				t.Fatal(err)
 			}
@@ -134,6 +144,9 @@ func TestFirstDeliveryFencesOnTheAcceptedSequence(t *testing.T) {
 			}
 			if n := reads.Load(); (n > 0) != tc.reads {
 				t.Errorf("the worker read the chain %d times; want reads: %v", n, tc.reads)
+			}
+			if n := starts.Load(); n != tc.starts {
+				t.Errorf("%d started events sent, want %d", n, tc.starts)
 			}
 			if n := testkit.Counter(t, reg, "agora_worker_fences_total", map[string]string{"from": tc.from}); n != 1 {
 				t.Errorf("agora_worker_fences_total{from=%q} = %v, want 1", tc.from, n)
