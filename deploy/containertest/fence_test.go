@@ -1,13 +1,10 @@
 package containertest_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/testcontainers/testcontainers-go"
 
+	"github.com/agora-dispatch/agora/internal/testkit"
 	agora "github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -191,37 +189,5 @@ func (e *env) metrics(c *testcontainers.DockerContainer) map[string]float64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+":"+p.Port()+"/metrics", nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		e.t.Fatalf("metrics: status %d", resp.StatusCode)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			e.t.Fatalf("metrics: line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			e.t.Fatalf("metrics: line %q", line)
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		e.t.Fatal(err)
-	}
-	return out
+	return testkit.Scrape(e.t, ctx, "http://"+host+":"+p.Port()+"/metrics")
 }

@@ -1,7 +1,6 @@
 package dispatcher_test
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"testing"
@@ -70,30 +69,4 @@ func TestWorkMessageNamesItsAcceptedSequence(t *testing.T) {
 			}
 		})
 	}
-}
-
-// workMessages reads every message on the work stream by sequence (a work
-// queue takes no second consumer over the workers' subjects).
-func workMessages(t *testing.T, h *harness) []*jetstream.RawStreamMsg {
-	t.Helper()
-	s, err := h.js.Stream(t.Context(), lifecycle.StreamDispatch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		raw, err := s.GetMsg(t.Context(), seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, raw)
-	}
-	return out
 }

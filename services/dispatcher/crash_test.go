@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/natstest"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 )
@@ -34,23 +32,9 @@ func TestMain(m *testing.M) {
 }
 
 func dispatcherMain() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	var cfg dispatcher.Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	svc, err := dispatcher.New(cfg, dispatcher.Deps{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := svc.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return testkit.ServiceMain(func(cfg dispatcher.Config, log *slog.Logger) (*dispatcher.Service, error) {
+		return dispatcher.New(cfg, dispatcher.Deps{Logger: log})
+	})
 }
 
 // A dispatcher killed with a dispatch's accepted event stored and its work

@@ -260,23 +260,8 @@ func (h *harness) count(stream, subject string) uint64 {
 // queued returns the requests on AGORA_DISPATCH with the dispatch id.
 func (h *harness) queued(id string) []lifecycle.Request {
 	h.t.Helper()
-	s, err := h.js.Stream(h.t.Context(), lifecycle.StreamDispatch)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := s.Info(h.t.Context())
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	var out []lifecycle.Request
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		raw, err := s.GetMsg(h.t.Context(), seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			h.t.Fatal(err)
-		}
+	for _, raw := range workMessages(h.t, h) {
 		_, d := natstest.Lifecycle(h.t, raw.Header, raw.Data)
 		if r := d.(*lifecycle.Request); r.DispatchID == id {
 			if got := raw.Header.Get(jetstream.MsgIDHeader); got != id {
@@ -372,4 +357,30 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// workMessages reads every message on the work stream by sequence (a work
+// queue takes no second consumer over the workers' subjects).
+func workMessages(t *testing.T, h *harness) []*jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := h.js.Stream(t.Context(), lifecycle.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		raw, err := s.GetMsg(t.Context(), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, raw)
+	}
+	return out
 }

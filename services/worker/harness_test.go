@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,7 +20,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/proclist"
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -45,23 +43,9 @@ func TestMain(m *testing.M) {
 }
 
 func workerMain() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	var cfg worker.Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	svc, err := worker.New(cfg, worker.Deps{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := svc.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return testkit.ServiceMain(func(cfg worker.Config, log *slog.Logger) (*worker.Service, error) {
+		return worker.New(cfg, worker.Deps{Logger: log})
+	})
 }
 
 type harness struct {

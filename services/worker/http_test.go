@@ -1,9 +1,7 @@
 package worker_test
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
 )
@@ -120,7 +119,7 @@ func waitMetrics(t *testing.T, base string, want map[string]float64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got := scrape(t, base)
+		got := testkit.Scrape(t, t.Context(), base+"/metrics")
 		var wrong []string
 		for series, v := range want {
 			if g, ok := got[series]; !ok || g != v {
@@ -135,39 +134,4 @@ func waitMetrics(t *testing.T, base string, want map[string]float64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// scrape reads /metrics in the Prometheus text format into series → value.
-func scrape(t *testing.T, base string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("/metrics: %d %s", resp.StatusCode, b)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
