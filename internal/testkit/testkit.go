@@ -1,8 +1,9 @@
 // Package testkit holds the small helpers many test packages share: waiting
 // for a condition, running a service for the length of a test, checking a
 // validation error, comparing served routes with the API document, reading
-// a counter of a metrics registry, stopping a child process, and a log
-// buffer safe for concurrent writers.
+// a counter of a metrics registry or a served /metrics page, running a
+// service as the test binary's own program, stopping a child process, and
+// a log buffer safe for concurrent writers.
 package testkit
 
 import (
