@@ -8,11 +8,13 @@ import (
 )
 
 // Record is a dispatch record: what the dispatch, cancel and status calls
-// return, and the public part of the value the dispatcher keeps under the
-// dispatch id in the agora_dispatches bucket (beside it, the dispatcher
-// stores bookkeeping of its own that no call returns). The dispatcher
-// writes it when it accepts a request and keeps it current from the
-// lifecycle stream.
+// return. The dispatcher keeps its fixed part under the dispatch id in the
+// agora_dispatches bucket (beside it, bookkeeping of its own that no call
+// returns) and answers every call with the dispatch's status read from
+// its lifecycle events: Status, Attempt, WorkerID, Result, StartedAt,
+// EndedAt and Events come from the last event of each kind on the
+// dispatch's chain (docs/design.md §2, "The dispatch record and the
+// reconciler"). In the bucket those fields stay as the record was created.
 type Record struct {
 	DispatchID       string `json:"dispatch_id"`
 	ThreadID         string `json:"thread_id"`
@@ -23,7 +25,8 @@ type Record struct {
 	// Status is the latest lifecycle kind: accepted, then started, then one
 	// terminal kind, which never changes again.
 	Status lifecycle.Kind `json:"status"`
-	// Attempt is the highest delivery attempt a worker reported as started.
+	// Attempt is the delivery attempt of the latest started event (the
+	// chain is fenced, so the highest).
 	Attempt  int    `json:"attempt,omitempty"`
 	WorkerID string `json:"worker_id,omitempty"`
 	// Traceparent is the W3C trace context every event of the dispatch
@@ -60,9 +63,8 @@ type Record struct {
 	// runs or waits, which never expires.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
-	// Events lists the lifecycle events applied to the record, in the
-	// order the dispatcher applied them; their ids make the projection
-	// idempotent.
+	// Events lists the lifecycle events the status was read from, in
+	// stream order: the last of each kind.
 	Events []EventRef `json:"events,omitempty"`
 }
 

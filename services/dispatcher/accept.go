@@ -79,7 +79,7 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	if err != nil {
 		var p *client.Problem
 		if errors.As(err, &p) && req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
-			first, _, rerr := b.store.get(ctx, req.DispatchID)
+			first, _, rerr := b.store.view(ctx, req.DispatchID)
 			switch {
 			case rerr == nil:
 				return s.repeat(ctx, b, first, req)
@@ -145,14 +145,11 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		}
 		// The id is taken (a retry, or another door won the race for
 		// it): answer its record.
-		first, _, err := b.store.get(ctx, rec.DispatchID)
+		first, _, err := b.store.view(ctx, rec.DispatchID)
 		if err != nil {
 			return client.Record{}, resultError, err
 		}
 		return s.repeat(ctx, b, first, req)
-	}
-	if len(rec.Events) > 0 {
-		s.metrics.applied(lifecycle.KindAccepted, "") // listed by the record itself
 	}
 	if ierr != nil {
 		return rec.Record, result, withID(ierr, rec.DispatchID) // a retry finds the record and indexes it
@@ -246,12 +243,16 @@ func (s *Service) finish(ctx context.Context, b *bindings, rec record, created u
 		return true
 	}
 	mctx, mspan := telemetry.Tracer().Start(ctx, "agora.dispatch.mark")
+	var marked record
 	if fresh {
-		rec, err = b.store.updateFrom(mctx, rec, created, queued)
+		marked, err = b.store.updateFrom(mctx, rec, created, queued)
 	} else {
-		rec, err = b.store.update(mctx, rec.DispatchID, queued)
+		marked, err = b.store.update(mctx, rec.DispatchID, queued)
 	}
 	telemetry.End(mspan, err)
+	if err == nil {
+		rec.Queued, rec.UpdatedAt = true, marked.UpdatedAt // the status stays as derived
+	}
 	return rec.Record, err
 }
 

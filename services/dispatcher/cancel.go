@@ -43,7 +43,7 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 	if !idRE.MatchString(id) {
 		return client.Record{}, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
-	stored, _, err := b.store.get(ctx, id)
+	stored, _, err := b.store.view(ctx, id)
 	if errors.Is(err, errNoRecord) {
 		return client.Record{}, s.gone("dispatch", id)
 	}
@@ -93,10 +93,7 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 			return rec, err
 		}
 	}
-	if stored, _, err = s.apply(ctx, b, e, l); err != nil {
-		return stored.Record, err
-	}
-	rec = stored.Record
+	derive(&rec, []event{{e, l}})
 	if l.LifecycleKind() == lifecycle.KindNeedsInput {
 		// Paused on a question the record did not show yet.
 		return s.cancelPausedThread(ctx, b, rec, by, reason)
@@ -164,10 +161,10 @@ func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec clien
 		marked = true
 		return true
 	})
-	rec = stored.Record
 	if err != nil {
 		return rec, err
 	}
+	rec.CancelRequested, rec.UpdatedAt = stored.CancelRequested, stored.UpdatedAt
 	rec.Outcome = client.OutcomeThreadCancelling
 	if !marked {
 		// Its thread's cancel was asked for before: it is sent again
@@ -218,41 +215,19 @@ func (s *Service) latestRound(ctx context.Context, b *bindings, rec client.Recor
 }
 
 // terminalEvent finds the dispatch's terminal event on the lifecycle
-// stream: the first one stored, should there be more.
+// stream, with one read of its chain: the first one stored, should there
+// be more.
 func (s *Service) terminalEvent(ctx context.Context, b *bindings, rec client.Record) (lifecycle.Event, lifecycle.Lifecycle, bool, error) {
-	var (
-		first *jetstream.RawStreamMsg
-		e     lifecycle.Event
-		l     lifecycle.Lifecycle
-	)
-	for _, k := range []lifecycle.Kind{lifecycle.KindFinished, lifecycle.KindNeedsInput, lifecycle.KindFailed, lifecycle.KindCancelled} {
-		subj, err := lifecycle.LifecycleSubject(k, rec.ThreadID, rec.DispatchID)
-		if err != nil {
-			return lifecycle.Event{}, nil, false, err
-		}
-		raw, err := b.events.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return lifecycle.Event{}, nil, false, fmt.Errorf("dispatcher: look up %s: %w", subj, err)
-		}
-		if first != nil && first.Sequence < raw.Sequence {
-			continue
-		}
-		ev, err := lifecycle.Decode(raw.Header, raw.Data)
-		if err != nil {
-			return lifecycle.Event{}, nil, false, err
-		}
-		d, err := lifecycle.Parse(ev)
-		if err != nil {
-			return lifecycle.Event{}, nil, false, err
-		}
-		if ld, ok := d.(lifecycle.Lifecycle); ok {
-			first, e, l = raw, ev, ld
+	evs, err := b.store.lastEvents(ctx, rec.ThreadID, rec.DispatchID)
+	if err != nil {
+		return lifecycle.Event{}, nil, false, err
+	}
+	for _, it := range evs {
+		if it.l.LifecycleKind().Terminal() {
+			return it.e, it.l, true, nil
 		}
 	}
-	return e, l, first != nil, nil
+	return lifecycle.Event{}, nil, false, nil
 }
 
 // cancelThread cancels every dispatch of a thread that has not ended and,
@@ -296,7 +271,7 @@ func (s *Service) status(ctx context.Context, b *bindings, id string) (client.Re
 	if !idRE.MatchString(id) {
 		return client.Record{}, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
-	rec, _, err := b.store.get(ctx, id)
+	rec, _, err := b.store.view(ctx, id)
 	if errors.Is(err, errNoRecord) {
 		return client.Record{}, s.gone("dispatch", id)
 	}
@@ -322,6 +297,8 @@ func (s *Service) thread(ctx context.Context, b *bindings, threadID string) (cli
 		if err != nil {
 			return client.Thread{}, err
 		}
+		// The round's status comes from its events, read already.
+		derive(&rec.Record, parseAll(events[ent.DispatchID]))
 		th.Rounds = append(th.Rounds, client.Round{Record: rec.Record, Events: events[ent.DispatchID]})
 	}
 	if r := th.Latest(); r != nil {

@@ -82,7 +82,7 @@ func TestDispatcherKilledBetweenAcceptedAndWork(t *testing.T) {
 			case <-time.After(waitFor):
 				t.Fatalf("the dispatcher was not killed at the crash point; its log:\n%s", logs.String())
 			}
-			if rec, _ := h.record(id); rec.Queued {
+			if rec, _ := h.storedRecord(id); rec.Queued {
 				t.Fatal("the record is queued although its dispatcher died before the work was published")
 			}
 			if n := len(workMessages(t, h)); n != 0 {

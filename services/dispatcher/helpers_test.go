@@ -281,8 +281,23 @@ type stored struct {
 	Queued bool `json:"queued"`
 }
 
-// record reads a dispatch record as stored, and its KV revision.
+// record reads a dispatch record as the status door answers it (its
+// status derived from its chain), with the queued flag and the KV revision
+// as stored.
 func (h *harness) record(id string) (stored, uint64) {
+	h.t.Helper()
+	rec, rev := h.storedRecord(id)
+	view, err := h.cl.Status(h.t.Context(), id)
+	if err != nil {
+		h.t.Fatalf("status of %s: %v", id, err)
+	}
+	rec.Record = *view
+	return rec, rev
+}
+
+// storedRecord reads a dispatch record as stored in agora_dispatches, and
+// its KV revision: the status there is the one it was created with.
+func (h *harness) storedRecord(id string) (stored, uint64) {
 	h.t.Helper()
 	kv := natstest.KeyValue(h.t, h.js, lifecycle.BucketDispatches)
 	e, err := kv.Get(h.t.Context(), id)
@@ -308,7 +323,7 @@ func (h *harness) eventually(what string, cond func() bool) {
 	testkit.Eventually(h.t, waitFor, what, cond)
 }
 
-// projected waits until the stored record lists the event.
+// projected waits until the record a door answers lists the event.
 func (h *harness) projected(id, eventID string) stored {
 	h.t.Helper()
 	var rec stored

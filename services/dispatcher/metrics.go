@@ -31,8 +31,9 @@ type metrics struct {
 	accept     *prometheus.HistogramVec
 	dispatches *prometheus.CounterVec
 	projected  *prometheus.CounterVec
-	// projectionWrites counts the projection's record writes: fewer than
-	// the events it applies when events of one dispatch came together.
+	// projectionWrites counts the projection's record writes: the expiry
+	// of a thread's records when it ends, and the record of a request
+	// refused on the stream. Statuses are not written (chain.go).
 	projectionWrites prometheus.Counter
 	reconciled       prometheus.Counter
 }
@@ -45,11 +46,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		accept: r.HistogramVec("request_duration_seconds", "Time to handle a dispatch request, by door.",
 			prometheus.ExponentialBuckets(0.0001, 4, 10), "door"),
 		dispatches: r.CounterVec("dispatches_total",
-			"Dispatches that reached a terminal event, by kind and failure reason, counted once per dispatch by the status projection.", "kind", "reason"),
+			"Dispatches that reached a terminal event, by kind and failure reason, counted by the projection when the event is first delivered to it (a redelivery is not counted; a projection consumer rebuilt from the stream's start counts again).", "kind", "reason"),
 		projected: r.CounterVec("events_projected_total",
-			"Lifecycle events applied to dispatch records, by kind (redeliveries are not counted; accepted is counted when the record is created with it).", "kind"),
+			"Lifecycle events the projection consumed, by kind, each counted on its first delivery.", "kind"),
 		projectionWrites: r.Counter("projection_writes_total",
-			"Dispatch record writes by the status projection: fewer than the events it applies when events of one dispatch that wait together are written at once."),
+			"Dispatch record writes by the projection: the expiry of each record of a thread that ended, and the record of a request refused on the stream. No status is written: every door derives it from the dispatch's events."),
 		reconciled: r.Counter("reconciled_total", "Interrupted acceptances (records left unqueued) that the reconciler completed."),
 	}
 	return m, r.Err()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -23,8 +22,6 @@ const (
 	// projectionShards is how many dispatches the projection updates at
 	// once; the events of one dispatch stay in stream order on one shard.
 	projectionShards = 16
-	// maxEventRefs bounds the event ids kept in a record.
-	maxEventRefs = 256
 )
 
 // projection consumes the `projection` durable on AGORA_LIFECYCLE.
@@ -113,6 +110,9 @@ type projected struct {
 	ctx  context.Context // the event's span
 	span trace.Span
 	v    verdict
+	// first: delivered for the first time, so the metrics count it (a
+	// redelivery may have been counted before).
+	first bool
 }
 
 // projectBatch applies a shard's waiting lifecycle messages to their
@@ -149,6 +149,9 @@ func (s *Service) projectBatch(ctx context.Context, b *bindings, msgs []jetstrea
 // is nothing to apply, its verdict set.
 func (s *Service) decodeProjected(ctx context.Context, m jetstream.Msg) *projected {
 	it := &projected{m: m, log: s.log.With("subject", m.Subject()), v: ack}
+	if md, err := m.Metadata(); err == nil {
+		it.first = md.NumDelivered == 1
+	}
 	e, err := lifecycle.DecodeMsg(m)
 	if err != nil {
 		it.log.Error("undecodable lifecycle message terminated", "err", err)
@@ -185,7 +188,12 @@ func (s *Service) decodeProjected(ctx context.Context, m jetstream.Msg) *project
 }
 
 // projectDispatch applies the events of one dispatch, in stream order,
-// and sets each one's verdict; each event's span ends with it.
+// and sets each one's verdict; each event's span ends with it. A record's
+// status is not written: every door derives it from the chain (chain.go).
+// What the projection writes is what the events do not carry: the record
+// of a request the stream door refused (it has no other writer), the
+// thread index entry of a dispatch whose record it made, and, when the
+// thread ends, the expiry of everything the thread left.
 func (s *Service) projectDispatch(b *bindings, its []*projected) {
 	first := its[0]
 	ctx, cancel := context.WithTimeout(first.ctx, opTimeout)
@@ -195,13 +203,14 @@ func (s *Service) projectDispatch(b *bindings, its []*projected) {
 	for i, it := range its {
 		evs[i] = it.event
 	}
-	rec, created, err := s.applyAll(ctx, b, evs...)
+	rec, created, err := s.recordOf(ctx, b, evs...)
 	// A record the projection creates (a refused request) is entered in
 	// its thread's index here, before its thread's end below looks for it
-	// there; so is one whose accepted event it applies. An acceptance that
-	// listed its accepted event in the record entered it before publishing
-	// the event. (A root is its thread's first entry without being
-	// written: store.enter.)
+	// there; so is one whose accepted event acceptance did not list (an
+	// event published without the dispatcher). An acceptance that listed
+	// its accepted event in the record entered it before publishing the
+	// event. (A root is its thread's first entry without being written:
+	// store.enter.)
 	enter, ends := created, false
 	for _, it := range its {
 		k := it.l.LifecycleKind()
@@ -212,12 +221,18 @@ func (s *Service) projectDispatch(b *bindings, its []*projected) {
 		err = b.store.enter(ctx, c.ThreadID, c.Round, c.DispatchID)
 	}
 	if err == nil && ends {
-		err = s.expireThread(ctx, b, c.ThreadID, c.DispatchID, first.log)
+		err = s.expireThread(ctx, b, c.ThreadID, rec, first.log)
 	}
 	for _, it := range its {
 		if err != nil {
 			it.log.Warn("projection: temporary failure, redelivering", "id", it.e.ID(), "err", err)
 			it.v = retryLate
+		} else if it.first {
+			var reason lifecycle.Reason
+			if f, ok := it.l.(*lifecycle.Failed); ok {
+				reason = f.Reason
+			}
+			s.metrics.applied(it.l.LifecycleKind(), reason)
 		}
 		telemetry.End(it.span, err) // a temporary failure: the span records it
 	}
@@ -229,138 +244,33 @@ func listedAtAcceptance(rec client.Record, id string) bool {
 	return len(rec.Events) > 0 && rec.Events[0].ID == id && rec.Request != nil
 }
 
-// apply applies one lifecycle event to its dispatch record: applyAll of
-// that event alone.
-func (s *Service) apply(ctx context.Context, b *bindings, e lifecycle.Event, l lifecycle.Lifecycle) (record, bool, error) {
-	return s.applyAll(ctx, b, event{e, l})
-}
-
-// applyAll applies lifecycle events of one dispatch, in order, to its
-// record with one compare-and-set, each once: an event whose id the record
-// lists is a redelivery and changes nothing, and when every one is,
-// nothing is written. A dispatch without a record (a request refused on
-// the stream) gets one. created reports that.
-func (s *Service) applyAll(ctx context.Context, b *bindings, evs ...event) (rec record, created bool, err error) {
+// recordOf returns the record of the events' dispatch — this dispatcher's
+// own copy when it has one, so the dispatches it accepted cost no read —
+// and creates it, the events applied, when there is none (a request
+// refused on the stream, or events published without the dispatcher).
+// created reports that.
+func (s *Service) recordOf(ctx context.Context, b *bindings, evs ...event) (record, bool, error) {
 	c := evs[0].l.Base()
-	for i := range maxCAS {
-		var rev uint64
-		if i == 0 {
-			rec, rev, err = b.store.cached(ctx, c.DispatchID) // as last written here: no read
-		} else {
-			rec, rev, err = b.store.get(ctx, c.DispatchID)
-		}
-		created = errors.Is(err, errNoRecord)
-		switch {
-		case created:
-			rec = record{Record: client.Record{DispatchID: c.DispatchID, ThreadID: c.ThreadID, ParentID: c.ParentID, Round: c.Round, Subagent: c.Subagent, CreatedAt: evs[0].e.Time().UTC()}}
-		case err != nil:
-			return rec, false, err
-		}
-		var fresh []event
-		ends := false
-		for _, it := range evs {
-			ref := client.EventRef{ID: it.e.ID(), Kind: it.l.LifecycleKind(), Time: it.e.Time().UTC()}
-			if slices.ContainsFunc(rec.Events, func(r client.EventRef) bool { return r.ID == ref.ID }) {
-				continue
-			}
-			applyEvent(&rec.Record, ref, it.l)
-			fresh = append(fresh, it)
-			ends = ends || endsThread(ref.Kind)
-		}
-		if len(fresh) == 0 {
-			return rec, false, nil
-		}
-		rec.UpdatedAt = time.Now().UTC()
-		if ends && rec.ExpiresAt == nil {
-			// The thread ends: this write already carries the record's TTL
-			// (retention.go does the rest of the thread).
-			exp := rec.UpdatedAt.Add(s.cfg.Retention).Truncate(time.Second)
-			rec.ExpiresAt = &exp
-		}
-		if created {
-			_, err = b.store.create(ctx, &rec)
-		} else {
-			_, err = b.store.put(ctx, &rec, rev)
-		}
-		if err == nil {
-			s.metrics.projectionWrites.Inc()
-			for _, it := range fresh {
-				var reason lifecycle.Reason
-				if f, ok := it.l.(*lifecycle.Failed); ok {
-					reason = f.Reason
-				}
-				s.metrics.applied(it.l.LifecycleKind(), reason)
-			}
-			return rec, created, nil
-		}
-		if !errors.Is(err, errConflict) {
-			return rec, false, err
-		}
-		// Someone else wrote it: the copy is stale (put forgot it), read
-		// again.
+	rec, _, err := b.store.cached(ctx, c.DispatchID)
+	if !errors.Is(err, errNoRecord) {
+		return rec, false, err
 	}
-	return rec, false, fmt.Errorf("dispatcher: write record %s: %d conflicting writers", c.DispatchID, maxCAS)
-}
-
-// rank orders the kinds so the status never goes back, whatever order
-// events of one dispatch are applied in.
-func rank(k lifecycle.Kind) int {
-	switch {
-	case k == lifecycle.KindAccepted:
-		return 1
-	case k == lifecycle.KindStarted:
-		return 2
-	case k.Terminal():
-		return 3
+	rec = record{Record: client.Record{DispatchID: c.DispatchID, ThreadID: c.ThreadID, ParentID: c.ParentID, Round: c.Round, Subagent: c.Subagent, CreatedAt: evs[0].e.Time().UTC()}}
+	derive(&rec.Record, evs)
+	rec.UpdatedAt = time.Now().UTC()
+	if rec.Terminal() && endsThread(rec.Status) {
+		exp := rec.UpdatedAt.Add(s.cfg.Retention).Truncate(time.Second)
+		rec.ExpiresAt = &exp
 	}
-	return 0
-}
-
-// applyEvent changes rec for one new event: status, the kind's timestamp,
-// attempt (the highest seen) and worker, and the terminal summary (the
-// first terminal event wins; there is only one per dispatch).
-func applyEvent(rec *client.Record, ref client.EventRef, l lifecycle.Lifecycle) {
-	rec.Events = append(rec.Events, ref)
-	if n := len(rec.Events); n > maxEventRefs {
-		rec.Events = rec.Events[n-maxEventRefs:]
+	_, err = b.store.create(ctx, &rec)
+	if errors.Is(err, errConflict) {
+		// Another dispatcher made it, or acceptance did: read it.
+		rec, _, err = b.store.get(ctx, c.DispatchID)
+		return rec, false, err
 	}
-	t := ref.Time
-	switch v := l.(type) {
-	case *lifecycle.Accepted:
-		if rec.AcceptedAt == nil {
-			rec.AcceptedAt = &t
-		}
-		if rec.SubagentRevision == 0 {
-			rec.SubagentRevision = v.SubagentRevision
-		}
-	case *lifecycle.Started:
-		if v.Attempt >= rec.Attempt {
-			rec.Attempt, rec.WorkerID, rec.StartedAt = v.Attempt, v.WorkerID, &t
-		}
-	default:
-		if rec.Result == nil {
-			rec.Result, rec.EndedAt = result(l), &t
-		}
+	if err != nil {
+		return rec, false, err
 	}
-	if k := l.LifecycleKind(); rank(k) > rank(rec.Status) {
-		rec.Status = k
-	}
-}
-
-// result summarises a terminal event.
-func result(l lifecycle.Lifecycle) *client.Result {
-	r := &client.Result{Kind: l.LifecycleKind()}
-	switch v := l.(type) {
-	case *lifecycle.Finished:
-		code := v.ExitCode
-		r.ExitCode, r.DurationMS, r.Output = &code, v.DurationMS, v.Output
-	case *lifecycle.NeedsInput:
-		code := v.ExitCode
-		r.ExitCode, r.DurationMS, r.QuestionID, r.Question = &code, v.DurationMS, v.QuestionID, v.Question
-	case *lifecycle.Failed:
-		r.Reason, r.Detail, r.ExitCode, r.DurationMS = v.Reason, v.Detail, v.ExitCode, v.DurationMS
-	case *lifecycle.Cancelled:
-		r.By, r.Detail = v.By, v.Reason
-	}
-	return r
+	s.metrics.projectionWrites.Inc()
+	return rec, true, nil
 }

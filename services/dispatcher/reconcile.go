@@ -48,7 +48,7 @@ func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, g
 		return err
 	}
 	for _, id := range ids {
-		rec, _, err := b.store.get(ctx, id)
+		rec, _, err := b.store.view(ctx, id)
 		if err != nil {
 			if errors.Is(err, errNoRecord) {
 				continue

@@ -40,7 +40,7 @@ func newRecordCache(max, maxBytes int) *recordCache {
 // dispatch goes on, forgotten once it ended (nothing applies to it
 // again but the retention's writes, which read it).
 func (c *recordCache) wrote(rec *record, data []byte, rev uint64) {
-	if rec.Terminal() || len(data) > maxCachedRecord {
+	if rec.Terminal() || rec.ExpiresAt != nil || len(data) > maxCachedRecord {
 		c.drop(rec.DispatchID)
 		return
 	}

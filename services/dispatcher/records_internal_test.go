@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
@@ -18,29 +19,44 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// countingKV counts the reads of a real bucket.
+// countingKV counts the reads of dispatch records (not thread indexes) in
+// a real bucket.
 type countingKV struct {
 	jetstream.KeyValue
 	gets atomic.Int64
 }
 
 func (k *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	k.gets.Add(1)
+	if !strings.HasPrefix(key, "thread.") {
+		k.gets.Add(1)
+	}
 	return k.KeyValue.Get(ctx, key)
 }
 
-// The projection applies an event to the record as this dispatcher last
-// wrote it, without reading it (docs/design.md §2, "The dispatch record
-// and the reconciler"), and reads it again when someone else wrote it
-// since. Counting reads needs the bucket's handle, which the black-box
-// tests cannot reach.
-func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
+// The projection writes no status (every door derives it from the
+// chain: docs/design.md §2, "The dispatch record and the reconciler"): a
+// dispatch this dispatcher accepted costs it no read and no write until
+// its thread ends, and then one write, its expiry, from its own copy.
+// Counting reads needs the bucket's handle, which the black-box tests
+// cannot reach; writes are counted on the bucket's stream.
+func TestProjectionWritesOnlyWhatEventsDoNotCarry(t *testing.T) {
 	var kv *countingKV
 	s, b, raw := projectionService(t, "copy", func(raw jetstream.KeyValue) jetstream.KeyValue {
 		kv = &countingKV{KeyValue: raw}
 		return kv
 	})
-
+	writes := func() uint64 {
+		t.Helper()
+		st, err := b.js.Stream(t.Context(), "KV_"+lifecycle.BucketDispatches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
 	// accepted writes the record as acceptance does: created here, so the
 	// copy holds it.
 	accepted := func(id string) lifecycle.Common {
@@ -54,17 +70,22 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 		b.store.cache.wrote(&rec, data, rev)
 		return rec.Common()
 	}
-	apply := func(d lifecycle.Lifecycle) record {
+	project := func(ds ...lifecycle.Lifecycle) {
 		t.Helper()
-		e, err := lifecycle.New("test", d)
-		if err != nil {
-			t.Fatal(err)
+		its := make([]*projected, len(ds))
+		for i, d := range ds {
+			e, err := lifecycle.New("test", d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			its[i] = &projected{event: event{e, d}, log: slog.New(slog.DiscardHandler), ctx: t.Context(), span: trace.SpanFromContext(t.Context()), v: ack}
 		}
-		rec, _, err := s.apply(t.Context(), b, e, d)
-		if err != nil {
-			t.Fatal(err)
+		s.projectDispatch(b, its)
+		for _, it := range its {
+			if it.v != ack {
+				t.Fatalf("event %s: verdict %+v, want ack", it.e.ID(), it.v)
+			}
 		}
-		return rec
 	}
 	stored := func(id string) client.Record {
 		t.Helper()
@@ -79,42 +100,36 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 		return rec
 	}
 
-	t.Run("started and finished read nothing", func(t *testing.T) {
+	t.Run("a run reads and writes nothing until its thread ends", func(t *testing.T) {
 		c := accepted("own-1")
-		before := kv.gets.Load()
-		apply(&lifecycle.Started{Common: c, WorkerID: "w1", Attempt: 1})
-		if got := stored("own-1"); got.Status != lifecycle.KindStarted || got.WorkerID != "w1" {
-			t.Fatalf("after started: %+v", got)
-		}
-		apply(&lifecycle.Finished{Common: c, ExitCode: 0})
-		got := stored("own-1")
-		if got.Status != lifecycle.KindFinished || len(got.Events) != 3 || got.Events[0].Kind != lifecycle.KindAccepted {
-			t.Fatalf("after finished: status %s, events %+v", got.Status, got.Events)
-		}
-		if n := kv.gets.Load() - before; n != 0 {
+		reads, w := kv.gets.Load(), writes()
+		project(&lifecycle.Accepted{Common: c})
+		project(&lifecycle.Started{Common: c, WorkerID: "w1", Attempt: 1})
+		if n := kv.gets.Load() - reads; n != 0 {
 			t.Errorf("%d reads of the record, want 0", n)
 		}
+		if n := writes() - w; n != 0 {
+			t.Errorf("%d writes for accepted and started, want 0", n)
+		}
+		project(&lifecycle.Finished{Common: c, ExitCode: 0})
+		if n := kv.gets.Load() - reads; n != 0 {
+			t.Errorf("%d reads of the record, want 0", n)
+		}
+		if n := writes() - w; n != 1 {
+			t.Errorf("%d writes when the thread ended, want 1 (the expiry)", n)
+		}
+		got := stored("own-1")
+		if got.ExpiresAt == nil || got.Status != lifecycle.KindAccepted || len(got.Events) != 1 {
+			t.Errorf("stored: expires %v, status %s, events %+v; want an expiry and the record as accepted", got.ExpiresAt, got.Status, got.Events)
+		}
 		if _, ok := b.store.cache.get("own-1"); ok {
-			t.Error("an ended dispatch's record is still kept")
+			t.Error("an ended thread's record is still kept")
 		}
-	})
-
-	t.Run("the accepted event it listed is skipped without a read", func(t *testing.T) {
-		c := accepted("own-2")
-		before := kv.gets.Load()
-		d := &lifecycle.Accepted{Common: c}
-		e, err := lifecycle.New("test", d) // its id is the one the record lists
-		if err != nil || e.ID() != lifecycle.AcceptedID(c.DispatchID) {
-			t.Fatalf("accepted event %q: %v", e.ID(), err)
-		}
-		if _, _, err := s.apply(t.Context(), b, e, d); err != nil {
-			t.Fatal(err)
-		}
-		if n := kv.gets.Load() - before; n != 0 {
-			t.Errorf("%d reads, want 0", n)
-		}
-		if got := stored("own-2"); len(got.Events) != 1 {
-			t.Errorf("events %+v, want the one accepted", got.Events)
+		// A redelivery of the end writes nothing more.
+		w = writes()
+		project(&lifecycle.Finished{Common: c, ExitCode: 0})
+		if n := writes() - w; n != 0 {
+			t.Errorf("%d writes for a redelivered end, want 0", n)
 		}
 	})
 
@@ -133,31 +148,26 @@ func TestProjectionWritesFromItsOwnCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := kv.gets.Load()
-		apply(&lifecycle.Started{Common: c, WorkerID: "w2", Attempt: 1})
+		project(&lifecycle.Cancelled{Common: c, By: "ops"})
 		got := stored("own-3")
-		if got.Status != lifecycle.KindStarted || got.CancelRequested == nil || got.CancelRequested.By != "ops" {
-			t.Errorf("after started: status %s, mark %+v; want started with the other writer's mark", got.Status, got.CancelRequested)
+		if got.ExpiresAt == nil || got.CancelRequested == nil || got.CancelRequested.By != "ops" {
+			t.Errorf("after the end: expires %v, mark %+v; want an expiry with the other writer's mark", got.ExpiresAt, got.CancelRequested)
 		}
 		if n := kv.gets.Load() - before; n != 1 {
 			t.Errorf("%d reads, want 1 (the compare-and-set failed once)", n)
 		}
-		// Its copy is current again: the next event reads nothing.
-		before = kv.gets.Load()
-		apply(&lifecycle.Finished{Common: c})
-		if n := kv.gets.Load() - before; n != 0 {
-			t.Errorf("%d reads after the copy was refreshed, want 0", n)
-		}
 	})
 
-	t.Run("a record it never wrote is read", func(t *testing.T) {
+	t.Run("a request refused on the stream gets its record", func(t *testing.T) {
 		before := kv.gets.Load()
 		c := lifecycle.Common{DispatchID: "foreign-1", ThreadID: "foreign-1", Subagent: "planner"}
-		rec := apply(&lifecycle.Failed{Common: c, Reason: lifecycle.ReasonRejected, Detail: "refused"})
-		if rec.Status != lifecycle.KindFailed {
-			t.Errorf("record %+v", rec)
-		}
+		project(&lifecycle.Failed{Common: c, Reason: lifecycle.ReasonRejected, Detail: "refused"})
 		if n := kv.gets.Load() - before; n != 1 {
 			t.Errorf("%d reads, want 1", n)
+		}
+		got := stored("foreign-1")
+		if got.Status != lifecycle.KindFailed || got.Result == nil || got.Result.Reason != lifecycle.ReasonRejected || got.ExpiresAt == nil {
+			t.Errorf("record %+v", got)
 		}
 	})
 }
@@ -195,11 +205,15 @@ func TestRecordCacheBounds(t *testing.T) {
 			t.Errorf("%d entries of 100 bytes, want at most 10 in 1000 bytes", n)
 		}
 	})
-	t.Run("an ended dispatch and a large record are not kept", func(t *testing.T) {
+	t.Run("an ended dispatch, an expiring one and a large record are not kept", func(t *testing.T) {
 		c := newRecordCache(10, 1<<30)
 		c.wrote(rec("a", lifecycle.KindStarted), []byte("x"), 1)
 		c.wrote(rec("a", lifecycle.KindFinished), []byte("y"), 2)
 		c.wrote(rec("b", lifecycle.KindStarted), make([]byte, maxCachedRecord+1), 3)
+		exp := rec("c", lifecycle.KindAccepted)
+		exp.ExpiresAt = new(time.Now())
+		c.wrote(rec("c", lifecycle.KindAccepted), []byte("z"), 4)
+		c.wrote(exp, []byte("z2"), 5)
 		if c.len() != 0 {
 			t.Errorf("%d entries, want 0", c.len())
 		}

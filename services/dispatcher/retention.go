@@ -29,11 +29,17 @@ func endsThread(k lifecycle.Kind) bool {
 
 // expireThread sets the TTL of everything the ended thread left. Every
 // step is idempotent: a redelivery of the ending event repeats none. ended
-// is the dispatch whose event ended the thread: its record got its TTL
-// with that event, and it asked nothing (it ended finished, failed or
-// cancelled), so it has no question and no partial state to see to.
-func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended string, log *slog.Logger) error {
+// is the record of the dispatch whose event ended the thread, as the
+// projection knows it: it asked nothing (it ended finished, failed or
+// cancelled), so it has no question and no partial state to see to, only
+// its record, which the projection may have created set to expire.
+func (s *Service) expireThread(ctx context.Context, b *bindings, threadID string, ended record, log *slog.Logger) error {
 	expires := time.Now().Add(s.cfg.Retention).UTC().Truncate(time.Second)
+	if ended.ExpiresAt == nil {
+		if err := s.expireRecord(ctx, b, ended.DispatchID, expires); err != nil {
+			return err
+		}
+	}
 	idx, err := b.store.expireIndex(ctx, threadID, expires)
 	if errors.Is(err, errNoRecord) {
 		return nil // a thread of one round has no index (store.enter): the ended record is all of it
@@ -42,17 +48,10 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended
 		return err
 	}
 	for _, t := range idx.Dispatches {
-		if t.DispatchID == ended {
+		if t.DispatchID == ended.DispatchID {
 			continue
 		}
-		_, err := b.store.update(ctx, t.DispatchID, func(r *record) bool {
-			if r.ExpiresAt != nil {
-				return false
-			}
-			r.ExpiresAt = &expires
-			return true
-		})
-		if err != nil && !errors.Is(err, errNoRecord) {
+		if err := s.expireRecord(ctx, b, t.DispatchID, expires); err != nil {
 			return err
 		}
 		// Every round but the last paused on a question. Its record may not
@@ -69,6 +68,25 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID, ended
 		}
 	}
 	log.Debug("thread ended: its records expire", "thread_id", threadID, "expires_at", expires, "dispatches", len(idx.Dispatches))
+	return nil
+}
+
+// expireRecord writes a record again with its TTL, once; a record that is
+// gone already is left so.
+func (s *Service) expireRecord(ctx context.Context, b *bindings, id string, expires time.Time) error {
+	_, err := b.store.update(ctx, id, func(r *record) bool {
+		if r.ExpiresAt != nil {
+			return false
+		}
+		r.ExpiresAt = &expires
+		return true
+	})
+	if err != nil && !errors.Is(err, errNoRecord) {
+		return err
+	}
+	if err == nil {
+		s.metrics.projectionWrites.Inc()
+	}
 	return nil
 }
 

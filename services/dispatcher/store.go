@@ -167,8 +167,16 @@ func (st store) write(ctx context.Context, key string, data []byte, rev uint64, 
 // update applies mutate to a record with compare-and-set, retrying on
 // conflict. mutate reports whether it changed anything; when it did not,
 // nothing is written.
+// It starts from this dispatcher's own copy when it has one (records.go):
+// fields of a record only ever go from unset to set, so a stale copy can
+// make mutate write too much, never too little, and that write fails the
+// compare-and-set and reads again.
 func (st store) update(ctx context.Context, id string, mutate func(*record) bool) (record, error) {
-	return st.updateFrom(ctx, record{Record: client.Record{DispatchID: id}}, 0, mutate)
+	known, rev, err := st.cached(ctx, id)
+	if err != nil {
+		return known, err
+	}
+	return st.updateFrom(ctx, known, rev, mutate)
 }
 
 // updateFrom is update starting from rec as read at revision rev, which

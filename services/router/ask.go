@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/eventmsg"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/telemetry"
@@ -220,10 +221,12 @@ func (s *Service) maxRounds(ctx context.Context, req *lifecycle.Request, name st
 	return subagent.DefaultMaxRounds
 }
 
-// dispatchRecord is the dispatcher's record, as the router reads it. Its
-// CancelRequested (JSON cancel_requested) is set by the dispatcher on a
-// paused dispatch's record when its thread is cancelled: the durable twin
-// of the core message on agora.control.cancel-thread.<thread_id>.
+// dispatchRecord is the dispatcher's record, as the router reads it: its
+// status derived from its chain as every door derives it
+// (internal/chain). Its CancelRequested (JSON cancel_requested) is set by
+// the dispatcher on a paused dispatch's record when its thread is
+// cancelled: the durable twin of the core message on
+// agora.control.cancel-thread.<thread_id>.
 type dispatchRecord struct {
 	client.Record
 }
@@ -243,6 +246,11 @@ func (s *Service) dispatchRecord(ctx context.Context, id string) (*dispatchRecor
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, fmt.Errorf("router: decode dispatch record %s: %w", id, err)
 	}
+	links, err := chain.Last(ctx, s.js, r.ThreadID, id)
+	if err != nil {
+		return nil, fmt.Errorf("router: read dispatch %s: %w", id, err)
+	}
+	chain.Apply(&r.Record, links...)
 	return &r, nil
 }
 
