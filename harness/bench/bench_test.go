@@ -81,7 +81,7 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 	for _, s := range rep.Stages {
 		stages[s.Span] = s
 	}
-	for _, name := range []string{"agora.dispatch", "agora.dispatch.validate", "agora.dispatch.record", "agora.dispatch.publish", "agora.dispatch.mark",
+	for _, name := range []string{"agora.dispatch", "agora.dispatch.validate", "agora.dispatch.record", "agora.dispatch.publish",
 		"agora.queue", "agora.run", "agora.run.lookup", "agora.run.workspace", "agora.run.claim", "agora.run.process", "agora.run.publish", "agora.run.ack", "agora.run.cleanup"} {
 		if s, ok := stages[name]; !ok || s.Count != serial {
 			t.Errorf("stage %s: %+v, want %d serial spans (all: %+v)", name, s, serial, rep.Stages)

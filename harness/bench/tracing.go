@@ -124,7 +124,7 @@ func summarize(byName map[string][]time.Duration) []Stage {
 // (docs/tracing.md), each stage after the span it belongs to.
 var pathOrder = []string{
 	"agora.question.answer", "agora.question.redispatch", "agora.dispatch", "agora.dispatch.validate", "agora.dispatch.record", "agora.dispatch.parent",
-	"agora.dispatch.publish", "agora.dispatch.mark", "agora.queue",
+	"agora.dispatch.publish", "agora.queue",
 	"agora.run", "agora.run.lookup", "agora.run.workspace", "agora.run.claim", "agora.run.process",
 	"agora.run.sentinel", "agora.run.publish", "agora.run.ack", "agora.run.cleanup", "agora.dispatch.project",
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/proclist"
@@ -614,14 +615,21 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			if err != nil {
 				continue
 			}
-			// The stored record: queued is the dispatcher's own field,
-			// not part of client.Record.
-			var r struct {
-				Status lifecycle.Kind `json:"status"`
-				Queued bool           `json:"queued"`
+			// An accepted dispatch whose chain never went past accepted
+			// was never queued (nothing marks a record queued: the chain
+			// says it), its status read as every door reads it.
+			var r client.Record
+			if json.Unmarshal(e.Value(), &r) != nil || r.Request == nil {
+				continue
 			}
-			if json.Unmarshal(e.Value(), &r) == nil && !r.Queued && !r.Status.Terminal() {
-				bad("record %s stayed unqueued", k)
+			links, err := chain.Last(ctx, js, r.ThreadID, r.DispatchID)
+			if err != nil {
+				bad("cannot read the chain of %s: %v", k, err)
+				continue
+			}
+			chain.Apply(&r, links...)
+			if r.Status == lifecycle.KindAccepted {
+				bad("dispatch %s never started: its acceptance was not completed", k)
 			}
 		}
 	}

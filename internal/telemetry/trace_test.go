@@ -240,7 +240,6 @@ func TestTwoRoundThreadIsOneTrace(t *testing.T) {
 		{"agora.dispatch.record", "agora.dispatch", []int{0, 1}},
 		{"agora.dispatch.parent", "agora.dispatch", []int{1}}, // a re-dispatch reads its parent's cancel mark
 		{"agora.dispatch.publish", "agora.dispatch", []int{0, 1}},
-		{"agora.dispatch.mark", "agora.dispatch", []int{0, 1}},
 		{"agora.run.lookup", "agora.run", []int{0, 1}},
 		{"agora.run.workspace", "agora.run", []int{0, 1}},
 		{"agora.run.claim", "agora.run", []int{0, 1}},

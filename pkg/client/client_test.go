@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -22,17 +24,14 @@ func TestDispatch(t *testing.T) {
 	if d.DispatchID == "" || d.ThreadID != d.DispatchID || d.Record.Status != lifecycle.KindAccepted {
 		t.Fatalf("handle: %+v", d)
 	}
-	// The dispatcher answers once the work is queued; queued is its
-	// stored record's, not the client's.
-	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketDispatches)
+	// The dispatcher answers once the work is queued: it is on
+	// AGORA_DISPATCH.
+	work, err := e.js.Stream(t.Context(), lifecycle.StreamDispatch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stored struct {
-		Queued bool `json:"queued"`
-	}
-	if ent, err := kv.Get(t.Context(), d.DispatchID); err != nil || json.Unmarshal(ent.Value(), &stored) != nil || !stored.Queued {
-		t.Fatalf("the stored record of %s is not queued (%v)", d.DispatchID, err)
+	if m, err := work.GetLastMsgForSubject(t.Context(), "agora.dispatch.planner"); err != nil || m.Header.Get(jetstream.MsgIDHeader) != d.DispatchID {
+		t.Fatalf("the work of %s is not queued (%v)", d.DispatchID, err)
 	}
 	if lifecycle.TraceID(d.Record.Traceparent) != lifecycle.TraceID(trace) {
 		t.Errorf("traceparent %q does not continue %q", d.Record.Traceparent, trace)

@@ -154,7 +154,7 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	if ierr != nil {
 		return rec.Record, result, withID(ierr, rec.DispatchID) // a retry finds the record and indexes it
 	}
-	answer, err = s.finish(ctx, b, rec, created)
+	answer, _, err = s.finish(ctx, b, rec, created)
 	return answer, result, withID(err, answer.DispatchID)
 }
 
@@ -165,7 +165,7 @@ func (s *Service) repeat(ctx context.Context, b *bindings, first record, req lif
 	if err := requestConflict(first.Request, req); err != nil {
 		return client.Record{}, resultConflict, err
 	}
-	answer, err := s.finish(ctx, b, first, 0)
+	answer, _, err := s.finish(ctx, b, first, 0)
 	return answer, resultDuplicate, withID(err, answer.DispatchID)
 }
 
@@ -196,64 +196,52 @@ func resultOf(err error) string {
 }
 
 // finish completes an acceptance whose record exists: index the thread,
-// then either publish failed max-rounds, or emit accepted, queue the
-// request and mark the record queued. Every step is idempotent, so finish
-// runs again safely when a retry finds a record that is not queued.
-// created is the revision of a record created just now, already indexed
-// (nothing was published for it before); 0 for a record found. It returns
-// the record as a door answers it.
-func (s *Service) finish(ctx context.Context, b *bindings, rec record, created uint64) (client.Record, error) {
+// then either publish failed max-rounds, or emit accepted and queue the
+// request. Every step is idempotent, so finish runs again safely when a
+// retry or the reconciler finds a record whose dispatch has not started:
+// nothing marks the record queued (docs/design.md §2, "The dispatch
+// record and the reconciler"), and the work message's Nats-Msg-Id, the
+// dispatch id, makes a second one a duplicate. created is the revision of
+// a record created just now, already indexed (nothing was published for
+// it before); 0 for a record found, whose status rec has from its chain
+// (store.view). It returns the record as a door answers it, and whether a
+// work message was stored by this call (not a duplicate, not there
+// already).
+func (s *Service) finish(ctx context.Context, b *bindings, rec record, created uint64) (client.Record, bool, error) {
 	if rec.Request == nil {
-		return rec.Record, nil // made by the projection from a refused request: nothing to queue
+		return rec.Record, false, nil // made by the projection from a refused request: nothing to queue
 	}
 	fresh := created > 0
 	if !fresh {
 		if err := b.store.enter(ctx, rec.ThreadID, rec.Round, rec.DispatchID); err != nil {
-			return rec.Record, err
+			return rec.Record, false, err
 		}
 	}
 	if rec.Result != nil && rec.Result.Reason == lifecycle.ReasonMaxRounds && rec.AcceptedAt == nil {
 		if !fresh {
 			if seq, err := s.eventSeq(ctx, b, lifecycle.KindFailed, rec.Record); err != nil || seq != 0 {
-				return rec.Record, err
+				return rec.Record, false, err
 			}
 		}
 		d := &lifecycle.Failed{Common: rec.Common(), Reason: lifecycle.ReasonMaxRounds, Detail: rec.Result.Detail}
 		_, _, err := s.emit(ctx, b, d, rec.Traceparent)
-		return rec.Record, err
+		return rec.Record, false, err
 	}
-	if rec.Queued || rec.Terminal() {
-		return rec.Record, nil // done, or cancelled before it was queued: a worker would skip it
+	if rec.Terminal() || rec.Status == lifecycle.KindStarted {
+		// A worker took it (so it was queued), or it ended — cancelled
+		// before it was queued, say: a worker would skip it.
+		return rec.Record, false, nil
 	}
 	mark, err := s.parentCancel(ctx, b, rec.Record)
 	if err != nil {
-		return rec.Record, err
+		return rec.Record, false, err
 	}
 	if mark != nil {
-		return s.cancelOnAcceptance(ctx, b, rec.Record, fresh, mark)
+		r, err := s.cancelOnAcceptance(ctx, b, rec.Record, fresh, mark)
+		return r, false, err
 	}
-	if err := s.publish(ctx, b, rec.Record, fresh); err != nil {
-		return rec.Record, err
-	}
-	queued := func(r *record) bool {
-		if r.Queued {
-			return false
-		}
-		r.Queued = true
-		return true
-	}
-	mctx, mspan := telemetry.Tracer().Start(ctx, "agora.dispatch.mark")
-	var marked record
-	if fresh {
-		marked, err = b.store.updateFrom(mctx, rec, created, queued)
-	} else {
-		marked, err = b.store.update(mctx, rec.DispatchID, queued)
-	}
-	telemetry.End(mspan, err)
-	if err == nil {
-		rec.Queued, rec.UpdatedAt = true, marked.UpdatedAt // the status stays as derived
-	}
-	return rec.Record, err
+	stored, err := s.publish(ctx, b, rec.Record, fresh)
+	return rec.Record, stored, err
 }
 
 // acceptedSeq returns the stream sequence of rec's accepted event on
@@ -271,20 +259,21 @@ func (s *Service) acceptedSeq(ctx context.Context, b *bindings, rec client.Recor
 // delivery fences its `started` on it without reading the chain
 // (docs/worker.md#fencing), so the work is sent only once `accepted` is
 // acknowledged. Its span, agora.dispatch.publish, times the two; the
-// events name the dispatch's span (ctx's) as their cause.
-func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, fresh bool) (err error) {
+// events name the dispatch's span (ctx's) as their cause. It reports
+// whether a work message was stored by this call.
+func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, fresh bool) (stored bool, err error) {
 	_, span := telemetry.Tracer().Start(ctx, "agora.dispatch.publish", trace.WithSpanKind(trace.SpanKindProducer))
 	defer func() { telemetry.End(span, err) }()
 	req := *rec.Request
 	seq, err := s.acceptedSeq(ctx, b, rec, fresh)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if seq == 0 {
 		d := &lifecycle.Accepted{Common: rec.Common(), SubagentRevision: rec.SubagentRevision, Target: req.Target, Labels: req.Labels}
 		_, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, rec.Traceparent), acceptedTime(rec))
 		if err != nil {
-			return fmt.Errorf("dispatcher: build event: %w", err)
+			return false, fmt.Errorf("dispatcher: build event: %w", err)
 		}
 		// A repeat is a duplicate (the event id is its Nats-Msg-Id),
 		// acknowledged with the first one's sequence; a replicated stream
@@ -292,16 +281,44 @@ func (s *Service) publish(ctx context.Context, b *bindings, rec client.Record, f
 		// retry or the reconciler completes the acceptance.
 		ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle))
 		if err != nil {
-			return fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
+			return false, fmt.Errorf("dispatcher: publish accepted %s: %w", rec.DispatchID, err)
 		}
 		seq = ack.Sequence
 		crashpoint.Here(crashpoint.DispatcherAccepted) // docs/chaos.md
+	} else if there, err := s.queuedAlready(ctx, b, rec); err != nil || there {
+		return false, err
 	}
-	// A record a worker already started was queued: only the flag is missing.
-	if fresh || rec.Status == lifecycle.KindAccepted {
-		return s.queue(ctx, b, &req, rec.Traceparent, seq)
+	return s.queue(ctx, b, &req, rec.Traceparent, seq)
+}
+
+// queuedAlready reports whether the work message of an acceptance being
+// completed again is on AGORA_DISPATCH. Inside the stream's duplicate
+// window of the first publish, queueing it again is a duplicate and
+// nothing needs looking at; past it (a retry or a reconciler pass long
+// after, with the dispatch still waiting in the queue) the work subject's
+// messages are read, so a second copy is never queued.
+func (s *Service) queuedAlready(ctx context.Context, b *bindings, rec client.Record) (bool, error) {
+	window := b.work.CachedInfo().Config.Duplicates
+	if window == 0 || time.Since(rec.CreatedAt) < window-time.Minute {
+		return false, nil
 	}
-	return nil
+	subj, err := lifecycle.DispatchSubject(rec.Subagent)
+	if err != nil {
+		return false, err
+	}
+	for seq := uint64(1); ; {
+		m, err := b.work.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("dispatcher: look for the work of %s: %w", rec.DispatchID, err)
+		}
+		if m.Header.Get(jetstream.MsgIDHeader) == rec.DispatchID {
+			return true, nil
+		}
+		seq = m.Sequence + 1
+	}
 }
 
 // cancelOnAcceptance ends a re-dispatch whose thread was cancelled while
@@ -368,25 +385,26 @@ func ignoreNoRecord(err error) error {
 // Nats-Msg-Id = dispatch id, so a repeat is dropped as a duplicate. It
 // names the dispatch's accepted event, stored at acceptedSeq on
 // AGORA_LIFECYCLE (docs/worker.md#fencing).
-func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request, traceparent string, acceptedSeq uint64) error {
+func (s *Service) queue(ctx context.Context, b *bindings, req *lifecycle.Request, traceparent string, acceptedSeq uint64) (stored bool, err error) {
 	e, err := lifecycle.New(s.source, req, telemetry.Event(ctx, traceparent))
 	if err != nil {
-		return fmt.Errorf("dispatcher: build request event: %w", err)
+		return false, fmt.Errorf("dispatcher: build request event: %w", err)
 	}
 	subj, err := lifecycle.DispatchSubject(req.Subagent)
 	if err != nil {
-		return err
+		return false, err
 	}
 	msg, err := lifecycle.Encode(subj, e)
 	if err != nil {
-		return err
+		return false, err
 	}
 	msg.Header.Set(lifecycle.AcceptedHeader, lifecycle.AcceptedID(req.DispatchID))
 	msg.Header.Set(lifecycle.AcceptedSeqHeader, strconv.FormatUint(acceptedSeq, 10))
-	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamDispatch)); err != nil {
-		return fmt.Errorf("dispatcher: queue %s: %w", req.DispatchID, err)
+	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamDispatch))
+	if err != nil {
+		return false, fmt.Errorf("dispatcher: queue %s: %w", req.DispatchID, err)
 	}
-	return nil
+	return !ack.Duplicate, nil
 }
 
 // emit publishes a lifecycle event carrying the dispatch's trace.

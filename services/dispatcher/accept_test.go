@@ -447,19 +447,22 @@ func TestMaxRounds(t *testing.T) {
 }
 
 // interruptedRecord writes the record an acceptance leaves when the
-// dispatcher dies right after kv.Create: queued false, nothing published.
-func (h *harness) interruptedRecord(id string) {
+// dispatcher dies right after kv.Create: nothing published.
+func (h *harness) interruptedRecord(id string) { h.interruptedRecordAt(id, time.Now()) }
+
+// interruptedRecordAt is interruptedRecord of an acceptance made at t.
+func (h *harness) interruptedRecordAt(id string, t time.Time) {
 	h.t.Helper()
 	kv := natstest.KeyValue(h.t, h.js, lifecycle.BucketSubagents)
 	def, err := kv.Get(h.t.Context(), "planner")
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	now := time.Now().UTC()
+	now := t.UTC()
 	req := lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`),
 		SubagentRevision: def.Revision(), Timeout: "5m", MaxRounds: 3}
 	rec := stored{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", SubagentRevision: def.Revision(), Status: lifecycle.KindAccepted,
-		Traceparent: testTrace, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now}, Queued: false}
+		Traceparent: testTrace, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now}}
 	data, _ := json.Marshal(rec)
 	dk := natstest.KeyValue(h.t, h.js, lifecycle.BucketDispatches)
 	if _, err := dk.Create(h.t.Context(), id, data); err != nil {
@@ -528,7 +531,7 @@ func TestCrashSafeAcceptance(t *testing.T) {
 		h.dispatchMicro(lifecycle.Request{DispatchID: id, Subagent: "planner", Input: json.RawMessage(`{"from":"first"}`)})
 		verify(t, id)
 	})
-	t.Run("died after queueing, before the flag", func(t *testing.T) {
+	t.Run("died after queueing", func(t *testing.T) {
 		id := "crash-late"
 		h.interruptedRecord(id)
 		// What the dead dispatcher had published already.

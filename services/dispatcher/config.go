@@ -44,8 +44,9 @@ type Config struct {
 	// ProvisionReplicas is the replica count Provision gives every stream,
 	// bucket and consumer (1 to 5; 3 on a 3-node cluster).
 	ProvisionReplicas int `envconfig:"PROVISION_REPLICAS" default:"1"`
-	// ReconcileGrace is how old an unqueued record must be before the
-	// reconciler completes it, and how often it looks.
+	// ReconcileGrace is how old an acceptance whose dispatch has not
+	// started must be before the reconciler completes it, and how often it
+	// looks.
 	ReconcileGrace time.Duration `envconfig:"DISPATCHER_RECONCILE_GRACE" default:"30s"`
 	// ReconcileLookback is how far back the first pass after start reads.
 	ReconcileLookback time.Duration `envconfig:"DISPATCHER_RECONCILE_LOOKBACK" default:"168h"`

@@ -274,16 +274,17 @@ func (h *harness) queued(id string) []lifecycle.Request {
 }
 
 // stored is a dispatch record as the dispatcher keeps it in
-// agora_dispatches: the public client.Record and, beside it, the
-// dispatcher's own queued flag, which no door answers.
+// agora_dispatches, and whether its work is queued.
 type stored struct {
 	client.Record
-	Queued bool `json:"queued"`
+	// Queued is not stored (docs/design.md §2): record sets it when the
+	// dispatch's work message is on AGORA_DISPATCH.
+	Queued bool `json:"-"`
 }
 
 // record reads a dispatch record as the status door answers it (its
-// status derived from its chain), with the queued flag and the KV revision
-// as stored.
+// status derived from its chain), whether its work message is on
+// AGORA_DISPATCH, and its KV revision.
 func (h *harness) record(id string) (stored, uint64) {
 	h.t.Helper()
 	rec, rev := h.storedRecord(id)
@@ -292,6 +293,7 @@ func (h *harness) record(id string) (stored, uint64) {
 		h.t.Fatalf("status of %s: %v", id, err)
 	}
 	rec.Record = *view
+	rec.Queued = len(h.queued(id)) > 0
 	return rec, rev
 }
 

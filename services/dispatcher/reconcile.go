@@ -6,18 +6,21 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // The reconciler (docs/design.md §2). An acceptance interrupted
 // between the record's creation and the queue publish (a dispatcher killed,
-// a stream electing its leader) leaves a record `queued: false` that no
-// retry may ever come for. Every dispatcher, at start and then every
-// ReconcileGrace, reads the records written since its last pass from the
-// bucket's own stream (not every key: the scan is bounded by what changed)
-// and completes each one older than the grace period with the same
-// idempotent steps a retry takes: the work message's Nats-Msg-Id is the
-// dispatch id and the record's queued flag is set by compare-and-set, so
-// several replicas reconciling at once queue it once.
+// a stream electing its leader) leaves a record whose dispatch never
+// starts, that no retry may ever come for. Every dispatcher, at start and
+// then every ReconcileGrace, reads the records written since its last pass
+// from the bucket's own stream (not every key: the scan is bounded by what
+// changed) and completes each one older than the grace period whose chain
+// has not gone past `accepted`, with the same idempotent steps a retry
+// takes: the work message's Nats-Msg-Id is the dispatch id, so work queued
+// already — by the acceptance, or by another replica reconciling at once —
+// is a duplicate, and past the duplicate window finish looks for it on the
+// work stream first (queuedAlready).
 
 // reconcileLoop runs passes until ctx ends.
 func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {
@@ -40,10 +43,10 @@ func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {
 	}
 }
 
-// reconcile completes the unqueued records written since `since` that are
-// older than grace.
+// reconcile completes the acceptances written since `since`, older than
+// grace, whose dispatch has not started.
 func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, grace time.Duration) error {
-	ids, err := b.store.unqueued(ctx, since)
+	ids, err := b.store.unstarted(ctx, since)
 	if err != nil {
 		return err
 	}
@@ -55,13 +58,17 @@ func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, g
 			}
 			return err
 		}
-		if rec.Queued || rec.Terminal() || time.Since(rec.CreatedAt) < grace {
-			continue
+		if rec.Status != lifecycle.KindAccepted || time.Since(rec.CreatedAt) < grace {
+			continue // started or ended: it was queued
 		}
 		log := s.log.With("dispatch_id", id, "thread_id", rec.ThreadID).With(logging.Trace(rec.Traceparent)...)
-		if _, err := s.finish(ctx, b, rec, 0); err != nil {
+		_, stored, err := s.finish(ctx, b, rec, 0)
+		if err != nil {
 			log.Warn("reconcile: cannot complete an interrupted acceptance yet", "err", err)
 			continue
+		}
+		if !stored {
+			continue // queued already, waiting for a worker
 		}
 		s.metrics.reconciled.Inc()
 		log.Warn("reconciled an interrupted acceptance: queued", "age", time.Since(rec.CreatedAt).Round(time.Millisecond))

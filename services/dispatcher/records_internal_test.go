@@ -240,10 +240,10 @@ func projectionService(t *testing.T, id string, wrap func(jetstream.KeyValue) je
 }
 
 // acceptedRecord is the record acceptance creates for a root dispatch:
-// accepted, queued, listing its accepted event.
+// accepted, listing its accepted event.
 func acceptedRecord(id string) record {
 	now := time.Now().UTC()
 	return record{Record: client.Record{DispatchID: id, ThreadID: id, Subagent: "planner", Status: lifecycle.KindAccepted, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
 		Request: &lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: "planner"},
-		Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}, Queued: true}
+		Events:  []client.EventRef{{ID: lifecycle.AcceptedID(id), Kind: lifecycle.KindAccepted, Time: now}}}}
 }

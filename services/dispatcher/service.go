@@ -85,6 +85,7 @@ type bindings struct {
 	requests   jetstream.Consumer
 	projection jetstream.Consumer
 	events     jetstream.Stream
+	work       jetstream.Stream // AGORA_DISPATCH: its duplicate window, and a late look for a work message (queuedAlready)
 	subagents  jetstream.KeyValue
 	store      store                 // the dispatch records and thread indexes (store.go)
 	state      jetstream.ObjectStore // partial-state objects, deleted when their thread ends
@@ -145,6 +146,9 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	}
 	if b.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
 		return nil, fmt.Errorf("dispatcher: stream %s: %w", lifecycle.StreamLifecycle, err)
+	}
+	if b.work, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
+		return nil, fmt.Errorf("dispatcher: stream %s: %w", lifecycle.StreamDispatch, err)
 	}
 	if b.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketSubagents, err)

@@ -29,15 +29,13 @@ var errConflict = errors.New("dispatcher: record changed concurrently")
 const maxCAS = 64
 
 // record is a dispatch record as stored under its dispatch id: the public
-// client.Record, which every door answers, and the dispatcher's own
-// bookkeeping beside it. Embedding keeps the stored JSON one flat object.
+// client.Record, the part of it the events do not carry kept current, and
+// its status as created (every door answers the status from the chain:
+// view). Whether its work is queued is not recorded: the chain says it once
+// a worker starts it, and until then finish and the reconciler queue it
+// again, a duplicate when it is there (reconcile.go).
 type record struct {
 	client.Record
-	// Queued reports that the work message is on AGORA_DISPATCH. A record
-	// found with Queued false belongs to an acceptance that was
-	// interrupted; the dispatcher finishes it when the same request comes
-	// again, or the reconciler does (reconcile.go).
-	Queued bool `json:"queued"`
 }
 
 // store is the one home of the dispatch records and thread indexes in
@@ -423,12 +421,14 @@ func (st store) expireQuestion(ctx context.Context, qid string, expires time.Tim
 	return fmt.Errorf("dispatcher: question %s: %d conflicting writers", qid, maxCAS)
 }
 
-// unqueued lists, sorted, the dispatch ids whose record was last written
-// since `since` as neither queued nor ended: the reconciler's candidates
-// (docs/design.md §2, "The dispatch record and the reconciler"). It reads
-// the records written since then from the bucket's own stream, not every
-// key: the scan is bounded by what changed.
-func (st store) unqueued(ctx context.Context, since time.Time) ([]string, error) {
+// unstarted lists, sorted, the dispatch ids whose record was last written
+// since `since` as an acceptance still to run: a request, not created
+// ended (refused, over its round limit) and not set to expire. These are
+// the reconciler's candidates (docs/design.md §2, "The dispatch record
+// and the reconciler"); it reads their chains. It reads the records
+// written since then from the bucket's own stream, not every key: the
+// scan is bounded by what changed.
+func (st store) unstarted(ctx context.Context, since time.Time) ([]string, error) {
 	stream := "KV_" + lifecycle.BucketDispatches
 	prefix := "$KV." + lifecycle.BucketDispatches + "."
 	// One consumer for the whole pass, fetched from until nothing is
@@ -473,12 +473,13 @@ func (st store) unqueued(ctx context.Context, since time.Time) ([]string, error)
 			// Only what decides: a record is decoded into these fields
 			// alone.
 			var rec struct {
-				DispatchID string         `json:"dispatch_id"`
-				Status     lifecycle.Kind `json:"status"`
-				Queued     bool           `json:"queued"`
+				DispatchID string          `json:"dispatch_id"`
+				Status     lifecycle.Kind  `json:"status"`
+				Request    json.RawMessage `json:"request"`
+				ExpiresAt  *time.Time      `json:"expires_at"`
 			}
 			if json.Unmarshal(m.Data(), &rec) == nil && rec.DispatchID == key {
-				candidates[key] = !rec.Queued && !rec.Status.Terminal()
+				candidates[key] = len(rec.Request) > 0 && string(rec.Request) != "null" && !rec.Status.Terminal() && rec.ExpiresAt == nil
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {

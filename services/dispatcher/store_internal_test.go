@@ -213,16 +213,18 @@ func TestStore(t *testing.T) {
 		}
 	})
 
-	t.Run("unqueued lists the interrupted acceptances written since", func(t *testing.T) {
+	t.Run("unstarted lists the acceptances written since", func(t *testing.T) {
 		since := time.Now()
 		for _, r := range []struct {
-			id             string
-			queued, failed bool
-		}{{"u-2", false, false}, {"u-1", false, false}, {"u-queued", true, false}, {"u-ended", false, true}} {
+			id            string
+			failed, noReq bool
+		}{{"u-2", false, false}, {"u-1", false, false}, {"u-ended", true, false}, {"u-refused", true, true}} {
 			rec := newRecord(r.id)
-			rec.Queued = r.queued
 			if r.failed {
 				rec.Status = lifecycle.KindFailed
+			}
+			if !r.noReq {
+				rec.Request = &lifecycle.Request{DispatchID: r.id, ThreadID: r.id, Subagent: "planner"}
 			}
 			if _, err := a.create(ctx, rec); err != nil {
 				t.Fatal(err)
@@ -231,16 +233,16 @@ func TestStore(t *testing.T) {
 		if err := a.index(ctx, "u-1", 0, "u-1"); err != nil {
 			t.Fatal(err)
 		}
-		// u-2 is queued by a later write: its last write decides.
-		if _, err := b.update(ctx, "u-2", func(r *record) bool { r.Queued = true; return true }); err != nil {
+		// u-2's thread ended: its last write, the expiry, decides.
+		if _, err := b.update(ctx, "u-2", func(r *record) bool { r.ExpiresAt = new(time.Now().Add(time.Hour)); return true }); err != nil {
 			t.Fatal(err)
 		}
-		ids, err := a.unqueued(ctx, since)
+		ids, err := a.unstarted(ctx, since)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := []string{"u-1"}; !slices.Equal(ids, want) {
-			t.Errorf("unqueued = %v, want %v", ids, want)
+			t.Errorf("unstarted = %v, want %v", ids, want)
 		}
 	})
 }
