@@ -25,7 +25,6 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/slack-go/slack v0.35.0
 	github.com/spf13/cobra v1.10.2
-	github.com/synadia-io/orbit.go/jetstreamext v0.3.2
 	github.com/testcontainers/testcontainers-go v0.44.0
 	github.com/yuin/goldmark v1.8.7
 	go.opentelemetry.io/otel v1.44.0
@@ -119,7 +118,6 @@ require (
 	github.com/speakeasy-api/openapi v1.24.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
-	github.com/synadia-io/orbit.go/natsext v0.1.3 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
 	github.com/vmware-labs/yaml-jsonpath v0.3.2 // indirect

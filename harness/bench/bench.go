@@ -258,6 +258,23 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	row.PeakRSSMiB = peak()
 	rep.Rows = append(rep.Rows, row)
+	peak = mem.window()
+	pair, stopStatus, err := statusRead(ctx, url, js)
+	if err != nil {
+		return Report{}, err
+	}
+	base := len(rep.Rows)
+	for _, sc := range pair {
+		say("measuring %s", sc.name)
+		row, err := measure(ctx, sc, cfg)
+		if err != nil {
+			stopStatus()
+			return Report{}, err
+		}
+		row.baseline, row.PeakRSSMiB = base, peak()
+		rep.Rows = append(rep.Rows, row)
+	}
+	stopStatus()
 	if cfg.NoExec {
 		say("leaving out the sandbox's layers (--no-exec)")
 	} else {

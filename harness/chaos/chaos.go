@@ -605,7 +605,12 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 		}
 	}
 	auditAskOnce(ctx, js, children, answeredEvents, rep, bad)
-	if kv, err := js.KeyValue(ctx, lifecycle.BucketDispatches); err == nil {
+	chains, err := chain.NewReader(js)
+	if err != nil {
+		bad("cannot read chains: %v", err)
+	}
+	if kv, err := js.KeyValue(ctx, lifecycle.BucketDispatches); err == nil && chains != nil {
+		defer chains.Close()
 		keys, _ := kv.ListKeys(ctx)
 		for k := range keys.Keys() {
 			if strings.HasPrefix(k, "thread.") {
@@ -622,7 +627,7 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			if json.Unmarshal(e.Value(), &r) != nil || r.Request == nil {
 				continue
 			}
-			links, err := chain.Last(ctx, js, r.ThreadID, r.DispatchID)
+			links, err := chains.Last(ctx, r.ThreadID, r.DispatchID)
 			if err != nil {
 				bad("cannot read the chain of %s: %v", k, err)
 				continue

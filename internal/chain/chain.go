@@ -1,20 +1,24 @@
 // Package chain reads a dispatch's status from its chain of lifecycle
 // events (docs/design.md §2, "The dispatch record and the reconciler"):
 // the last event of each kind on agora.lifecycle.*.<thread_id>.<dispatch_id>,
-// read with one batched direct get (multi_last, ADR-31), applied to the
-// part of a record the events do not carry.
+// read with one batched direct get (multi_last, ADR-31) by a Reader,
+// applied to the part of a record the events do not carry.
 package chain
 
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -33,58 +37,135 @@ const maxKinds = 8
 const MaxEventRefs = 256
 
 // ErrCut reports a read that ended before the server said its answer was
-// complete (its deadline passed mid-answer): a status from part of the
-// chain could go back, so the caller gets an error instead.
+// complete (its deadline passed mid-answer, or an answer was lost): a
+// status from part of the chain could go back, so the caller gets an error
+// instead.
 var ErrCut = errors.New("chain: the read ended before its last message")
+
+// Reader reads chains with batched direct gets over one connection. A
+// batched get has several replies, which nats.go's request/reply does not
+// take; a subscription of its own for each read (orbit.go's jetstreamext
+// makes one) cost 0.24 ms a read here, against 0.08 ms with one
+// subscription for every read's replies, each read told apart by the last
+// token of its reply subject. It is safe for concurrent use.
+type Reader struct {
+	nc      *nats.Conn
+	subject string // $JS.API.DIRECT.GET.AGORA_LIFECYCLE, with the JetStream API prefix
+	prefix  string // reply subjects: <prefix>.<n>
+	sub     *nats.Subscription
+	next    atomic.Uint64
+	mu      sync.Mutex
+	calls   map[string]chan *nats.Msg
+}
+
+// NewReader subscribes for the replies of js's connection; Close ends it.
+func NewReader(js jetstream.JetStream) (*Reader, error) {
+	o := js.Options()
+	api := "$JS.API."
+	switch {
+	case o.APIPrefix != "":
+		api = strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		api = "$JS." + o.Domain + ".API."
+	}
+	nc := js.Conn()
+	r := &Reader{nc: nc, subject: api + "DIRECT.GET." + lifecycle.StreamLifecycle, prefix: nc.NewRespInbox(), calls: map[string]chan *nats.Msg{}}
+	sub, err := nc.Subscribe(r.prefix+".*", r.deliver)
+	if err != nil {
+		return nil, fmt.Errorf("chain: subscribe: %w", err)
+	}
+	r.sub = sub
+	return r, nil
+}
+
+// Close unsubscribes.
+func (r *Reader) Close() { _ = r.sub.Unsubscribe() }
+
+func (r *Reader) deliver(m *nats.Msg) {
+	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	r.mu.Lock()
+	ch := r.calls[token]
+	r.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- m:
+		default: // more than an answer holds: the read is cut
+		}
+	}
+}
 
 // Last reads the last event of each kind of one dispatch from
 // AGORA_LIFECYCLE, in stream order; none when the chain is empty. An event
 // that does not parse is skipped: it changes no status. The stream must
 // allow direct gets (internal/provision sets it).
-func Last(ctx context.Context, js jetstream.JetStream, threadID, dispatchID string) ([]Link, error) {
-	filter := lifecycle.LifecycleFilter("", threadID, dispatchID)
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, js, lifecycle.StreamLifecycle, []string{filter}, jetstreamext.GetLastMsgsBatchSize(maxKinds))
+func (r *Reader) Last(ctx context.Context, threadID, dispatchID string) ([]Link, error) {
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+		Batch     int      `json:"batch"`
+	}{[]string{lifecycle.LifecycleFilter("", threadID, dispatchID)}, maxKinds})
 	if err != nil {
+		return nil, err
+	}
+	token := strconv.FormatUint(r.next.Add(1), 10)
+	ch := make(chan *nats.Msg, maxKinds+2)
+	r.mu.Lock()
+	r.calls[token] = ch
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.calls, token)
+		r.mu.Unlock()
+	}()
+	if err := r.nc.PublishRequest(r.subject, r.prefix+"."+token, req); err != nil {
 		return nil, fmt.Errorf("chain: read %s: %w", dispatchID, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.nc.Opts.Timeout)
+		defer cancel()
 	}
 	type sequenced struct {
 		seq  uint64
 		link Link
 	}
 	var out []sequenced
-	complete := false
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			return nil, nil
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %s: %w", ErrCut, dispatchID, ctx.Err())
 		}
+		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+			switch status := m.Header.Get("Status"); status {
+			case "204": // the end of the answer, cut short when messages are still pending
+				if n := m.Header.Get("Nats-Num-Pending"); n != "" && n != "0" {
+					return nil, fmt.Errorf("%w: %s: %s events not sent", ErrCut, dispatchID, n)
+				}
+				slices.SortFunc(out, func(a, b sequenced) int { return cmp.Compare(a.seq, b.seq) })
+				links := make([]Link, len(out))
+				for i, s := range out {
+					links[i] = s.link
+				}
+				return links, nil
+			case "404":
+				return nil, nil // no event
+			default:
+				return nil, fmt.Errorf("chain: read %s: status %s %s", dispatchID, status, m.Header.Get("Description"))
+			}
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("chain: read %s: %w", dispatchID, err)
+			return nil, fmt.Errorf("chain: read %s: a reply without its sequence", dispatchID)
 		}
-		// Nats-Num-Pending counts the messages of the answer still to
-		// come: 0 on the last one. The iterator also ends quietly when the
-		// context does, so only that header tells a whole answer.
-		pending, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-		complete = perr == nil && pending == 0
 		e, err := lifecycle.Decode(m.Header, m.Data)
 		if err != nil {
 			continue
 		}
 		if l, ok := parse(e); ok && l.Data.Base().DispatchID == dispatchID {
-			out = append(out, sequenced{m.Sequence, l})
+			out = append(out, sequenced{seq, l})
 		}
 	}
-	if !complete {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrCut, dispatchID, err)
-		}
-		return nil, fmt.Errorf("%w: %s", ErrCut, dispatchID)
-	}
-	slices.SortFunc(out, func(a, b sequenced) int { return cmp.Compare(a.seq, b.seq) })
-	links := make([]Link, len(out))
-	for i, s := range out {
-		links[i] = s.link
-	}
-	return links, nil
 }
 
 // Parse parses a dispatch's events, in their order, skipping those that

@@ -3,6 +3,8 @@ package chain_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,10 +31,15 @@ func publish(t *testing.T, js jetstream.JetStream, d lifecycle.Lifecycle) lifecy
 
 func TestLast(t *testing.T) {
 	js := natstest.StartProvisioned(t, provision.Config{}).JetStream(t)
+	r, err := chain.NewReader(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
 	c := lifecycle.Common{DispatchID: "d-1", ThreadID: "t-1", Subagent: "planner"}
 	other := lifecycle.Common{DispatchID: "d-2", ThreadID: "t-1", Subagent: "planner"}
 
-	if links, err := chain.Last(t.Context(), js, c.ThreadID, c.DispatchID); err != nil || len(links) != 0 {
+	if links, err := r.Last(t.Context(), c.ThreadID, c.DispatchID); err != nil || len(links) != 0 {
 		t.Fatalf("empty chain: %d links, %v; want none", len(links), err)
 	}
 
@@ -42,7 +49,7 @@ func TestLast(t *testing.T) {
 	publish(t, js, &lifecycle.Started{Common: c, WorkerID: "w2", Attempt: 2})
 	fin := publish(t, js, &lifecycle.Finished{Common: c, DurationMS: 7, Output: json.RawMessage(`{"a":1}`)})
 
-	links, err := chain.Last(t.Context(), js, c.ThreadID, c.DispatchID)
+	links, err := r.Last(t.Context(), c.ThreadID, c.DispatchID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +72,38 @@ func TestLast(t *testing.T) {
 		t.Errorf("applied: %+v", rec)
 	}
 
+	t.Run("reads at once on one reader each get their own chain", func(t *testing.T) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for i := range 64 {
+			id, worker := c.DispatchID, "w2"
+			if i%2 == 1 {
+				id, worker = other.DispatchID, "w9"
+			}
+			wg.Go(func() {
+				links, err := r.Last(t.Context(), c.ThreadID, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var rec client.Record
+				chain.Apply(&rec, links...)
+				if rec.DispatchID != "" || rec.WorkerID != worker {
+					errs <- fmt.Errorf("%s: worker %q, want %q", id, rec.WorkerID, worker)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+
 	t.Run("a read cut off by its deadline is an error, not a shorter chain", func(t *testing.T) {
 		ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
 		defer cancel()
-		if _, err := chain.Last(ctx, js, c.ThreadID, c.DispatchID); err == nil {
+		if _, err := r.Last(ctx, c.ThreadID, c.DispatchID); err == nil {
 			t.Fatal("a read past its deadline returned a chain")
 		}
 	})

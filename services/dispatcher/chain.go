@@ -16,7 +16,7 @@ import (
 // lastEvents reads the last event of each kind of one dispatch, in stream
 // order.
 func (st store) lastEvents(ctx context.Context, threadID, dispatchID string) ([]event, error) {
-	links, err := chain.Last(ctx, st.js, threadID, dispatchID)
+	links, err := st.chain.Last(ctx, threadID, dispatchID)
 	evs := make([]event, len(links))
 	for i, l := range links {
 		evs[i] = event{l.Event, l.Data}
@@ -43,13 +43,31 @@ func parseAll(es []lifecycle.Event) []event {
 }
 
 // view reads a dispatch record and derives its status from its chain: the
-// record every door answers. The revision is the stored one.
+// record every door answers. The revision is the stored one. The chain's
+// subject names the thread, which the record holds; a root's thread is its
+// own id, so that chain is read beside the record, and a root's status
+// costs one round trip's wait, not two.
 func (st store) view(ctx context.Context, id string) (record, uint64, error) {
+	type read struct {
+		evs []event
+		err error
+	}
+	root := make(chan read, 1)
+	go func() {
+		evs, err := st.lastEvents(ctx, id, id)
+		root <- read{evs, err}
+	}()
 	rec, rev, err := st.get(ctx, id)
 	if err != nil {
 		return rec, rev, err
 	}
-	evs, err := st.lastEvents(ctx, rec.ThreadID, id)
+	var evs []event
+	if rec.ThreadID == id {
+		r := <-root
+		evs, err = r.evs, r.err
+	} else {
+		evs, err = st.lastEvents(ctx, rec.ThreadID, id)
+	}
 	if err != nil {
 		return rec, rev, err
 	}

@@ -236,7 +236,11 @@ func projectionService(t *testing.T, id string, wrap func(jetstream.KeyValue) je
 	if wrap != nil {
 		kv = wrap(raw)
 	}
-	return s, &bindings{js: js, store: newStore(js, kv, nil)}, raw
+	st, err := newStore(js, kv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, &bindings{js: js, store: st}, raw
 }
 
 // acceptedRecord is the record acceptance creates for a root dispatch:

@@ -161,7 +161,9 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketQuestions, err)
 	}
-	b.store = newStore(js, dispatches, questions)
+	if b.store, err = newStore(js, dispatches, questions); err != nil {
+		return nil, err
+	}
 	if b.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
 		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
 	}

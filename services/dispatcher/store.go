@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -54,11 +55,16 @@ type store struct {
 	kv        jetstream.KeyValue  // agora_dispatches
 	questions jetstream.KeyValue  // agora_questions: closed questions get their TTL
 	js        jetstream.JetStream // TTL writes and the reconciler's scan
+	chain     *chain.Reader       // the dispatches' chains, for their status (view)
 	cache     *recordCache        // the records as this dispatcher last wrote them
 }
 
-func newStore(js jetstream.JetStream, dispatches, questions jetstream.KeyValue) store {
-	return store{kv: dispatches, questions: questions, js: js, cache: newRecordCache(recordCacheSize, recordCacheBytes)}
+func newStore(js jetstream.JetStream, dispatches, questions jetstream.KeyValue) (store, error) {
+	r, err := chain.NewReader(js)
+	if err != nil {
+		return store{}, fmt.Errorf("dispatcher: %w", err)
+	}
+	return store{kv: dispatches, questions: questions, js: js, chain: r, cache: newRecordCache(recordCacheSize, recordCacheBytes)}, nil
 }
 
 // conflict reports a lost compare-and-set of the bucket.

@@ -26,7 +26,15 @@ func newTestStores(t *testing.T) (store, store, jetstream.JetStream) {
 	js := srv.JetStream(t)
 	kv := natstest.KeyValue(t, js, lifecycle.BucketDispatches)
 	questions := natstest.KeyValue(t, js, lifecycle.BucketQuestions)
-	return newStore(js, kv, questions), newStore(js, kv, questions), js
+	a, err := newStore(js, kv, questions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newStore(js, kv, questions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b, js
 }
 
 // lastWrite returns the headers of the last write of key in bucket,

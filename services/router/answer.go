@@ -504,6 +504,9 @@ func (s *Service) unknown(ctx context.Context, qid string) client.AnswerReply {
 	}
 	soon := client.AnswerReply{Status: client.AnswerRetry, Reason: fmt.Sprintf("the question of dispatch %s is not recorded yet; send the answer again shortly", did)}
 	drec, err := s.dispatchRecord(ctx, did)
+	if err == nil {
+		err = s.dispatchStatus(ctx, drec)
+	}
 	switch {
 	case err == nil:
 		if !drec.Terminal() || drec.Status == lifecycle.KindNeedsInput {

@@ -221,12 +221,12 @@ func (s *Service) maxRounds(ctx context.Context, req *lifecycle.Request, name st
 	return subagent.DefaultMaxRounds
 }
 
-// dispatchRecord is the dispatcher's record, as the router reads it: its
-// status derived from its chain as every door derives it
-// (internal/chain). Its CancelRequested (JSON cancel_requested) is set by
-// the dispatcher on a paused dispatch's record when its thread is
-// cancelled: the durable twin of the core message on
-// agora.control.cancel-thread.<thread_id>.
+// dispatchRecord is the dispatcher's record, as the router reads it from
+// the bucket: the request and the trace, and CancelRequested (JSON
+// cancel_requested), which the dispatcher sets on a paused dispatch's
+// record when its thread is cancelled: the durable twin of the core
+// message on agora.control.cancel-thread.<thread_id>. Its status is the
+// one it was created with; dispatchStatus reads the current one.
 type dispatchRecord struct {
 	client.Record
 }
@@ -246,12 +246,18 @@ func (s *Service) dispatchRecord(ctx context.Context, id string) (*dispatchRecor
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, fmt.Errorf("router: decode dispatch record %s: %w", id, err)
 	}
-	links, err := chain.Last(ctx, s.js, r.ThreadID, id)
-	if err != nil {
-		return nil, fmt.Errorf("router: read dispatch %s: %w", id, err)
-	}
-	chain.Apply(&r.Record, links...)
 	return &r, nil
+}
+
+// dispatchStatus applies the dispatch's chain to drec (internal/chain), as
+// every door of the dispatcher reads a status.
+func (s *Service) dispatchStatus(ctx context.Context, drec *dispatchRecord) error {
+	links, err := s.chains.Last(ctx, drec.ThreadID, drec.DispatchID)
+	if err != nil {
+		return fmt.Errorf("router: read the status of %s: %w", drec.DispatchID, err)
+	}
+	chain.Apply(&drec.Record, links...)
+	return nil
 }
 
 // cancelRequested reports whether the question's thread was cancelled
@@ -278,8 +284,7 @@ func (s *Service) cancelRequested(ctx context.Context, r *record, drec *dispatch
 		}
 		return cr, true
 	}
-	if drec.Status == lifecycle.KindCancelled {
-		return client.CancelRequest{DispatchID: drec.DispatchID, ThreadID: drec.ThreadID, By: "api"}, true
-	}
+	// The dispatch itself cannot have been cancelled: it has one terminal
+	// event, and its question exists because that event is needs_input.
 	return client.CancelRequest{}, false
 }

@@ -85,6 +85,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agora-dispatch/agora/internal/buildinfo"
+	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
@@ -123,6 +124,7 @@ type Service struct {
 	routes   atomic.Pointer[Routes]
 
 	js         jetstream.JetStream
+	chains     *chain.Reader // a dispatch's status, when an answer has no question (unknown)
 	store      store
 	dispatches jetstream.KeyValue
 	subagents  jetstream.KeyValue
@@ -232,6 +234,9 @@ func (s *Service) bindOnce(ctx context.Context) error {
 	}
 	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
 		return fmt.Errorf("router: stream %s: %w", lifecycle.StreamLifecycle, err)
+	}
+	if s.chains, err = chain.NewReader(js); err != nil {
+		return fmt.Errorf("router: %w", err)
 	}
 	if s.asks, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerRouter); err != nil {
 		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerRouter, err)
