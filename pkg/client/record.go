@@ -64,7 +64,8 @@ type Record struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
 	// Events lists the lifecycle events the status was read from, in
-	// stream order: the last of each kind.
+	// stream order: the last of each kind (in a thread's rounds, every
+	// event of the round).
 	Events []EventRef `json:"events,omitempty"`
 }
 
