@@ -161,11 +161,12 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketQuestions, err)
 	}
-	if b.store, err = newStore(js, dispatches, questions); err != nil {
-		return nil, err
-	}
 	if b.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
 		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
+	}
+	// Last: its subscription is made once, by a bind that succeeds.
+	if b.store, err = newStore(js, dispatches, questions); err != nil {
+		return nil, err
 	}
 	s.b = b
 	return b, nil
@@ -199,6 +200,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.closeConn()
 		return err
 	}
+	defer b.store.chain.Close() // last: requests finishing still read statuses
 	// work outlives ctx by ShutdownTimeout so in-flight requests finish.
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()

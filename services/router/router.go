@@ -235,14 +235,15 @@ func (s *Service) bindOnce(ctx context.Context) error {
 	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
 		return fmt.Errorf("router: stream %s: %w", lifecycle.StreamLifecycle, err)
 	}
-	if s.chains, err = chain.NewReader(js); err != nil {
-		return fmt.Errorf("router: %w", err)
-	}
 	if s.asks, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerRouter); err != nil {
 		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerRouter, err)
 	}
 	if s.answers, err = js.Consumer(ctx, lifecycle.StreamAnswers, provision.ConsumerRouterAns); err != nil {
 		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamAnswers, provision.ConsumerRouterAns, err)
+	}
+	// Last: its subscription is made once, by a bind that succeeds.
+	if s.chains, err = chain.NewReader(js); err != nil {
+		return fmt.Errorf("router: %w", err)
 	}
 	return nil
 }
@@ -261,6 +262,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.closeConn()
 		return err
 	}
+	defer s.chains.Close() // last: work finishing may still read a status
 	// work outlives ctx by ShutdownTimeout so in-flight work finishes.
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
