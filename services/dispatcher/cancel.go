@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/problem"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,7 +94,7 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 			return rec, err
 		}
 	}
-	derive(&rec, []event{{e, l}})
+	chain.Apply(&rec, event{Event: e, Data: l})
 	if l.LifecycleKind() == lifecycle.KindNeedsInput {
 		// Paused on a question the record did not show yet.
 		return s.cancelPausedThread(ctx, b, rec, by, reason)
@@ -218,13 +219,13 @@ func (s *Service) latestRound(ctx context.Context, b *bindings, rec client.Recor
 // stream, with one read of its chain: the first one stored, should there
 // be more.
 func (s *Service) terminalEvent(ctx context.Context, b *bindings, rec client.Record) (lifecycle.Event, lifecycle.Lifecycle, bool, error) {
-	evs, err := b.store.lastEvents(ctx, rec.ThreadID, rec.DispatchID)
+	evs, err := b.store.chain.Last(ctx, rec.ThreadID, rec.DispatchID)
 	if err != nil {
 		return lifecycle.Event{}, nil, false, err
 	}
 	for _, it := range evs {
-		if it.l.LifecycleKind().Terminal() {
-			return it.e, it.l, true, nil
+		if it.Data.LifecycleKind().Terminal() {
+			return it.Event, it.Data, true, nil
 		}
 	}
 	return lifecycle.Event{}, nil, false, nil
@@ -298,7 +299,7 @@ func (s *Service) thread(ctx context.Context, b *bindings, threadID string) (cli
 			return client.Thread{}, err
 		}
 		// The round's status comes from its events, read already.
-		derive(&rec.Record, parseAll(events[ent.DispatchID]))
+		chain.Apply(&rec.Record, chain.Parse(events[ent.DispatchID])...)
 		th.Rounds = append(th.Rounds, client.Round{Record: rec.Record, Events: events[ent.DispatchID]})
 	}
 	if r := th.Latest(); r != nil {

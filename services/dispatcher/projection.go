@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -97,10 +98,7 @@ func (p *projection) closeShards() {
 }
 
 // event is a lifecycle event and its parsed data.
-type event struct {
-	e lifecycle.Event
-	l lifecycle.Lifecycle
-}
+type event = chain.Link
 
 // projected is one lifecycle message of a batch, decoded.
 type projected struct {
@@ -128,10 +126,10 @@ func (s *Service) projectBatch(ctx context.Context, b *bindings, msgs []jetstrea
 	for i, m := range msgs {
 		it := s.decodeProjected(ctx, m)
 		items[i] = it
-		if it.l == nil {
+		if it.Data == nil {
 			continue
 		}
-		id := it.l.Base().DispatchID
+		id := it.Data.Base().DispatchID
 		if _, ok := groups[id]; !ok {
 			order = append(order, id)
 		}
@@ -183,7 +181,7 @@ func (s *Service) decodeProjected(ctx context.Context, m jetstream.Msg) *project
 		span.End()
 		return it
 	}
-	it.e, it.l, it.ctx, it.span = e, l, sctx, span
+	it.Event, it.Data, it.ctx, it.span = e, l, sctx, span
 	return it
 }
 
@@ -198,7 +196,7 @@ func (s *Service) projectDispatch(b *bindings, its []*projected) {
 	first := its[0]
 	ctx, cancel := context.WithTimeout(first.ctx, opTimeout)
 	defer cancel()
-	c := first.l.Base()
+	c := first.Data.Base()
 	evs := make([]event, len(its))
 	for i, it := range its {
 		evs[i] = it.event
@@ -213,8 +211,8 @@ func (s *Service) projectDispatch(b *bindings, its []*projected) {
 	// store.enter.)
 	enter, ends := created, false
 	for _, it := range its {
-		k := it.l.LifecycleKind()
-		enter = enter || k == lifecycle.KindAccepted && !listedAtAcceptance(rec.Record, it.e.ID())
+		k := it.Data.LifecycleKind()
+		enter = enter || k == lifecycle.KindAccepted && !listedAtAcceptance(rec.Record, it.Event.ID())
 		ends = ends || endsThread(k)
 	}
 	if err == nil && enter {
@@ -225,14 +223,14 @@ func (s *Service) projectDispatch(b *bindings, its []*projected) {
 	}
 	for _, it := range its {
 		if err != nil {
-			it.log.Warn("projection: temporary failure, redelivering", "id", it.e.ID(), "err", err)
+			it.log.Warn("projection: temporary failure, redelivering", "id", it.Event.ID(), "err", err)
 			it.v = retryLate
 		} else if it.first {
 			var reason lifecycle.Reason
-			if f, ok := it.l.(*lifecycle.Failed); ok {
+			if f, ok := it.Data.(*lifecycle.Failed); ok {
 				reason = f.Reason
 			}
-			s.metrics.applied(it.l.LifecycleKind(), reason)
+			s.metrics.applied(it.Data.LifecycleKind(), reason)
 		}
 		telemetry.End(it.span, err) // a temporary failure: the span records it
 	}
@@ -250,15 +248,15 @@ func listedAtAcceptance(rec client.Record, id string) bool {
 // refused on the stream, or events published without the dispatcher).
 // created reports that.
 func (s *Service) recordOf(ctx context.Context, b *bindings, evs ...event) (record, bool, error) {
-	c := evs[0].l.Base()
+	c := evs[0].Data.Base()
 	rec, _, err := b.store.cached(ctx, c.DispatchID)
 	if !errors.Is(err, errNoRecord) {
 		return rec, false, err
 	}
-	rec = record{Record: client.Record{DispatchID: c.DispatchID, ThreadID: c.ThreadID, ParentID: c.ParentID, Round: c.Round, Subagent: c.Subagent, CreatedAt: evs[0].e.Time().UTC()}}
-	derive(&rec.Record, evs)
+	rec = record{Record: client.Record{DispatchID: c.DispatchID, ThreadID: c.ThreadID, ParentID: c.ParentID, Round: c.Round, Subagent: c.Subagent, CreatedAt: evs[0].Event.Time().UTC()}}
+	chain.Apply(&rec.Record, evs...)
 	rec.UpdatedAt = time.Now().UTC()
-	if rec.Terminal() && endsThread(rec.Status) {
+	if endsThread(rec.Status) {
 		exp := rec.UpdatedAt.Add(s.cfg.Retention).Truncate(time.Second)
 		rec.ExpiresAt = &exp
 	}

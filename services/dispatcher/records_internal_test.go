@@ -78,12 +78,12 @@ func TestProjectionWritesOnlyWhatEventsDoNotCarry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			its[i] = &projected{event: event{e, d}, log: slog.New(slog.DiscardHandler), ctx: t.Context(), span: trace.SpanFromContext(t.Context()), v: ack}
+			its[i] = &projected{event: event{Event: e, Data: d}, log: slog.New(slog.DiscardHandler), ctx: t.Context(), span: trace.SpanFromContext(t.Context()), v: ack}
 		}
 		s.projectDispatch(b, its)
 		for _, it := range its {
 			if it.v != ack {
-				t.Fatalf("event %s: verdict %+v, want ack", it.e.ID(), it.v)
+				t.Fatalf("event %s: verdict %+v, want ack", it.Event.ID(), it.v)
 			}
 		}
 	}
