@@ -58,23 +58,16 @@ func (s *Service) httpArtifacts(w http.ResponseWriter, r *http.Request) {
 func (s *Service) outputs(r *http.Request, b *bindings) (lifecycle.Outputs, error) {
 	ctx, cancel := opContext(r)
 	defer cancel()
-	rec, err := s.status(ctx, b, r.PathValue("id"))
+	rec, links, err := s.statusChain(ctx, b, r.PathValue("id"))
 	if err != nil {
 		return lifecycle.Outputs{}, err
 	}
-	e, _, found, err := s.terminalEvent(ctx, b, rec)
-	if err != nil {
-		return lifecycle.Outputs{}, err
-	}
+	t, found := terminal(links)
 	if !found {
 		return lifecycle.Outputs{}, &client.Problem{Type: problemNotEnded, Title: "Not ended", Status: http.StatusConflict,
 			Detail: fmt.Sprintf("dispatch %s is %s: its artifacts are listed when it ends", rec.DispatchID, rec.Status)}
 	}
-	d, err := lifecycle.Parse(e)
-	if err != nil {
-		return lifecycle.Outputs{}, err
-	}
-	if o := lifecycle.RunOutputs(d); o != nil {
+	if o := lifecycle.RunOutputs(t.Data); o != nil {
 		return *o, nil
 	}
 	return lifecycle.Outputs{}, nil

@@ -33,13 +33,12 @@ func notFound(what, id string) *client.Problem {
 // worker running it to stop: a queued dispatch is skipped by the worker
 // that pulls it, a running one is killed.
 //
-// The record may lag the stream (the projection applies events
-// asynchronously), so the terminal event that counts is the one on
-// AGORA_LIFECYCLE: it is looked up before the cancelled event is
-// published, so none is published after a terminal event older than the
-// duplicate window, and again when the publish is a duplicate. When that
-// event is needs_input, the dispatch is paused on a question and the
-// thread is ended through the router.
+// The status is read from the chain (store.view), so the cancelled event
+// is published only when the chain has no terminal event — none is
+// published after one older than the duplicate window — and the chain is
+// read again when the publish is a duplicate: the terminal event stored
+// first counts. When that event is needs_input, the dispatch is paused on a
+// question and the thread is ended through the router.
 func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reason string) (client.Record, error) {
 	if !idRE.MatchString(id) {
 		return client.Record{}, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
@@ -63,30 +62,23 @@ func (s *Service) cancelDispatch(ctx context.Context, b *bindings, id, by, reaso
 		return rec, nil
 	}
 	wasRunning := rec.Status == lifecycle.KindStarted
-	e, l, found, err := s.terminalEvent(ctx, b, rec)
+	d := &lifecycle.Cancelled{Common: rec.Common(), By: by, Reason: reason}
+	e, pub, err := s.emit(ctx, b, d, rec.Traceparent)
 	if err != nil {
 		return rec, err
 	}
-	ours := false // the cancelled event is this request's
-	if !found {
-		d := &lifecycle.Cancelled{Common: rec.Common(), By: by, Reason: reason}
-		var pub *jetstream.PubAck
-		if e, pub, err = s.emit(ctx, b, d, rec.Traceparent); err != nil {
+	var l lifecycle.Lifecycle = d
+	ours := !pub.Duplicate // the cancelled event is this request's
+	if pub.Duplicate {
+		// The dispatch has a terminal event already (the worker's, or
+		// this cancel's, sent before): that one counts.
+		var found bool
+		if e, l, found, err = s.terminalEvent(ctx, b, rec); err != nil {
 			return rec, err
 		}
-		l = d
-		if pub.Duplicate {
-			// The dispatch has a terminal event already (the worker's, or
-			// this cancel's, sent before): that one counts.
-			if e, l, found, err = s.terminalEvent(ctx, b, rec); err != nil {
-				return rec, err
-			}
-			if !found {
-				rec.Outcome = client.OutcomeAlreadyEnded
-				return rec, nil
-			}
-		} else {
-			ours = true
+		if !found {
+			rec.Outcome = client.OutcomeAlreadyEnded
+			return rec, nil
 		}
 	}
 	if l.LifecycleKind() == lifecycle.KindCancelled {
@@ -219,16 +211,12 @@ func (s *Service) latestRound(ctx context.Context, b *bindings, rec client.Recor
 // stream, with one read of its chain: the first one stored, should there
 // be more.
 func (s *Service) terminalEvent(ctx context.Context, b *bindings, rec client.Record) (lifecycle.Event, lifecycle.Lifecycle, bool, error) {
-	evs, err := b.store.chain.Last(ctx, rec.ThreadID, rec.DispatchID)
+	links, err := b.store.chain.Last(ctx, rec.ThreadID, rec.DispatchID)
 	if err != nil {
 		return lifecycle.Event{}, nil, false, err
 	}
-	for _, it := range evs {
-		if it.Data.LifecycleKind().Terminal() {
-			return it.Event, it.Data, true, nil
-		}
-	}
-	return lifecycle.Event{}, nil, false, nil
+	t, found := terminal(links)
+	return t.Event, t.Data, found, nil
 }
 
 // cancelThread cancels every dispatch of a thread that has not ended and,
@@ -269,14 +257,20 @@ func (s *Service) threadIndex(ctx context.Context, b *bindings, threadID string)
 
 // status returns one dispatch's record.
 func (s *Service) status(ctx context.Context, b *bindings, id string) (client.Record, error) {
+	rec, _, err := s.statusChain(ctx, b, id)
+	return rec, err
+}
+
+// statusChain is status, and the chain's events its status was read from.
+func (s *Service) statusChain(ctx context.Context, b *bindings, id string) (client.Record, []chain.Link, error) {
 	if !idRE.MatchString(id) {
-		return client.Record{}, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
+		return client.Record{}, nil, problem.Invalid(client.FieldError{Field: "dispatch_id", Message: fmt.Sprintf("%q is not a valid dispatch id", short(id))})
 	}
-	rec, _, err := b.store.view(ctx, id)
+	rec, links, _, err := b.store.viewChain(ctx, id)
 	if errors.Is(err, errNoRecord) {
-		return client.Record{}, s.gone("dispatch", id)
+		return client.Record{}, nil, s.gone("dispatch", id)
 	}
-	return rec.Record, err
+	return rec.Record, links, err
 }
 
 // thread returns every round of a thread with its lifecycle events.

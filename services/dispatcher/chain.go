@@ -12,11 +12,17 @@ import (
 // last event of each kind (internal/chain), one batched direct get.
 
 // view reads a dispatch record and derives its status from its chain: the
-// record every door answers. The revision is the stored one. The chain's
+// record every door answers. The revision is the stored one.
+func (st store) view(ctx context.Context, id string) (record, uint64, error) {
+	rec, _, rev, err := st.viewChain(ctx, id)
+	return rec, rev, err
+}
+
+// viewChain is view, and the chain's events it applied. The chain's
 // subject names the thread, which the record holds; a root's thread is its
 // own id, so that chain is read beside the record, and a root's status
 // costs one round trip's wait, not two.
-func (st store) view(ctx context.Context, id string) (record, uint64, error) {
+func (st store) viewChain(ctx context.Context, id string) (record, []chain.Link, uint64, error) {
 	type read struct {
 		links []chain.Link
 		err   error
@@ -28,7 +34,7 @@ func (st store) view(ctx context.Context, id string) (record, uint64, error) {
 	}()
 	rec, rev, err := st.get(ctx, id)
 	if err != nil {
-		return rec, rev, err
+		return rec, nil, rev, err
 	}
 	var links []chain.Link
 	if rec.ThreadID == id {
@@ -38,8 +44,18 @@ func (st store) view(ctx context.Context, id string) (record, uint64, error) {
 		links, err = st.chain.Last(ctx, rec.ThreadID, id)
 	}
 	if err != nil {
-		return rec, rev, err
+		return rec, nil, rev, err
 	}
 	chain.Apply(&rec.Record, links...)
-	return rec, rev, nil
+	return rec, links, rev, nil
+}
+
+// terminal returns the first terminal event of a chain's links.
+func terminal(links []chain.Link) (chain.Link, bool) {
+	for _, l := range links {
+		if l.Data.LifecycleKind().Terminal() {
+			return l, true
+		}
+	}
+	return chain.Link{}, false
 }
