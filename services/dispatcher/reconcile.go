@@ -46,7 +46,9 @@ func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {
 // reconcile completes the acceptances written since `since`, older than
 // grace, whose dispatch has not started.
 func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, grace time.Duration) error {
-	ids, err := b.store.unstarted(ctx, since)
+	// Records too young are left to a later pass without reading their
+	// chains.
+	ids, err := b.store.unstarted(ctx, since, time.Now().Add(-grace))
 	if err != nil {
 		return err
 	}
@@ -58,7 +60,7 @@ func (s *Service) reconcile(ctx context.Context, b *bindings, since time.Time, g
 			}
 			return err
 		}
-		if rec.Status != lifecycle.KindAccepted || time.Since(rec.CreatedAt) < grace {
+		if rec.Status != lifecycle.KindAccepted {
 			continue // started or ended: it was queued
 		}
 		log := s.log.With("dispatch_id", id, "thread_id", rec.ThreadID).With(logging.Trace(rec.Traceparent)...)

@@ -428,13 +428,14 @@ func (st store) expireQuestion(ctx context.Context, qid string, expires time.Tim
 }
 
 // unstarted lists, sorted, the dispatch ids whose record was last written
-// since `since` as an acceptance still to run: a request, not created
-// ended (refused, over its round limit) and not set to expire. These are
+// since `since` as an acceptance still to run, created before
+// `createdBefore`: a request, not created ended (refused, over its round
+// limit) and not set to expire. These are
 // the reconciler's candidates (docs/design.md §2, "The dispatch record
 // and the reconciler"); it reads their chains. It reads the records
 // written since then from the bucket's own stream, not every key: the
 // scan is bounded by what changed.
-func (st store) unstarted(ctx context.Context, since time.Time) ([]string, error) {
+func (st store) unstarted(ctx context.Context, since, createdBefore time.Time) ([]string, error) {
 	stream := "KV_" + lifecycle.BucketDispatches
 	prefix := "$KV." + lifecycle.BucketDispatches + "."
 	// One consumer for the whole pass, fetched from until nothing is
@@ -479,13 +480,14 @@ func (st store) unstarted(ctx context.Context, since time.Time) ([]string, error
 			// Only what decides: a record is decoded into these fields
 			// alone.
 			var rec struct {
-				DispatchID string          `json:"dispatch_id"`
-				Status     lifecycle.Kind  `json:"status"`
-				Request    json.RawMessage `json:"request"`
-				ExpiresAt  *time.Time      `json:"expires_at"`
+				DispatchID string         `json:"dispatch_id"`
+				Status     lifecycle.Kind `json:"status"`
+				Request    *struct{}      `json:"request"`
+				CreatedAt  time.Time      `json:"created_at"`
+				ExpiresAt  *time.Time     `json:"expires_at"`
 			}
 			if json.Unmarshal(m.Data(), &rec) == nil && rec.DispatchID == key {
-				candidates[key] = len(rec.Request) > 0 && string(rec.Request) != "null" && !rec.Status.Terminal() && rec.ExpiresAt == nil
+				candidates[key] = rec.Request != nil && !rec.Status.Terminal() && rec.ExpiresAt == nil && rec.CreatedAt.Before(createdBefore)
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {

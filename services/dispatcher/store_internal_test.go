@@ -245,12 +245,16 @@ func TestStore(t *testing.T) {
 		if _, err := b.update(ctx, "u-2", func(r *record) bool { r.ExpiresAt = new(time.Now().Add(time.Hour)); return true }); err != nil {
 			t.Fatal(err)
 		}
-		ids, err := a.unstarted(ctx, since)
+		ids, err := a.unstarted(ctx, since, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := []string{"u-1"}; !slices.Equal(ids, want) {
 			t.Errorf("unstarted = %v, want %v", ids, want)
+		}
+		// Created after createdBefore: too young to be a candidate.
+		if ids, err := a.unstarted(ctx, since, since.Add(-time.Second)); err != nil || len(ids) != 0 {
+			t.Errorf("unstarted of acceptances younger than asked = %v, %v; want none", ids, err)
 		}
 	})
 }
