@@ -608,9 +608,10 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 	chains, err := chain.NewReader(js)
 	if err != nil {
 		bad("cannot read chains: %v", err)
+	} else {
+		defer chains.Close()
 	}
 	if kv, err := js.KeyValue(ctx, lifecycle.BucketDispatches); err == nil && chains != nil {
-		defer chains.Close()
 		keys, _ := kv.ListKeys(ctx)
 		for k := range keys.Keys() {
 			if strings.HasPrefix(k, "thread.") {
