@@ -106,6 +106,7 @@ type Finished struct {
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output"` // .agora/output.json, or null
 	// OutputDropped says why Output is null although the run wrote one:
+	// the file is not a regular file of at most 64 KiB of valid JSON, or
 	// the event would not otherwise fit the server's max payload.
 	OutputDropped string `json:"output_dropped,omitempty"`
 	// StdoutTail is the last 4 KiB of the runtime's standard output, with

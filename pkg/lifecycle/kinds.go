@@ -53,12 +53,13 @@ const (
 	ReasonMaxRounds           Reason = "max-rounds"           // the thread would exceed its round limit
 	ReasonUnanswered          Reason = "unanswered"           // the question expired with on_expiry fail
 	ReasonLimitExceeded       Reason = "limit-exceeded"       // the run passed a sandbox limit; the detail names it
+	ReasonWorkspaceLost       Reason = "workspace-lost"       // the run's workspace was removed, replaced or unreadable before its results were read
 )
 
 // Reasons returns every failure reason.
 func Reasons() []Reason {
 	return []Reason{ReasonRejected, ReasonWorkerFailed, ReasonProviderFailed, ReasonTimeout,
-		ReasonRedeliveryExhausted, ReasonMaxRounds, ReasonUnanswered, ReasonLimitExceeded}
+		ReasonRedeliveryExhausted, ReasonMaxRounds, ReasonUnanswered, ReasonLimitExceeded, ReasonWorkspaceLost}
 }
 
 // Valid reports whether r is one of the failure reasons.

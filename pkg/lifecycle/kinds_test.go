@@ -50,7 +50,7 @@ func TestKinds(t *testing.T) {
 
 func TestReasons(t *testing.T) {
 	want := []lifecycle.Reason{"rejected", "worker-failed", "provider-failed", "timeout",
-		"redelivery-exhausted", "max-rounds", "unanswered", "limit-exceeded"}
+		"redelivery-exhausted", "max-rounds", "unanswered", "limit-exceeded", "workspace-lost"}
 	if got := lifecycle.Reasons(); !slices.Equal(got, want) {
 		t.Errorf("Reasons() = %q, want %q", got, want)
 	}

@@ -148,7 +148,7 @@ type Result struct {
 	Round      int           `json:"round" jsonschema:"the latest round (0 is the first)"`
 	Subagent   string        `json:"subagent,omitempty"`
 	Output     any           `json:"output,omitempty" jsonschema:"finished: what the sub-agent wrote to its output file"`
-	Reason     string        `json:"reason,omitempty" jsonschema:"failed: why (rejected, worker-failed, provider-failed, timeout, limit-exceeded, …)"`
+	Reason     string        `json:"reason,omitempty" jsonschema:"failed: why (rejected, worker-failed, provider-failed, timeout, limit-exceeded, workspace-lost, …)"`
 	Detail     string        `json:"detail,omitempty"`
 	Artifacts  []ArtifactRef `json:"artifacts,omitempty" jsonschema:"files the latest round left, each readable with resources/read on its uri"`
 	QuestionID string        `json:"question_id,omitempty" jsonschema:"needs_input: the question to answer with agora_answer"`

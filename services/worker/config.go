@@ -28,6 +28,10 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight runs may go on after a stop
 	// request before they are cancelled.
 	ShutdownTimeout time.Duration `envconfig:"WORKER_SHUTDOWN_TIMEOUT" default:"30s"`
+	// SweepInterval is how often the worker removes the workspaces no run
+	// holds any more (docs/worker.md, "Workspaces"), beside the sweep at
+	// its start. Shorten it to cross live runs with sweeps in a soak.
+	SweepInterval time.Duration `envconfig:"WORKER_SWEEP_INTERVAL" default:"5m"`
 	// KillGrace is the time between SIGTERM and SIGKILL.
 	KillGrace time.Duration `envconfig:"WORKER_KILL_GRACE" default:"5s"`
 	// HTTPAddr serves /metrics and /healthz when set.
@@ -155,6 +159,9 @@ func (c Config) Validate() error {
 	}
 	if c.KillGrace < 0 {
 		errs = append(errs, fmt.Errorf("AGORA_WORKER_KILL_GRACE=%s: must not be negative", c.KillGrace))
+	}
+	if c.SweepInterval < 0 || (c.SweepInterval > 0 && c.SweepInterval < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("AGORA_WORKER_SWEEP_INTERVAL=%s: want at least 100ms", c.SweepInterval))
 	}
 	if c.PullExpiry < 0 || (c.PullExpiry > 0 && c.PullExpiry < 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("AGORA_WORKER_PULL_EXPIRY=%s: want at least 100ms", c.PullExpiry))

@@ -291,8 +291,13 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		}
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: cancelBy, Reason: cancelReason}, res.ExitCode, "")
 	}
-	// The run's results: in the workspace, or in its own filesystem the
-	// launcher made (sandbox.go, viewOr).
+	// The run's results, read through the descriptor of what it wrote to
+	// (sandbox.go, viewOr) — once the path is known to still lead there:
+	// a workspace lost while the run lived is never read as its result.
+	if lost := j.sandbox.lost(ws); lost != "" {
+		j.ws = ""
+		return failed(lifecycle.ReasonWorkspaceLost, lost)
+	}
 	rws := j.sandbox.viewOr(ws)
 	j.ws = rws
 	_, sspan := telemetry.Tracer().Start(ctx, "agora.run.sentinel")
@@ -300,7 +305,7 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	sspan.SetAttributes(attribute.String("agora.sentinel", rsl.Status.String()))
 	telemetry.End(sspan, err)
 	if err != nil {
-		return failed(lifecycle.ReasonWorkerFailed, "sentinel: "+err.Error())
+		return failed(lifecycle.ReasonWorkspaceLost, "the sentinel could not be read: "+err.Error())
 	}
 	switch rsl.Status {
 	case sentinel.Valid:
@@ -330,11 +335,14 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	case errors.Is(cause, errTimeout):
 		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr))
 	case res.ExitCode == 0:
-		out, why := readOutput(rws)
+		out, why, err := readOutput(rws)
+		if err != nil {
+			return failed(lifecycle.ReasonWorkspaceLost, "output.json could not be read: "+err.Error())
+		}
 		if why != "" {
 			j.log.Warn("output not carried", "why", why)
 		}
-		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out,
+		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out, OutputDropped: why,
 			StdoutTail: string(res.Stdout), StderrTail: string(res.Stderr)}, 0, "")
 	default:
 		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s%s", res.ExitCode, stderrNote(res.Stderr), j.sandbox.hiddenNote(string(res.Stderr))))
@@ -507,6 +515,7 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 		return Invocation{}, err
 	}
 	inv := Invocation{Workspace: ws, hold: hold, launcher: s.launcher}
+	j.sandbox.wsDir = hold
 	if err := j.sandbox.mountWorkspace(ws); err != nil {
 		return inv, err
 	}

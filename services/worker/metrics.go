@@ -23,6 +23,9 @@ type metrics struct {
 	// from: "work_message" (a first delivery naming its accepted event's
 	// sequence) or "read" (the chain read by direct get).
 	fences *prometheus.CounterVec
+	// sweeps counts the workspace sweeps this worker ran (at its start and
+	// every AGORA_WORKER_SWEEP_INTERVAL); swept the workspaces they removed.
+	sweeps, swept prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, slots int) (*metrics, error) {
@@ -38,6 +41,8 @@ func newMetrics(reg prometheus.Registerer, slots int) (*metrics, error) {
 			"Runs that found their dispatch's event chain empty although an accepted event was sent before their work message, and waited for it, by outcome (stored, not_stored: returned for redelivery).", "outcome"),
 		fences: r.CounterVec("fences_total",
 			"Deliveries by where their fence came from: work_message (a first delivery fenced on the accepted event's sequence its work message names, without a read) or read (the dispatch's chain read by direct get).", "from"),
+		sweeps: r.Counter("workspace_sweeps_total", "Workspace sweeps run (at the worker's start and every AGORA_WORKER_SWEEP_INTERVAL)."),
+		swept:  r.Counter("workspaces_swept_total", "Abandoned workspaces the sweeps removed (no run held them)."),
 	}
 	r.GaugeFunc("slots", "Dispatches this worker runs at once (its concurrency): in_flight / slots is its utilisation.",
 		func() float64 { return float64(slots) })

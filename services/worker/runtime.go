@@ -205,7 +205,7 @@ func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 	stdout, stderr := newTail(tailSize), newTail(tailSize)
 	spec := sandbox.Spec{
 		Path: path, Args: argv, Env: inv.Env, Dir: inv.Workspace,
-		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.hold,
+		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.sandbox.launcherHold(inv.hold),
 		Unconfined: inv.sandbox == nil || inv.sandbox.mode == subagent.SandboxOff,
 	}
 	if rs := inv.sandbox; rs != nil && !spec.Unconfined {

@@ -72,6 +72,8 @@ type runSandbox struct {
 	over           atomic.Value      // string: the limit a watcher saw passed
 	pathEnv        string            // the sub-agent's PATH before the helper's folder
 	wsMounted      string            // the workspace's own tmpfs, while mounted
+	wsRoot         *os.File          // its root, locked, while mounted (mountWorkspace)
+	wsDir          *os.File          // the workspace folder, locked (prepareWorkspace)
 	log            *slog.Logger
 }
 
@@ -469,8 +471,21 @@ func (rs *runSandbox) mountWorkspace(ws string) error {
 		return fmt.Errorf("sandbox: workspace filesystem: %w", err)
 	}
 	rs.wsMounted = ws
+	// The path now leads to the new filesystem's root, which no lock
+	// covers yet: lock it before it holds an .agora directory, so a sweep
+	// that takes the lock first finds none and lets go, and one that
+	// comes later finds it held (docs/worker.md, "Why a sweep never
+	// touches a live run"). The launcher keeps this lock too.
+	root, err := lockDir(ws, false)
+	if err != nil {
+		return fmt.Errorf("sandbox: workspace filesystem: lock: %w", err)
+	}
+	rs.wsRoot = root
+	if rs.wsDir != nil && samePathFile(ws, rs.wsDir) {
+		return errors.New("sandbox: workspace filesystem: the mount did not take the workspace's place")
+	}
 	for _, d := range []string{".agora", filepath.Join(".agora", "artifacts")} {
-		if err := os.Mkdir(filepath.Join(ws, d), 0o700); err != nil {
+		if err := unix.Mkdirat(int(root.Fd()), d, 0o700); err != nil {
 			return fmt.Errorf("sandbox: workspace filesystem: %w", err)
 		}
 	}
@@ -479,41 +494,102 @@ func (rs *runSandbox) mountWorkspace(ws string) error {
 
 // unmountWorkspace lets the workspace's own filesystem go, once the run's
 // results are read: what the run wrote goes with it, and the folder under
-// it is the worker's pristine one again.
+// it is the worker's pristine one again. The filesystem's lock is let go
+// only once it no longer covers the folder.
 func (rs *runSandbox) unmountWorkspace() {
-	if rs == nil || rs.wsMounted == "" {
+	if rs == nil {
 		return
 	}
-	detach(rs.wsMounted)
-	rs.wsMounted = ""
+	if rs.wsMounted != "" {
+		detach(rs.wsMounted)
+		rs.wsMounted = ""
+	}
+	if rs.wsRoot != nil {
+		rs.wsRoot.Close()
+		rs.wsRoot = nil
+	}
+}
+
+// launcherHold is the lock the launcher keeps while the run lives: the
+// workspace's own filesystem's when the worker mounted one (the path leads
+// there), else the folder's.
+func (rs *runSandbox) launcherHold(dir *os.File) *os.File {
+	if rs != nil && rs.wsRoot != nil {
+		return rs.wsRoot
+	}
+	return dir
 }
 
 // wsFull reports whether the workspace's own filesystem is (all but)
 // full: the run met ENOSPC there.
 func (rs *runSandbox) wsFull() bool {
-	if rs == nil || rs.wsMounted == "" {
+	if rs == nil || rs.wsRoot == nil {
 		return false
 	}
-	return fsFull(rs.wsMounted)
+	return fsFull(fdPath(rs.wsRoot))
 }
 
-// viewOr is where the worker reads the run's workspace: the root of the
-// workspace's own filesystem the launcher made, once it did, else ws.
+// viewOr is where the worker reads the run's workspace: through the
+// descriptor of what the run wrote to — the root of the workspace's own
+// filesystem the launcher made, once it did, or the one the worker
+// mounted, or the locked folder — else ws. So what the worker reads is
+// what the run wrote, whatever became of the path meanwhile (lost says
+// whether it still leads there).
 func (rs *runSandbox) viewOr(ws string) string {
 	if rs != nil {
 		if f := rs.view.Load(); f != nil {
-			return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+			return fdPath(f)
+		}
+		if rs.wsRoot != nil {
+			return fdPath(rs.wsRoot)
+		}
+		if rs.wsDir != nil {
+			return fdPath(rs.wsDir)
 		}
 	}
 	return ws
 }
 
+// fdPath names the file f has open, for the functions that take a path.
+func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
+
+// lost says what became of the run's workspace when it is no longer the
+// one the run wrote to — the folder gone, replaced, the run's own
+// filesystem no longer mounted on it, .agora gone — and "" while it is.
+// A run whose workspace was lost fails workspace-lost: whatever the
+// worker would read there is not what the run left.
+func (rs *runSandbox) lost(ws string) string {
+	if rs == nil || rs.wsDir == nil {
+		return ""
+	}
+	want, what := rs.wsDir, "folder"
+	if rs.wsRoot != nil {
+		want, what = rs.wsRoot, "own filesystem"
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(ws, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Sprintf("the workspace %s is gone: it was removed while the run lived", ws)
+		}
+		return fmt.Sprintf("the workspace %s cannot be read: %v", ws, err)
+	}
+	if !samePathFile(ws, want) {
+		return fmt.Sprintf("the workspace %s no longer leads to the run's %s: it was unmounted or replaced while the run lived", ws, what)
+	}
+	var ag unix.Stat_t
+	if err := unix.Lstat(filepath.Join(rs.viewOr(ws), ".agora"), &ag); err != nil || ag.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Sprintf("the workspace %s has no .agora directory any more", ws)
+	}
+	return ""
+}
+
 // viewFull is wsFull for the filesystem the launcher made.
 func (rs *runSandbox) viewFull() bool {
-	if rs == nil || rs.view.Load() == nil {
+	if rs == nil {
 		return false
 	}
-	return fsFull(rs.viewOr(""))
+	f := rs.view.Load()
+	return f != nil && fsFull(fdPath(f))
 }
 
 // cgroupSet is one pooled cgroup per hierarchy. Making and removing
@@ -647,6 +723,7 @@ func (rs *runSandbox) close() {
 	if f := rs.view.Swap(nil); f != nil {
 		f.Close()
 	}
+	rs.wsDir = nil // the invocation's lock, parked or closed with the workspace
 	if rs.cgset == nil {
 		return
 	}

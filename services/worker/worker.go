@@ -100,9 +100,6 @@ type Outcome struct {
 	Fenced     bool             // a newer attempt owns the dispatch: nothing published
 }
 
-// sweepInterval is how often a worker removes abandoned workspaces.
-const sweepInterval = 5 * time.Minute
-
 // ErrShutdown is the cause a run ends with when it is cancelled because
 // the worker is stopping and the shutdown timeout passed.
 var ErrShutdown = errors.New("worker: shutting down")
@@ -257,7 +254,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// What a killed worker left in the root goes now, and again from time
 	// to time (a run killed with its worker frees its lock a moment later).
-	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+	s.sweep()
 	defer s.spares.drain()
 	defer s.launcher.Close()
 	if s.cgroups {
@@ -269,14 +266,14 @@ func (s *Service) Run(ctx context.Context) error {
 	var sweeper sync.WaitGroup
 	defer sweeper.Wait()
 	sweeper.Go(func() {
-		t := time.NewTicker(sweepInterval)
+		t := time.NewTicker(s.cfg.SweepInterval)
 		defer t.Stop()
 		for {
 			select {
 			case <-sweepCtx.Done():
 				return
 			case <-t.C:
-				sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+				s.sweep()
 			}
 		}
 	})
@@ -345,7 +342,7 @@ func (s *Service) RunOnce(ctx context.Context) (Outcome, error) {
 		return Outcome{}, err
 	}
 	defer csub.Unsubscribe()
-	sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+	s.sweep()
 	defer s.spares.drain()
 	defer s.launcher.Close()
 	for {

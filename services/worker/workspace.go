@@ -94,12 +94,26 @@ var workspaceName = regexp.MustCompile(`^[^./\\]+\.[0-9]+\.[0-9]+$`)
 // same root sweeps them). It returns how many it removed.
 func SweepWorkspaces(root string, log *slog.Logger) int { return sweepWorkspaces(root, log) }
 
+// sweep runs one workspace sweep of the worker's root and counts it.
+func (s *Service) sweep() {
+	n := sweepWorkspaces(s.cfg.WorkspaceRoot, s.log)
+	s.metrics.sweeps.Inc()
+	s.metrics.swept.Add(float64(n))
+}
+
 // sweepWorkspaces removes workspaces under root that no run holds any more
 // — left by a worker that was killed, on this host, sharing the root or
 // not — and kills processes still working in them. Only directories named
 // like workspaces and holding an .agora directory are touched, so a root
 // pointed at a folder with other content loses nothing else. It returns
 // how many it removed.
+//
+// A workspace is abandoned only by a lock the sweep holds: what the
+// workspace's path leads to — the folder, or the run's own filesystem
+// mounted on it — is locked by its run from before it holds an .agora
+// directory until after it is gone, so a sweep that takes the lock and
+// finds .agora through the locked descriptor knows no run lives there
+// (docs/worker.md, "Why a sweep never touches a live run").
 func sweepWorkspaces(root string, log *slog.Logger) int {
 	ents, err := os.ReadDir(root)
 	if err != nil {
@@ -108,45 +122,102 @@ func sweepWorkspaces(root string, log *slog.Logger) int {
 		}
 		return 0
 	}
+	var rootSt unix.Stat_t
+	if err := unix.Stat(root, &rootSt); err != nil {
+		log.Warn("sweep workspaces", "err", err)
+		return 0
+	}
 	var cwds map[string][]int
+	procs := func() map[string][]int {
+		if cwds == nil {
+			cwds = processCwds()
+		}
+		return cwds
+	}
 	removed := 0
 	for _, e := range ents {
 		if !e.IsDir() || !workspaceName.MatchString(e.Name()) {
 			continue
 		}
-		ws := filepath.Join(root, e.Name())
-		if fi, err := os.Lstat(filepath.Join(ws, ".agora")); err != nil || !fi.IsDir() {
-			continue
-		}
-		hold, err := lockDir(ws, true)
-		if err != nil {
-			continue // in use by a live run (or unreadable): not ours to touch
-		}
-		if cwds == nil {
-			cwds = processCwds()
-		}
-		for dir, pids := range cwds {
-			if dir == ws || strings.HasPrefix(dir, ws+string(filepath.Separator)) {
-				for _, pid := range pids {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-				log.Warn("killed processes left in an abandoned workspace", "workspace", ws, "pids", pids)
-			}
-		}
-		// A worker that died mid-run leaves its run's workspace filesystem
-		// mounted (sandbox.go, mountWorkspace).
-		detach(ws)
-		if err := os.RemoveAll(ws); err != nil {
-			log.Warn("remove abandoned workspace", "workspace", ws, "err", err)
-		} else {
+		if sweepWorkspace(filepath.Join(root, e.Name()), uint64(rootSt.Dev), procs, log) {
 			removed++
 		}
-		hold.Close()
 	}
 	if removed > 0 {
 		log.Info("removed abandoned workspaces", "root", root, "count", removed)
 	}
 	return removed
+}
+
+// sweepWorkspace removes ws when no run holds it and reports whether it
+// did. rootDev is the device of the folder that holds ws: a workspace on
+// another device is the run's own filesystem, mounted on the folder
+// (sandbox.go, mountWorkspace), which a worker that died mid-run left.
+func sweepWorkspace(ws string, rootDev uint64, procs func() map[string][]int, log *slog.Logger) bool {
+	top := lockAbandoned(ws)
+	if top == nil {
+		return false // in use by a live run, not a workspace, or unreadable: not ours to touch
+	}
+	defer top.Close()
+	for dir, pids := range procs() {
+		if dir == ws || strings.HasPrefix(dir, ws+string(filepath.Separator)) {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			log.Warn("killed processes left in an abandoned workspace", "workspace", ws, "pids", pids)
+		}
+	}
+	held := top
+	var st unix.Stat_t
+	if unix.Fstat(int(top.Fd()), &st) != nil {
+		return false
+	}
+	if uint64(st.Dev) != rootDev {
+		// The run's own filesystem, abandoned: let it go, then the folder
+		// under it must be abandoned too, by a lock of its own.
+		detach(ws)
+		dir := lockAbandoned(ws)
+		if dir == nil {
+			return false
+		}
+		defer dir.Close()
+		held = dir
+	}
+	// Only the folder the sweep holds is removed: ws must still lead to it.
+	if !samePathFile(ws, held) {
+		return false
+	}
+	if err := os.RemoveAll(ws); err != nil {
+		log.Warn("remove abandoned workspace", "workspace", ws, "err", err)
+		return false
+	}
+	return true
+}
+
+// lockAbandoned returns what ws leads to, locked, when its lock is free
+// and it holds an .agora directory (looked up through the locked
+// descriptor); else nil.
+func lockAbandoned(ws string) *os.File {
+	f, err := lockDir(ws, true)
+	if err != nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(int(f.Fd()), ".agora", &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// samePathFile reports whether path (not followed) leads to the file f
+// has open.
+func samePathFile(path string, f *os.File) bool {
+	var a, b unix.Stat_t
+	if unix.Lstat(path, &a) != nil || unix.Fstat(int(f.Fd()), &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // processCwds maps working directories to the processes in them, for the
@@ -195,36 +266,38 @@ func writeWorkspaceFile(ws, rel string, data []byte) error {
 const MaxOutput = 64 << 10
 
 // readOutput reads .agora/output.json without following a symlink. It
-// returns nil output and a reason when the file is absent, not regular,
-// larger than MaxOutput or not JSON.
-func readOutput(ws string) (json.RawMessage, string) {
+// returns nil output and no reason when the run wrote none; nil output and
+// a reason when the file is not regular, larger than MaxOutput or not
+// JSON (the run's own doing); and an error when the file is there but
+// cannot be read.
+func readOutput(ws string) (json.RawMessage, string, error) {
 	p := filepath.Join(ws, ".agora", "output.json")
 	fi, err := os.Lstat(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, ""
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, err.Error()
+		return nil, "", err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, "output.json is not a regular file"
+		return nil, "output.json is not a regular file", nil
 	}
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err.Error()
+		return nil, "", err
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, MaxOutput+1))
 	if err != nil {
-		return nil, err.Error()
+		return nil, "", err
 	}
 	if len(b) > MaxOutput {
-		return nil, fmt.Sprintf("output.json is larger than %d bytes", MaxOutput)
+		return nil, fmt.Sprintf("output.json is larger than %d bytes", MaxOutput), nil
 	}
 	if !json.Valid(b) {
-		return nil, "output.json is not valid JSON"
+		return nil, "output.json is not valid JSON", nil
 	}
-	return json.RawMessage(b), ""
+	return json.RawMessage(b), "", nil
 }
 
 // Recycling (docs/worker.md, "Workspaces"). Making a workspace and removing

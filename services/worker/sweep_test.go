@@ -1,0 +1,186 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+// gatedScript is a sub-agent that marks its start, works until the test
+// opens its gate (however long that takes: the test decides when the
+// housekeeping it waits for has crossed the run), then writes nonce as
+// its output and exits 0.
+func gatedScript(mark, gate, nonce string) string {
+	return fmt.Sprintf(`echo up > %s; while [ ! -e %s ]; do sleep 0.05; done; printf '{"nonce":"%s"}' > "$AGORA_OUTPUT_FILE" 2>/dev/null; exit 0`, mark, gate, nonce)
+}
+
+// counterValue reads a counter of the worker's metrics from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var n float64
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+			return n
+		}
+	}
+	t.Fatalf("metric %s is not registered", name)
+	return 0
+}
+
+// startedSandbox returns the sandbox report of the dispatch's started
+// event.
+func (h *harness) startedSandbox(id string) *lifecycle.Sandbox {
+	h.t.Helper()
+	for _, r := range h.events(id) {
+		if s, ok := r.Data.(*lifecycle.Started); ok {
+			return s.Sandbox
+		}
+	}
+	h.t.Fatalf("dispatch %s has no started event", id)
+	return nil
+}
+
+// TestSweepsNeverTouchLiveRuns runs a sub-agent on a root worker (so its
+// workspace is a filesystem of its own, mounted on the folder) while every
+// workspace sweep that can reach it runs, several times each: its own
+// worker's periodic sweep (shortened through AGORA_WORKER_SWEEP_INTERVAL),
+// a second worker of the fleet starting on the same root mid-run, a
+// worker of another deployment on the same host (another `agora dev`: its
+// own NATS server, the same root) and SweepWorkspaces as tooling calls it.
+// The run must finish with its own output and no sweep may remove
+// anything.
+func TestSweepsNeverTouchLiveRuns(t *testing.T) {
+	h := newHarness(t, provision.Config{})
+	dir := t.TempDir()
+	mark, gate, nonce := filepath.Join(dir, "up"), filepath.Join(dir, "gate"), lifecycle.NewID()
+	h.shell("long", gatedScript(mark, gate, nonce))
+
+	const sweeps, swept = "agora_worker_workspace_sweeps_total", "agora_worker_workspaces_swept_total"
+	cfg := h.workerConfig()
+	cfg.SweepInterval = 100 * time.Millisecond
+	start := func(h *harness, id string) *prometheus.Registry {
+		reg := prometheus.NewRegistry()
+		c := cfg
+		c.ID = id
+		h.startWorker(c, worker.Deps{Registerer: reg})
+		return reg
+	}
+	regA := start(h, "a")
+	id := h.dispatch(lifecycle.Request{Subagent: "long"})
+	testkit.Eventually(t, 30*time.Second, "the run to start", func() bool { _, err := os.Stat(mark); return err == nil })
+	ws := h.workspaceOf(id, 1)
+	if os.Geteuid() == 0 {
+		if sb := h.startedSandbox(id); sb == nil || sb.WorkspaceFS != "tmpfs" {
+			t.Fatalf("a root worker's run has sandbox %+v, want workspace_fs tmpfs (the filesystem mounted on the folder)", sb)
+		}
+	}
+
+	// The run's own worker sweeps the root again and again meanwhile.
+	n := counterValue(t, regA, sweeps)
+	testkit.Eventually(t, 30*time.Second, "three periodic sweeps of the run's worker", func() bool { return counterValue(t, regA, sweeps) >= n+3 })
+	// A second worker of the fleet starts on the same root: its start
+	// sweep, then its periodic ones.
+	regB := start(h, "b")
+	testkit.Eventually(t, 30*time.Second, "the second worker's start sweep and a periodic one", func() bool { return counterValue(t, regB, sweeps) >= 2 })
+	// Another deployment on the same host shares the root.
+	other := newHarness(t, provision.Config{})
+	other.root = h.root
+	regC := start(other, "c")
+	testkit.Eventually(t, 30*time.Second, "the other deployment's worker's sweeps", func() bool { return counterValue(t, regC, sweeps) >= 2 })
+	if n := worker.SweepWorkspaces(h.root, quietLogger()); n != 0 {
+		t.Errorf("SweepWorkspaces removed %d workspaces during a live run, want 0", n)
+	}
+	if got := h.workspaceOf(id, 1); got != ws {
+		t.Fatalf("the run's workspace is %s now, was %s", got, ws)
+	}
+
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := h.terminal(id)
+	fin, ok := r.Data.(*lifecycle.Finished)
+	if !ok {
+		t.Fatalf("the run ended %s, want finished with its output: %+v", r.Event.Type(), r.Data)
+	}
+	var out struct{ Nonce string }
+	if err := json.Unmarshal(fin.Output, &out); err != nil || out.Nonce != nonce {
+		t.Fatalf("finished with output %s, want the nonce %s the run wrote", fin.Output, nonce)
+	}
+	h.assertOneTerminal(id)
+	for name, reg := range map[string]*prometheus.Registry{"a": regA, "b": regB, "c": regC} {
+		if k := counterValue(t, reg, swept); k != 0 {
+			t.Errorf("worker %s's sweeps removed %v workspaces, want none", name, k)
+		}
+	}
+}
+
+// TestWorkspaceLostIsNeverSuccess takes a live run's workspace away from
+// it — its own filesystem unmounted from the folder, or the folder
+// removed — and checks that the dispatch fails workspace-lost saying what
+// was missing, never finished: the run wrote its output where the worker
+// can no longer tell it is the run's.
+func TestWorkspaceLostIsNeverSuccess(t *testing.T) {
+	cases := []struct {
+		name     string
+		mode     string // AGORA_SANDBOX_WORKSPACE
+		rootOnly bool
+		take     func(t *testing.T, ws string)
+		detail   string
+	}{
+		{"own filesystem unmounted", "tmpfs", true, func(t *testing.T, ws string) {
+			if err := unix.Unmount(ws, unix.MNT_DETACH); err != nil {
+				t.Fatalf("unmount the run's workspace filesystem: %v", err)
+			}
+		}, "no longer leads to the run's own filesystem"},
+		{"folder removed", "watch", false, func(t *testing.T, ws string) {
+			if err := os.RemoveAll(ws); err != nil {
+				t.Fatal(err)
+			}
+		}, "is gone"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.rootOnly && os.Geteuid() != 0 {
+				t.Skip("only a root worker mounts a run's workspace filesystem")
+			}
+			h := newHarness(t, provision.Config{})
+			dir := t.TempDir()
+			mark, gate := filepath.Join(dir, "up"), filepath.Join(dir, "gate")
+			h.shell("taken", gatedScript(mark, gate, "x"), func(d *subagent.Definition) {})
+			cfg := h.workerConfig()
+			cfg.SandboxWorkspace = c.mode
+			h.startWorker(cfg, worker.Deps{})
+			id := h.dispatch(lifecycle.Request{Subagent: "taken"})
+			testkit.Eventually(t, 30*time.Second, "the run to start", func() bool { _, err := os.Stat(mark); return err == nil })
+			c.take(t, h.workspaceOf(id, 1))
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := h.terminal(id)
+			f, ok := r.Data.(*lifecycle.Failed)
+			if !ok || f.Reason != lifecycle.ReasonWorkspaceLost || !strings.Contains(f.Detail, c.detail) {
+				t.Fatalf("the run ended %s %+v, want failed workspace-lost with a detail saying %q", r.Event.Type(), r.Data, c.detail)
+			}
+		})
+	}
+}
