@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -39,6 +41,14 @@ type Options struct {
 	WorkerConcurrency int
 	// Retention is how long finished work stays readable (default 7 days).
 	Retention time.Duration
+	// Housekeeping, when set, is the interval of every periodic pass: the
+	// worker's workspace sweep, the dispatcher's reconciler, and the
+	// router's scan and cancel sweep (AGORA_WORKER_SWEEP_INTERVAL,
+	// AGORA_DISPATCHER_RECONCILE_GRACE, AGORA_ROUTER_TICK,
+	// AGORA_ROUTER_CANCEL_SWEEP), so a test's run outlives many of each.
+	Housekeeping time.Duration
+	// Registerer receives every service's metrics (stack.Options).
+	Registerer prometheus.Registerer
 }
 
 // System is a running Agora on a test server. Everything stops when the
@@ -67,13 +77,18 @@ func Start(t *testing.T, o Options) *System {
 	if o.WorkerConcurrency == 0 {
 		o.WorkerConcurrency = 4
 	}
+	tick := 100 * time.Millisecond
+	if o.Housekeeping > 0 {
+		tick = o.Housekeeping
+	}
 	st, err := stack.Start(t.Context(), stack.Options{
 		URL:        srv.URL,
-		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, Retention: o.Retention},
+		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, Retention: o.Retention, ReconcileGrace: o.Housekeeping},
 		Workers: []worker.Config{{WorkspaceRoot: t.TempDir(), Concurrency: o.WorkerConcurrency, PullExpiry: 500 * time.Millisecond,
-			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}},
-		Router: &router.Config{RoutesFile: routes, Tick: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
-		Logger: Logger(),
+			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second, SweepInterval: o.Housekeeping}},
+		Router:     &router.Config{RoutesFile: routes, Tick: tick, CancelSweep: o.Housekeeping, ShutdownTimeout: 5 * time.Second},
+		Logger:     Logger(),
+		Registerer: o.Registerer,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {
 			// The next pass overlaps this one by the grace period, so a
 			// record too young now is seen again.
 			since = passStart.Add(-2 * grace)
+			s.metrics.reconcilePasses.Inc()
 		}
 		select {
 		case <-ctx.Done():

@@ -29,6 +29,11 @@ type Config struct {
 	// Tick is how often stored deadlines, escalation steps and unpublished
 	// events are checked.
 	Tick time.Duration `envconfig:"ROUTER_TICK" default:"1s"`
+	// CancelSweep is how often the router looks for cancel marks on the
+	// records of paused dispatches, besides at start and after each
+	// reconnect (docs/answering.md); it reads one record per waiting
+	// question, so it is kept rare.
+	CancelSweep time.Duration `envconfig:"ROUTER_CANCEL_SWEEP" default:"10m"`
 	// Concurrency bounds the needs_input events, answers and deadline
 	// actions handled at once.
 	Concurrency int `envconfig:"ROUTER_CONCURRENCY" default:"16"`
@@ -55,6 +60,9 @@ func (c Config) withDefaults() Config {
 	if c.Tick == 0 {
 		c.Tick = time.Second
 	}
+	if c.CancelSweep == 0 {
+		c.CancelSweep = 10 * time.Minute
+	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
 	}
@@ -78,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if c.Tick < 0 || (c.Tick > 0 && c.Tick < 10*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("%s=%s: want at least 10ms", v("Tick"), c.Tick))
+	}
+	if c.CancelSweep < 0 || (c.CancelSweep > 0 && c.CancelSweep < 10*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 10ms", v("CancelSweep"), c.CancelSweep))
 	}
 	if c.Concurrency < 0 || c.Concurrency > 4096 {
 		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 4096", v("Concurrency"), c.Concurrency))

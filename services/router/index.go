@@ -243,17 +243,11 @@ func (s *Service) watch(ctx context.Context) (done <-chan struct{}, err error) {
 	return done, nil
 }
 
-// cancelSweepEvery is how often the router looks for cancel marks on the
-// records of paused dispatches besides at start and after each reconnect
-// to NATS — the times it may have missed a cancel-thread message. The
-// sweep reads one record per waiting question, so with many questions
-// waiting it is kept rare; this period only bounds a miss while
-// connected (a slow-consumer drop).
-const cancelSweepEvery = 10 * time.Minute
-
 // scanLoop acts on due questions every Tick until loop ends, and sweeps
-// for cancelled threads at start, after each reconnect and every
-// cancelSweepEvery; the actions it starts run with work, so a stop lets
+// for cancelled threads at start, after each reconnect to NATS — the
+// times it may have missed a cancel-thread message — and every
+// CancelSweep, which only bounds a miss while connected (a slow-consumer
+// drop); the actions it starts run with work, so a stop lets
 // them finish.
 func (s *Service) scanLoop(loop, work context.Context, p *svc.Pool) {
 	t := time.NewTicker(s.cfg.Tick)
@@ -262,11 +256,13 @@ func (s *Service) scanLoop(loop, work context.Context, p *svc.Pool) {
 	defer s.nc.RemoveStatusListener(reconnected)
 	var swept time.Time
 	for {
-		if time.Since(swept) >= cancelSweepEvery {
+		if time.Since(swept) >= s.cfg.CancelSweep {
 			s.sweepCancels(loop, work, p)
 			swept = time.Now()
+			s.metrics.cancelSweeps.Inc()
 		}
 		s.scan(loop, work, p)
+		s.metrics.scans.Inc()
 		select {
 		case <-loop.Done():
 			return

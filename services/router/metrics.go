@@ -19,6 +19,8 @@ type metrics struct {
 	reused      *prometheus.CounterVec
 	remembered  *prometheus.CounterVec
 	suggestions *prometheus.CounterVec
+	// The periodic passes (index.go, scanLoop).
+	scans, cancelSweeps prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, idx *index) (*metrics, error) {
@@ -42,6 +44,8 @@ func newMetrics(reg prometheus.Registerer, idx *index) (*metrics, error) {
 			"Answers written as remembered decisions, by route.", "route"),
 		suggestions: r.CounterVec("suggestions_total",
 			"Suggested answers, by route and result: accepted (at or above auto_accept), below (sent on to a person), confirmed or overridden (the person's answer was or was not the suggestion).", "route", "result"),
+		scans:        r.Counter("scans_total", "Scans for due question deadlines, escalation steps and unpublished events (every AGORA_ROUTER_TICK)."),
+		cancelSweeps: r.Counter("cancel_sweeps_total", "Sweeps for threads cancelled while the router did not hear it (at start, after a reconnect, every AGORA_ROUTER_CANCEL_SWEEP)."),
 	}
 	r.GaugeFunc("pending_questions", "Questions waiting for an answer, as this router sees the agora_questions bucket.",
 		func() float64 { return float64(idx.asked()) })
