@@ -22,8 +22,10 @@ sometimes leaves a daemon behind; answers every question 1-3 times at once;
 meanwhile SIGKILLs and restarts workers, the router and the dispatcher and
 pauses workers past AckWait. Then it audits the lifecycle and question streams
 and the dispatch records: one terminal event per dispatch, every thread ended,
-every question answered once and resumed once, every finished output the one
-its attempt wrote, no record left unqueued, no sub-agent process left behind.
+no dispatch failed or cancelled (the soak causes neither), every question
+answered once and resumed once, every finished output the one its attempt
+wrote (never null), no record left unqueued, no sub-agent process left
+behind. It counts the ends by kind and reason.
 Threads share some of their questions, so some join one already asked (ask
 once); the audit checks each group's asked question lists exactly the threads
 that joined it and that each was resumed exactly once, and the router is

@@ -47,6 +47,10 @@ type Config struct {
 	// exec rows and the sandbox's layers (for comparing the message path
 	// alone, e.g. two builds one after the other).
 	NoExec bool
+	// Deadline bounds the whole run; default 5 minutes and 50 ms for each
+	// of Serial and Throughput. A dispatch that ends failed or cancelled
+	// stops it sooner.
+	Deadline time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -67,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
+	}
+	if c.Deadline <= 0 {
+		c.Deadline = 5*time.Minute + time.Duration(c.Serial+c.Throughput)*50*time.Millisecond
 	}
 	return c
 }
@@ -149,9 +156,16 @@ const (
 	phaseThroughput = "throughput"
 )
 
-// Run measures every scenario and returns the report.
+// Run measures every scenario and returns the report, or an error naming
+// every dispatch that ended failed or cancelled.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	cfg = cfg.withDefaults()
+	return bounded(ctx, "agora bench", cfg.Deadline, func(ctx context.Context, l *lost) (Report, error) {
+		return run(ctx, cfg, l, progress)
+	})
+}
+
+func run(ctx context.Context, cfg Config, l *lost, progress io.Writer) (Report, error) {
 	dir, err := os.MkdirTemp("", "agora-bench-")
 	if err != nil {
 		return Report{}, err
@@ -165,6 +179,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	defer st.Close()
 	url, nc, js := st.URL(), st.Conn(), st.JetStream()
 	say := sayer(progress)
+	unwatch, err := l.watch(nc)
+	if err != nil {
+		return Report{}, err
+	}
+	defer unwatch()
 
 	rep := Report{Concurrency: cfg.Concurrency}
 	wsRoot := dir
@@ -401,7 +420,7 @@ func wait(ctx context.Context, ch chan struct{}) error {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("no end observed within 30s")
 	}
@@ -580,8 +599,10 @@ func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir
 	stop := func() { _ = st.Close(); onc.Close() }
 	wt := newWaiter()
 	_, err = onc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
+		// Only a finished ends a round trip: a failed or cancelled
+		// one is lost (Run's watch stops the run).
 		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
-		if err == nil && a.Kind.Terminal() {
+		if err == nil && a.Kind == lifecycle.KindFinished {
 			wt.done(a.DispatchID)
 		}
 	})

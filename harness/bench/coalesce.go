@@ -28,6 +28,9 @@ type CoalesceConfig struct {
 	Threads  int // default 1000
 	InFlight int // threads asking at once; default 64
 	Slots    int // worker slots; default 16
+	// Deadline bounds the whole scenario; default 5 minutes and 200 ms a
+	// thread. A dispatch that ends failed or cancelled stops it sooner.
+	Deadline time.Duration
 }
 
 // CoalesceReport is the scenario's result.
@@ -104,7 +107,9 @@ func (coalesceRuntime) Run(_ context.Context, inv worker.Invocation) worker.Resu
 
 // Coalesce runs the ask-once scenario on the whole of Agora in this
 // process. It fails unless the threads make exactly one waiting question
-// listing every one of them, and every thread is resumed once.
+// listing every one of them, and every thread is resumed once and
+// finishes; the error names every dispatch that ended failed or
+// cancelled.
 func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (CoalesceReport, error) {
 	if cfg.Threads <= 0 {
 		cfg.Threads = 1000
@@ -115,6 +120,15 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 	if cfg.Slots <= 0 {
 		cfg.Slots = 16
 	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 5*time.Minute + time.Duration(cfg.Threads)*200*time.Millisecond
+	}
+	return bounded(ctx, "--scale coalesce", cfg.Deadline, func(ctx context.Context, l *lost) (CoalesceReport, error) {
+		return coalesce(ctx, cfg, l, progress)
+	})
+}
+
+func coalesce(ctx context.Context, cfg CoalesceConfig, l *lost, progress io.Writer) (CoalesceReport, error) {
 	say := sayer(progress)
 	// The heap profile's sampling rate, from here on: fine enough to split
 	// the heap by service.
@@ -125,6 +139,11 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 		return CoalesceReport{}, err
 	}
 	defer st.close()
+	unwatch, err := l.watch(st.nc)
+	if err != nil {
+		return CoalesceReport{}, err
+	}
+	defer unwatch()
 	web := httptest.NewServer(st.Handler())
 	defer web.Close()
 	rep := CoalesceReport{Threads: cfg.Threads}
@@ -156,6 +175,8 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 			default:
 				extraResumes++
 			}
+		case a.Kind == lifecycle.KindFailed || a.Kind == lifecycle.KindCancelled:
+			// Lost (l.watch): no thread is done.
 		case a.Kind.Terminal():
 			if _, ok := finished[a.ThreadID]; ok {
 				extraFinishes++
@@ -205,7 +226,7 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 		}
 		select {
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return rep, stopped(ctx, "%d of %d threads asked, %d on %d waiting questions%s", k.count(), cfg.Threads, threads, p.Count, k.notAsked())
 		case <-tick.C:
 			say("  %d asked, %d threads on %d waiting questions", k.count(), threads, p.Count)
 		case <-time.After(100 * time.Millisecond):
@@ -257,7 +278,9 @@ func Coalesce(ctx context.Context, cfg CoalesceConfig, progress io.Writer) (Coal
 		case <-allDone:
 			done = true
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			return rep, stopped(ctx, "%d of %d threads resumed and %d finished after the answer", len(started), cfg.Threads, len(finished))
 		case <-tick.C:
 			k.mu.Lock()
 			say("  %d started, %d finished", len(started), len(finished))

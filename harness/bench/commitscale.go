@@ -27,6 +27,9 @@ type CommitConfig struct {
 	Throughput  int // default 5000 (1000 with Quick)
 	Concurrency int // default 16
 	Quick       bool
+	// Deadline bounds the whole scenario; default 5 minutes and 20 ms for
+	// each of Serial and Throughput.
+	Deadline time.Duration
 }
 
 // CommitSetup is one server setup the ways were measured on.
@@ -47,6 +50,16 @@ type CommitReport struct {
 // performance.md, "One commit for acceptance").
 func Commit(ctx context.Context, cfg CommitConfig, progress io.Writer) (CommitReport, error) {
 	mc := Config{Serial: cfg.Serial, Throughput: cfg.Throughput, Concurrency: cfg.Concurrency, Quick: cfg.Quick}.withDefaults()
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 5*time.Minute + time.Duration(mc.Serial+mc.Throughput)*20*time.Millisecond
+	}
+	// No dispatches: nothing to lose, only a deadline.
+	return bounded(ctx, "--scale commit", cfg.Deadline, func(ctx context.Context, _ *lost) (CommitReport, error) {
+		return commit(ctx, mc, progress)
+	})
+}
+
+func commit(ctx context.Context, mc Config, progress io.Writer) (CommitReport, error) {
 	say := sayer(progress)
 	dir, err := os.MkdirTemp("", "agora-bench-commit-")
 	if err != nil {

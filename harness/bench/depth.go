@@ -22,6 +22,9 @@ import (
 // once.
 type DepthConfig struct {
 	Rounds int // default 50
+	// Deadline bounds the whole scenario; default a minute and 5 s a
+	// round. A dispatch that ends failed or cancelled stops it sooner.
+	Deadline time.Duration
 }
 
 // DepthPoint is what reading the thread costs when it has reached Round.
@@ -52,17 +55,32 @@ func (r deepRuntime) Run(_ context.Context, inv worker.Invocation) worker.Result
 
 // Depth runs the thread-depth scenario: as the thread grows, the status
 // of its latest dispatch and the thread view are timed at the rounds of
-// depthMarks.
+// depthMarks. It returns an error naming a round that ended failed or
+// cancelled.
 func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthReport, error) {
 	if cfg.Rounds <= 1 {
 		cfg.Rounds = 50
 	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = time.Minute + time.Duration(cfg.Rounds)*5*time.Second
+	}
+	return bounded(ctx, "--scale depth", cfg.Deadline, func(ctx context.Context, l *lost) (DepthReport, error) {
+		return depth(ctx, cfg, l, progress)
+	})
+}
+
+func depth(ctx context.Context, cfg DepthConfig, l *lost, progress io.Writer) (DepthReport, error) {
 	say := sayer(progress)
 	st, err := startStack(ctx, stackConfig{Slots: 2, Runtime: deepRuntime{last: cfg.Rounds - 1}})
 	if err != nil {
 		return DepthReport{}, err
 	}
 	defer st.close()
+	unwatch, err := l.watch(st.nc)
+	if err != nil {
+		return DepthReport{}, err
+	}
+	defer unwatch()
 	paused := make(chan string, cfg.Rounds) // dispatch ids, as rounds pause
 	ended := make(chan struct{})
 	var endOnce sync.Once
@@ -72,6 +90,8 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 		case err != nil:
 		case a.Kind == lifecycle.KindNeedsInput:
 			paused <- a.DispatchID
+		case a.Kind == lifecycle.KindFailed || a.Kind == lifecycle.KindCancelled:
+			// Lost (l.watch), not the thread's end.
 		case a.Kind.Terminal():
 			endOnce.Do(func() { close(ended) })
 		}
@@ -93,7 +113,7 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 		case <-ended:
 			return rep, fmt.Errorf("the thread ended at round %d", round)
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return rep, stopped(ctx, "round %d not paused on its question", round)
 		case <-time.After(30 * time.Second):
 			return rep, fmt.Errorf("round %d did not pause on its question within 30s", round)
 		}
@@ -130,7 +150,7 @@ func Depth(ctx context.Context, cfg DepthConfig, progress io.Writer) (DepthRepor
 	select {
 	case <-ended:
 	case <-ctx.Done():
-		return rep, ctx.Err()
+		return rep, stopped(ctx, "the last round not ended")
 	case <-time.After(30 * time.Second):
 		return rep, fmt.Errorf("the last round did not end within 30s")
 	}

@@ -34,6 +34,10 @@ type HistoryConfig struct {
 	// takes one more point ("settled"): JetStream keeps the streams'
 	// duplicate windows (10 minutes by default) whatever the retention.
 	Settle time.Duration
+	// Deadline bounds the whole scenario; default 3 minutes and 50 ms a
+	// thread beyond the retention and Settle. A dispatch that ends failed
+	// or cancelled stops it sooner.
+	Deadline time.Duration
 }
 
 // HistoryPoint is what the process holds at one point of the run.
@@ -74,7 +78,8 @@ type StreamBytes struct {
 
 // History runs the history scenario: the whole of Agora in this process
 // (dispatcher, worker, router, inbox and an answerer) on an embedded
-// file-store server.
+// file-store server. It returns an error naming every dispatch that ended
+// failed or cancelled.
 func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (HistoryReport, error) {
 	if cfg.Threads <= 0 {
 		cfg.Threads = 20000
@@ -88,6 +93,15 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 	if cfg.Slots <= 0 {
 		cfg.Slots = 16
 	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 3*time.Minute + time.Duration(cfg.Threads)*50*time.Millisecond + cfg.Retention + cfg.Settle
+	}
+	return bounded(ctx, "--scale history", cfg.Deadline, func(ctx context.Context, l *lost) (HistoryReport, error) {
+		return history(ctx, cfg, l, progress)
+	})
+}
+
+func history(ctx context.Context, cfg HistoryConfig, l *lost, progress io.Writer) (HistoryReport, error) {
 	say := sayer(progress)
 	st, err := startStack(ctx, stackConfig{Slots: cfg.Slots, Retention: cfg.Retention,
 		Extra: []func(context.Context, *client.Client, *slog.Logger) error{func(ctx context.Context, c *client.Client, log *slog.Logger) error {
@@ -100,6 +114,11 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 	}
 	defer st.close()
 	js, nc, c := st.JetStream(), st.nc, st.Client()
+	unwatch, err := l.watch(nc)
+	if err != nil {
+		return HistoryReport{}, err
+	}
+	defer unwatch()
 
 	point := func(name string) (HistoryPoint, error) {
 		p := HistoryPoint{Point: name}
@@ -161,7 +180,7 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		for done.Load() < int64(n) {
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return stopped(ctx, "%d of the first %d threads finished", done.Load(), n)
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
@@ -187,7 +206,7 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return rep, stopped(ctx, "%d of %d threads dispatched, %d finished", i, cfg.Threads, done.Load())
 		}
 		if _, err := c.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
 			return rep, fmt.Errorf("dispatch %d: %w", i, err)
@@ -201,7 +220,7 @@ func History(ctx context.Context, cfg HistoryConfig, progress io.Writer) (Histor
 	for done.Load() < int64(cfg.Threads) {
 		select {
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return rep, stopped(ctx, "%d of %d threads finished", done.Load(), cfg.Threads)
 		case <-tick.C:
 			say("  %d / %d threads finished", done.Load(), cfg.Threads)
 		case <-time.After(100 * time.Millisecond):

@@ -36,6 +36,10 @@ type LongConfig struct {
 	// Exe is the agora binary: each worker is its own process, `agora
 	// service worker`, with the sandbox launcher it finds beside it.
 	Exe string
+	// Deadline bounds the whole scenario; default 5 minutes and 50 ms a
+	// run beyond the window. A dispatch that ends failed or cancelled
+	// before the workers are killed stops it sooner.
+	Deadline time.Duration
 }
 
 // LongReport is the scenario's result.
@@ -102,6 +106,15 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	if cfg.Exe == "" {
 		return LongReport{}, errors.New("bench: the long runs need the agora binary to start worker processes")
 	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 5*time.Minute + time.Duration(cfg.Running)*50*time.Millisecond + cfg.Window
+	}
+	return bounded(ctx, "--scale long", cfg.Deadline, func(ctx context.Context, l *lost) (LongReport, error) {
+		return long(ctx, cfg, l, progress)
+	})
+}
+
+func long(ctx context.Context, cfg LongConfig, l *lost, progress io.Writer) (LongReport, error) {
 	say := sayer(progress)
 	slots := (cfg.Running + cfg.Workers - 1) / cfg.Workers
 	st, err := startStack(ctx, stackConfig{NoWorkers: true})
@@ -173,6 +186,12 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	rep.StartHeapMiB, rep.StartRSSMiB, _ = memory()
 	rep.WorkerStartRSSMiB = procsKiB(pids, "VmRSS") / 1024
 
+	// No run may end before the workers are killed: watched until then.
+	unwatch, err := l.watch(st.nc)
+	if err != nil {
+		return rep, err
+	}
+	defer unwatch()
 	var started, ended atomic.Int64
 	sub, err := st.nc.Subscribe(lifecycle.SubjectLifecycleAll, func(m *nats.Msg) {
 		a, err := lifecycle.ParseLifecycleSubject(m.Subject)
@@ -215,6 +234,9 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	// Started is published before the runtime starts: wait until every
 	// sleep is there.
 	for deadline := time.Now().Add(time.Minute); len(marked(mark)) < cfg.Running; {
+		if ctx.Err() != nil {
+			return rep, stopped(ctx, "%d of %d sub-agents running", len(marked(mark)), cfg.Running)
+		}
 		if time.Now().After(deadline) {
 			return rep, fmt.Errorf("bench: %d of %d sub-agents running within a minute of started", len(marked(mark)), cfg.Running)
 		}
@@ -243,7 +265,7 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	select {
 	case <-time.After(cfg.Window):
 	case <-ctx.Done():
-		return rep, ctx.Err()
+		return rep, stopped(ctx, "counting heartbeats")
 	}
 	el := time.Since(w0).Seconds()
 	v1, err := st.Server().Varz(&server.VarzOptions{})
@@ -257,6 +279,10 @@ func Long(ctx context.Context, cfg LongConfig, progress io.Writer) (LongReport, 
 	rep.ServerMsgsInPerS = float64(v1.InMsgs-v0.InMsgs) / el
 	rep.ServerMsgsOutPerS = float64(v1.OutMsgs-v0.OutMsgs) / el
 
+	unwatch()
+	if err := l.err(); err != nil {
+		return rep, err
+	}
 	say("killing the workers; their runs must go with them")
 	for _, w := range workers {
 		_ = w.Process.Kill()
@@ -299,7 +325,7 @@ func waitCount(ctx context.Context, n *atomic.Int64, want int64, limit time.Dura
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return stopped(ctx, "%d of %d %s", n.Load(), want, what)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/worker"
 )
 
 // PendingConfig sizes `agora bench --scale pending`: Questions threads
@@ -31,9 +32,14 @@ type PendingConfig struct {
 	InFlight  int // threads asking at once; default 64
 	Slots     int // worker slots; default 16
 	Samples   int // answers timed at that size; default 20
+	// Deadline bounds the whole scenario; default 3 minutes and 20 ms a
+	// question. A dispatch that ends failed or cancelled stops it sooner.
+	Deadline time.Duration
 	// IdleProfile, when set, receives a CPU profile of the idle window
 	// (where the idle CPU goes).
 	IdleProfile io.Writer
+	// runtime is the sub-agent's; default askingRuntime.
+	runtime worker.Runtime
 }
 
 // PendingReport is the scenario's result.
@@ -71,7 +77,9 @@ type PendingReport struct {
 }
 
 // Pending runs the pending-questions scenario on the whole of Agora in
-// this process.
+// this process. It returns an error naming every dispatch that ended
+// failed or cancelled, and one naming the dispatches that never asked
+// when the deadline passes.
 func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (PendingReport, error) {
 	if cfg.Questions <= 0 {
 		cfg.Questions = 10000
@@ -86,12 +94,26 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		cfg.Samples = 20
 	}
 	cfg.Samples = min(cfg.Samples, cfg.Questions)
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 3*time.Minute + time.Duration(cfg.Questions)*20*time.Millisecond
+	}
+	return bounded(ctx, "--scale pending", cfg.Deadline, func(ctx context.Context, l *lost) (PendingReport, error) {
+		return pending(ctx, cfg, l, progress)
+	})
+}
+
+func pending(ctx context.Context, cfg PendingConfig, l *lost, progress io.Writer) (PendingReport, error) {
 	say := sayer(progress)
-	st, err := startStack(ctx, stackConfig{Slots: cfg.Slots})
+	st, err := startStack(ctx, stackConfig{Slots: cfg.Slots, Runtime: cfg.runtime})
 	if err != nil {
 		return PendingReport{}, err
 	}
 	defer st.close()
+	unwatch, err := l.watch(st.nc)
+	if err != nil {
+		return PendingReport{}, err
+	}
+	defer unwatch()
 	web := httptest.NewServer(st.Handler())
 	defer web.Close()
 	rep := PendingReport{Questions: cfg.Questions}
@@ -134,7 +156,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		}
 		select {
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return rep, stopped(ctx, "%d of %d asked, %d in the inbox%s", k.count(), cfg.Questions, n, k.notAsked())
 		case <-tick.C:
 			say("  %d asked, %d in the inbox", k.count(), n)
 		case <-time.After(100 * time.Millisecond):
@@ -201,7 +223,7 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return rep, stopped(ctx, "thread %s answered, not finished", q.ThreadID)
 		case <-time.After(30 * time.Second):
 			return rep, fmt.Errorf("thread %s did not finish within 30s of its answer", q.ThreadID)
 		}
@@ -219,12 +241,19 @@ func Pending(ctx context.Context, cfg PendingConfig, progress io.Writer) (Pendin
 // needs_input frees it.
 type asker struct {
 	slots chan struct{}
-	// mu guards asked and what the caller's events keep (subscribe).
+	// mu guards what follows and what the caller's events keep
+	// (subscribe).
 	mu    sync.Mutex
 	asked int
+	// sent are the dispatches made, in order; askedBy those whose
+	// needs_input came.
+	sent    []string
+	askedBy map[string]bool
 }
 
-func newAsker(inFlight int) *asker { return &asker{slots: make(chan struct{}, inFlight)} }
+func newAsker(inFlight int) *asker {
+	return &asker{slots: make(chan struct{}, inFlight), askedBy: map[string]bool{}}
+}
 
 // subscribe counts the needs_input events, each freeing a slot, and
 // passes every other lifecycle event to other, called with k.mu held.
@@ -242,6 +271,7 @@ func (k *asker) subscribe(nc *nats.Conn, other func(a lifecycle.LifecycleAddr, m
 			return
 		}
 		k.asked++
+		k.askedBy[a.DispatchID] = true
 		select {
 		case <-k.slots:
 		default: // an event published twice frees nothing more
@@ -252,6 +282,26 @@ func (k *asker) subscribe(nc *nats.Conn, other func(a lifecycle.LifecycleAddr, m
 // count is how many needs_input events came.
 func (k *asker) count() int { k.mu.Lock(); defer k.mu.Unlock(); return k.asked }
 
+// notAsked names, for an error, the dispatches made that have not asked
+// yet (the first maxNamed of them); empty when every one has.
+func (k *asker) notAsked() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var ids []string
+	n := 0
+	for _, id := range k.sent {
+		if !k.askedBy[id] {
+			if n++; n <= maxNamed {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d dispatched and not asked: %s", n, strings.Join(ids, ", "))
+}
+
 // ask dispatches n threads, each once a slot is free, saying how many
 // asked on each tick. It returns once the last is dispatched.
 func (k *asker) ask(ctx context.Context, c *client.Client, n int, tick <-chan time.Time, say func(string, ...any)) error {
@@ -259,11 +309,15 @@ func (k *asker) ask(ctx context.Context, c *client.Client, n int, tick <-chan ti
 		select {
 		case k.slots <- struct{}{}:
 		case <-ctx.Done():
-			return ctx.Err()
+			return stopped(ctx, "%d of %d dispatched, %d asked%s", i, n, k.count(), k.notAsked())
 		}
-		if _, err := c.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent}); err != nil {
+		d, err := c.Dispatch(ctx, lifecycle.Request{Subagent: askingSubagent})
+		if err != nil {
 			return fmt.Errorf("dispatch %d: %w", i, err)
 		}
+		k.mu.Lock()
+		k.sent = append(k.sent, d.DispatchID)
+		k.mu.Unlock()
 		select {
 		case <-tick:
 			say("  %d / %d asked", k.count(), n)

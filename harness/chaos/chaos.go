@@ -92,10 +92,21 @@ type Report struct {
 	GroupSizes []int `json:"group_sizes"`
 	// DedupeGroups are the groups whose questions' texts differ: joined by
 	// their dedupe_key.
-	DedupeGroups int      `json:"dedupe_key_groups"`
-	Resumes      int      `json:"resumes_checked"`
-	Anomalies    []string `json:"anomalies"`
-	DurationSec  float64  `json:"duration_s"`
+	DedupeGroups int `json:"dedupe_key_groups"`
+	Resumes      int `json:"resumes_checked"`
+	// Ends counts the dispatches' terminal events by kind and reason,
+	// most first: what happened, whether or not it is an anomaly.
+	Ends        []End    `json:"ends"`
+	Anomalies   []string `json:"anomalies"`
+	DurationSec float64  `json:"duration_s"`
+}
+
+// End is how many dispatches ended one way: a kind and, for failed, its
+// reason (for cancelled, the reason the cancel gave).
+type End struct {
+	Kind   lifecycle.Kind `json:"kind"`
+	Reason string         `json:"reason,omitempty"`
+	Count  int            `json:"count"`
 }
 
 // OK reports whether the audit found nothing wrong.
@@ -507,6 +518,7 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 	type disp struct {
 		thread, parent string
 		terminals      []lifecycle.Data
+		started        *lifecycle.Started // the last attempt's
 	}
 	ds := map[string]*disp{}
 	n := 0
@@ -522,6 +534,9 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 			x = &disp{thread: c.ThreadID, parent: c.ParentID}
 			ds[c.DispatchID] = x
 		}
+		if s, ok := d.(*lifecycle.Started); ok {
+			x.started = s
+		}
 		if l.LifecycleKind().Terminal() {
 			x.terminals = append(x.terminals, d)
 		}
@@ -536,40 +551,47 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 	}
 	children := map[string]int{}
 	ended := map[string]bool{}
+	ends := map[End]int{}
 	for id, x := range ds {
 		switch len(x.terminals) {
 		case 0:
-			bad("dispatch %s has no terminal event", id)
+			last := "accepted only"
+			if x.started != nil {
+				last = fmt.Sprintf("started by worker %q, attempt %d", x.started.WorkerID, x.started.Attempt)
+			}
+			bad("dispatch %s (thread %s) has no terminal event; its last: %s", id, x.thread, last)
 		case 1:
 		default:
-			bad("dispatch %s has %d terminal events", id, len(x.terminals))
+			var kinds []string
+			for _, t := range x.terminals {
+				kinds = append(kinds, string(t.(lifecycle.Lifecycle).LifecycleKind()))
+			}
+			bad("dispatch %s (thread %s) has %d terminal events: %s", id, x.thread, len(x.terminals), strings.Join(kinds, ", "))
 		}
 		if x.parent != "" {
 			children[x.parent]++
 		}
 		for _, t := range x.terminals {
-			switch v := t.(type) {
+			ends[endOf(t)]++
+			switch t.(type) {
 			case *lifecycle.NeedsInput:
 				rep.Questions++
-			case *lifecycle.Finished:
-				ended[x.thread] = true
-				var out struct {
-					Nonce   string `json:"nonce"`
-					Attempt int    `json:"attempt"`
-				}
-				_ = json.Unmarshal(v.Output, &out)
-				wrote, err := os.ReadFile(filepath.Join(side, fmt.Sprintf("%s.%d", id, v.Attempt)))
-				switch {
-				case err != nil:
-					bad("dispatch %s finished by attempt %d, which wrote nothing: %s", id, v.Attempt, v.Output)
-				case string(wrote) != out.Nonce || out.Attempt != v.Attempt:
-					bad("dispatch %s finished with output %s, but attempt %d wrote %q", id, v.Output, v.Attempt, wrote)
-				}
 			default:
 				ended[x.thread] = true
 			}
+			checkEnd(id, x.thread, t, side, bad)
 		}
 	}
+	for e, k := range ends {
+		e.Count = k
+		rep.Ends = append(rep.Ends, e)
+	}
+	slices.SortFunc(rep.Ends, func(a, b End) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return strings.Compare(string(a.Kind)+" "+a.Reason, string(b.Kind)+" "+b.Reason)
+	})
 	resumed := map[string]int{} // thread → its dispatches that resume one
 	for _, x := range ds {
 		if x.parent != "" {
@@ -644,6 +666,60 @@ func audit(ctx context.Context, js jetstream.JetStream, threads []string, side, 
 		for _, p := range pids {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
+	}
+}
+
+// detailLen bounds a failure's detail in an anomaly.
+const detailLen = 300
+
+// endOf is the kind and reason of terminal event t, uncounted.
+func endOf(t lifecycle.Data) End {
+	e := End{Kind: t.(lifecycle.Lifecycle).LifecycleKind()}
+	switch v := t.(type) {
+	case *lifecycle.Failed:
+		e.Reason = string(v.Reason)
+	case *lifecycle.Cancelled:
+		e.Reason = v.Reason
+	}
+	return e
+}
+
+// checkEnd reports terminal event t of dispatch id (of thread) unless the
+// soak made it on purpose. The soak's sub-agent cannot fail, and the soak
+// cancels nothing, gives no question a deadline and asks on round 0 only
+// (its max_rounds is 3): a failed of any reason and any cancelled are
+// anomalies. So is a finished whose output is not the nonce its own
+// attempt wrote into side (a stale worker's result), a null one included.
+func checkEnd(id, thread string, t lifecycle.Data, side string, bad func(string, ...any)) {
+	switch v := t.(type) {
+	case *lifecycle.NeedsInput: // the question audit follows it
+	case *lifecycle.Failed:
+		bad("dispatch %s (thread %s) failed %s on worker %q, attempt %d: %s", id, thread, v.Reason, v.WorkerID, v.Attempt, lifecycle.Clip(v.Detail, detailLen))
+	case *lifecycle.Cancelled:
+		bad("dispatch %s (thread %s) was cancelled by %q (%q) on worker %q, attempt %d; the soak cancels nothing", id, thread, v.By, v.Reason, v.WorkerID, v.Attempt)
+	case *lifecycle.Finished:
+		if len(v.Output) == 0 || string(v.Output) == "null" {
+			dropped := ""
+			if v.OutputDropped != "" {
+				dropped = " (dropped: " + v.OutputDropped + ")"
+			}
+			bad("dispatch %s (thread %s) finished on worker %q, attempt %d, with a null output%s", id, thread, v.WorkerID, v.Attempt, dropped)
+			return
+		}
+		var out struct {
+			Nonce   string `json:"nonce"`
+			Attempt int    `json:"attempt"`
+		}
+		_ = json.Unmarshal(v.Output, &out)
+		wrote, err := os.ReadFile(filepath.Join(side, fmt.Sprintf("%s.%d", id, v.Attempt)))
+		switch {
+		case err != nil:
+			bad("dispatch %s (thread %s) finished on worker %q by attempt %d, which wrote nothing: %s", id, thread, v.WorkerID, v.Attempt, lifecycle.Clip(string(v.Output), detailLen))
+		case string(wrote) != out.Nonce || out.Attempt != v.Attempt:
+			bad("dispatch %s (thread %s) finished on worker %q with output %s, but attempt %d wrote %q", id, thread, v.WorkerID, lifecycle.Clip(string(v.Output), detailLen), v.Attempt, wrote)
+		}
+	default:
+		bad("dispatch %s (thread %s) ended with an event of type %T", id, thread, t)
 	}
 }
 
@@ -822,6 +898,13 @@ func Print(w io.Writer, r Report) {
 	fmt.Fprintf(tw, "groups (threads waiting on each)\t%d %v\n", r.Groups, r.GroupSizes)
 	fmt.Fprintf(tw, "groups joined by dedupe_key (texts differ)\t%d\n", r.DedupeGroups)
 	fmt.Fprintf(tw, "answered questions matched to one re-dispatch\t%d\n", r.Resumes)
+	for _, e := range r.Ends {
+		how := string(e.Kind)
+		if e.Reason != "" {
+			how += " (" + e.Reason + ")"
+		}
+		fmt.Fprintf(tw, "ends: %s\t%d\n", how, e.Count)
+	}
 	for k, v := range r.Faults {
 		fmt.Fprintf(tw, "fault: %s\t%d\n", k, v)
 	}

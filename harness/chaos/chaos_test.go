@@ -1,6 +1,9 @@
 package chaos_test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -81,6 +84,86 @@ func TestAuditAskOnce(t *testing.T) {
 				}
 			case !slices.ContainsFunc(rep.Anomalies, func(a string) bool { return strings.Contains(a, tc.anomaly) }):
 				t.Errorf("anomalies %q, want one with %q (children %v)", rep.Anomalies, tc.anomaly, children)
+			}
+		})
+	}
+}
+
+// The audit counts every end by kind and reason and reports each end the
+// soak did not cause on purpose, read from real events on a real
+// JetStream: a failed of any reason, a cancelled (the soak cancels
+// nothing), a finished with a null output or with another attempt's, and
+// a dispatch with no end at all.
+func TestAuditReportsUnexpectedEnds(t *testing.T) {
+	common := lifecycle.Common{DispatchID: "d1", ThreadID: "t1", Subagent: "chaos"}
+	by := func(attempt int) lifecycle.Producer {
+		return lifecycle.Producer{WorkerID: "chaos-w1", Attempt: attempt}
+	}
+	long := "workspace: " + strings.Repeat("x", 2000)
+	cases := []struct {
+		name    string
+		end     lifecycle.Lifecycle // nil: none
+		ends    []chaos.End
+		anomaly string // "" when none
+	}{
+		{name: "a finished with its attempt's nonce", end: &lifecycle.Finished{Common: common, Producer: by(1), Output: json.RawMessage(`{"nonce":"n1","attempt":1}`)},
+			ends: []chaos.End{{Kind: lifecycle.KindFinished, Count: 1}}},
+		{name: "a failed", end: &lifecycle.Failed{Common: common, Producer: by(1), Reason: lifecycle.ReasonWorkerFailed, Detail: long},
+			ends:    []chaos.End{{Kind: lifecycle.KindFailed, Reason: "worker-failed", Count: 1}},
+			anomaly: `dispatch d1 (thread t1) failed worker-failed on worker "chaos-w1", attempt 1: workspace: xxx`},
+		{name: "a cancelled", end: &lifecycle.Cancelled{Common: common, Producer: by(1), By: "someone", Reason: "stop"},
+			ends:    []chaos.End{{Kind: lifecycle.KindCancelled, Reason: "stop", Count: 1}},
+			anomaly: `dispatch d1 (thread t1) was cancelled by "someone" ("stop") on worker "chaos-w1", attempt 1`},
+		{name: "a finished with a null output", end: &lifecycle.Finished{Common: common, Producer: by(1)},
+			ends:    []chaos.End{{Kind: lifecycle.KindFinished, Count: 1}},
+			anomaly: `dispatch d1 (thread t1) finished on worker "chaos-w1", attempt 1, with a null output`},
+		{name: "a finished with another attempt's output", end: &lifecycle.Finished{Common: common, Producer: by(1), Output: json.RawMessage(`{"nonce":"n0","attempt":1}`)},
+			ends:    []chaos.End{{Kind: lifecycle.KindFinished, Count: 1}},
+			anomaly: `but attempt 1 wrote "n1"`},
+		{name: "no end", anomaly: `dispatch d1 (thread t1) has no terminal event; its last: started by worker "chaos-w1", attempt 1`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.StartProvisioned(t, provision.Config{})
+			js := srv.JetStream(t)
+			side := t.TempDir()
+			if err := os.WriteFile(filepath.Join(side, "d1.1"), []byte("n1"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			events := []lifecycle.Lifecycle{&lifecycle.Started{Common: common, WorkerID: "chaos-w1", Attempt: 1}}
+			if tc.end != nil {
+				events = append(events, tc.end)
+			}
+			for _, e := range events {
+				_, m, err := lifecycle.Message(lifecycle.Source("worker", "chaos-w1"), e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := js.PublishMsg(t.Context(), m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep := chaos.Audit(t.Context(), js, []string{"t1"}, side)
+			if !slices.Equal(rep.Ends, tc.ends) {
+				t.Errorf("ends %+v, want %+v", rep.Ends, tc.ends)
+			}
+			switch {
+			case tc.anomaly == "" && len(rep.Anomalies) > 0:
+				t.Errorf("anomalies: %q", rep.Anomalies)
+			case tc.anomaly != "" && !slices.ContainsFunc(rep.Anomalies, func(a string) bool { return strings.Contains(a, tc.anomaly) }):
+				t.Errorf("anomalies %q, want one with %q", rep.Anomalies, tc.anomaly)
+			}
+			for _, a := range rep.Anomalies {
+				if len(a) > 600 {
+					t.Errorf("anomaly of %d bytes, want its detail clipped: %.100s…", len(a), a)
+				}
+			}
+			var out strings.Builder
+			chaos.Print(&out, rep)
+			for _, e := range tc.ends {
+				if want := "ends: " + string(e.Kind); !strings.Contains(out.String(), want) || (e.Reason != "" && !strings.Contains(out.String(), "("+e.Reason+")")) {
+					t.Errorf("the printed report does not count %+v:\n%s", e, out.String())
+				}
 			}
 		})
 	}

@@ -15,3 +15,12 @@ func AuditAskOnce(ctx context.Context, js jetstream.JetStream, children, answere
 	auditAskOnce(ctx, js, children, answered, &r, func(f string, a ...any) { r.Anomalies = append(r.Anomalies, fmt.Sprintf(f, a...)) })
 	return r
 }
+
+// Audit runs the audit of the streams, records and question records in js
+// for threads, whose sub-agent wrote its nonces into side, as Run does
+// once the soak is over.
+func Audit(ctx context.Context, js jetstream.JetStream, threads []string, side string) Report {
+	r := Report{Threads: len(threads)}
+	audit(ctx, js, threads, side, "agora-chaos-audit-test-no-such-process", &r)
+	return r
+}

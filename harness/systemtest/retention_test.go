@@ -91,7 +91,9 @@ func answerWith(sys *systemtest.System, route, answer string, wait <-chan struct
 	})
 }
 
-func waitThread(t *testing.T, sys *systemtest.System, threadID string) client.Item {
+// waitFinished waits for the thread to end and fails the test unless it
+// finished: these threads' sub-agent cannot fail and nothing cancels them.
+func waitFinished(t *testing.T, sys *systemtest.System, threadID string) *lifecycle.Finished {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -99,7 +101,16 @@ func waitThread(t *testing.T, sys *systemtest.System, threadID string) client.It
 	if err != nil {
 		t.Fatal(err)
 	}
-	return end
+	switch d := end.Data.(type) {
+	case *lifecycle.Finished:
+		return d
+	case *lifecycle.Failed:
+		t.Fatalf("thread %s: dispatch %s failed %s on worker %q, attempt %d: %s", threadID, d.DispatchID, d.Reason, d.WorkerID, d.Attempt, d.Detail)
+	case *lifecycle.Cancelled:
+		t.Fatalf("thread %s: dispatch %s cancelled by %q (%q)", threadID, d.DispatchID, d.By, d.Reason)
+	}
+	t.Fatalf("thread %s ended %T %+v", threadID, end.Data, end.Data)
+	return nil
 }
 
 // eventually polls cond for up to 20 s.
@@ -130,11 +141,7 @@ func TestFinishedThreadExpires(t *testing.T) {
 		}
 	}
 	close(release)
-	end := waitThread(t, sys, d.ThreadID)
-	if _, ok := end.Data.(*lifecycle.Finished); !ok {
-		t.Fatalf("thread ended %T %+v", end.Data, end.Data)
-	}
-	last := end.Data.(*lifecycle.Finished).DispatchID
+	last := waitFinished(t, sys, d.ThreadID).DispatchID
 	// The records say when they expire (read before they do).
 	var expires *time.Time
 	for deadline := time.Now().Add(retentionFor); time.Now().Before(deadline) && expires == nil; time.Sleep(20 * time.Millisecond) {
@@ -192,7 +199,7 @@ func TestRunningThreadKeepsItsRecords(t *testing.T) {
 			t.Errorf("%s expired while the thread still runs", what)
 		}
 	}
-	waitThread(t, sys, d.ThreadID)
+	waitFinished(t, sys, d.ThreadID)
 	testkit.Eventually(t, 20*time.Second, "the records expire once the thread ended", func() bool {
 		k := b.keys(t, d.DispatchID, round1)
 		return !k["dispatch round 0"] && !k["dispatch round 1"] && !k["thread index"] && !k["question"]
