@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Lifecycle events the projection consumed, by kind, each counted on its first delivery.", "kind"),
 		projectionWrites: r.Counter("projection_writes_total",
 			"Dispatch record writes by the projection: the expiry of each record of a thread that ended, and the record of a request refused on the stream. No status is written: every door derives it from the dispatch's events."),
-		reconciled: r.Counter("reconciled_total", "Interrupted acceptances the reconciler completed: work messages it stored (a queue publish that was a duplicate is not counted)."),
+		reconciled:      r.Counter("reconciled_total", "Interrupted acceptances the reconciler completed: work messages it stored (a queue publish that was a duplicate is not counted)."),
 		reconcilePasses: r.Counter("reconcile_passes_total", "Reconciler passes completed (at start, then every AGORA_DISPATCHER_RECONCILE_GRACE)."),
 	}
 	return m, r.Err()
