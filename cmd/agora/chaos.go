@@ -14,7 +14,7 @@ func newChaosCmd() *cobra.Command {
 	var cfg chaos.Config
 	var short, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "chaos [--short] [--threads N] [--workers N] [--json]",
+		Use:   "chaos [--short] [--soak DURATION] [--threads N] [--workers N] [--json]",
 		Short: "Soak Agora under process kills and pauses, then audit the streams",
 		Long: `chaos runs its own embedded JetStream, the dispatcher, the router and several
 worker processes; dispatches threads whose sub-agent sleeps, sometimes asks and
@@ -30,6 +30,11 @@ Threads share some of their questions, so some join one already asked (ask
 once); the audit checks each group's asked question lists exactly the threads
 that joined it and that each was resumed exactly once, and the router is
 sometimes killed as it fans an answer out to them.
+One run in ten works for --long-run (6s), longer than every housekeeping
+interval of the soak's services, which are shortened (workspace sweep 1s,
+reconciler 2s, router scan 500ms and cancel sweep 1s) so they cross live runs.
+--soak DURATION keeps dispatching (a thread every --pace) and injecting faults
+for that long, printing a line a minute, then settles and audits.
 It exits 1 on any anomaly. --short is the CI form (about a minute).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,7 +64,10 @@ It exits 1 on any anomaly. --short is the CI form (about a minute).`,
 	f.IntVar(&cfg.Workers, "workers", 0, "worker processes (default 3)")
 	f.DurationVar(&cfg.FaultEvery, "fault-every", 0, "time between faults (default 2s)")
 	f.DurationVar(&cfg.FaultWindow, "fault-window", 0, "how long faults go on after the last dispatch (default 30s)")
-	f.DurationVar(&cfg.Deadline, "deadline", 0, "bound on the whole run (default 10m)")
+	f.DurationVar(&cfg.Deadline, "deadline", 0, "bound on the whole run (default 10m, or the soak plus 10m)")
+	f.DurationVar(&cfg.Soak, "soak", 0, "dispatch and inject faults for this long instead of --threads threads")
+	f.DurationVar(&cfg.Pace, "pace", 0, "time between two dispatches (default 20ms; 250ms with --soak)")
+	f.DurationVar(&cfg.LongRun, "long-run", 0, "how long one run in ten works (default 6s)")
 	f.BoolVar(&asJSON, "json", false, "print the audit as JSON")
 	return cmd
 }

@@ -47,7 +47,19 @@ type Config struct {
 	// FaultWindow is how long faults go on once every thread is
 	// dispatched (default 30s); then the system must settle every thread.
 	FaultWindow time.Duration
-	Deadline    time.Duration // the whole run's bound (default 10m)
+	Deadline    time.Duration // the whole run's bound (default 10m, or Soak plus 10m)
+	// Soak, when set, keeps dispatching threads (one every Pace) and
+	// injecting faults for this long, instead of dispatching Threads;
+	// then faults go on for FaultWindow and every thread must end.
+	Soak time.Duration
+	// Pace is the time between two dispatches (default 20ms; 250ms in a
+	// soak).
+	Pace time.Duration
+	// LongRun is how long one run in ten works before it ends (default
+	// 6s): longer than every housekeeping interval of the soak's services
+	// (docs/chaos.md, "Housekeeping"), so sweeps, the reconciler and the
+	// router's scans cross live runs.
+	LongRun time.Duration
 	// Exe is the agora binary that runs the services (`agora service …`);
 	// default the running executable.
 	Exe string
@@ -67,7 +79,16 @@ func (c Config) withDefaults() Config {
 		c.FaultWindow = 30 * time.Second
 	}
 	if c.Deadline == 0 {
-		c.Deadline = 10 * time.Minute
+		c.Deadline = c.Soak + 10*time.Minute
+	}
+	if c.Pace == 0 {
+		c.Pace = 20 * time.Millisecond
+		if c.Soak > 0 {
+			c.Pace = 250 * time.Millisecond
+		}
+	}
+	if c.LongRun == 0 {
+		c.LongRun = 6 * time.Second
 	}
 	if c.Exe == "" {
 		c.Exe, _ = os.Executable()
@@ -287,7 +308,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	defer st.Close()
 	url, js, c := st.URL(), st.JetStream(), st.Client()
 	marker := "agora-chaos-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if err := define(ctx, c, marker, side); err != nil {
+	if err := define(ctx, c, marker, side, cfg.LongRun); err != nil {
 		return rep, err
 	}
 
@@ -312,12 +333,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	// Crash points (docs/chaos.md): the dispatcher killed with a
 	// dispatch's accepted event stored and its work not yet published, a
 	// worker killed with a delivery taken and its `started` not yet sent.
-	procs := []*proc{mk("dispatcher", "AGORA_DISPATCHER_RECONCILE_GRACE=2s", crashpoint.Env+"="+crashpoint.DispatcherAccepted+":"+crashChance), mk("router")}
+	// Housekeeping (docs/chaos.md): every periodic pass runs often, so
+	// the long runs outlive many of each.
+	procs := []*proc{mk("dispatcher", "AGORA_DISPATCHER_RECONCILE_GRACE=2s", crashpoint.Env+"="+crashpoint.DispatcherAccepted+":"+crashChance),
+		mk("router", "AGORA_ROUTER_TICK=500ms", "AGORA_ROUTER_CANCEL_SWEEP=1s")}
 	var workers []*proc
 	for i := range cfg.Workers {
 		w := mk(fmt.Sprintf("worker-%d", i+1), "AGORA_WORKER_ID=chaos-w"+strconv.Itoa(i+1), "AGORA_WORKER_CONCURRENCY=2",
 			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws"), "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s",
-			crashpoint.Env+"="+crashpoint.WorkerPickup+":"+crashChance)
+			"AGORA_WORKER_SWEEP_INTERVAL=1s", crashpoint.Env+"="+crashpoint.WorkerPickup+":"+crashChance)
 		workers = append(workers, w)
 		procs = append(procs, w)
 	}
@@ -388,10 +412,31 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		}
 	})
 
-	say("dispatching %d threads to %d workers, a fault every %s", cfg.Threads, cfg.Workers, cfg.FaultEvery)
+	if cfg.Soak > 0 {
+		say("soaking for %s: a thread every %s to %d workers, a fault every %s", cfg.Soak, cfg.Pace, cfg.Workers, cfg.FaultEvery)
+	} else {
+		say("dispatching %d threads to %d workers, a fault every %s", cfg.Threads, cfg.Workers, cfg.FaultEvery)
+	}
 	var threads sync.WaitGroup
 	var ids []string
-	for i := range cfg.Threads {
+	more := func(i int) bool {
+		if cfg.Soak > 0 {
+			return time.Since(start) < cfg.Soak && ctx.Err() == nil
+		}
+		return i < cfg.Threads
+	}
+	lastSaid := time.Now()
+	for i := 0; more(i); i++ {
+		if cfg.Soak > 0 && time.Since(lastSaid) >= time.Minute {
+			lastSaid = time.Now()
+			fmu.Lock()
+			nf := 0
+			for _, k := range rep.Faults {
+				nf += k
+			}
+			fmu.Unlock()
+			say("%s: %d threads dispatched, %d faults", time.Since(start).Round(time.Second), i, nf)
+		}
 		id := fmt.Sprintf("chaos%04d-%s", i, lifecycle.NewID())
 		ids = append(ids, id)
 		threads.Go(func() {
@@ -420,7 +465,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 				tmu.Unlock()
 			}
 		})
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(cfg.Pace)
 	}
 	say("all dispatched; faults go on for %s, then every thread must end", cfg.FaultWindow)
 	select {
@@ -463,9 +508,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 // rounds: a quarter of its questions are its thread's own, half one
 // shared text and a quarter one dedupe_key under differing texts; threads
 // asking while one of those waits join it (docs/design.md §3.5).
-func define(ctx context.Context, c *client.Client, marker, side string) error {
+//
+// One run in ten works for long (longRun) before it goes on: longer than
+// every housekeeping interval of the soak's services.
+func define(ctx context.Context, c *client.Client, marker, side string, longRun time.Duration) error {
 	script := `n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
-sleep 0.$((n % 9 + 1))
+if [ $((n % 10)) -eq 7 ]; then sleep ` + strconv.FormatFloat(longRun.Seconds(), 'f', 3, 64) + `; else sleep 0.$((n % 9 + 1)); fi
 if [ $((n % 5)) -eq 0 ]; then setsid sh -c 'sleep 300; :' "` + marker + `" >/dev/null 2>&1 </dev/null & fi
 if [ "$AGORA_ROUND" = 0 ] && [ $((n % 2)) -eq 0 ]; then
   case $((n / 2 % 4)) in
@@ -478,7 +526,7 @@ nonce="$AGORA_DISPATCH_ID-$AGORA_ATTEMPT-$n-$$"
 printf '%s' "$nonce" > "$SIDE/$AGORA_DISPATCH_ID.$AGORA_ATTEMPT"
 printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_FILE"`
 	d := subagent.Definition{Name: "chaos", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", script},
-		Timeout: "60s", MaxRounds: 3, EnvAllow: []string{"SIDE"}}
+		Timeout: (longRun + time.Minute).String(), MaxRounds: 3, EnvAllow: []string{"SIDE"}}
 	d.Sandbox.WritePaths = []string{side}
 	_, err := c.ApplySubagent(ctx, d)
 	return err
