@@ -338,8 +338,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	procs := []*proc{mk("dispatcher", "AGORA_DISPATCHER_RECONCILE_GRACE=2s", crashpoint.Env+"="+crashpoint.DispatcherAccepted+":"+crashChance),
 		mk("router", "AGORA_ROUTER_TICK=500ms", "AGORA_ROUTER_CANCEL_SWEEP=1s")}
 	var workers []*proc
+	// Each worker reaches NATS through a blackhole of its own, which the
+	// soak holds past AckWait and releases.
+	var holes []*blackhole
+	defer func() {
+		for _, h := range holes {
+			h.close()
+		}
+	}()
 	for i := range cfg.Workers {
-		w := mk(fmt.Sprintf("worker-%d", i+1), "AGORA_WORKER_ID=chaos-w"+strconv.Itoa(i+1), "AGORA_WORKER_CONCURRENCY=2",
+		hole, err := newBlackhole(url)
+		if err != nil {
+			return rep, err
+		}
+		holes = append(holes, hole)
+		w := mk(fmt.Sprintf("worker-%d", i+1), "AGORA_NATS_URL="+hole.URL(), "AGORA_WORKER_ID=chaos-w"+strconv.Itoa(i+1), "AGORA_WORKER_CONCURRENCY=2",
 			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws"), "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s",
 			"AGORA_WORKER_SWEEP_INTERVAL=1s", crashpoint.Env+"="+crashpoint.WorkerPickup+":"+crashChance)
 		workers = append(workers, w)
@@ -360,7 +373,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	soak, stopSoak := context.WithCancel(ctx)
 	faultCtx, stopFaults := context.WithCancel(soak)
 	var faults sync.WaitGroup
-	faults.Go(func() { inject(faultCtx, cfg, procs, workers, fault) })
+	faults.Go(func() { inject(faultCtx, cfg, procs, workers, holes, fault) })
 
 	// Answers: every question gets one to three concurrent answers.
 	var answering sync.WaitGroup
@@ -532,8 +545,9 @@ printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_
 	return err
 }
 
-// inject kills, pauses and restarts processes until ctx ends.
-func inject(ctx context.Context, cfg Config, procs, workers []*proc, fault func(name string)) {
+// inject kills, pauses and restarts processes, and blackholes workers'
+// connections, until ctx ends.
+func inject(ctx context.Context, cfg Config, procs, workers []*proc, holes []*blackhole, fault func(name string)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -541,15 +555,24 @@ func inject(ctx context.Context, cfg Config, procs, workers []*proc, fault func(
 		case <-time.After(cfg.FaultEvery):
 		}
 		switch f := rand.IntN(10); {
-		case f < 5: // SIGKILL a worker mid-run, restart it
+		case f < 4: // SIGKILL a worker mid-run, restart it
 			workers[rand.IntN(len(workers))].restart(300 * time.Millisecond)
 			fault("worker SIGKILL")
-		case f < 7: // pause a worker past AckWait: its deliveries go to others
+		case f < 6: // pause a worker past AckWait: its deliveries go to others
 			w := workers[rand.IntN(len(workers))]
 			w.signal(syscall.SIGSTOP)
 			time.Sleep(ackWait + time.Second)
 			w.signal(syscall.SIGCONT)
 			fault("worker SIGSTOP past AckWait")
+		case f < 7: // blackhole a worker's NATS connection past AckWait, then restore it
+			h := holes[rand.IntN(len(holes))]
+			h.hold()
+			select {
+			case <-ctx.Done():
+			case <-time.After(2*ackWait + time.Second):
+			}
+			h.release()
+			fault("worker's NATS connection blackholed past AckWait")
 		case f < 8:
 			procs[1].restart(300 * time.Millisecond)
 			fault("router SIGKILL")
