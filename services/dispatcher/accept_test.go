@@ -432,7 +432,7 @@ func TestMaxRounds(t *testing.T) {
 		}
 	})
 	t.Run("http answers 201 with the failed record", func(t *testing.T) {
-		resp, data := h.do(http.MethodPost, "/v1/dispatches", mustJSON(t, redispatch("mr-9", 9, 0)), "")
+		resp, data := h.do(http.MethodPost, "/v1/dispatches", mustJSON(t, natstest.Answered(t, h.js, redispatch("mr-9", 9, 0))), "")
 		if resp.StatusCode != http.StatusCreated || !strings.Contains(string(data), `"max-rounds"`) {
 			t.Errorf("%d %s", resp.StatusCode, data)
 		}
@@ -647,7 +647,7 @@ func TestReusedIDOfAnotherThread(t *testing.T) {
 func TestReusedIDFieldByField(t *testing.T) {
 	h := newHarness(t, dispatcher.Config{})
 	const root = `"subagent":"planner","input":{"n":1,"list":[1.5,"x"],"o":{"k":true}},"target":"repo@main","env":{"FOO":"fast"},"labels":{"team":"x"}`
-	const resume = `"subagent":"planner","thread_id":"fbf-thread","parent_id":"fbf-parent","round":1,"question_id":"q-fbf-parent","partial_state_ref":"fbf-parent"`
+	const resume = `"subagent":"planner","input":{"answer":"A","answered_by":"human:ann"},"thread_id":"fbf-thread","parent_id":"fbf-parent","round":1,"question_id":"q-fbf-parent","partial_state_ref":"fbf-parent"`
 	for _, c := range []struct {
 		name        string
 		first, then string // the members after dispatch_id
@@ -667,14 +667,20 @@ func TestReusedIDFieldByField(t *testing.T) {
 		{"timeout against the default", `"subagent":"planner"`, `"subagent":"planner","timeout":"1m"`, "timeout"},
 		{"max_rounds", `"subagent":"planner","max_rounds":5`, `"subagent":"planner","max_rounds":4`, "max_rounds"},
 		{"a resume's same request", resume, resume, ""},
-		{"partial_state_ref", resume, `"subagent":"planner","thread_id":"fbf-thread","parent_id":"fbf-parent","round":1,"question_id":"q-fbf-parent","partial_state_ref":"other"`, "partial_state_ref"},
-		{"round and parent", resume, `"subagent":"planner","thread_id":"fbf-thread","parent_id":"fbf-other","round":2,"question_id":"q-fbf-parent","partial_state_ref":"fbf-parent"`, "parent_id, round"},
-		{"a root against a resume", resume, `"subagent":"planner"`, "thread_id, parent_id, round, question_id, partial_state_ref"},
+		{"partial_state_ref", resume, `"subagent":"planner","input":{"answer":"A","answered_by":"human:ann"},"thread_id":"fbf-thread","parent_id":"fbf-parent","round":1,"question_id":"q-fbf-parent","partial_state_ref":"other"`, "partial_state_ref"},
+		{"round and parent", resume, `"subagent":"planner","input":{"answer":"A","answered_by":"human:ann"},"thread_id":"fbf-thread","parent_id":"fbf-other","round":2,"question_id":"q-fbf-parent","partial_state_ref":"fbf-parent"`, "parent_id, round"},
+		{"a root against a resume", resume, `"subagent":"planner"`, "input, thread_id, parent_id, round, question_id, partial_state_ref"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			id := "fbf-" + strings.NewReplacer(" ", "-", "'", "", "{}", "o").Replace(c.name)
 			body := func(members string) []byte {
 				return []byte(`{"dispatch_id":"` + id + `",` + strings.ReplaceAll(members, "$ID", id) + `}`)
+			}
+			if c.first == resume {
+				// The router answered fbf-parent's question into this
+				// dispatch: the first request is its resume.
+				natstest.Answered(t, h.js, lifecycle.Request{DispatchID: id, Subagent: "planner", ThreadID: "fbf-thread", ParentID: "fbf-parent", Round: 1,
+					PartialStateRef: "fbf-parent", Input: json.RawMessage(`{"answer":"A","answered_by":"human:ann"}`)})
 			}
 			if m := h.microCall(lifecycle.APIDispatch, body(c.first), nil); m.Header.Get(micro.ErrorCodeHeader) != "" {
 				t.Fatalf("first: %s", m.Data)

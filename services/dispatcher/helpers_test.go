@@ -164,8 +164,13 @@ func (h *harness) do(method, path, body, token string, hdr ...string) (*http.Res
 }
 
 // publishRequest publishes a dispatch request CloudEvent on the stream door.
+// A later round is first made the resume of an answered question, as the
+// router makes one (natstest.Answered).
 func (h *harness) publishRequest(req lifecycle.Request, opts ...lifecycle.Option) lifecycle.Event {
 	h.t.Helper()
+	if req.Round > 0 {
+		req = natstest.Answered(h.t, h.js, req)
+	}
 	e, msg, err := lifecycle.Message(lifecycle.Source("test", "client"), &req, opts...)
 	if err != nil {
 		h.t.Fatal(err)
@@ -357,9 +362,13 @@ func (h *harness) projectionIdle() {
 	})
 }
 
-// dispatchMicro dispatches through agora.api.dispatch with the client.
+// dispatchMicro dispatches through agora.api.dispatch with the client; a
+// later round as publishRequest makes it.
 func (h *harness) dispatchMicro(req lifecycle.Request) *client.Dispatch {
 	h.t.Helper()
+	if req.Round > 0 {
+		req = natstest.Answered(h.t, h.js, req)
+	}
 	d, err := h.cl.Dispatch(h.t.Context(), req)
 	if err != nil {
 		h.t.Fatalf("dispatch: %v", err)

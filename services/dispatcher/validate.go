@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/resume"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -163,6 +164,13 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 	if req.MaxRounds < 0 {
 		add("max_rounds", "%d is negative", req.MaxRounds)
 	}
+	// A later round is the resume its question record makes, whatever
+	// the request says; what follows checks that request.
+	if req.Round > 0 && len(errs) == 0 {
+		if err := resumeOf(ctx, b, req); err != nil {
+			return subagent.Definition{}, 0, err
+		}
+	}
 	if len(req.Env) > MaxEntries {
 		add("env", "has %d entries; the limit is %d", len(req.Env), MaxEntries)
 	}
@@ -239,6 +247,54 @@ func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Requ
 		return def, 0, problem.Invalid(errs...)
 	}
 	return def, rev, nil
+}
+
+// resumeOf replaces a later round's request with the resume its question
+// record makes (internal/resume; docs/security.md, "A resume only the
+// router can make"). Only the router writes question records, and it
+// writes the answer, who gave it and the thread's next dispatch id there
+// before it publishes the re-dispatch; so a request — through any door,
+// with any credentials — can neither forge an answer, a partial state or
+// who answered, nor resume a thread that is not paused on that question.
+// A request that is not its question's resume gets a *client.Problem
+// naming what does not match; any other error is temporary.
+func resumeOf(ctx context.Context, b *bindings, req *lifecycle.Request) error {
+	qid := lifecycle.QuestionID(req.ParentID)
+	refuse := func(why string) error {
+		return problem.Invalid(client.FieldError{Field: "round", Message: fmt.Sprintf(
+			"%d: %s. A later round is made only by the router, from the answer it accepted: answer the question instead (agora answer %s, POST /v1/questions/%s/answer)",
+			req.Round, why, qid, qid)})
+	}
+	e, err := b.store.questions.Get(ctx, qid)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return refuse(fmt.Sprintf("parent_id %q has no question (%s) to resume from", short(req.ParentID), qid))
+	}
+	if err != nil {
+		return fmt.Errorf("dispatcher: question %s: %w", qid, err)
+	}
+	var r resume.Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return refuse(fmt.Sprintf("the record of question %s cannot be read: %v", qid, err))
+	}
+	if err := resume.Check(&r, req); err != nil {
+		return refuse(err.Error())
+	}
+	built, err := resume.Build(&r)
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	// Every field the router sets must be the resume's; what the
+	// dispatcher fills in counts only when the request sets it otherwise.
+	var ce *conflictError
+	if errors.As(requestConflict(built, *req), &ce) {
+		var fields []string
+		for _, f := range ce.p.Errors {
+			fields = append(fields, f.Field)
+		}
+		return refuse(fmt.Sprintf("%s differ from the resume of question %s, which the router made from its answer", strings.Join(fields, ", "), qid))
+	}
+	*req = *built
+	return nil
 }
 
 // refuses reports whether def refuses req for a reason of the definition's

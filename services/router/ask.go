@@ -13,6 +13,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/eventmsg"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/resume"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -172,12 +173,14 @@ func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, trace
 	}
 	now := time.Now().UTC()
 	r := &record{
-		Question: lifecycle.Question{
-			Common: ni.Common, QuestionID: ni.QuestionID, Status: statusAsked,
-			Question: ni.Question, Options: ni.Options, Context: ni.Context, Kind: ni.Kind, AskedAt: now,
+		Record: resume.Record{
+			Question: lifecycle.Question{
+				Common: ni.Common, QuestionID: ni.QuestionID, Status: statusAsked,
+				Question: ni.Question, Options: ni.Options, Context: ni.Context, Kind: ni.Kind, AskedAt: now,
+			},
+			PartialState: ni.PartialState, PartialStateRef: ni.PartialStateRef, Request: req,
 		},
-		Traceparent: traceparent, PartialState: ni.PartialState, PartialStateRef: ni.PartialStateRef,
-		Request: req, History: []attempt{},
+		Traceparent: traceparent, History: []attempt{},
 	}
 	if req != nil {
 		r.Target, r.Labels = req.Target, req.Labels

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/resume"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -21,7 +22,7 @@ import (
 
 // How a thread went on after its question (record.Outcome).
 const (
-	outcomeRedispatched = "redispatched"
+	outcomeRedispatched = resume.OutcomeRedispatched
 	outcomeUnanswered   = "failed:unanswered"
 	outcomeMaxRounds    = "failed:max-rounds"
 	outcomeCancelled    = "cancelled"
@@ -79,55 +80,9 @@ func (r *record) queueEnd(f *lifecycle.Failed, c *lifecycle.Cancelled) error {
 	return nil
 }
 
-// resumeRequest builds the re-dispatch: the original request's settings,
-// the thread's ids, and input = original input + answer, answered_by,
-// decision, comment and the partial state (inline, or by reference in
-// partial_state_ref for the worker to resolve).
-func (r *record) resumeRequest() (*lifecycle.Request, error) {
-	req := &lifecycle.Request{
-		DispatchID: r.NextDispatchID, Subagent: r.Subagent, MaxRounds: r.MaxRounds,
-		ThreadID: r.ThreadID, ParentID: r.DispatchID, Round: r.Round + 1, QuestionID: r.QuestionID,
-		PartialStateRef: r.PartialStateRef,
-	}
-	var orig json.RawMessage
-	if o := r.Request; o != nil {
-		req.Target, req.Env, req.Labels, req.Timeout = o.Target, o.Env, o.Labels, o.Timeout
-		if o.MaxRounds > 0 {
-			req.MaxRounds = o.MaxRounds
-		}
-		orig = o.Input
-	}
-	in := map[string]json.RawMessage{}
-	if t := strings.TrimSpace(string(orig)); t != "" && t != "null" {
-		// The dispatcher accepts only objects; anything else is dropped
-		// rather than leaving the question unable to resume.
-		if json.Unmarshal(orig, &in) != nil {
-			in = map[string]json.RawMessage{}
-		}
-	}
-	// What an earlier round added goes; this round's answer replaces it.
-	for _, k := range []string{"answer", "answered_by", "decision", "comment", "partial_state"} {
-		delete(in, k)
-	}
-	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
-	in["answer"] = str(r.Answer)
-	in["answered_by"] = str(r.AnsweredBy)
-	if r.Decision != "" {
-		in["decision"] = str(r.Decision)
-	}
-	if r.Comment != "" {
-		in["comment"] = str(r.Comment)
-	}
-	if len(r.PartialState) > 0 && r.PartialStateRef == "" {
-		in["partial_state"] = r.PartialState
-	}
-	b, err := json.Marshal(in)
-	if err != nil {
-		return nil, fmt.Errorf("router: question %s: encode input: %w", r.QuestionID, err)
-	}
-	req.Input = b
-	return req, nil
-}
+// resumeRequest builds the re-dispatch from the record (resume.Build),
+// as the dispatcher does again when it accepts it.
+func (r *record) resumeRequest() (*lifecycle.Request, error) { return resume.Build(&r.Record) }
 
 // endCancelled ends the thread cancelled: it picks the thread's next
 // dispatch id, unless one was picked already (the caller's compare-and-set

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/resume"
 	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -30,7 +31,10 @@ const (
 // ladder, the partial state (inline) or its reference, the settings of
 // the request to resume, and the events still to publish.
 type record struct {
-	lifecycle.Question
+	// The question and what its resume is made from (internal/resume):
+	// the dispatcher accepts a later round only as resume.Build makes it
+	// from this record.
+	resume.Record
 
 	// Traceparent is the needs_input event's trace; every question event
 	// and the re-dispatch carry it on.
@@ -53,27 +57,6 @@ type record struct {
 	// ended (docs/design.md §2, "Retention"); every later write keeps the
 	// record expiring then.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-
-	// PartialState is the sub-agent's state when it travelled inline;
-	// otherwise PartialStateRef names the object in agora_state.
-	PartialState    json.RawMessage `json:"partial_state,omitempty"`
-	PartialStateRef string          `json:"partial_state_ref,omitempty"`
-	// Request holds the paused dispatch's request settings the
-	// re-dispatch copies (input, target, env, labels, timeout,
-	// max_rounds), read from its dispatch record when the question was
-	// asked; nil when there was none.
-	Request   *lifecycle.Request `json:"request,omitempty"`
-	MaxRounds int                `json:"max_rounds"`
-
-	Comment string `json:"comment,omitempty"`
-	// NextDispatchID is the thread's next dispatch: the re-dispatch, or
-	// the dispatch id whose only event ends the thread (failed unanswered
-	// or max-rounds, cancelled). Chosen once, by the compare-and-set that
-	// ends the question, so a retried publish is a duplicate.
-	NextDispatchID string `json:"next_dispatch_id,omitempty"`
-	// Outcome says how the thread went on: redispatched, failed:unanswered,
-	// failed:max-rounds, cancelled or withdrawn.
-	Outcome string `json:"outcome,omitempty"`
 
 	// History lists every answer attempt, accepted or refused, and every
 	// decline. It keeps the latest maxHistory entries; Dropped counts the
