@@ -16,13 +16,6 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// asker asks one question in round 0 and finishes in round 1.
-const asker = `if [ "$AGORA_ROUND" -lt 1 ]; then
-  echo '{"question":"Which config loader?","options":["A","B"]}' > "$AGORA_NEEDS_INPUT_FILE"
-else
-  echo '{"done":true}' > "$AGORA_OUTPUT_FILE"
-fi`
-
 // streamCounts reads how many messages every stream holds (the buckets'
 // and object stores' streams included), by name.
 func streamCounts(t *testing.T, js jetstream.JetStream) map[string]uint64 {
@@ -54,11 +47,12 @@ func countsText(c map[string]uint64) string {
 	return b.String()
 }
 
-// Nothing Agora writes outlives the retention: after threads that ask,
-// are answered (one from a remembered decision, which is then forgotten)
-// and finish, every stream and bucket holds again what it held before
-// them — the question streams' events, the records, and the markers left
-// in agora_decisions by questions that ended and a decision forgotten.
+// Nothing Agora writes outlives the retention: after threads that ask
+// (with a partial state kept as an object), are answered (one from a
+// remembered decision, which is then forgotten) and finish, every stream
+// and bucket holds again what it held before them — the events, the
+// records, the markers left in agora_decisions by questions that ended and
+// a decision forgotten, and those of the deleted partial-state objects.
 func TestNothingOutlivesTheRetention(t *testing.T) {
 	sys := systemtest.Start(t, systemtest.Options{
 		Retention: retentionFor,
@@ -67,7 +61,7 @@ func TestNothingOutlivesTheRetention(t *testing.T) {
 		Provision: provision.Config{WorkAckWait: time.Second, WorkMaxDeliver: 2, Duplicates: 3 * time.Second},
 		Routes:    "routes:\n  - name: team\n    answerer: agent\n    remember: 1h\n",
 	})
-	sys.Shell("asker", asker)
+	sys.Shell("big", bigAsker) // its partial state is kept as an object
 	release := make(chan struct{})
 	close(release)
 	answerWith(sys, "team", "A", release)
@@ -76,7 +70,7 @@ func TestNothingOutlivesTheRetention(t *testing.T) {
 
 	var threads []string
 	for range 2 { // the second is answered from the first's decision
-		d, err := sys.Client.Dispatch(t.Context(), lifecycle.Request{Subagent: "asker"})
+		d, err := sys.Client.Dispatch(t.Context(), lifecycle.Request{Subagent: "big"})
 		if err != nil {
 			t.Fatal(err)
 		}
