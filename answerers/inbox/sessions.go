@@ -181,8 +181,10 @@ func (ss *sessions) drop(key string) {
 	}
 }
 
-// delete signs token out everywhere: its key is deleted from the bucket
-// (every replica's watch then ends it) and it ends here at once.
+// delete signs token out everywhere: its key is purged from the bucket
+// (every replica's watch then ends it) and it ends here at once. The
+// purge's marker lasts as long as a session could have, then goes: a
+// sign-out leaves nothing in the bucket for good.
 func (ss *sessions) delete(ctx context.Context, token string) error {
 	key := sessionKey(token)
 	ss.drop(key)
@@ -190,7 +192,7 @@ func (ss *sessions) delete(ctx context.Context, token string) error {
 	if err != nil {
 		return err
 	}
-	if err := kv.Purge(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := kv.Purge(ctx, key, jetstream.PurgeTTL(max(ss.ttl, time.Second))); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("inbox: delete the session from %s: %w", lifecycle.BucketInboxSessions, err)
 	}
 	return nil

@@ -253,7 +253,7 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 		Workers: []worker.Config{{Concurrency: o.workers, WorkspaceRoot: wsRoot,
 			SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}},
 		Dispatcher: &dcfg,
-		Router:     &router.Config{RoutesFile: o.routes, ID: "dev"},
+		Router:     &router.Config{RoutesFile: o.routes, ID: "dev", Retention: o.retention},
 		Inbox:      &icfg,
 		MCP:        &mcfg,
 		Logger:     log,

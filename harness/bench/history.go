@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -48,6 +51,9 @@ type HistoryPoint struct {
 	DispatchKeys uint64  `json:"dispatch_keys"` // keys of agora_dispatches (records and thread indexes)
 	QuestionKeys uint64  `json:"question_keys"` // keys of agora_questions
 	Goroutines   int     `json:"goroutines"`
+	// Messages is what every stream holds, the buckets' and object
+	// stores' streams (KV_…, OBJ_…) included: values, markers and events.
+	Messages map[string]uint64 `json:"stream_messages"`
 }
 
 // HistoryReport is the scenario's result.
@@ -127,7 +133,10 @@ func history(ctx context.Context, cfg HistoryConfig, l *lost, progress io.Writer
 		if p.DispatchKeys, err = st.bucketKeys(ctx, lifecycle.BucketDispatches); err != nil {
 			return p, err
 		}
-		p.QuestionKeys, err = st.bucketKeys(ctx, lifecycle.BucketQuestions)
+		if p.QuestionKeys, err = st.bucketKeys(ctx, lifecycle.BucketQuestions); err != nil {
+			return p, err
+		}
+		p.Messages, err = streamMessages(ctx, js)
 		return p, err
 	}
 	rep := HistoryReport{Threads: cfg.Threads, Retention: cfg.Retention.String()}
@@ -267,6 +276,24 @@ func history(ctx context.Context, cfg HistoryConfig, l *lost, progress io.Writer
 	return rep, nil
 }
 
+// streamMessages reads how many messages every stream holds, by name.
+func streamMessages(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = info.State.Msgs
+	}
+	return out, names.Err()
+}
+
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // procKiB reads a kB field of /proc/self/status (VmRSS, VmHWM); 0 when it
@@ -336,6 +363,7 @@ func PrintHistory(w io.Writer, rep HistoryReport) {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%d\t%d\t\n", p.Point, p.HeapMiB, p.RSSMiB, p.DispatchKeys, p.QuestionKeys, p.Goroutines)
 	}
 	_ = tw.Flush()
+	printMessages(w, rep.Points)
 	fmt.Fprintf(w, "\npeak RSS %.1f MiB; idle CPU after the retention %.2f%% of one core\n", rep.PeakRSSMiB, rep.IdleCPUPercent)
 	if len(rep.Storage) > 0 {
 		fmt.Fprintf(w, "\nstorage after the first %d threads (two rounds each; none in flight, none expired):\n", rep.StorageThreads)
@@ -349,4 +377,33 @@ func PrintHistory(w io.Writer, rep HistoryReport) {
 		fmt.Fprintf(tw, "total\t\t\t%.0f\t\n", total)
 		_ = tw.Flush()
 	}
+}
+
+// printMessages writes every stream's message count at each point, one
+// row per stream.
+func printMessages(w io.Writer, points []HistoryPoint) {
+	names := map[string]bool{}
+	for _, p := range points {
+		for n := range p.Messages {
+			names[n] = true
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nmessages held (values, markers, events):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "stream\t")
+	for _, p := range points {
+		fmt.Fprintf(tw, "%s\t", p.Point)
+	}
+	fmt.Fprintln(tw)
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		fmt.Fprintf(tw, "%s\t", n)
+		for _, p := range points {
+			fmt.Fprintf(tw, "%d\t", p.Messages[n])
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
 }

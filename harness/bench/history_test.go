@@ -30,6 +30,17 @@ func TestHistoryScenario(t *testing.T) {
 	if after.DispatchKeys != 0 || after.QuestionKeys != 0 {
 		t.Errorf("after the retention: %d dispatch keys, %d question keys; want none", after.DispatchKeys, after.QuestionKeys)
 	}
+	// Nor any marker: the buckets' streams hold what they held at the
+	// start (the streams' events are kept for the duplicate window).
+	start := rep.Points[0]
+	for _, s := range []string{"KV_agora_dispatches", "KV_agora_questions", "KV_agora_decisions", "OBJ_agora_state"} {
+		if peak.Messages[s] == 0 && s != "OBJ_agora_state" {
+			t.Errorf("%s held nothing at the peak: the scenario wrote nothing there", s)
+		}
+		if after.Messages[s] != start.Messages[s] {
+			t.Errorf("%s holds %d messages after the retention, %d at the start", s, after.Messages[s], start.Messages[s])
+		}
+	}
 	// The capacity figures: every thread left records, events and
 	// questions behind, read with all of them ended and none expired.
 	if rep.StorageThreads != 40 {

@@ -75,7 +75,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*scale, error) {
 		Provision:  &provision.Config{Retention: cfg.Retention},
 		Subagents:  []subagent.Definition{{Name: askingSubagent, Runtime: subagent.RuntimeExec, Command: []string{"in-process"}}},
 		Dispatcher: &dispatcher.Config{ID: "bench-scale", Retention: cfg.Retention},
-		Router:     &router.Config{ID: "bench-scale"},
+		Router:     &router.Config{ID: "bench-scale", Retention: cfg.Retention},
 		Inbox:      &inbox.Config{DevToken: true},
 		Runtimes:   map[string]worker.Runtime{subagent.RuntimeExec: cfg.Runtime},
 	}

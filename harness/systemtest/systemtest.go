@@ -49,6 +49,10 @@ type Options struct {
 	Housekeeping time.Duration
 	// Registerer receives every service's metrics (stack.Options).
 	Registerer prometheus.Registerer
+	// Provision adjusts provisioning (a short duplicate window, so the
+	// streams' age limits can follow a short retention); its Retention is
+	// Retention's.
+	Provision provision.Config
 }
 
 // System is a running Agora on a test server. Everything stops when the
@@ -66,7 +70,9 @@ type System struct {
 // error a service returns fails the test.
 func Start(t *testing.T, o Options) *System {
 	t.Helper()
-	srv := natstest.StartProvisioned(t, provision.Config{Retention: o.Retention})
+	pc := o.Provision
+	pc.Retention = o.Retention
+	srv := natstest.StartProvisioned(t, pc)
 	var routes string
 	if o.Routes != "" {
 		routes = filepath.Join(t.TempDir(), "routes.yaml")
@@ -86,7 +92,7 @@ func Start(t *testing.T, o Options) *System {
 		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, Retention: o.Retention, ReconcileGrace: o.Housekeeping},
 		Workers: []worker.Config{{WorkspaceRoot: t.TempDir(), Concurrency: o.WorkerConcurrency, PullExpiry: 500 * time.Millisecond,
 			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second, SweepInterval: o.Housekeeping}},
-		Router:     &router.Config{RoutesFile: routes, Tick: tick, CancelSweep: o.Housekeeping, ShutdownTimeout: 5 * time.Second},
+		Router:     &router.Config{RoutesFile: routes, Tick: tick, CancelSweep: o.Housekeeping, ShutdownTimeout: 5 * time.Second, Retention: o.Retention},
 		Logger:     Logger(),
 		Registerer: o.Registerer,
 	})

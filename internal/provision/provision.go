@@ -29,15 +29,16 @@ type Config struct {
 	WorkMaxDeliver int
 	// Retention is how long finished work stays readable
 	// (AGORA_RETENTION; docs/design.md §2, "Retention"). Default 7 days.
-	// It sets the defaults of LifecycleMaxAge and QuestionsMaxAge.
+	// It sets the defaults of LifecycleMaxAge and QuestionsMaxAge: every
+	// stream and bucket Agora writes is bounded by it or by what waits.
 	Retention time.Duration
 	// LifecycleMaxAge is how long lifecycle events (and progress reports
 	// and artifacts) are kept. Default the retention, at least the
 	// duplicate window.
 	LifecycleMaxAge time.Duration
 	// QuestionsMaxAge is how long question events are kept. Default the
-	// retention or 30 days, whichever is longer: an answerer that was
-	// down still finds the questions asked meanwhile.
+	// retention, at least the duplicate window: an answerer down for less
+	// than that still finds the questions asked meanwhile.
 	QuestionsMaxAge time.Duration
 	// MaxBytes bounds each of AGORA_LIFECYCLE, AGORA_QUESTIONS and
 	// AGORA_PROGRESS (AGORA_STREAM_MAX_BYTES); the oldest messages are
@@ -72,7 +73,7 @@ func (c Config) withDefaults() Config {
 		c.LifecycleMaxAge = max(c.Retention, c.Duplicates)
 	}
 	if c.QuestionsMaxAge == 0 {
-		c.QuestionsMaxAge = max(c.Retention, 30*24*time.Hour)
+		c.QuestionsMaxAge = max(c.Retention, c.Duplicates)
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = -1

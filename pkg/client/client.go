@@ -15,9 +15,13 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// DefaultTimeout bounds a request to an Agora endpoint when the context
-// carries no deadline.
+// DefaultTimeout is the client's request timeout (WithTimeout): it bounds
+// a request to an Agora endpoint when the context carries no deadline, and
+// each attempt of Dispatch whatever the context's deadline.
 const DefaultTimeout = 10 * time.Second
+
+// dispatchAttempts bounds the attempts of one Dispatch.
+const dispatchAttempts = 3
 
 // Client talks to Agora over one NATS connection. Create it with New or
 // Connect. It is safe for concurrent use.
@@ -32,8 +36,13 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithTimeout bounds each request to an Agora endpoint when the caller's
-// context has no deadline (default DefaultTimeout).
+// WithTimeout sets the client's request timeout (default DefaultTimeout).
+// It bounds each request to an Agora endpoint when the caller's context has
+// no deadline, and each attempt of Dispatch even under a longer deadline:
+// a dispatcher that took the request and died does not hold the caller
+// until its deadline, the request is sent again (the same dispatch id) to
+// another. Give it more than the dispatcher's acceptance takes under load
+// (a few milliseconds to a few hundred).
 func WithTimeout(d time.Duration) Option {
 	return func(c *Client) {
 		if d > 0 {
@@ -154,10 +163,17 @@ func WithTraceparent(tp string) DispatchOption {
 // Dispatch asks the dispatcher (agora.api.dispatch) to accept req and
 // returns a handle once it is accepted and queued. The call is idempotent:
 // when req.DispatchID is empty, Dispatch generates the id before the first
-// attempt, retries a temporary failure (ErrUnavailable) up to three times
-// with that same id, and on failure returns a *DispatchError naming it, so
-// a caller's own retry with DispatchError.DispatchID completes the same
-// dispatch rather than starting a second one.
+// attempt, and every attempt sends that same id, which the dispatcher
+// answers with the dispatch already accepted under it; so a caller's own
+// retry with DispatchError.DispatchID completes the same dispatch rather
+// than starting a second one.
+//
+// Each attempt waits at most the client's request timeout (WithTimeout),
+// however long ctx allows: an attempt left unanswered (the dispatcher that
+// took it died, or its reply was lost) and a temporary failure
+// (ErrUnavailable) are retried with backoff, three attempts in all. When
+// none is answered the *DispatchError says so (Unanswered): the dispatch
+// may have been accepted, which Status with its id tells.
 //
 // A refused request answers a *Problem matching ErrInvalidRequest whose
 // Errors name the fields at fault. A request over a size limit (its input
@@ -165,7 +181,8 @@ func WithTraceparent(tp string) DispatchOption {
 // or the server's max payload) is not sent: Dispatch returns a
 // *TooLargeError, which no retry can cure. A request past its thread's round limit
 // is not refused: the handle's Record already ended failed max-rounds.
-// Dispatch blocks until the dispatcher answers or ctx ends.
+// Dispatch blocks until the dispatcher answers, the attempts are spent or
+// ctx ends.
 func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...DispatchOption) (*Dispatch, error) {
 	hdr := nats.Header{}
 	for _, o := range opts {
@@ -180,7 +197,7 @@ func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...Di
 	var rec Record
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := c.call(ctx, lifecycle.APIDispatch, hdr, req, &rec)
+		err := c.dispatchOnce(ctx, hdr, req, &rec)
 		if err == nil {
 			break
 		}
@@ -190,17 +207,29 @@ func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...Di
 			tl.Err = err
 			return nil, tl
 		}
-		if attempt == 3 || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-			return nil, &DispatchError{DispatchID: req.DispatchID, Err: err}
+		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+		failed := func() error {
+			return &DispatchError{DispatchID: req.DispatchID, Err: err, Attempts: attempt, Timeout: c.timeout, Unanswered: unanswered}
+		}
+		if attempt == dispatchAttempts || !(unanswered || errors.Is(err, ErrUnavailable)) || ctx.Err() != nil {
+			return nil, failed()
 		}
 		select {
 		case <-ctx.Done():
-			return nil, &DispatchError{DispatchID: req.DispatchID, Err: err}
+			return nil, failed()
 		case <-time.After(backoff):
 		}
 		backoff *= 2
 	}
 	return &Dispatch{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, Record: rec, c: c}, nil
+}
+
+// dispatchOnce is one attempt of Dispatch, bounded by the client's request
+// timeout.
+func (c *Client) dispatchOnce(ctx context.Context, hdr nats.Header, req lifecycle.Request, rec *Record) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.call(ctx, lifecycle.APIDispatch, hdr, req, rec)
 }
 
 // TooLargeError is a dispatch request Dispatch did not send because it can
@@ -265,17 +294,35 @@ func (c *Client) checkSize(req lifecycle.Request) error {
 type DispatchError struct {
 	DispatchID string
 	Err        error
+	// Attempts is how many requests were sent, each waiting at most
+	// Timeout (the client's request timeout) for an answer.
+	Attempts int
+	Timeout  time.Duration
+	// Unanswered reports that the last attempt got no answer: a
+	// dispatcher may have accepted the dispatch and its answer been lost.
+	// Status with DispatchID tells (ErrNotFound: it was not accepted).
+	Unanswered bool
 }
 
 func (e *DispatchError) Error() string {
-	if errors.Is(e.Err, ErrInvalidRequest) {
+	switch {
+	case errors.Is(e.Err, ErrInvalidRequest):
 		// A refusal: the same request again is refused again.
 		return fmt.Sprintf("%v (dispatch_id %s)", e.Err, e.DispatchID)
+	case e.Unanswered:
+		tries := "1 attempt"
+		if e.Attempts != 1 {
+			tries = fmt.Sprintf("%d attempts", e.Attempts)
+		}
+		return fmt.Sprintf("client: dispatch %s: no answer from the dispatcher (%s, each waiting at most %s: %v); "+
+			"it may have been accepted: check with Client.Status or `agora status %s`, and retry with dispatch_id %s to complete the same dispatch",
+			e.DispatchID, tries, e.Timeout, e.Err, e.DispatchID, e.DispatchID)
 	}
 	return fmt.Sprintf("%v (dispatch_id %s: retry with it to complete the same dispatch)", e.Err, e.DispatchID)
 }
 
-// Unwrap returns the underlying error (a *Problem, ErrUnavailable, …).
+// Unwrap returns the underlying error (a *Problem, ErrUnavailable,
+// context.DeadlineExceeded, …).
 func (e *DispatchError) Unwrap() error { return e.Err }
 
 // Item is one lifecycle event read from AGORA_LIFECYCLE.

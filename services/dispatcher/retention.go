@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,13 +64,33 @@ func (s *Service) expireThread(ctx context.Context, b *bindings, threadID string
 		}
 		// The round this question paused is over and the thread too: its
 		// state, if it was kept as an object, is needed no more.
-		if err := b.state.Delete(ctx, t.DispatchID); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		if err := b.deleteState(ctx, t.DispatchID); err != nil {
 			return fmt.Errorf("dispatcher: delete partial state %s: %w", t.DispatchID, err)
 		}
 	}
 	log.Debug("thread ended: its records expire", "thread_id", threadID, "expires_at", expires, "dispatches", len(idx.Dispatches))
 	return nil
 }
+
+// deleteState deletes partial-state object name, and then the marker the
+// object store leaves in its place (its meta message, Deleted set), which
+// would otherwise stay for good: one per large partial state ever kept.
+// Once the marker is gone the object reads as not found, as it did with
+// it, and a repeat finds nothing to do.
+func (b *bindings) deleteState(ctx context.Context, name string) error {
+	err := b.state.Delete(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	meta := "$O." + lifecycle.BucketState + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+	return b.stateLog.Purge(ctx, jetstream.WithPurgeSubject(meta))
+}
+
+// objectStream names the stream of object store bucket.
+func objectStream(bucket string) string { return "OBJ_" + bucket }
 
 // expireRecord writes a record again with its TTL, once; a record that is
 // gone already is left so.

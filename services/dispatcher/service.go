@@ -89,6 +89,7 @@ type bindings struct {
 	subagents  jetstream.KeyValue
 	store      store                 // the dispatch records and thread indexes (store.go)
 	state      jetstream.ObjectStore // partial-state objects, deleted when their thread ends
+	stateLog   jetstream.Stream      // the object store's stream: a deleted object's marker is purged from it
 }
 
 // New checks cfg and prepares a dispatcher. It connects to NATS when
@@ -162,6 +163,9 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketQuestions, err)
 	}
 	if b.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
+		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
+	}
+	if b.stateLog, err = js.Stream(ctx, objectStream(lifecycle.BucketState)); err != nil {
 		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
 	}
 	// Last: its subscription is made once, by a bind that succeeds.

@@ -991,6 +991,8 @@ func (t *tools) explain(err error) error {
 		return errors.New(msg)
 	case errors.As(err, &de) && errors.Is(err, client.ErrUnavailable):
 		return fmt.Errorf("Agora could not take the dispatch just now (%v); it may have been recorded as %s: call agora_status with dispatch_id %q before dispatching again", de.Err, de.DispatchID, de.DispatchID)
+	case errors.As(err, &de) && de.Unanswered:
+		return fmt.Errorf("Agora did not answer the dispatch in time (%v); it may have been accepted as %s: call agora_status with dispatch_id %q before dispatching again", de.Err, de.DispatchID, de.DispatchID)
 	case errors.Is(err, client.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("Agora is not reachable right now (%v): is agora dev (or the dispatcher and router) running? Try again shortly", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -44,6 +45,11 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight work may go on after a stop
 	// request.
 	ShutdownTimeout time.Duration `envconfig:"ROUTER_SHUTDOWN_TIMEOUT" default:"30s"`
+	// Retention is how long finished work stays readable (the dispatcher's
+	// AGORA_RETENTION): the delete markers the router leaves in
+	// agora_decisions, when a question ends or a decision is forgotten,
+	// expire after it (docs/design.md §2, "Retention").
+	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
 }
 
 func (c Config) withDefaults() Config {
@@ -72,6 +78,9 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
+	if c.Retention == 0 {
+		c.Retention = retention.Default
+	}
 	return c
 }
 
@@ -98,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%s=%s: must not be negative", v("ShutdownTimeout"), c.ShutdownTimeout))
+	}
+	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Second) {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 1s (finished work is kept this long)", v("Retention"), c.Retention))
 	}
 	if c.RoutesFile != "" {
 		if _, err := os.Stat(c.RoutesFile); err != nil {

@@ -32,7 +32,9 @@ import (
 // The agora_decisions bucket holds open.<match> (the id of the question
 // waiting for that match, created with compare-and-set so two routers
 // agree on it) and memory.<match> (a remembered decision, as JSON, with the
-// route's remember as its own TTL).
+// route's remember as its own TTL). A key the router removes (a question
+// ended, a decision replaced or forgotten) is purged with the retention as
+// the marker's TTL, so the bucket holds nothing for it afterwards.
 
 // Key prefixes in the agora_decisions bucket.
 const (
@@ -455,11 +457,22 @@ func (s *Service) release(ctx context.Context, r *record) error {
 		}
 		rev = e.Revision()
 	}
-	err := s.decisions.Delete(ctx, key, jetstream.LastRevision(rev))
+	err := s.removeDecisionKey(ctx, key, rev)
 	if err != nil && !isStale(err) {
 		return fmt.Errorf("router: release %s: %w", key, err)
 	}
 	return nil
+}
+
+// removeDecisionKey removes key of agora_decisions, at revision rev when
+// it is not 0. A plain delete would leave its marker for good, one per
+// question ever asked; the purge's marker carries the retention as its TTL
+// and, being a purge, is followed by no marker of the server's when it
+// expires. (A purge is a roll-up, which nats-server answers by recounting
+// the pending messages of the bucket's consumers: agora_decisions has none
+// but a listing's, for the moment it lists.)
+func (s *Service) removeDecisionKey(ctx context.Context, key string, rev uint64) error {
+	return s.decisions.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(s.cfg.Retention))
 }
 
 // isStale reports a KV write refused because the key changed since.
@@ -499,7 +512,7 @@ func (s *Service) remember(ctx context.Context, r *record) error {
 		if cur, gerr := s.recall(ctx, d.ID); gerr == nil && cur != nil && !cur.AnsweredAt.Before(d.AnsweredAt) {
 			return nil
 		}
-		if err = s.decisions.Delete(ctx, key); err != nil {
+		if err = s.removeDecisionKey(ctx, key, 0); err != nil {
 			break
 		}
 	}
@@ -632,7 +645,7 @@ func (s *Service) forget(ctx context.Context, id string) (*client.Decision, erro
 	if err != nil || d == nil {
 		return nil, err
 	}
-	if err := s.decisions.Delete(ctx, memoryPrefix+id); err != nil {
+	if err := s.removeDecisionKey(ctx, memoryPrefix+id, 0); err != nil {
 		return nil, fmt.Errorf("router: forget decision %s: %w", id, err)
 	}
 	return d, nil

@@ -169,8 +169,8 @@ func TestReloadKeepsRoutesWhenTheNewFileIsInvalid(t *testing.T) {
 }
 
 func TestConfigValidateNamesVariables(t *testing.T) {
-	err := router.Config{ID: "a.b", Tick: time.Millisecond, Concurrency: -1, RoutesFile: "/nonexistent/routes.yaml"}.Validate()
-	for _, want := range []string{"AGORA_ROUTER_ID", "AGORA_ROUTER_TICK", "AGORA_ROUTER_CONCURRENCY", "AGORA_ROUTER_CONFIG"} {
+	err := router.Config{ID: "a.b", Tick: time.Millisecond, Concurrency: -1, RoutesFile: "/nonexistent/routes.yaml", Retention: time.Millisecond}.Validate()
+	for _, want := range []string{"AGORA_ROUTER_ID", "AGORA_ROUTER_TICK", "AGORA_ROUTER_CONCURRENCY", "AGORA_ROUTER_CONFIG", "AGORA_RETENTION"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v, want it to name %s", err, want)
 		}
