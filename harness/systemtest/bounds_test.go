@@ -74,7 +74,7 @@ func TestNothingOutlivesTheRetention(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitThread(t, sys, d.ThreadID)
+		waitFinished(t, sys, d.ThreadID)
 		threads = append(threads, d.ThreadID)
 	}
 	ds, err := sys.Client.Decisions(t.Context(), "team")

@@ -118,11 +118,7 @@ fi`, nonce, mark, gate)
 		t.Fatal(err)
 	}
 
-	end := waitThread(t, sys, d.ThreadID)
-	fin, ok := end.Data.(*lifecycle.Finished)
-	if !ok {
-		t.Fatalf("the thread ended %s %+v, want finished", end.Kind(), end.Data)
-	}
+	fin := waitFinished(t, sys, d.ThreadID)
 	var out struct{ Nonce, Answer string }
 	if err := json.Unmarshal(fin.Output, &out); err != nil || out.Nonce != nonce || out.Answer != "B" {
 		t.Fatalf("finished with output %s, want nonce %s and answer B", fin.Output, nonce)
