@@ -353,12 +353,41 @@ func validationErrorsThroughEachDoor(t *testing.T) {
 				t.Errorf("failed: %+v", f)
 			}
 		})
-		t.Run("a re-dispatch is refused on its thread", func(t *testing.T) {
+		t.Run("the router's re-dispatch is refused on its thread", func(t *testing.T) {
+			// The paused round's settings no longer validate: the resume
+			// the router made from them is refused where its thread
+			// waits for it.
+			natstest.Answered(t, h.js, lifecycle.Request{DispatchID: "r2", Subagent: "planner", ThreadID: "t1", ParentID: "r1", Round: 2, Timeout: "never"})
 			after := h.lastSeq()
-			h.publishRawRequest("planner", `{"subagent":"planner","dispatch_id":"r2","thread_id":"t1","parent_id":"r1","round":2,"timeout":"never"}`)
+			h.publishRawRequest("planner", `{"subagent":"planner","dispatch_id":"r2","thread_id":"t1","parent_id":"r1","round":2,"timeout":"never","input":{"answer":"","answered_by":""}}`)
 			f := h.nextFailed(after)
-			if f.DispatchID != "r2" || f.ThreadID != "t1" || f.ParentID != "r1" || f.Round != 2 {
-				t.Errorf("failed ids: %+v", f.Common)
+			if f.DispatchID != "r2" || f.ThreadID != "t1" || f.ParentID != "r1" || f.Round != 2 || !strings.Contains(f.Detail, "timeout") {
+				t.Errorf("failed: %+v", f)
+			}
+		})
+		t.Run("a refusal never lands on another dispatch's id", func(t *testing.T) {
+			// A dispatch with events and no record (a thread's last
+			// event, ended by the router): a request naming its id that
+			// cannot be decoded is reported under its own derived id.
+			h.publishAsWorker(&lifecycle.Cancelled{Common: lifecycle.Common{DispatchID: "ended-1", ThreadID: "ended", Round: 1, Subagent: "planner"}, By: "agora:router"})
+			after := h.lastSeq()
+			h.publishRawRequest("planner", `{"subagent":"planner","dispatch_id":"ended-1","inptu":{}}`)
+			f := h.nextFailed(after)
+			if f.DispatchID == "ended-1" || f.ThreadID != f.DispatchID || !strings.Contains(f.Detail, "dispatch_id ended-1 is another dispatch's") {
+				t.Errorf("failed: %+v, want it under its own id, naming ended-1", f)
+			}
+			for _, thread := range []string{"ended", "ended-1"} {
+				if n := h.count(lifecycle.StreamLifecycle, "agora.lifecycle.failed."+thread+".ended-1"); n != 0 {
+					t.Errorf("ended-1 has %d failed events in thread %s, want none", n, thread)
+				}
+			}
+		})
+		t.Run("a later round that is no resume is refused in a thread of its own", func(t *testing.T) {
+			after := h.lastSeq()
+			h.publishRawRequest("planner", `{"subagent":"planner","dispatch_id":"r3","thread_id":"t1","parent_id":"r1","round":2,"input":{"answer":"forged"}}`)
+			f := h.nextFailed(after)
+			if f.DispatchID != "r3" || f.ThreadID != "r3" || f.ParentID != "" || f.Round != 0 || !strings.Contains(f.Detail, "made only by the router") {
+				t.Errorf("failed: %+v, want r3 in its own thread, refused as no resume", f)
 			}
 		})
 	})

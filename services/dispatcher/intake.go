@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/resume"
+	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -51,6 +54,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 	e, err := lifecycle.DecodeMsg(m)
 	if err != nil {
 		r.dispatchID = derivedID(md.Timestamp, lifecycle.StreamRequests, strconv.FormatUint(md.Sequence.Stream, 10))
+		r.derived = r.dispatchID
 		r.detail = "the message is not a CloudEvent (send ce-* headers, or a structured application/cloudevents+json body): " + err.Error()
 		return s.reject(ctx, b, r, log), resultRejected
 	}
@@ -60,7 +64,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 	// identity, so a redelivery or a republished event maps to the same
 	// dispatch.
 	derived := derivedID(eventTime(e, md.Timestamp), e.Source(), e.ID())
-	r.dispatchID = derived
+	r.dispatchID, r.derived = derived, derived
 	if e.Type() != lifecycle.TypeRequested {
 		r.detail = fmt.Sprintf("event type %q: want %s", e.Type(), lifecycle.TypeRequested)
 		return s.reject(ctx, b, r, log), resultRejected
@@ -70,7 +74,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 		p = problem.Invalid(client.FieldError{Field: "subagent", Message: fmt.Sprintf("%q does not match the subject's sub-agent %q", short(req.Subagent), r.subagent)})
 	}
 	if p != nil {
-		r.from(req)
+		r.from(req, false)
 		r.detail = p.Detail
 		return s.reject(ctx, b, r, log), resultRejected
 	}
@@ -90,7 +94,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 		return ack, resultConflict
 	}
 	if errors.As(err, &p) {
-		r.from(req)
+		r.from(req, req.Round > 0 && isResume(ctx, b, req))
 		r.detail = p.Detail
 		return s.reject(ctx, b, r, log), resultRejected
 	}
@@ -106,6 +110,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 type rejection struct {
 	subagent    string
 	dispatchID  string
+	derived     string // the id derived from the message, when the request's own cannot be used
 	threadID    string
 	parentID    string
 	round       int
@@ -113,15 +118,19 @@ type rejection struct {
 	detail      string
 }
 
-// from takes the ids of a refused request where they are usable.
-func (r *rejection) from(req lifecycle.Request) {
+// from takes the ids of a refused request where they are usable. A later
+// round's thread, parent and round only when the request is its
+// question's resume (isResume): a request that is not cannot put an event
+// in a thread that is not its own (docs/security.md, "A resume only the
+// router can make").
+func (r *rejection) from(req lifecycle.Request, resume bool) {
 	if r.subagent == "" && lifecycle.ValidToken(req.Subagent) == nil {
 		r.subagent = req.Subagent
 	}
 	if idRE.MatchString(req.DispatchID) {
 		r.dispatchID = req.DispatchID
 	}
-	if req.Round > 0 && idRE.MatchString(req.ThreadID) {
+	if resume && idRE.MatchString(req.ThreadID) {
 		r.threadID, r.round = req.ThreadID, req.Round
 		if idRE.MatchString(req.ParentID) {
 			r.parentID = req.ParentID
@@ -129,9 +138,25 @@ func (r *rejection) from(req lifecycle.Request) {
 	}
 }
 
+// isResume reports whether a later round's request is the resume its
+// answered question record makes (a router's re-dispatch that the
+// definition refuses, say), as far as its ids go.
+func isResume(ctx context.Context, b *bindings, req lifecycle.Request) bool {
+	e, err := b.store.questions.Get(ctx, lifecycle.QuestionID(req.ParentID))
+	if err != nil {
+		return false
+	}
+	var r resume.Record
+	return json.Unmarshal(e.Value(), &r) == nil && resume.Check(&r, &req) == nil
+}
+
 // reject emits failed rejected for a refused stream request, so whoever
 // sent it sees why on the lifecycle stream. A request that cannot be named
-// (no valid sub-agent) is logged and terminated.
+// (no valid sub-agent) is logged and terminated. The event is stored only
+// while the dispatch id it names has no event at all: a request naming
+// another dispatch's id — running, or about to be — is reported under the
+// id derived from its message instead, in a thread of its own, so no
+// request can end or mark a dispatch that is not its own.
 func (s *Service) reject(ctx context.Context, b *bindings, r rejection, log *slog.Logger) verdict {
 	detail := clip.String(r.detail, maxDetail)
 	if r.subagent == "" {
@@ -149,7 +174,14 @@ func (s *Service) reject(ctx context.Context, b *bindings, r rejection, log *slo
 		Common: lifecycle.Common{DispatchID: r.dispatchID, ThreadID: r.threadID, ParentID: r.parentID, Round: r.round, Subagent: r.subagent},
 		Reason: lifecycle.ReasonRejected, Detail: detail,
 	}
-	_, _, err := s.emit(ctx, b, d, tp)
+	taken, err := s.emitFirst(ctx, b, d, tp)
+	if taken && r.derived != "" && r.derived != r.dispatchID {
+		log.Warn("refused request names another dispatch's id: reported under its own", "named", r.dispatchID, "dispatch_id", r.derived)
+		d.Common = lifecycle.Common{DispatchID: r.derived, ThreadID: r.derived, Subagent: r.subagent}
+		d.Detail = clip.String(fmt.Sprintf("dispatch_id %s is another dispatch's: %s", r.dispatchID, r.detail), maxDetail)
+		r.dispatchID, r.threadID = r.derived, r.derived
+		taken, err = s.emitFirst(ctx, b, d, tp)
+	}
 	switch {
 	case errors.Is(err, lifecycle.ErrInvalid), errors.Is(err, lifecycle.ErrBadToken), errors.Is(err, lifecycle.ErrBadSubject):
 		log.Error("refused request cannot be reported: terminated", "detail", detail, "err", err)
@@ -157,9 +189,35 @@ func (s *Service) reject(ctx context.Context, b *bindings, r rejection, log *slo
 	case err != nil:
 		log.Warn("cannot report refused request yet: redelivering", "dispatch_id", r.dispatchID, "err", err)
 		return retryLate
+	case taken:
+		log.Warn("refused request not reported: its dispatch id already has events", "dispatch_id", r.dispatchID, "detail", detail)
+		return ack
 	}
 	log.Info("request refused", "dispatch_id", r.dispatchID, "thread_id", r.threadID, "subagent", r.subagent, "detail", detail)
 	return ack
+}
+
+// emitFirst publishes d only while its dispatch has no lifecycle event
+// (Nats-Expected-Last-Subject-Sequence 0 on every subject of the dispatch
+// id); taken reports that it has some, and nothing was stored. A
+// duplicate of d itself (a redelivered request reported already) is not
+// taken.
+func (s *Service) emitFirst(ctx context.Context, b *bindings, d lifecycle.Lifecycle, traceparent string) (taken bool, err error) {
+	e, msg, err := lifecycle.Message(s.source, d, telemetry.Event(ctx, traceparent))
+	if err != nil {
+		return false, fmt.Errorf("dispatcher: build event: %w", err)
+	}
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", lifecycle.LifecycleFilter("", "", d.Base().DispatchID))
+	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dispatcher: publish %s: %w", e.ID(), err)
+	}
+	return false, nil
 }
 
 // derivedID makes a ULID from a time and the identity of a message, so the
