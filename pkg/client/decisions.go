@@ -22,6 +22,10 @@ type Decision struct {
 	Question  string   `json:"question"`
 	Options   []string `json:"options,omitempty"`
 	Kind      string   `json:"kind,omitempty"`
+	// ContextSHA256 is the hex SHA-256 of the question's context (empty
+	// for none): a later question is answered from this decision only when
+	// its text, context, options and kind are the same.
+	ContextSHA256 string `json:"context_sha256,omitempty"`
 	// QuestionID is the question whose answer this is.
 	QuestionID string    `json:"question_id"`
 	Answer     string    `json:"answer"`

@@ -188,7 +188,7 @@ func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, trace
 	rt := s.routes.Load().Match(Facts{Kind: ni.Kind, Subagent: ni.Subagent, Labels: r.Labels})
 	r.Route, r.Answerer, r.Origin = rt.Name, rt.Answerer, rt.Name
 	if rt.Coalesce || rt.Remember > 0 {
-		r.MatchKey, r.DedupeKey = matchKey(rt.Name, ni), ni.DedupeKey
+		r.MatchKey, r.DedupeKey = matchKey(rt, ni), ni.DedupeKey
 	}
 	if rt.Deadline > 0 {
 		d := now.Add(rt.Deadline)

@@ -59,13 +59,20 @@ const joinedDropAfter = 10 * time.Minute
 // sub-agent gave one, else its sub-agent, question text, options and kind.
 // Each field is length-prefixed, so no two different questions share the
 // bytes hashed.
-func matchKey(route string, ni *lifecycle.NeedsInput) string {
+func matchKey(rt *Route, ni *lifecycle.NeedsInput) string {
 	h := sha256.New()
 	put := func(s string) { fmt.Fprintf(h, "%d:%s;", len(s), s) }
-	put(route)
+	put(rt.Name)
 	if ni.DedupeKey != "" {
 		put("dedupe_key")
 		put(ni.DedupeKey)
+		// A dedupe_key is a sub-agent's own: another sub-agent on the
+		// route naming the same key neither joins its questions nor
+		// reuses their answers, unless the route's operator says so.
+		if !rt.ShareAcrossSubagents {
+			put("subagent")
+			put(ni.Subagent)
+		}
 	} else {
 		put("question")
 		put(ni.Subagent)
@@ -77,6 +84,23 @@ func matchKey(route string, ni *lifecycle.NeedsInput) string {
 		put(ni.Kind)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// contextDigest names a question's context in a remembered decision, so
+// a decision answers only a question that shows the same (empty for none).
+func contextDigest(c string) string {
+	if c == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(c))
+	return hex.EncodeToString(sum[:])
+}
+
+// sameShown reports whether the question r shows a person — its text,
+// context, options and kind — is the one decision d was made on: memory
+// answers only what the person who made the decision saw.
+func sameShown(r *record, d *client.Decision) bool {
+	return d.Question == r.Question.Question && slices.Equal(d.Options, r.Options) && d.Kind == r.Kind && d.ContextSHA256 == contextDigest(r.Context)
 }
 
 // remembers reports whether rt keeps the answers of questions of kind.
@@ -490,7 +514,7 @@ func (s *Service) remember(ctx context.Context, r *record) error {
 	}
 	d := client.Decision{
 		ID: r.MatchKey, Route: r.Origin, Subagent: r.Subagent, DedupeKey: r.DedupeKey,
-		Question: r.Question.Question, Options: r.Options, Kind: r.Kind,
+		Question: r.Question.Question, Options: r.Options, Kind: r.Kind, ContextSHA256: contextDigest(r.Context),
 		QuestionID: r.QuestionID, Answer: r.Answer, Decision: r.Decision, AnsweredBy: r.AnsweredBy, Comment: r.Comment,
 		AnsweredAt: *r.AnsweredAt, ExpiresAt: r.AnsweredAt.Add(rt.Remember),
 	}
@@ -543,9 +567,14 @@ func (s *Service) recall(ctx context.Context, id string) (*client.Decision, erro
 }
 
 // answerFromMemory answers r, a new question, with decision d. It reports
-// false, changing nothing, when d's answer does not answer r (a dedupe_key
-// question whose options changed).
+// false, changing nothing, when d was made on a question that showed
+// something else (a dedupe_key question whose text, context, options or
+// kind differ: docs/security.md, "What sub-agents share") or its answer
+// does not answer r.
 func (s *Service) answerFromMemory(r *record, d *client.Decision) (bool, error) {
+	if !sameShown(r, d) {
+		return false, nil
+	}
 	by := memoryAnsweredBy + d.QuestionID
 	sub := Submission{QuestionID: r.QuestionID, Answer: d.Answer, Decision: d.Decision, AnsweredBy: by, Comment: d.Comment}
 	if why := validate(r, &sub); why != "" {

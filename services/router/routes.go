@@ -54,6 +54,11 @@ type Route struct {
 	// matches it (docs/design.md §3.5); on unless the file says
 	// coalesce: false.
 	Coalesce bool
+	// ShareAcrossSubagents lets a dedupe_key join and remember questions
+	// of different sub-agents on this route; off (the default), ask once
+	// stays within one sub-agent's questions (docs/security.md, "What
+	// sub-agents share").
+	ShareAcrossSubagents bool
 	// Remember keeps each answer this long and answers a matching later
 	// question with it; zero (the default) remembers nothing. Approval
 	// questions are remembered only with RememberApprovals.
@@ -423,6 +428,8 @@ func (p *parser) route(n *yaml.Node) *Route {
 			}
 		case "coalesce":
 			rt.Coalesce, _ = p.boolean(v, "coalesce")
+		case "share_across_subagents":
+			rt.ShareAcrossSubagents, _ = p.boolean(v, "share_across_subagents")
 		case "remember":
 			rt.Remember, _ = p.duration(v, "remember")
 		case "remember_approvals":
@@ -437,7 +444,7 @@ func (p *parser) route(n *yaml.Node) *Route {
 				rt.AutoAccept = f
 			}
 		default:
-			p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback, coalesce, remember, remember_approvals, auto_accept)", k))
+			p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback, coalesce, share_across_subagents, remember, remember_approvals, auto_accept)", k))
 		}
 	})
 	if rt.Name == "" {

@@ -1,0 +1,96 @@
+package router_test
+
+import (
+	"testing"
+
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/router"
+)
+
+// TestAskOnceStaysWithinASubagent attacks what sub-agents share through
+// ask once (docs/security.md, "What sub-agents share") as a hostile
+// sub-agent on the victim's route would: it reuses the victim's
+// dedupe_key to join the victim's question and receive the person's
+// answer, and plants a decision under a key the victim uses so that the
+// victim's dangerous question is answered from memory. Neither may work:
+// a dedupe_key joins and remembers within one sub-agent's questions, and
+// memory answers only a question that shows what the decision was made
+// on. A route whose operator widens sharing joins across sub-agents.
+func TestAskOnceStaysWithinASubagent(t *testing.T) {
+	e := newEnv(t, `routes:
+  - name: shared
+    match: {labels: {team: shared}}
+    share_across_subagents: true
+  - name: default
+    remember: 1h
+`)
+	e.startRouter(e.config())
+	asked := func(q string) questionRecord {
+		t.Helper()
+		e.waitQuestionEvents(q, 1)
+		rec, _ := e.record(q)
+		return rec
+	}
+
+	t.Run("answer theft through a dedupe_key", func(t *testing.T) {
+		victim := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "victim"}, Question: "What is the staging database password?", DedupeKey: "db-secret"}
+		evil := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "evil"}, Question: "Anything?", DedupeKey: "db-secret"}
+		vq := e.askFrom(victim, 0)
+		if r := asked(vq); r.Status != "asked" {
+			t.Fatalf("the victim's question: %s", r.Status)
+		}
+		eq := e.askFrom(evil, 1)
+		if r := asked(eq); r.Status != "asked" || r.JoinedTo != "" {
+			t.Fatalf("another sub-agent's question with the victim's dedupe_key: status %s joined_to %q, want asked on its own", r.Status, r.JoinedTo)
+		}
+		if rep := e.answer(router.Submission{QuestionID: vq, Answer: "hunter2", AnsweredBy: "alice"}); rep.Status != client.AnswerAccepted {
+			t.Fatalf("answer = %+v", rep)
+		}
+		e.waitStatus(vq, "answered")
+		if reqs := e.requests("evil"); len(reqs) != 0 {
+			t.Fatalf("the hostile sub-agent got %d re-dispatches from the victim's answer, want none", len(reqs))
+		}
+		if r, _ := e.record(eq); r.Status != "asked" {
+			t.Errorf("the hostile question is %s after the victim's answer, want still asked", r.Status)
+		}
+	})
+
+	t.Run("decision-memory poisoning", func(t *testing.T) {
+		planted := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "evil"}, Question: "Run the unit tests?", Options: []string{"yes", "no"}, DedupeKey: "ops"}
+		pq := e.askFrom(planted, 2)
+		asked(pq)
+		if rep := e.answer(router.Submission{QuestionID: pq, Answer: "yes", AnsweredBy: "alice"}); rep.Status != client.AnswerAccepted {
+			t.Fatalf("answer = %+v", rep)
+		}
+		e.waitStatus(pq, "answered")
+		danger := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "victim"}, Question: "Drop and recreate the PRODUCTION database?", Options: []string{"yes", "no"}, DedupeKey: "ops"}
+		if r := asked(e.askFrom(danger, 3)); r.Status != "asked" || r.Reused != nil {
+			t.Fatalf("another sub-agent's dangerous question under the planted key: status %s reused %+v, want asked", r.Status, r.Reused)
+		}
+		// The same sub-agent, the same key, another question: the person
+		// who decided never saw it.
+		same := planted
+		same.Question = "Delete every branch?"
+		if r := asked(e.askFrom(same, 4)); r.Status != "asked" || r.Reused != nil {
+			t.Fatalf("the planter's own other question under its key: status %s reused %+v, want asked", r.Status, r.Reused)
+		}
+		// What was shown, again: memory answers it.
+		again := e.askFrom(planted, 5)
+		if r := e.waitStatus(again, "answered"); r.Reused == nil || r.Reused.QuestionID != pq {
+			t.Errorf("the very question again: reused %+v, want answered from %s", r.Reused, pq)
+		}
+	})
+
+	t.Run("an operator widens sharing", func(t *testing.T) {
+		first := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "lint"}, Question: "Adopt the new style?", DedupeKey: "style"}
+		second := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "format"}, Question: "Use the new style?", DedupeKey: "style"}
+		labels := lifecycle.Request{Labels: map[string]string{"team": "shared"}}
+		q1 := e.ask(first, labels, "")
+		asked(q1)
+		q2 := e.ask(second, labels, "")
+		if r := e.waitRecord(q2, "joined", func(r questionRecord) bool { return r.Status == lifecycle.StatusJoined }); r.JoinedTo != q1 {
+			t.Errorf("share_across_subagents: joined to %q, want %s", r.JoinedTo, q1)
+		}
+	})
+}
