@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/internal/termsafe"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -313,6 +314,13 @@ func keyValues(flag string, items []string) (map[string]string, error) {
 
 // prettyJSON indents raw JSON for people, keeping its member order; it
 // returns raw as it is when it does not parse.
+// safeOut and safeErr are the command's output and error streams with
+// every control character that sub-agents' text may hold escaped, but the
+// newlines and tabs of the CLI's own layout (internal/termsafe): every verb
+// that shows what a run or a question says writes through them.
+func safeOut(cmd *cobra.Command) io.Writer { return termsafe.NewWriter(cmd.OutOrStdout()) }
+func safeErr(cmd *cobra.Command) io.Writer { return termsafe.NewWriter(cmd.ErrOrStderr()) }
+
 func prettyJSON(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if err := json.Indent(&b, raw, "", "  "); err != nil {

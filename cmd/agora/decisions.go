@@ -55,7 +55,7 @@ answer, decision, answered_by, comment, answered_at, expires_at.`,
 					return fmt.Errorf("--route %q is not a route name: %v", route, unprefix(err))
 				}
 			}
-			c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
+			c, ctx, done, err := g.call(cmd.Context(), safeErr(cmd))
 			if err != nil {
 				return err
 			}
@@ -64,7 +64,7 @@ answer, decision, answered_by, comment, answered_at, expires_at.`,
 			if err != nil {
 				return g.explain(err, lifecycle.APIDecisions)
 			}
-			out := cmd.OutOrStdout()
+			out := safeOut(cmd)
 			if asJSON {
 				return writeJSONLines(out, ds, same)
 			}
@@ -73,13 +73,13 @@ answer, decision, answered_by, comment, answered_at, expires_at.`,
 				if route != "" {
 					where = "route " + route
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s remembers a decision (a route keeps its answers with remember: in the routing file, e.g. remember: 720h)\n", where)
+				fmt.Fprintf(safeErr(cmd), "%s remembers a decision (a route keeps its answers with remember: in the routing file, e.g. remember: 720h)\n", where)
 				return nil
 			}
 			if err := printDecisions(out, ds); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "\nforget one (later matching questions are asked again): %s decisions forget ID\n", g.cli(cmd))
+			fmt.Fprintf(safeErr(cmd), "\nforget one (later matching questions are asked again): %s decisions forget ID\n", g.cli(cmd))
 			return nil
 		},
 	}
@@ -151,7 +151,7 @@ With --json stdout carries the forgotten decision as one JSON object.`,
 			if err := lifecycle.ValidToken(id); err != nil {
 				return fmt.Errorf("%q is not a decision id (`%s decisions list` lists them)", id, g.cli(cmd))
 			}
-			c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
+			c, ctx, done, err := g.call(cmd.Context(), safeErr(cmd))
 			if err != nil {
 				return err
 			}
@@ -163,7 +163,7 @@ With --json stdout carries the forgotten decision as one JSON object.`,
 			if err != nil {
 				return g.explain(err, lifecycle.APIDecisionsForget)
 			}
-			out := cmd.OutOrStdout()
+			out := safeOut(cmd)
 			if asJSON {
 				return newJSONLines(out).write(d)
 			}

@@ -123,7 +123,7 @@ func runDispatch(cmd *cobra.Command, g *globals, o dispatchOptions, name string)
 	if err != nil {
 		return g.explain(err, lifecycle.APIDispatch)
 	}
-	out := cmd.OutOrStdout()
+	out := safeOut(cmd)
 	if !o.wait && !o.round {
 		if o.json {
 			return newJSONLines(out).write(d.Record)
@@ -165,7 +165,7 @@ func readInput(s string, stdin io.Reader) (json.RawMessage, error) {
 
 // followDispatch follows d: its thread (--wait) or itself (--round), to the end.
 func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispatchOptions, c *client.Client, d *client.Dispatch) error {
-	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	out, errOut := safeOut(cmd), cmd.ErrOrStderr() // the progress line escapes what it shows itself
 	var jl *jsonLines
 	if o.json {
 		jl = newJSONLines(out)

@@ -71,7 +71,7 @@ func runEvents(cmd *cobra.Command, g *globals, o eventsOptions) error {
 			return fmt.Errorf("--%s %q is not an id: no dots, spaces or wildcards", flag, id)
 		}
 	}
-	c, err := g.connect(cmd.ErrOrStderr())
+	c, err := g.connect(safeErr(cmd))
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func runEvents(cmd *cobra.Command, g *globals, o eventsOptions) error {
 			return g.explain(err, "")
 		}
 		if last == 0 {
-			fmt.Fprintln(cmd.ErrOrStderr(), "no events match")
+			fmt.Fprintln(safeErr(cmd), "no events match")
 			return nil
 		}
 	}
@@ -98,7 +98,7 @@ func runEvents(cmd *cobra.Command, g *globals, o eventsOptions) error {
 	}
 	defer idle.Stop()
 
-	out := cmd.OutOrStdout()
+	out := safeOut(cmd)
 	jl := newJSONLines(out)
 	var mu sync.Mutex // the progress goroutine writes too
 	if o.follow && o.kind == "" {

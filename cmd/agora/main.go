@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/agora-dispatch/agora/internal/subagentmcp"
+	"github.com/agora-dispatch/agora/internal/termsafe"
 )
 
 func main() {
@@ -27,7 +28,7 @@ func main() {
 			code = ec.ExitCode()
 		}
 		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(os.Stderr, "agora:", msg)
+			fmt.Fprintln(termsafe.NewWriter(os.Stderr), "agora:", msg)
 		}
 		os.Exit(code)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/termsafe"
 )
 
 // progress reports the state of a followed dispatch on stderr. On a
@@ -64,6 +65,8 @@ func (p *progress) set(state string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The state quotes what runs report: it never acts on the terminal.
+	state = termsafe.Text(state)
 	p.state = state
 	if p.tty {
 		p.draw()
@@ -85,7 +88,7 @@ func (p *progress) out(w io.Writer, format string, a ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clear()
-	fmt.Fprintf(w, format, a...)
+	fmt.Fprintf(termsafe.NewWriter(w), format, a...)
 	if p.state != "" {
 		p.draw()
 	}

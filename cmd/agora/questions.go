@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/termsafe"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -120,7 +121,7 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	if o.cursor != "" && o.all {
 		return errors.New("--cursor and --all: give one (--all starts at the first page)")
 	}
-	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
+	c, ctx, done, err := g.call(cmd.Context(), safeErr(cmd))
 	if err != nil {
 		return err
 	}
@@ -133,7 +134,7 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	if filter.Status == "asked" {
 		qs, next, count, err = waitingPages(ctx, c, filter, o)
 		if errors.Is(err, client.ErrUnavailable) {
-			fmt.Fprintln(cmd.ErrOrStderr(), "no router answers agora.api.questions: reading the questions bucket whole")
+			fmt.Fprintln(safeErr(cmd), "no router answers agora.api.questions: reading the questions bucket whole")
 			next = ""
 			qs, err = c.Questions(ctx, filter)
 			count = len(qs)
@@ -146,18 +147,18 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	}
 	defer func() {
 		if next != "" {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%d waiting in all, %d shown; the next page: %s questions --cursor %s\n", count, len(qs), g.cli(cmd), next)
+			fmt.Fprintf(safeErr(cmd), "%d waiting in all, %d shown; the next page: %s questions --cursor %s\n", count, len(qs), g.cli(cmd), next)
 		}
 	}()
-	out := cmd.OutOrStdout()
+	out := safeOut(cmd)
 	if o.json {
 		return writeJSONLines(out, qs, lineOf)
 	}
 	if len(qs) == 0 {
 		if filter.Status == "asked" {
-			fmt.Fprintln(cmd.ErrOrStderr(), "no questions are waiting for an answer (--status all lists every question)")
+			fmt.Fprintln(safeErr(cmd), "no questions are waiting for an answer (--status all lists every question)")
 		} else {
-			fmt.Fprintln(cmd.ErrOrStderr(), "no questions match")
+			fmt.Fprintln(safeErr(cmd), "no questions match")
 		}
 		return nil
 	}
@@ -174,11 +175,11 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 		return err
 	}
 	if filter.Status == "asked" {
-		fmt.Fprintf(cmd.ErrOrStderr(), "\nanswer one: %s answer QUESTION_ID ANSWER", g.cli(cmd))
+		fmt.Fprintf(safeErr(cmd), "\nanswer one: %s answer QUESTION_ID ANSWER", g.cli(cmd))
 		if slices.ContainsFunc(qs, func(q lifecycle.Question) bool { return q.Kind == "approval" }) {
-			fmt.Fprintf(cmd.ErrOrStderr(), " (an approval: %s answer QUESTION_ID --decision approve|reject [--comment C])", g.cli(cmd))
+			fmt.Fprintf(safeErr(cmd), " (an approval: %s answer QUESTION_ID --decision approve|reject [--comment C])", g.cli(cmd))
 		}
-		fmt.Fprintln(cmd.ErrOrStderr())
+		fmt.Fprintln(safeErr(cmd))
 	}
 	return nil
 }
@@ -255,9 +256,11 @@ func printQuestion(w io.Writer, q lifecycle.Question) error {
 	fmt.Fprintf(w, "%s  %s\n", q.QuestionID, statusCell(q))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "  %s\t"+format+"\n", append([]any{k}, a...)...) }
-	row("question", "%s", q.Question)
+	// A field of one line each: a line break in a sub-agent's text would
+	// forge a row (or a command) of its own.
+	row("question", "%s", termsafe.Text(q.Question))
 	if len(q.Options) > 0 {
-		row("options", "%s", strings.Join(q.Options, " | "))
+		row("options", "%s", termsafe.Text(strings.Join(q.Options, " | ")))
 	}
 	row("route", "%s", q.Route)
 	if q.Kind != "" {
@@ -291,7 +294,7 @@ func printQuestion(w io.Writer, q lifecycle.Question) error {
 		row("reused", "%s", reusedText(q.Reused))
 	}
 	if q.Detail != "" {
-		row("detail", "%s", q.Detail)
+		row("detail", "%s", termsafe.Text(q.Detail))
 	}
 	if len(q.WaitingThreads) > 0 {
 		row("threads", "%d waiting", len(q.WaitingThreads))
@@ -339,9 +342,9 @@ agora questions --json prints it.`,
 				return g.explain(err, "")
 			}
 			if asJSON {
-				return newJSONLines(cmd.OutOrStdout()).write(lineOf(q))
+				return newJSONLines(safeOut(cmd)).write(lineOf(q))
 			}
-			return printQuestion(cmd.OutOrStdout(), q)
+			return printQuestion(safeOut(cmd), q)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only: the question")
@@ -453,7 +456,7 @@ func (g *globals) callQuestion(cmd *cobra.Command, qid string) (*client.Client, 
 	if err := lifecycle.ValidToken(qid); err != nil {
 		return nil, nil, nil, fmt.Errorf("%q is not a question id%s (`agora questions` lists them)", qid, suggestQuestionID(qid))
 	}
-	return g.call(cmd.Context(), cmd.ErrOrStderr())
+	return g.call(cmd.Context(), safeErr(cmd))
 }
 
 func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer string) error {
@@ -472,7 +475,7 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 	defer done()
 	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: o.as}
 	reply, err := answerWithRetry(ctx, c, qid, a)
-	out := cmd.OutOrStdout()
+	out := safeOut(cmd)
 	var ae *client.AnswerError
 	switch {
 	case err == nil:

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/termsafe"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -51,13 +52,13 @@ object.`,
 }
 
 func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error {
-	c, err := g.connectTo(id, cmd.ErrOrStderr())
+	c, err := g.connectTo(id, safeErr(cmd))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ctx := cmd.Context()
-	out := cmd.OutOrStdout()
+	out := safeOut(cmd)
 	by := client.CancelBy(o.as, o.reason)
 	if o.thread {
 		th, err := c.CancelThread(ctx, id, by)
@@ -243,12 +244,12 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 	if err := checkID(id); err != nil {
 		return err
 	}
-	c, ctx, done, err := g.call(cmd.Context(), cmd.ErrOrStderr())
+	c, ctx, done, err := g.call(cmd.Context(), safeErr(cmd))
 	if err != nil {
 		return err
 	}
 	defer done()
-	out := cmd.OutOrStdout()
+	out := safeOut(cmd)
 	if o.thread {
 		th, err := c.Thread(ctx, id)
 		if isNotFound(err) {
@@ -349,12 +350,12 @@ func printRecord(w io.Writer, r *client.Record, q *lifecycle.Question, cli, inbo
 		case lifecycle.KindFailed:
 			row("result", "failed: %s", res.Reason)
 			if res.Detail != "" {
-				row("detail", "%s", res.Detail)
+				row("detail", "%s", termsafe.Text(res.Detail))
 			}
 		case lifecycle.KindCancelled:
-			s := "cancelled by " + cmp.Or(res.By, "someone")
+			s := "cancelled by " + termsafe.Text(cmp.Or(res.By, "someone"))
 			if res.Detail != "" {
-				s += ": " + res.Detail
+				s += ": " + termsafe.Text(res.Detail)
 			}
 			row("result", "%s", s)
 		case lifecycle.KindNeedsInput:
