@@ -28,7 +28,8 @@ const kindReason = "must be one of clarification, decision, information, approva
 // means no options and is returned as nil. context is a string. kind is one
 // of the four [Kind] values. partial_state is any JSON value, kept byte for
 // byte; null means absent. dedupe_key is a string of printable text of at
-// most [MaxDedupeKey] bytes; reuse is true or false. A JSON null context or kind is also treated as
+// most [MaxDedupeKey] bytes; reuse is true or false. Arrays and objects nest
+// at most [MaxDepth] levels, the top object counted. A JSON null context or kind is also treated as
 // absent. Field names are case-sensitive, unknown fields are ignored and,
 // as with encoding/json, the last of duplicate fields wins. Invalid UTF-8
 // in a known field is refused rather than replaced.
@@ -44,6 +45,9 @@ func Parse(b []byte) (Request, error) {
 	}
 	if len(trimJSONSpace(b)) == 0 {
 		return Request{}, malformed("", "empty file")
+	}
+	if d := depth(b); d > MaxDepth {
+		return Request{}, malformed("", "nested "+strconv.Itoa(d)+" levels deep (arrays and objects, the top object counted); the limit is "+strconv.Itoa(MaxDepth)+": keep partial_state flatter, or store a deep structure as a file and name it")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	var top json.RawMessage
@@ -62,6 +66,40 @@ func Parse(b []byte) (Request, error) {
 		return Request{}, malformed("", "invalid JSON: "+syntaxReason(err, offset))
 	}
 	return fromFields(fields)
+}
+
+// depth returns how deeply b's arrays and objects nest, outside strings,
+// stopping once past MaxDepth: a scan of the bytes, before anything
+// decodes (or anyone later renders) what a deeper file would hold.
+func depth(b []byte) int {
+	d, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			d++
+			if d > deepest {
+				deepest = d
+				if deepest > MaxDepth {
+					return deepest
+				}
+			}
+		case c == ']' || c == '}':
+			d--
+		}
+	}
+	return deepest
 }
 
 // fromFields checks each known field of a decoded sentinel object.
@@ -208,6 +246,10 @@ func (r Request) Validate() error {
 		}
 		if !json.Valid(r.PartialState) {
 			return malformed("partial_state", "must be valid JSON")
+		}
+		// In the file it sits one level below the top object.
+		if d := depth(r.PartialState); d > MaxDepth-1 {
+			return malformed("partial_state", "nested "+strconv.Itoa(d)+" levels deep; the limit is "+strconv.Itoa(MaxDepth-1)+" (the file's "+strconv.Itoa(MaxDepth)+", the top object counted): keep it flatter")
 		}
 	}
 	return nil

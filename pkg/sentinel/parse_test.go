@@ -287,3 +287,33 @@ func TestStatusString(t *testing.T) {
 		}
 	}
 }
+
+// Nesting is bounded before anything decodes the file: 64 levels, the top
+// object counted, and brackets inside strings are text.
+func TestParseNestingDepth(t *testing.T) {
+	nested := func(levels int) string { // partial_state nested so the file is levels deep
+		return `{"question":"q?","partial_state":` + strings.Repeat("[", levels-1) + strings.Repeat("]", levels-1) + `}`
+	}
+	for _, c := range []struct {
+		name string
+		file string
+		ok   bool
+	}{
+		{"at the limit", nested(sentinel.MaxDepth), true},
+		{"one past the limit", nested(sentinel.MaxDepth + 1), false},
+		{"an indentation bomb", nested(9990), false},
+		{"brackets in strings", `{"question":"` + strings.Repeat("[{", 5000) + `","partial_state":{"s":"` + strings.Repeat("[", 9000) + `"}}`, true},
+		{"escaped quotes in strings", `{"question":"a \"[[[[\" b","context":"\\","partial_state":[[1]]}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := sentinel.Parse([]byte(c.file))
+			var me *sentinel.MalformedError
+			switch {
+			case c.ok && err != nil:
+				t.Fatalf("Parse: %v, want accepted", err)
+			case !c.ok && (!errors.As(err, &me) || !strings.Contains(err.Error(), "the limit is 64")):
+				t.Fatalf("Parse: %v, want malformed naming the limit", err)
+			}
+		})
+	}
+}

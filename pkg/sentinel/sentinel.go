@@ -93,6 +93,13 @@ type Request struct {
 // MaxDedupeKey is the longest dedupe_key accepted, in bytes.
 const MaxDedupeKey = 256
 
+// MaxDepth is how deeply a sentinel's arrays and objects may nest, the top
+// object counted (so partial_state may nest 63 levels): a deeper file is
+// [Malformed]. Every reader of a question and its state — the router, the
+// inbox, the CLI, clients in other languages — then renders a bounded
+// structure.
+const MaxDepth = 64
+
 // Status is the outcome of [Resolve].
 type Status int
 
