@@ -109,13 +109,23 @@ func (s *Server) runData(ctx context.Context, q *Question) runView {
 }
 
 // prettyState indents a partial state for reading, cut at maxStateShown;
-// n is the size of the whole indented state.
+// n is the size of the whole indented state, or of the state as stored
+// when it is too large to indent whole. The work is bounded by what is
+// shown: a state up to maxStateShown is decoded and encoded again (numbers
+// kept as written, no HTML escapes: the template escapes, so "<" reads as
+// "<"); a larger one is indented as it streams and left once the page has
+// enough, however large or deeply nested it is.
 func prettyState(raw json.RawMessage) (s string, n int) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return "", 0
 	}
-	// Decoded with its numbers kept as written and encoded again without
-	// HTML escapes (the template escapes), so "<" reads as "<".
+	if len(raw) > maxStateShown {
+		out, whole := indentPrefix(raw, maxStateShown)
+		if whole {
+			return out, len(out)
+		}
+		return clip.Prefix(out, maxStateShown), max(len(raw), maxStateShown+1)
+	}
 	var buf bytes.Buffer
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -128,6 +138,70 @@ func prettyState(raw json.RawMessage) (s string, n int) {
 		buf.Write(raw)
 	}
 	return clip.Prefix(buf.String(), maxStateShown), buf.Len()
+}
+
+// indentPrefix indents raw, a JSON value, two spaces a level as
+// json.Indent does, and stops once it has written limit bytes; whole
+// reports that it wrote all of raw.
+func indentPrefix(raw []byte, limit int) (string, bool) {
+	var b strings.Builder
+	depth, inString, escaped := 0, false, false
+	newline := func() {
+		b.WriteByte('\n')
+		for range depth {
+			b.WriteString("  ")
+		}
+	}
+	for i := 0; i < len(raw); i++ {
+		if b.Len() >= limit {
+			return b.String(), false
+		}
+		c := raw[i]
+		if inString {
+			b.WriteByte(c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			inString = true
+			b.WriteByte(c)
+		case '{', '[':
+			b.WriteByte(c)
+			// An empty object or array stays on its line.
+			j := i + 1
+			for j < len(raw) && (raw[j] == ' ' || raw[j] == '\t' || raw[j] == '\n' || raw[j] == '\r') {
+				j++
+			}
+			if j < len(raw) && (raw[j] == '}' || raw[j] == ']') {
+				b.WriteByte(raw[j])
+				i = j
+				continue
+			}
+			depth++
+			newline()
+		case '}', ']':
+			depth--
+			newline()
+			b.WriteByte(c)
+		case ',':
+			b.WriteByte(c)
+			newline()
+		case ':':
+			b.WriteString(": ")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
 }
 
 func (s *Server) artifactView(ctx context.Context, q *Question, a lifecycle.Artifact, inline bool) artifactView {
