@@ -1,16 +1,21 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/agora-dispatch/agora/internal/chain"
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/eventmsg"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/resume"
@@ -91,6 +96,15 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	flush := func() error { return s.flush(ctx, qid) }
 	if _, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
 		log.Debug("question created by another router")
+	} else if tooLarge(err) {
+		// The record can never be stored: the question can never be
+		// asked. The thread ends, saying why, instead of waiting forever.
+		if err := s.endTooLarge(ctx, r, e.Time(), err); err != nil {
+			log.Warn("end a thread whose question cannot be stored: redelivering", "err", err)
+			return retryIn(time.Second)
+		}
+		log.Error("question too large for its record: the thread ends failed", "err", err)
+		return ack
 	} else if err != nil {
 		log.Warn("create question: redelivering", "err", err)
 		return retryIn(time.Second)
@@ -115,6 +129,43 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return retryIn(time.Second)
 	}
 	return ack
+}
+
+// tooLarge reports whether err is a write that can never succeed: the
+// message is larger than the server's max payload or than the stream's
+// maximum message size (JetStream error 10054).
+func tooLarge(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// endTooLarge ends the thread of r, a question whose record cannot be
+// stored, with failed rejected on the thread's next dispatch id. The id
+// is derived from the question and its event's time, so a redelivery
+// publishes the same event again, a duplicate.
+func (s *Service) endTooLarge(ctx context.Context, r *record, at time.Time, cause error) error {
+	sum := sha256.Sum256([]byte("too-large\x00" + r.QuestionID))
+	id, err := ulid.New(ulid.Timestamp(at), bytes.NewReader(sum[:10]))
+	if err != nil {
+		return err
+	}
+	r.NextDispatchID = id.String()
+	f := &lifecycle.Failed{Common: r.next(), Reason: lifecycle.ReasonRejected, Detail: clip.String(fmt.Sprintf(
+		"question %s cannot be asked: its record is larger than the server stores (%v); ask with fewer or shorter options and a shorter context", r.QuestionID, cause), 1024)}
+	e, err := lifecycle.New(s.source, f)
+	if err != nil {
+		return err
+	}
+	subj, err := lifecycle.LifecycleSubject(lifecycle.KindFailed, r.ThreadID, r.NextDispatchID)
+	if err != nil {
+		return err
+	}
+	msg, err := lifecycle.Encode(subj, e)
+	if err != nil {
+		return err
+	}
+	_, err = s.js.PublishMsg(ctx, msg)
+	return err
 }
 
 // How a new question is settled by ask once (docs/design.md §3.5).

@@ -1,8 +1,12 @@
 package router_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
+	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/router"
@@ -93,4 +97,38 @@ func TestAskOnceStaysWithinASubagent(t *testing.T) {
 			t.Errorf("share_across_subagents: joined to %q, want %s", r.JoinedTo, q1)
 		}
 	})
+}
+
+// TestQuestionTooLargeForItsRecord: a needs_input event that fits while
+// the question's record — which adds the request to resume with — does
+// not ends its thread failed rejected, saying why, once; the event is
+// acknowledged rather than redelivered forever.
+func TestQuestionTooLargeForItsRecord(t *testing.T) {
+	e := newEnv(t, "")
+	e.startRouter(e.config())
+	ni := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "verbose"}, Question: "Which one?", Context: strings.Repeat("c", 500<<10)}
+	qid := e.ask(ni, lifecycle.Request{Input: json.RawMessage(`{"notes":"` + strings.Repeat("n", 600<<10) + `"}`)}, "")
+	var ended []event
+	testkit.Eventually(t, waitFor, "the thread to end", func() bool {
+		ended = e.streamEvents(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter(lifecycle.KindFailed, strings.TrimPrefix(qid, "q-"), ""))
+		return len(ended) > 0
+	})
+	f, ok := ended[0].Data.(*lifecycle.Failed)
+	if !ok || f.Reason != lifecycle.ReasonRejected || !strings.Contains(f.Detail, "cannot be asked") || f.ParentID != strings.TrimPrefix(qid, "q-") || f.Round != 1 {
+		t.Fatalf("the thread ended %+v, want failed rejected on round 1 saying the question cannot be asked", ended[0].Data)
+	}
+	if _, stored := e.record(qid); stored {
+		t.Errorf("a record of %s was stored", qid)
+	}
+	c, err := e.js.Consumer(t.Context(), lifecycle.StreamLifecycle, provision.ConsumerRouter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, waitFor, "the needs_input acknowledged", func() bool {
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	if n := len(e.streamEvents(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter(lifecycle.KindFailed, strings.TrimPrefix(qid, "q-"), ""))); n != 1 {
+		t.Errorf("%d failed events in the thread, want 1", n)
+	}
 }

@@ -93,6 +93,9 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 	}
 	size := msgSize(m)
 	if size <= limit {
+		if f := s.recordFit(j, d, limit, what); f != nil {
+			return f, nil, nil
+		}
 		return d, m, nil
 	}
 	first := size
@@ -106,6 +109,9 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 	}
 	if size <= limit {
 		j.log.Warn("terminal event shrunk to fit "+what, "kind", d.LifecycleKind(), "bytes", first, "now", size, "limit", limit, "gave_up", strings.Join(gave, "; "))
+		if f := s.recordFit(j, d, limit, what); f != nil {
+			return f, nil, nil
+		}
 		return d, nil, nil
 	}
 	detail := fmt.Sprintf("the %s event of %d bytes exceeds %s of %d bytes", d.LifecycleKind(), first, what, limit)
@@ -127,6 +133,58 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 		return d, nil, fmt.Errorf("worker: even the failed event (%d bytes) exceeds %s of %d bytes: %w", fsize, what, limit, nats.ErrMaxPayload)
 	}
 	return f, nil, nil
+}
+
+// recordFit returns the failed event that replaces a needs_input event
+// whose question cannot be stored in the router's record (it goes on there
+// with the request to resume with: such a question could never be asked),
+// or nil when d is not one.
+func (s *Service) recordFit(j *job, d lifecycle.Lifecycle, limit int, what string) *lifecycle.Failed {
+	ni, ok := d.(*lifecycle.NeedsInput)
+	if !ok {
+		return nil
+	}
+	n := questionRecordSize(j.req, ni)
+	if n <= limit {
+		return nil
+	}
+	f := &lifecycle.Failed{Common: j.common, Outputs: ni.Outputs, Reason: lifecycle.ReasonWorkerFailed, Detail: clip.String(fmt.Sprintf(
+		"the question would make a record of about %d bytes in %s, more than %s of %d bytes (question %d bytes, context %d, %d options of %d bytes, inline partial_state %d, the request's input %d): ask with fewer or shorter options and a shorter context",
+		n, lifecycle.BucketQuestions, what, limit, len(ni.Question), len(ni.Context), len(ni.Options), optionBytes(ni.Options), len(ni.PartialState), len(j.req.Input)), 1024)}
+	f.SetProducer(s.cfg.ID, j.attempt)
+	f.ExitCode, f.DurationMS = runOf(d)
+	j.log.Error("question too large for its record: the dispatch fails", "bytes", n, "limit", limit)
+	return f
+}
+
+// recordOverhead is room in a question's record beyond what the worker
+// knows of it: ids, routing, deadlines, the history of answer attempts
+// and the first threads that join it.
+const recordOverhead = 32 << 10
+
+// questionRecordSize estimates the router's record of ni's question
+// (docs/design.md §3.4): what the question shows and the state it
+// carries inline, as JSON, the request it resumes with, and
+// recordOverhead.
+func questionRecordSize(req *lifecycle.Request, ni *lifecycle.NeedsInput) int {
+	b, err := json.Marshal(struct {
+		Q, C string
+		O    []string
+		S    json.RawMessage
+		R    *lifecycle.Request
+	}{ni.Question, ni.Context, ni.Options, ni.PartialState, req})
+	if err != nil {
+		return 0
+	}
+	return len(b) + recordOverhead
+}
+
+func optionBytes(opts []string) int {
+	n := 0
+	for _, o := range opts {
+		n += len(o)
+	}
+	return n
 }
 
 // maxEvent is the largest lifecycle message that can be stored, and what

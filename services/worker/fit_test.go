@@ -192,3 +192,26 @@ echo done`)
 		t.Errorf("failed %s: %q; want worker-failed saying the event can never be published", fl.Reason, fl.Detail)
 	}
 }
+
+// A question whose event fits but whose record in agora_questions would
+// not (10,000 options just under the sentinel's 1 MiB: the record holds
+// them with the request to resume with) fails once, saying why, instead
+// of leaving the router to retry it forever.
+func TestQuestionTooLargeForItsRecord(t *testing.T) {
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	runsFile, runs := runCounter(t)
+	// Options of about 100 bytes each: the needs_input event is about 1,030,000
+	// bytes, under the max payload; the record adds the request's input.
+	h.shell("many-options", `echo run >> '`+runsFile+`'
+opt=$(head -c 96 /dev/zero | tr '\0' o)
+{ printf '{"question":"Which one?","options":['; i=0; while [ $i -lt 10000 ]; do [ $i -gt 0 ] && printf ','; printf '"%s%d"' "$opt" $i; i=$((i+1)); done; printf ']}'; } > "$AGORA_NEEDS_INPUT_FILE"`)
+	id := h.dispatch(lifecycle.Request{Subagent: "many-options", Input: json.RawMessage(`{"notes":"` + strings.Repeat("n", 60<<10) + `"}`)})
+	r := h.terminal(id)
+	f, ok := r.Data.(*lifecycle.Failed)
+	if !ok || f.Reason != lifecycle.ReasonWorkerFailed || !strings.Contains(f.Detail, "would make a record of about") || !strings.Contains(f.Detail, "10000 options") {
+		t.Fatalf("terminal %T %+v, want failed worker-failed saying the question would not fit its record", r.Data, r.Data)
+	}
+	h.assertRanOnce(id, runs)
+	h.assertOneTerminal(id)
+}
