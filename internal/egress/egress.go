@@ -441,7 +441,7 @@ func (p *Proxy) connect(ctx context.Context, host string, port uint16, literal b
 	}
 	if len(errs) == 0 {
 		return nil, http.StatusForbidden, fmt.Sprintf(
-			"egress: %s refused: %s; loopback, link-local, private, CGNAT, multicast, unspecified and reserved destinations are refused",
+			"egress: %s refused: %s; loopback, link-local, private, CGNAT, multicast, unspecified, reserved and special-purpose destinations and the host's own addresses are refused",
 			target, strings.Join(refused, ", ")), nil
 	}
 	return nil, http.StatusBadGateway, fmt.Sprintf("egress: cannot connect to %s: %s", target, strings.Join(briefs, "; ")), errors.Join(errs...)

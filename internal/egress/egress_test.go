@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,6 +149,9 @@ func TestRefusesPrivateDestinations(t *testing.T) {
 		"nat64.example":     {"64:ff9b::a00:1"}, // 10.0.0.1 through NAT64
 		"zero.example":      {"0.0.0.0"},
 		"multicast.example": {"224.0.0.1"},
+		"bench.example":     {"198.18.0.1"},
+		"doc.example":       {"2001:db8::1", "192.0.2.7", "203.0.113.9", "198.51.100.1"},
+		"host.example":      {ownAddr(t)},
 	}}
 	var d loopbackDialer
 	var allow []string
@@ -171,6 +176,9 @@ func TestRefusesPrivateDestinations(t *testing.T) {
 		{"nat64.example:443", "is private"},
 		{"zero.example:443", "0.0.0.0 is unspecified"},
 		{"multicast.example:443", "224.0.0.1 is multicast"},
+		{"bench.example:443", "198.18.0.1 is special-purpose (198.18.0.0/15)"},
+		{"doc.example:443", "2001:db8::1 is special-purpose (2001:db8::/32), 192.0.2.7 is special-purpose (192.0.2.0/24), 203.0.113.9 is special-purpose (203.0.113.0/24), 198.51.100.1 is special-purpose (198.51.100.0/24)"},
+		{"host.example:443", "is this host's own address"},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			_, body := refused(t, px.addr, tc.target, http.StatusForbidden)
@@ -184,11 +192,30 @@ func TestRefusesPrivateDestinations(t *testing.T) {
 	}
 }
 
+// ownAddr gives this host an address no other check refuses — a public
+// one, on a dummy interface the test adds and removes (root only; the
+// test skips otherwise) — and returns it. No packet is sent to it.
+func ownAddr(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("giving this host an address of its own for the test needs root")
+	}
+	const name, addr = "agoraegress0", "198.20.0.1"
+	if out, err := exec.Command("ip", "link", "add", name, "type", "dummy").CombinedOutput(); err != nil {
+		t.Skipf("cannot add a dummy interface: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", name).Run() })
+	if out, err := exec.Command("ip", "addr", "add", addr+"/32", "dev", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip addr add: %v: %s", err, out)
+	}
+	return addr
+}
+
 // A name with both a private and a public address is dialled only at the
 // public one. The test dialer refuses it without sending a packet, so the
 // answer is 502.
 func TestDialsOnlyCheckedAddresses(t *testing.T) {
-	res := &resolver{m: map[string][]string{"mixed.example": {"10.0.0.1", "127.0.0.1", "203.0.113.7"}}}
+	res := &resolver{m: map[string][]string{"mixed.example": {"10.0.0.1", "127.0.0.1", "198.20.0.7"}}}
 	var d loopbackDialer
 	px := startProxy(t, egress.Config{Allow: []string{"mixed.example:443"}, Resolver: res.resolve, Dialer: d.dial})
 
@@ -196,7 +223,7 @@ func TestDialsOnlyCheckedAddresses(t *testing.T) {
 	if !hasAll(body, "cannot connect to mixed.example:443") {
 		t.Errorf("502 body %q", body)
 	}
-	if want := []string{"203.0.113.7:443"}; !slices.Equal(d.addrs(), want) {
+	if want := []string{"198.20.0.7:443"}; !slices.Equal(d.addrs(), want) {
 		t.Errorf("dialled %q, want only %q", d.addrs(), want)
 	}
 	if st := px.Stats(); st.Failed != 1 {
