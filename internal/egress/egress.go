@@ -155,7 +155,9 @@ type Proxy struct {
 	dialTimeout    time.Duration
 	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
 	resolve        func(ctx context.Context, host string) ([]netip.Addr, error)
-	log            *slog.Logger
+	log            *slog.Logger // bounded: loglimit.go
+	unbounded      *slog.Logger // the configured logger, for the count of what was left out
+	limit          *limitHandler
 
 	slots    chan struct{} // one per connection being handled
 	refusing chan struct{} // one per connection being answered 503
@@ -195,6 +197,8 @@ func New(cfg Config) (*Proxy, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	p.unbounded, p.limit = p.log, newLimitHandler(p.log.Handler())
+	p.log = slog.New(p.limit)
 	return p, nil
 }
 
@@ -235,6 +239,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		cancel() // closes every connection through its AfterFunc
 		_ = ln.Close()
 		wg.Wait()
+		if n := p.limit.droppedTotal(); n > 0 {
+			p.unbounded.Info("log lines left out", "dropped_lines", n, "allowed", p.allowed.Load(), "denied", p.denied.Load(), "failed", p.failed.Load(), "rejected", p.rejected.Load())
+		}
 	}()
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()

@@ -451,3 +451,38 @@ func TestHTTPClientThroughProxy(t *testing.T) {
 		t.Errorf("Stats = %+v, want 1 allowed and 1 denied", st)
 	}
 }
+
+// A run that floods the proxy with refused connections cannot flood the
+// worker's log: after the first 100 lines at most one a second is
+// written, each counting the lines left out, and the proxy's last line
+// counts them all; its statistics count every connection.
+func TestRefusalFloodLogsBounded(t *testing.T) {
+	var logs testkit.Buffer
+	px := startProxy(t, egress.Config{Allow: []string{"api.example.com:443"}, Resolver: (&resolver{m: map[string][]string{}}).resolve,
+		Dialer: (&loopbackDialer{}).dial, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	const flood = 2000
+	start := time.Now()
+	for i := range flood {
+		c, _, resp := connect(t, px.addr, fmt.Sprintf("flood%d.example:443", i), nil)
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("flood CONNECT %d: %s, want 403", i, resp.Status)
+		}
+		c.Close()
+	}
+	elapsed := time.Since(start)
+	if st := px.Stats(); st.Denied != flood {
+		t.Errorf("Stats = %+v, want %d denied", st, flood)
+	}
+	if err := px.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Count(logs.String(), `"msg":"destination not allowed"`)
+	if limit := 100 + int(elapsed/time.Second) + 1; lines > limit {
+		t.Errorf("%d refusals logged %d lines in %s, want at most %d", flood, lines, elapsed, limit)
+	}
+	want := fmt.Sprintf(`"msg":"log lines left out","dropped_lines":%d`, flood-lines)
+	if !strings.Contains(logs.String(), want) {
+		end := logs.String()
+		t.Errorf("no %s in the log's end:\n%s", want, end[max(0, len(end)-600):])
+	}
+}
