@@ -82,7 +82,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, log: svc.Logger(deps.Logger, "service", "webhook"), http: deps.HTTPClient, ready: make(chan struct{})}
 	if s.http == nil {
 		s.http = &http.Client{Timeout: cfg.Timeout}
+	} else {
+		c := *s.http
+		s.http = &c
 	}
+	// A redirect is never followed: it would send the signed body and its
+	// signature to a URL nobody configured (docs/webhook.md).
+	s.http.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	if cfg.LinkKey != "" {
 		m, err := answerlink.New(cfg.LinkKey)
 		if err != nil {
@@ -292,6 +298,8 @@ func (s *Server) post(ctx context.Context, qid string, body []byte) (retryAfter 
 		return 0, false, nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
 		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return 0, true, fmt.Errorf("%s answered %s to %s: redirects are never followed (the signed body would go to another URL); set AGORA_WEBHOOK_URL to the receiver's own URL", s.cfg.URL, resp.Status, clip.String(resp.Header.Get("Location"), 200))
 	}
 	permanent = resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests
 	return retryAfter, permanent, fmt.Errorf("%s answered %s: %s", s.cfg.URL, resp.Status, strings.TrimSpace(clip.String(string(msg), 200)))

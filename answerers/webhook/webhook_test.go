@@ -292,6 +292,26 @@ func TestFailureDeclinesToTheFallback(t *testing.T) {
 	}
 }
 
+// A receiver that redirects (a 307 keeps the method and the body) is not
+// followed: the signed body and its signature never reach the other URL,
+// and the question goes to the fallback as for a refusal.
+func TestRedirectsAreNeverFollowed(t *testing.T) {
+	other := newReceiver(t, func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) })
+	rcv := newReceiver(t, func(_ int, w http.ResponseWriter) {
+		w.Header().Set("Location", other.srv.URL+"/stolen")
+		w.WriteHeader(http.StatusTemporaryRedirect)
+	})
+	h := start(t, webhook.Config{URL: rcv.srv.URL, Attempts: 3})
+	qid := lifecycle.QuestionID(h.ask(t))
+	testkit.Eventually(t, 30*time.Second, "moved to the fallback", func() bool { return h.route(t, qid) == "human" })
+	if n := other.count(); n != 0 {
+		t.Errorf("the redirect's target got %d POSTs, want none", n)
+	}
+	if n := rcv.count(); n != 1 {
+		t.Errorf("%d POSTs to the receiver, want 1 (a redirect is not retried)", n)
+	}
+}
+
 // A question answered elsewhere while a POST waits to be retried is not
 // posted again.
 func TestAnsweredElsewhereIsNotPosted(t *testing.T) {
