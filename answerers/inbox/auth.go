@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -242,6 +243,16 @@ func safeNext(next string) string {
 	}
 	u, err := url.Parse(next)
 	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return home
+	}
+	// A dot segment (written plainly or %2e-encoded, the path decoded)
+	// would lead out of the inbox once the browser resolves it:
+	// /inbox/../../evil is /evil.
+	clean := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && clean != "/" {
+		clean += "/"
+	}
+	if clean != u.Path {
 		return home
 	}
 	if u.Path != Prefix && !strings.HasPrefix(u.Path, home) {

@@ -32,3 +32,26 @@ func TestIndentPrefix(t *testing.T) {
 		t.Errorf("a bomb of %d bytes shows %d bytes and reports %d, want at most %d shown and its size", len(bomb), len(s), n, maxStateShown)
 	}
 }
+
+// Where a sign-in may send its person: a path inside the inbox, never one
+// that leads out once resolved.
+func TestSafeNext(t *testing.T) {
+	for next, want := range map[string]string{
+		"/inbox/q/q-1":          "/inbox/q/q-1",
+		"/inbox/answered?x=1":   "/inbox/answered?x=1",
+		"/inbox":                "/inbox",
+		"/inbox/../../evil":     "/inbox/",
+		"/inbox/%2e%2e/evil":    "/inbox/",
+		"/inbox/..%2f..%2fevil": "/inbox/",
+		"/inbox/./q":            "/inbox/",
+		"//evil.example/inbox/": "/inbox/",
+		"https://evil.example/": "/inbox/",
+		"/inbox/login?next=/x":  "/inbox/",
+		"/evil":                 "/inbox/",
+		"/inbox\\..\\evil":      "/inbox/",
+	} {
+		if got := safeNext(next); got != want {
+			t.Errorf("safeNext(%q) = %q, want %q", next, got, want)
+		}
+	}
+}
