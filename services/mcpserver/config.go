@@ -38,6 +38,11 @@ type Config struct {
 	// ProgressEvery is how often a following call sends a progress
 	// notification when nothing happens, so clients do not time out.
 	ProgressEvery time.Duration `envconfig:"MCP_PROGRESS_EVERY" default:"10s"`
+	// SessionIdle closes an HTTP session (protocols before 2026-07-28)
+	// that has seen no request for this long; MaxSessions bounds the
+	// sessions one principal has open at once (docs/mcp.md).
+	SessionIdle time.Duration `envconfig:"MCP_SESSION_IDLE" default:"30m"`
+	MaxSessions int           `envconfig:"MCP_MAX_SESSIONS" default:"32"`
 }
 
 // withDefaults gives every zero field its documented default (its
@@ -72,6 +77,12 @@ func (c Config) Validate() error {
 	}
 	if c.WaitCap < time.Second {
 		errs = append(errs, fmt.Errorf("%s=%s: want at least 1s", v("WaitCap"), c.WaitCap))
+	}
+	if c.SessionIdle < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 10ms", v("SessionIdle"), c.SessionIdle))
+	}
+	if c.MaxSessions < 1 {
+		errs = append(errs, fmt.Errorf("%s=%d: want at least 1", v("MaxSessions"), c.MaxSessions))
 	}
 	if c.ProgressEvery < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("ProgressEvery"), c.ProgressEvery))

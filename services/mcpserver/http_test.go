@@ -459,3 +459,38 @@ func TestHTTPSessionRefusesAnotherToken(t *testing.T) {
 		t.Fatalf("alice's tools = %v", got)
 	}
 }
+
+// Sessions are bounded: one principal opens at most AGORA_MCP_MAX_SESSIONS
+// at once (the next initialize gets a 429 saying how to free one), and a
+// session idle past AGORA_MCP_SESSION_IDLE is closed, which frees its
+// place; another principal is not counted with the first.
+func TestHTTPSessionsAreBounded(t *testing.T) {
+	e := newEnv(t, mcpserver.Config{APITokens: []string{"alice-token", "bob-token"}, MaxSessions: 2, SessionIdle: 300 * time.Millisecond})
+	srv := httptest.NewServer(e.svc.Handler())
+	defer srv.Close()
+	initialize := func(token string) (*http.Response, string) {
+		c := &rawClient{t: t, url: srv.URL, token: token}
+		resp := c.post(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{"protocolVersion": "2025-11-25",
+			"capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "raw-http-test", "version": "1"}}})
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	for i := range 2 {
+		if resp, b := initialize("alice-token"); resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+			t.Fatalf("alice's session %d: %s %s", i+1, resp.Status, b)
+		}
+	}
+	resp, b := initialize("alice-token")
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(b, "AGORA_MCP_MAX_SESSIONS=2") {
+		t.Fatalf("alice's third session: %s %s, want 429 naming the cap", resp.Status, b)
+	}
+	if resp, b := initialize("bob-token"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("bob's first session: %s %s, want it opened", resp.Status, b)
+	}
+	// Idle past the timeout, alice's sessions close and free her places.
+	testkit.Eventually(t, 10*time.Second, "alice's idle sessions closed", func() bool {
+		resp, _ := initialize("alice-token")
+		return resp.StatusCode == http.StatusOK
+	})
+}

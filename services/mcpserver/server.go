@@ -20,7 +20,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -150,7 +152,16 @@ func (s *Service) Handler() http.Handler {
 	getServer := func(r *http.Request) *mcp.Server {
 		return s.server(principalOf(r.Context()))
 	}
-	sessions := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log})
+	open := &sessionCount{m: map[string][]*mcp.Server{}}
+	getSessionServer := func(r *http.Request) *mcp.Server {
+		p := principalOf(r.Context())
+		srv := s.server(p)
+		if r.Header.Get("Mcp-Session-Id") == "" {
+			open.add(p, srv) // it may start a session
+		}
+		return srv
+	}
+	sessions := mcp.NewStreamableHTTPHandler(getSessionServer, &mcp.StreamableHTTPOptions{Logger: s.log, SessionTimeout: s.cfg.SessionIdle})
 	// Without a session the POST is the whole call: when its client goes
 	// away, the call (an agora_dispatch following a thread, say) ends too.
 	sessionless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log, Stateless: true,
@@ -171,6 +182,12 @@ func (s *Service) Handler() http.Handler {
 		// Versions are dates, so they compare as strings (as the SDK does).
 		if v := r.Header.Get("MCP-Protocol-Version"); v >= sessionlessProtocol {
 			h = sessionless
+		} else if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			if n := open.live(principal); n >= s.cfg.MaxSessions {
+				w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.SessionIdle.Seconds())))
+				http.Error(w, fmt.Sprintf("%d MCP sessions of this principal are open (AGORA_MCP_MAX_SESSIONS=%d): end one (DELETE /mcp with its Mcp-Session-Id) or let one idle past AGORA_MCP_SESSION_IDLE=%s", n, s.cfg.MaxSessions, s.cfg.SessionIdle), http.StatusTooManyRequests)
+				return
+			}
 		}
 		if principal != "local" {
 			// The SDK binds a session to the user of the request that made
@@ -183,6 +200,45 @@ func (s *Service) Handler() http.Handler {
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
 	})
+}
+
+// sessionCount keeps, per principal, the servers made for requests that
+// may start a session, to count the sessions still open (the SDK ends
+// idle ones after SessionIdle, and a DELETE ends one).
+type sessionCount struct {
+	mu sync.Mutex
+	m  map[string][]*mcp.Server
+}
+
+func (c *sessionCount) add(principal string, srv *mcp.Server) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[principal] = append(c.m[principal], srv)
+}
+
+// live returns how many sessions principal has open, forgetting servers
+// that have none.
+func (c *sessionCount) live(principal string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.m[principal][:0]
+	n := 0
+	for _, srv := range c.m[principal] {
+		k := 0
+		for range srv.Sessions() {
+			k++
+		}
+		if k > 0 {
+			kept = append(kept, srv)
+			n += k
+		}
+	}
+	if len(kept) == 0 {
+		delete(c.m, principal)
+	} else {
+		c.m[principal] = kept
+	}
+	return n
 }
 
 type principalKey struct{}
