@@ -107,6 +107,9 @@ func (b *blackhole) wait() {
 	}
 }
 
+// waitOpen blocks while the blackhole is held.
+func (b *blackhole) waitOpen() { b.wait() }
+
 // hold stops every byte until release.
 func (b *blackhole) hold() {
 	b.mu.Lock()

@@ -135,6 +135,10 @@ func (r Report) OK() bool { return len(r.Anomalies) == 0 }
 
 const ackWait = 2 * time.Second
 
+// maxFollowers bounds the threads followed at once (each is a consumer on
+// the lifecycle stream): a soak dispatches thousands.
+const maxFollowers = 256
+
 // crashChance is the chance of a kill at each pass of a crash point.
 const crashChance = "0.05"
 
@@ -188,6 +192,11 @@ type proc struct {
 	// ended by SIGKILL the soak did not send.
 	exited func(name string, err error)
 	killed func()
+	// reachable, when set, blocks while the process could not reach NATS
+	// (its blackhole is held): it is started again once it can, as a
+	// supervisor restarts a service that exited for want of its server
+	// (a service fails fast when its first connection does).
+	reachable func()
 }
 
 // restart SIGKILLs p and starts it again after down.
@@ -204,6 +213,9 @@ func (p *proc) restart(down time.Duration) {
 
 // startAgain starts p after a kill; a failure is reported.
 func (p *proc) startAgain() {
+	if p.reachable != nil {
+		p.reachable()
+	}
 	if err := p.start(); err != nil && p.exited != nil {
 		p.exited(p.name, err)
 	}
@@ -355,6 +367,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		w := mk(fmt.Sprintf("worker-%d", i+1), "AGORA_NATS_URL="+hole.URL(), "AGORA_WORKER_ID=chaos-w"+strconv.Itoa(i+1), "AGORA_WORKER_CONCURRENCY=2",
 			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws"), "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s",
 			"AGORA_WORKER_SWEEP_INTERVAL=1s", crashpoint.Env+"="+crashpoint.WorkerPickup+":"+crashChance)
+		w.reachable = hole.waitOpen
 		workers = append(workers, w)
 		procs = append(procs, w)
 	}
@@ -432,6 +445,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	var threads sync.WaitGroup
 	var ids []string
+	followers := make(chan struct{}, maxFollowers)
 	more := func(i int) bool {
 		if cfg.Soak > 0 {
 			return time.Since(start) < cfg.Soak && ctx.Err() == nil
@@ -472,6 +486,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 				tmu.Unlock()
 				return
 			}
+			// A follower is a consumer on the lifecycle stream, and the
+			// server bounds those: at most maxFollowers follow at once (a
+			// follower reads its thread from its start, so a late one
+			// still sees the end).
+			select {
+			case followers <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-followers }()
 			if _, err := c.Follow(ctx, id, nil); err != nil {
 				tmu.Lock()
 				rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("thread %s did not end: %v", id, err))
