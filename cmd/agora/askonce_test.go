@@ -216,7 +216,8 @@ func TestAskOnceEndToEnd(t *testing.T) {
 	def, _ := json.Marshal(map[string]any{"name": "renamer", "runtime": "exec", "command": []string{"/bin/sh", "-c", renamer, agoraBin}})
 	must("subagent", "apply", "-f", writeFile(t, "renamer.json", string(def)))
 	// Another sub-agent asking the same decision in other words, with the
-	// same key; and one that wants a fresh answer.
+	// same key (never answered with the renamer's decision); and one that
+	// wants a fresh answer.
 	other := strings.Replace(renamer, "Rename the config loader to readConfig or parseConfig?", "What should loadConfig be called?", 1)
 	def, _ = json.Marshal(map[string]any{"name": "namer", "runtime": "exec", "command": []string{"/bin/sh", "-c", other, agoraBin}})
 	must("subagent", "apply", "-f", writeFile(t, "namer.json", string(def)))
@@ -319,9 +320,11 @@ func TestAskOnceEndToEnd(t *testing.T) {
 		t.Errorf("questions of the fourth thread:\n%s", out)
 	}
 
-	// The same key in other words is the same decision; --no-reuse asks.
-	if r := must("dispatch", "namer", "--wait"); !strings.Contains(r.stdout, "Answered at once from memory") || !strings.Contains(r.stdout, `"answered_by": "memory:`+asked+`"`) {
-		t.Errorf("namer, the same dedupe key:\n%s", r)
+	// Another sub-agent with the same key, in other words, is asked: a
+	// dedupe_key is its own sub-agent's, and memory answers only what was
+	// shown (docs/security.md, "What sub-agents share"); --no-reuse asks.
+	if r := run("dispatch", "namer", "--round"); r.code != 4 || strings.Contains(r.stdout, "from memory") || strings.Contains(r.stdout, "Asked once") {
+		t.Errorf("namer, another sub-agent with the same dedupe key: %s", r)
 	}
 	if r := run("dispatch", "namer-fresh", "--round"); r.code != 4 || strings.Contains(r.stdout, "from memory") {
 		t.Errorf("namer-fresh, --no-reuse: %s", r)
