@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,4 +184,67 @@ func TestWorkspaceLostIsNeverSuccess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCgroupCleanupSparesLiveRuns runs a sub-agent in its worker's cgroups
+// (a worker process of its own) while another worker process starts on
+// the host, which removes the cgroups that workers no longer alive left:
+// a cgroup of a dead worker's pid goes, the live run's stays, and the run
+// finishes with its own output.
+func TestCgroupCleanupSparesLiveRuns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("per-run cgroups need a root worker")
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/pids/cgroup.clone_children"); err != nil {
+		t.Skip("no cgroup v1 pids hierarchy on this host")
+	}
+	h := newHarness(t, provision.Config{})
+	dir := t.TempDir()
+	mark, gate, nonce := filepath.Join(dir, "up"), filepath.Join(dir, "gate"), lifecycle.NewID()
+	h.shell("caged", gatedScript(mark, gate, nonce))
+	a, aLogs := h.startWorkerProcess("caged-a")
+	id := h.dispatch(lifecycle.Request{Subagent: "caged"})
+	testkit.Eventually(t, 30*time.Second, "the run to start", func() bool { _, err := os.Stat(mark); return err == nil })
+	if sb := h.startedSandbox(id); sb == nil || !sb.Cgroup {
+		t.Fatalf("the run's sandbox %+v has no cgroup: the test would show nothing", sb)
+	}
+	// The run's processes are in a cgroup named for its worker's pid.
+	live := func() []string {
+		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/pids/agora", fmt.Sprintf("%d-*", a.Process.Pid)))
+		var busy []string
+		for _, d := range m {
+			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+				busy = append(busy, d)
+			}
+		}
+		return busy
+	}
+	if len(live()) == 0 {
+		t.Fatalf("no cgroup of worker %d holds the run's processes", a.Process.Pid)
+	}
+	// A cgroup a dead worker left (a pid no process has).
+	dead := filepath.Join("/sys/fs/cgroup/pids/agora", "999999999-dead-1")
+	if err := os.Mkdir(dead, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Rmdir(dead) })
+
+	_, bLogs := h.startWorkerProcess("caged-b")
+	testkit.Eventually(t, 30*time.Second, "the second worker to start", func() bool { return strings.Contains(bLogs.String(), "worker started") })
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead worker's cgroup is still there after a worker started: %v", err)
+	}
+	if len(live()) == 0 {
+		t.Fatalf("the live run's cgroup was removed by the second worker's clean-up")
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := h.terminal(id)
+	fin, ok := r.Data.(*lifecycle.Finished)
+	var out struct{ Nonce string }
+	if !ok || json.Unmarshal(fin.Output, &out) != nil || out.Nonce != nonce {
+		t.Fatalf("the run ended %s %+v, want finished with its nonce\nworker a:\n%s", r.Event.Type(), r.Data, aLogs)
+	}
+	h.assertOneTerminal(id)
 }
