@@ -161,22 +161,13 @@ func history(ctx context.Context, cfg HistoryConfig, l *lost, progress io.Writer
 	// storage reads what every stream holds after n threads ended and
 	// none is in flight.
 	storage := func(n int) ([]StreamBytes, error) {
-		var out []StreamBytes
-		names := js.StreamNames(ctx)
-		for name := range names.Name() {
-			s, err := js.Stream(ctx, name)
-			if err != nil {
-				return nil, err
-			}
-			info, err := s.Info(ctx)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, StreamBytes{Stream: name, Messages: info.State.Msgs, Bytes: info.State.Bytes,
-				PerThread: float64(info.State.Bytes) / float64(n)})
-		}
-		if err := names.Err(); err != nil {
+		states, err := streamStates(ctx, js)
+		if err != nil {
 			return nil, err
+		}
+		var out []StreamBytes
+		for name, st := range states {
+			out = append(out, StreamBytes{Stream: name, Messages: st.Msgs, Bytes: st.Bytes, PerThread: float64(st.Bytes) / float64(n)})
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Stream < out[j].Stream })
 		return out, nil
@@ -278,7 +269,17 @@ func history(ctx context.Context, cfg HistoryConfig, l *lost, progress io.Writer
 
 // streamMessages reads how many messages every stream holds, by name.
 func streamMessages(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	states, err := streamStates(ctx, js)
 	out := map[string]uint64{}
+	for name, st := range states {
+		out[name] = st.Msgs
+	}
+	return out, err
+}
+
+// streamStates reads the state of every stream, by name.
+func streamStates(ctx context.Context, js jetstream.JetStream) (map[string]jetstream.StreamState, error) {
+	out := map[string]jetstream.StreamState{}
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {
 		s, err := js.Stream(ctx, name)
@@ -289,7 +290,7 @@ func streamMessages(ctx context.Context, js jetstream.JetStream) (map[string]uin
 		if err != nil {
 			return nil, err
 		}
-		out[name] = info.State.Msgs
+		out[name] = info.State
 	}
 	return out, names.Err()
 }
