@@ -16,29 +16,16 @@ import (
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
+// passNames are the counters of every periodic pass.
+var passNames = []string{"agora_worker_workspace_sweeps_total", "agora_dispatcher_reconcile_passes_total",
+	"agora_router_scans_total", "agora_router_cancel_sweeps_total"}
+
 // passes reads the counters of every periodic pass from reg.
 func passes(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	names := map[string]bool{
-		"agora_worker_workspace_sweeps_total":     true,
-		"agora_dispatcher_reconcile_passes_total": true,
-		"agora_router_scans_total":                true,
-		"agora_router_cancel_sweeps_total":        true,
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if names[mf.GetName()] {
-			for _, m := range mf.GetMetric() {
-				out[mf.GetName()] += m.GetCounter().GetValue()
-			}
-		}
-	}
-	if len(out) != len(names) {
-		t.Fatalf("pass counters registered: %v, want all of %v", out, names)
+	for _, name := range passNames {
+		out[name] = testkit.RegisteredCounter(t, reg, name)
 	}
 	return out
 }

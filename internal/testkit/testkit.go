@@ -180,6 +180,25 @@ func Counter(t testing.TB, g prometheus.Gatherer, name string, labels map[string
 	return sum
 }
 
+// RegisteredCounter is Counter over every series of a counter g must
+// already have (a plain counter is gathered from its creation): it fails
+// the test when g has no metric of that name, so a renamed metric cannot
+// read as a reassuring 0.
+func RegisteredCounter(t testing.TB, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("testkit: gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return Counter(t, g, name, nil)
+		}
+	}
+	t.Fatalf("testkit: no metric %s is registered", name)
+	return 0
+}
+
 // carries reports whether series has every label of want with its value.
 func carries(series, want map[string]string) bool {
 	for k, v := range want {

@@ -28,26 +28,6 @@ func gatedScript(mark, gate, nonce string) string {
 	return fmt.Sprintf(`echo up > %s; while [ ! -e %s ]; do sleep 0.05; done; printf '{"nonce":"%s"}' > "$AGORA_OUTPUT_FILE" 2>/dev/null; exit 0`, mark, gate, nonce)
 }
 
-// counterValue reads a counter of the worker's metrics from reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			var n float64
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-			return n
-		}
-	}
-	t.Fatalf("metric %s is not registered", name)
-	return 0
-}
-
 // startedSandbox returns the sandbox report of the dispatch's started
 // event.
 func (h *harness) startedSandbox(id string) *lifecycle.Sandbox {
@@ -97,17 +77,17 @@ func TestSweepsNeverTouchLiveRuns(t *testing.T) {
 	}
 
 	// The run's own worker sweeps the root again and again meanwhile.
-	n := counterValue(t, regA, sweeps)
-	testkit.Eventually(t, 30*time.Second, "three periodic sweeps of the run's worker", func() bool { return counterValue(t, regA, sweeps) >= n+3 })
+	n := testkit.RegisteredCounter(t, regA, sweeps)
+	testkit.Eventually(t, 30*time.Second, "three periodic sweeps of the run's worker", func() bool { return testkit.RegisteredCounter(t, regA, sweeps) >= n+3 })
 	// A second worker of the fleet starts on the same root: its start
 	// sweep, then its periodic ones.
 	regB := start(h, "b")
-	testkit.Eventually(t, 30*time.Second, "the second worker's start sweep and a periodic one", func() bool { return counterValue(t, regB, sweeps) >= 2 })
+	testkit.Eventually(t, 30*time.Second, "the second worker's start sweep and a periodic one", func() bool { return testkit.RegisteredCounter(t, regB, sweeps) >= 2 })
 	// Another deployment on the same host shares the root.
 	other := newHarness(t, provision.Config{})
 	other.root = h.root
 	regC := start(other, "c")
-	testkit.Eventually(t, 30*time.Second, "the other deployment's worker's sweeps", func() bool { return counterValue(t, regC, sweeps) >= 2 })
+	testkit.Eventually(t, 30*time.Second, "the other deployment's worker's sweeps", func() bool { return testkit.RegisteredCounter(t, regC, sweeps) >= 2 })
 	if n := worker.SweepWorkspaces(h.root, quietLogger()); n != 0 {
 		t.Errorf("SweepWorkspaces removed %d workspaces during a live run, want 0", n)
 	}
@@ -129,7 +109,7 @@ func TestSweepsNeverTouchLiveRuns(t *testing.T) {
 	}
 	h.assertOneTerminal(id)
 	for name, reg := range map[string]*prometheus.Registry{"a": regA, "b": regB, "c": regC} {
-		if k := counterValue(t, reg, swept); k != 0 {
+		if k := testkit.RegisteredCounter(t, reg, swept); k != 0 {
 			t.Errorf("worker %s's sweeps removed %v workspaces, want none", name, k)
 		}
 	}
