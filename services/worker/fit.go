@@ -93,7 +93,7 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 	}
 	size := msgSize(m)
 	if size <= limit {
-		if f := s.recordFit(j, d, limit, what); f != nil {
+		if f := s.recordFit(j, d, size, limit, what); f != nil {
 			return f, nil, nil
 		}
 		return d, m, nil
@@ -109,7 +109,7 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 	}
 	if size <= limit {
 		j.log.Warn("terminal event shrunk to fit "+what, "kind", d.LifecycleKind(), "bytes", first, "now", size, "limit", limit, "gave_up", strings.Join(gave, "; "))
-		if f := s.recordFit(j, d, limit, what); f != nil {
+		if f := s.recordFit(j, d, size, limit, what); f != nil {
 			return f, nil, nil
 		}
 		return d, nil, nil
@@ -138,13 +138,13 @@ func (s *Service) fit(ctx context.Context, j *job, d lifecycle.Lifecycle) (lifec
 // recordFit returns the failed event that replaces a needs_input event
 // whose question cannot be stored in the router's record (it goes on there
 // with the request to resume with: such a question could never be asked),
-// or nil when d is not one.
-func (s *Service) recordFit(j *job, d lifecycle.Lifecycle, limit int, what string) *lifecycle.Failed {
+// or nil when d is not one. eventSize is d's message as fit measured it.
+func (s *Service) recordFit(j *job, d lifecycle.Lifecycle, eventSize, limit int, what string) *lifecycle.Failed {
 	ni, ok := d.(*lifecycle.NeedsInput)
 	if !ok {
 		return nil
 	}
-	n := questionRecordSize(j.req, ni)
+	n := questionRecordSize(eventSize, len(j.msg.Data()))
 	if n <= limit {
 		return nil
 	}
@@ -162,21 +162,13 @@ func (s *Service) recordFit(j *job, d lifecycle.Lifecycle, limit int, what strin
 // and the first threads that join it.
 const recordOverhead = 32 << 10
 
-// questionRecordSize estimates the router's record of ni's question
-// (docs/design.md §3.4): what the question shows and the state it
-// carries inline, as JSON, the request it resumes with, and
+// questionRecordSize estimates the router's record of a question
+// (docs/design.md §3.4) from what the worker has measured already: the
+// needs_input event, which holds what the question shows and its inline
+// state, the work message, which holds the request to resume with, and
 // recordOverhead.
-func questionRecordSize(req *lifecycle.Request, ni *lifecycle.NeedsInput) int {
-	b, err := json.Marshal(struct {
-		Q, C string
-		O    []string
-		S    json.RawMessage
-		R    *lifecycle.Request
-	}{ni.Question, ni.Context, ni.Options, ni.PartialState, req})
-	if err != nil {
-		return 0
-	}
-	return len(b) + recordOverhead
+func questionRecordSize(eventSize, requestSize int) int {
+	return eventSize + requestSize + recordOverhead
 }
 
 func optionBytes(opts []string) int {
