@@ -229,3 +229,51 @@ func TestCgroupCleanupSparesLiveRuns(t *testing.T) {
 	}
 	h.assertOneTerminal(id)
 }
+
+// TestRunCannotReleaseItsWorkspaceLock attacks the workspace's locks from
+// inside the run, on a root worker whose runs have an unprivileged host
+// uid: the sub-agent reopens its workspace, its cwd and every descriptor
+// of its launcher (PID 1 of its namespace) and unlocks and try-locks
+// each, then waits while the test sweeps the root. A new descriptor is a
+// lock of its own, so nothing the run does lets a sweep take its
+// workspace: the sweep removes nothing and the run finishes with its
+// output.
+func TestRunCannotReleaseItsWorkspaceLock(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the root worker's case")
+	}
+	h := newHarness(t, provision.Config{})
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	mark, gate, nonce := filepath.Join(dir, "up"), filepath.Join(dir, "gate"), lifecycle.NewID()
+	report := filepath.Join(dir, "attack.txt")
+	attack := `perl -e 'use Fcntl qw(:flock); for my $f (".", "/proc/self/cwd", glob("/proc/1/fd/*")) { opendir(my $h, $f) or next; print "tried $f\n"; flock($h, LOCK_UN); print "locked $f\n" if flock($h, LOCK_EX|LOCK_NB) }' > ` + report + ` 2>&1; `
+	h.define(subagent.Definition{Name: "unlocker", Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", attack + gatedScript(mark, gate, nonce)},
+		Sandbox: subagent.Sandbox{WritePaths: []string{dir}}})
+	cfg := h.workerConfig()
+	cfg.SandboxUID = 0 // the default: an unprivileged host uid of the runs' own
+	h.startWorker(cfg, worker.Deps{})
+	id := h.dispatch(lifecycle.Request{Subagent: "unlocker"})
+	testkit.Eventually(t, 30*time.Second, "the run to attack and wait", func() bool { _, err := os.Stat(mark); return err == nil })
+	b, err := os.ReadFile(report)
+	if err != nil || !strings.Contains(string(b), "tried .\n") {
+		t.Fatalf("the attack did not run: %v\n%s", err, b)
+	}
+	t.Logf("the run's attack:\n%s", b)
+	for range 3 {
+		if n := worker.SweepWorkspaces(h.root, quietLogger()); n != 0 {
+			t.Fatalf("a sweep removed %d workspaces after the run attacked its locks", n)
+		}
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := h.terminal(id)
+	fin, ok := r.Data.(*lifecycle.Finished)
+	var out struct{ Nonce string }
+	if !ok || json.Unmarshal(fin.Output, &out) != nil || out.Nonce != nonce {
+		t.Fatalf("the run ended %s %+v, want finished with its nonce", r.Event.Type(), r.Data)
+	}
+}
