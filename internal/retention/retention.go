@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/internal/jserr"
 )
 
 // Default is AGORA_RETENTION's default: how long finished work stays
@@ -47,8 +49,7 @@ func Update(ctx context.Context, js jetstream.JetStream, bucket, key string, val
 	}
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(TTL(expires)))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if jserr.WrongLastSequence(err) {
 			return 0, ErrConflict
 		}
 		return 0, err

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/jserr"
 	"github.com/agora-dispatch/agora/internal/problem"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -210,8 +211,7 @@ func (s *Service) emitFirst(ctx context.Context, b *bindings, d lifecycle.Lifecy
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", lifecycle.LifecycleFilter("", "", d.Base().DispatchID))
 	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(lifecycle.StreamLifecycle))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if jserr.WrongLastSequence(err) {
 		return true, nil
 	}
 	if err != nil {

@@ -10,13 +10,13 @@ import (
 	"maps"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/eventmsg"
+	"github.com/agora-dispatch/agora/internal/jserr"
 	"github.com/agora-dispatch/agora/internal/logging"
 	"github.com/agora-dispatch/agora/internal/resume"
 	"github.com/agora-dispatch/agora/internal/telemetry"
@@ -96,7 +96,7 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	flush := func() error { return s.flush(ctx, qid) }
 	if _, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
 		log.Debug("question created by another router")
-	} else if tooLarge(err) {
+	} else if jserr.TooLarge(err) {
 		// The record can never be stored: the question can never be
 		// asked. The thread ends, saying why, instead of waiting forever.
 		if err := s.endTooLarge(ctx, r, e.Time(), err); err != nil {
@@ -129,14 +129,6 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return retryIn(time.Second)
 	}
 	return ack
-}
-
-// tooLarge reports whether err is a write that can never succeed: the
-// message is larger than the server's max payload or than the stream's
-// maximum message size (JetStream error 10054).
-func tooLarge(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
 // endTooLarge ends the thread of r, a question whose record cannot be

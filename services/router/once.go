@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/jserr"
 	"github.com/agora-dispatch/agora/internal/problem"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -501,9 +502,7 @@ func (s *Service) removeDecisionKey(ctx context.Context, key string, rev uint64)
 
 // isStale reports a KV write refused because the key changed since.
 func isStale(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
-		(errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant))
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || jserr.WrongLastSequence(err)
 }
 
 // remember stores r's answer as its route's decision for the match.

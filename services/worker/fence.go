@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/jserr"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -260,15 +261,8 @@ func (s *Service) publishMsgFenced(ctx context.Context, j *job, m *nats.Msg) (st
 }
 
 // wrongLastSeq reports whether a publish was refused by the per-subject
-// compare-and-set (10164 is the replicated stream's variant of 10071).
-func wrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-	}
-	return false
-}
+// compare-and-set.
+func wrongLastSeq(err error) bool { return jserr.WrongLastSequence(err) }
 
 func (s *Service) startedData(j *job) *lifecycle.Started {
 	st := &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}

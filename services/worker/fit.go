@@ -4,16 +4,15 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/jserr"
 	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -33,20 +32,9 @@ import (
 // once in the same way (giveUp), and its work message is settled, never
 // redelivered.
 
-// tooLarge reports whether err is a publish that can never succeed: the
-// message is larger than the server's max payload (nats.ErrMaxPayload, the
-// client's own check against what the server announced) or than the
-// stream's maximum message size (JetStream error 10054).
-func tooLarge(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, nats.ErrMaxPayload) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
-}
+// tooLarge reports whether err is a publish that can never succeed
+// (jserr.TooLarge).
+func tooLarge(err error) bool { return jserr.TooLarge(err) }
 
 // msgSize is what a message counts against the server's max payload: its
 // headers as sent (NATS/1.0 line, "key: value" lines, blank line) and its
