@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -42,6 +43,22 @@ const SchemaBase = "https://raw.githubusercontent.com/agora-dispatch/agora/main/
 
 // NewID returns a new ULID string: unique and sortable by creation time.
 func NewID() string { return ulid.Make().String() }
+
+// DerivedID returns the ULID that the identity parts give at time t: the
+// same parts and time always give the same id, so a message handled again
+// (a redelivery) names the same dispatch.
+func DerivedID(t time.Time, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	id, err := ulid.New(ulid.Timestamp(t), bytes.NewReader(h.Sum(nil)[:10]))
+	if err != nil {
+		return NewID() // t outside ULID's range
+	}
+	return id.String()
+}
 
 // Source returns the CloudEvents source of a service instance:
 // /agora/<service>/<instance>.

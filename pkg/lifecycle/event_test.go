@@ -572,3 +572,17 @@ func TestWithParentSpan(t *testing.T) {
 		t.Errorf("invalid parent span carried as %q", got)
 	}
 }
+
+// DerivedID gives the same identity the same id, another identity another,
+// and a valid id either way.
+func TestDerivedID(t *testing.T) {
+	at := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	a, again := lifecycle.DerivedID(at, "source", "event-1"), lifecycle.DerivedID(at, "source", "event-1")
+	b, c := lifecycle.DerivedID(at, "source", "event-2"), lifecycle.DerivedID(at, "sourc", "eevent-1")
+	if a != again || a == b || a == c {
+		t.Errorf("DerivedID: %s, again %s, another event %s, parts split otherwise %s", a, again, b, c)
+	}
+	if err := lifecycle.ValidToken(a); err != nil || len(a) != 26 {
+		t.Errorf("DerivedID = %q (%v), want a ULID", a, err)
+	}
+}

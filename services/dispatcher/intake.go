@@ -1,9 +1,7 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +13,6 @@ import (
 	"github.com/agora-dispatch/agora/internal/problem"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/logging"
@@ -54,7 +51,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 	r.subagent, _ = lifecycle.ParseRequestSubject(m.Subject())
 	e, err := lifecycle.DecodeMsg(m)
 	if err != nil {
-		r.dispatchID = derivedID(md.Timestamp, lifecycle.StreamRequests, strconv.FormatUint(md.Sequence.Stream, 10))
+		r.dispatchID = lifecycle.DerivedID(md.Timestamp, lifecycle.StreamRequests, strconv.FormatUint(md.Sequence.Stream, 10))
 		r.derived = r.dispatchID
 		r.detail = "the message is not a CloudEvent (send ce-* headers, or a structured application/cloudevents+json body): " + err.Error()
 		return s.reject(ctx, b, r, log), resultRejected
@@ -64,7 +61,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 	// A request without a dispatch id gets one derived from the event's
 	// identity, so a redelivery or a republished event maps to the same
 	// dispatch.
-	derived := derivedID(eventTime(e, md.Timestamp), e.Source(), e.ID())
+	derived := lifecycle.DerivedID(eventTime(e, md.Timestamp), e.Source(), e.ID())
 	r.dispatchID, r.derived = derived, derived
 	if e.Type() != lifecycle.TypeRequested {
 		r.detail = fmt.Sprintf("event type %q: want %s", e.Type(), lifecycle.TypeRequested)
@@ -218,21 +215,6 @@ func (s *Service) emitFirst(ctx context.Context, b *bindings, d lifecycle.Lifecy
 		return false, fmt.Errorf("dispatcher: publish %s: %w", e.ID(), err)
 	}
 	return false, nil
-}
-
-// derivedID makes a ULID from a time and the identity of a message, so the
-// same message always gets the same dispatch id.
-func derivedID(t time.Time, parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	id, err := ulid.New(ulid.Timestamp(t), bytes.NewReader(h.Sum(nil)[:10]))
-	if err != nil {
-		return lifecycle.NewID()
-	}
-	return id.String()
 }
 
 // eventTime is the event's own time when it is plausible, else fallback.

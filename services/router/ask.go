@@ -1,9 +1,7 @@
 package router
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 
 	"github.com/agora-dispatch/agora/internal/chain"
 	"github.com/agora-dispatch/agora/internal/clip"
@@ -136,12 +133,7 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 // is derived from the question and its event's time, so a redelivery
 // publishes the same event again, a duplicate.
 func (s *Service) endTooLarge(ctx context.Context, r *record, at time.Time, cause error) error {
-	sum := sha256.Sum256([]byte("too-large\x00" + r.QuestionID))
-	id, err := ulid.New(ulid.Timestamp(at), bytes.NewReader(sum[:10]))
-	if err != nil {
-		return err
-	}
-	r.NextDispatchID = id.String()
+	r.NextDispatchID = lifecycle.DerivedID(at, "too-large", r.QuestionID)
 	f := &lifecycle.Failed{Common: r.next(), Reason: lifecycle.ReasonRejected, Detail: clip.String(fmt.Sprintf(
 		"question %s cannot be asked: its record is larger than the server stores (%v); ask with fewer or shorter options and a shorter context", r.QuestionID, cause), 1024)}
 	e, err := lifecycle.New(s.source, f)
