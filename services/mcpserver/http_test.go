@@ -485,8 +485,19 @@ func TestHTTPSessionsAreBounded(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(b, "AGORA_MCP_MAX_SESSIONS=2") {
 		t.Fatalf("alice's third session: %s %s, want 429 naming the cap", resp.Status, b)
 	}
-	if resp, b := initialize("bob-token"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("bob's first session: %s %s, want it opened", resp.Status, b)
+	// A session in use outlives the idle timeout many times over.
+	bob := &rawClient{t: t, url: srv.URL, token: "bob-token"}
+	_, h := bob.call("initialize", map[string]any{"protocolVersion": "2025-11-25",
+		"capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "raw-http-test", "version": "1"}}, nil)
+	if bob.session = h.Get("Mcp-Session-Id"); bob.session == "" {
+		t.Fatal("bob's initialize gave no Mcp-Session-Id")
+	}
+	bob.version = "2025-11-25"
+	bob.notify("notifications/initialized")
+	for start := time.Now(); time.Since(start) < 5*300*time.Millisecond; time.Sleep(100 * time.Millisecond) {
+		if res, _ := bob.call("tools/list", nil, nil); res.Error != nil {
+			t.Fatalf("bob's session in use, %s after it opened: %+v", time.Since(start).Round(time.Millisecond), res.Error)
+		}
 	}
 	// Idle past the timeout, alice's sessions close and free her places.
 	testkit.Eventually(t, 10*time.Second, "alice's idle sessions closed", func() bool {
