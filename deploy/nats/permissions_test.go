@@ -352,6 +352,10 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The client lists the definitions (agora subagents, agora_subagents).
+	if subs, err := c.Subagents(t.Context()); err != nil || len(subs) != 2 {
+		t.Fatalf("sub-agents as client: %v %v", subs, err)
+	}
 	for _, name := range []string{"asker", "big-asker"} {
 		tctx, tcancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer tcancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/pkg/kvsnap"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -30,41 +31,27 @@ func (f QuestionFilter) match(q *lifecycle.Question) bool {
 }
 
 // Questions returns the question records in the agora_questions bucket that
-// match f, oldest first. It reads a snapshot: records written while it runs
-// may or may not be included. Values that are not question records are
-// skipped.
+// match f, oldest first. Every record stored before the call is read, in
+// that value or a newer one (pkg/kvsnap: a watch's end marker can come
+// before a record being rewritten). Values that are not question records
+// are skipped.
 func (c *Client) Questions(ctx context.Context, f QuestionFilter) ([]lifecycle.Question, error) {
-	kv, err := c.js.KeyValue(ctx, lifecycle.BucketQuestions)
-	if err != nil {
-		return nil, fmt.Errorf("client: bucket %s: %w", lifecycle.BucketQuestions, err)
-	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	es, err := kvsnap.Read(ctx, c.js, lifecycle.BucketQuestions, ">")
 	if err != nil {
 		return nil, fmt.Errorf("client: questions: %w", err)
 	}
-	defer w.Stop()
 	var out []lifecycle.Question
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("client: questions: watcher closed")
-			}
-			if e == nil { // the initial values are all delivered
-				slices.SortStableFunc(out, func(a, b lifecycle.Question) int { return a.AskedAt.Compare(b.AskedAt) })
-				return out, nil
-			}
-			var q lifecycle.Question
-			if json.Unmarshal(e.Value(), &q) != nil || q.QuestionID == "" {
-				continue
-			}
-			if f.match(&q) {
-				out = append(out, q)
-			}
+	for _, e := range es {
+		var q lifecycle.Question
+		if json.Unmarshal(e.Value, &q) != nil || q.QuestionID == "" {
+			continue
+		}
+		if f.match(&q) {
+			out = append(out, q)
 		}
 	}
+	slices.SortStableFunc(out, func(a, b lifecycle.Question) int { return a.AskedAt.Compare(b.AskedAt) })
+	return out, nil
 }
 
 // WaitingRequest is the body of agora.api.questions: which waiting

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/pkg/kvsnap"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -70,30 +71,24 @@ func (c *Client) subagents(ctx context.Context) (jetstream.KeyValue, error) {
 func (c *Client) Subagents(ctx context.Context) ([]Subagent, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	kv, err := c.subagents(ctx)
-	if err != nil {
+	if _, err := c.subagents(ctx); err != nil { // names a missing bucket as such
 		return nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
+	// Every definition stored before the call (pkg/kvsnap: a listing
+	// from a watch can leave out one being replaced).
+	es, err := kvsnap.Read(ctx, c.js, lifecycle.BucketSubagents, ">")
 	if err != nil {
 		return nil, fmt.Errorf("client: list sub-agents: %w", err)
 	}
 	var out []Subagent
 	var bad []string
-	for k := range keys.Keys() {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // deleted meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("client: sub-agent %s: %w", k, err)
-		}
-		s, err := decodeSubagent(e)
-		if err != nil {
-			bad = append(bad, k)
+	for _, e := range es {
+		var d subagent.Definition
+		if err := json.Unmarshal(e.Value, &d); err != nil {
+			bad = append(bad, e.Key)
 			continue
 		}
-		out = append(out, s)
+		out = append(out, Subagent{Name: e.Key, Revision: e.Revision, UpdatedAt: e.Created, Definition: d})
 	}
 	slices.SortFunc(out, func(a, b Subagent) int { return strings.Compare(a.Name, b.Name) })
 	if len(bad) > 0 {

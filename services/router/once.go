@@ -22,6 +22,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/jserr"
 	"github.com/agora-dispatch/agora/internal/problem"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/kvsnap"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -641,21 +642,21 @@ func (s *Service) unjoin(ctx context.Context, lid, mid, by string) error {
 // listDecisions returns the remembered decisions of route (all when
 // empty), newest answer first.
 func (s *Service) listDecisions(ctx context.Context, route string) ([]client.Decision, error) {
-	keys, err := s.decisions.ListKeysFiltered(ctx, memoryPrefix+">")
+	// Every decision stored before the call (pkg/kvsnap: a listing from
+	// a watch can leave out one being replaced).
+	es, err := kvsnap.Read(ctx, s.js, lifecycle.BucketDecisions, memoryPrefix+">")
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return []client.Decision{}, nil
-		}
 		return nil, fmt.Errorf("router: list decisions: %w", err)
 	}
 	out := []client.Decision{}
-	for k := range keys.Keys() {
-		d, err := s.recall(ctx, strings.TrimPrefix(k, memoryPrefix))
-		if err != nil {
-			return nil, err
+	now := time.Now()
+	for _, e := range es {
+		var d client.Decision
+		if err := json.Unmarshal(e.Value, &d); err != nil {
+			return nil, fmt.Errorf("router: decode decision %s: %w", strings.TrimPrefix(e.Key, memoryPrefix), err)
 		}
-		if d != nil && (route == "" || d.Route == route) {
-			out = append(out, *d)
+		if now.Before(d.ExpiresAt) && (route == "" || d.Route == route) {
+			out = append(out, d)
 		}
 	}
 	slices.SortFunc(out, func(a, b client.Decision) int {
