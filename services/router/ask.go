@@ -77,7 +77,10 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	}
 
 	r, err := s.newRecord(ctx, ni, telemetry.Or(ctx, lifecycle.Traceparent(e)), drec)
-	if err != nil {
+	if errors.Is(err, errOwnerUnread) {
+		log.Warn("read the thread's owner: redelivering", "err", err)
+		return retryIn(time.Second)
+	} else if err != nil {
 		log.Error("cannot build the question: skipped", "err", err)
 		return ack
 	}
@@ -223,7 +226,11 @@ func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, trace
 	rt := s.routes.Load().Match(Facts{Kind: ni.Kind, Subagent: ni.Subagent, Labels: r.Labels})
 	r.Route, r.Answerer, r.Origin = rt.Name, rt.Answerer, rt.Name
 	if rt.Coalesce || rt.Remember > 0 {
-		r.MatchKey, r.DedupeKey = matchKey(rt, ni), ni.DedupeKey
+		owner, err := s.threadOwner(ctx, ni, drec)
+		if err != nil {
+			return nil, err
+		}
+		r.MatchKey, r.DedupeKey = matchKey(rt, ni, owner), ni.DedupeKey
 	}
 	if rt.Deadline > 0 {
 		d := now.Add(rt.Deadline)
@@ -267,6 +274,29 @@ func (s *Service) maxRounds(ctx context.Context, req *lifecycle.Request, name st
 // one it was created with; dispatchStatus reads the current one.
 type dispatchRecord struct {
 	client.Record
+}
+
+// errOwnerUnread reports a thread whose owner could not be read now.
+var errOwnerUnread = errors.New("router: the thread's owner could not be read")
+
+// threadOwner returns the principal that dispatched the thread of ni: the
+// Principal of its first round's record (drec itself on round 0); empty
+// when the thread has none (docs/security.md, "Principals and scopes").
+func (s *Service) threadOwner(ctx context.Context, ni *lifecycle.NeedsInput, drec *dispatchRecord) (string, error) {
+	if drec != nil && drec.Round == 0 {
+		return drec.Principal, nil
+	}
+	if ni.Round == 0 {
+		return "", nil // asked without its record (RecordWait passed)
+	}
+	root, err := s.dispatchRecord(ctx, ni.ThreadID)
+	switch {
+	case errors.Is(err, errNoRecord):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("%w: %w", errOwnerUnread, err)
+	}
+	return root.Principal, nil
 }
 
 // errNoRecord reports a dispatch id without a dispatch record.

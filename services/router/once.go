@@ -58,13 +58,22 @@ const (
 const joinedDropAfter = 10 * time.Minute
 
 // matchKey names what a question asks on route: its dedupe_key when the
-// sub-agent gave one, else its sub-agent, question text, options and kind.
-// Each field is length-prefixed, so no two different questions share the
-// bytes hashed.
-func matchKey(rt *Route, ni *lifecycle.NeedsInput) string {
+// sub-agent gave one, else its sub-agent, question text, options and kind;
+// and owner, the principal that dispatched its thread, unless the route
+// shares across principals. Each field is length-prefixed, so no two
+// different questions share the bytes hashed.
+func matchKey(rt *Route, ni *lifecycle.NeedsInput, owner string) string {
 	h := sha256.New()
 	put := func(s string) { fmt.Fprintf(h, "%d:%s;", len(s), s) }
 	put(rt.Name)
+	// A thread's owner's questions are its own: another principal's
+	// thread asking the same neither joins them nor reuses their answers.
+	// Threads with no owner (dispatched through the NATS API) keep the
+	// key they always had.
+	if owner != "" && !rt.ShareAcrossPrincipals {
+		put("principal")
+		put(owner)
+	}
 	if ni.DedupeKey != "" {
 		put("dedupe_key")
 		put(ni.DedupeKey)

@@ -59,6 +59,11 @@ type Route struct {
 	// stays within one sub-agent's questions (docs/security.md, "What
 	// sub-agents share").
 	ShareAcrossSubagents bool
+	// ShareAcrossPrincipals lets questions of threads different
+	// principals dispatched join and remember one another on this route;
+	// off (the default), ask once stays within the threads of one
+	// dispatching principal (docs/security.md, "What sub-agents share").
+	ShareAcrossPrincipals bool
 	// Remember keeps each answer this long and answers a matching later
 	// question with it; zero (the default) remembers nothing. Approval
 	// questions are remembered only with RememberApprovals.
@@ -430,6 +435,8 @@ func (p *parser) route(n *yaml.Node) *Route {
 			rt.Coalesce, _ = p.boolean(v, "coalesce")
 		case "share_across_subagents":
 			rt.ShareAcrossSubagents, _ = p.boolean(v, "share_across_subagents")
+		case "share_across_principals":
+			rt.ShareAcrossPrincipals, _ = p.boolean(v, "share_across_principals")
 		case "remember":
 			rt.Remember, _ = p.duration(v, "remember")
 		case "remember_approvals":
@@ -444,7 +451,7 @@ func (p *parser) route(n *yaml.Node) *Route {
 				rt.AutoAccept = f
 			}
 		default:
-			p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback, coalesce, share_across_subagents, remember, remember_approvals, auto_accept)", k))
+			p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback, coalesce, share_across_subagents, share_across_principals, remember, remember_approvals, auto_accept)", k))
 		}
 	})
 	if rt.Name == "" {

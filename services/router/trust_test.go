@@ -2,8 +2,10 @@ package router_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
@@ -131,4 +133,107 @@ func TestQuestionTooLargeForItsRecord(t *testing.T) {
 	if n := len(e.streamEvents(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter(lifecycle.KindFailed, strings.TrimPrefix(qid, "q-"), ""))); n != 1 {
 		t.Errorf("%d failed events in the thread, want 1", n)
 	}
+}
+
+// askAs asks ni on a thread principal dispatched (the Principal of its
+// first round's record, as the dispatcher writes it); with round 1 the
+// question is the thread's second round's, whose own record names no
+// principal, so the router must read the owner from the first.
+func (e *env) askAs(ni lifecycle.NeedsInput, principal string, round, n int) string {
+	e.t.Helper()
+	root := lifecycle.NewID()
+	seed := func(id, parent string, r int, who string) {
+		e.putDispatch(client.Record{DispatchID: id, ThreadID: root, ParentID: parent, Round: r, Subagent: ni.Subagent, Principal: who,
+			Status: lifecycle.KindNeedsInput, Request: &lifecycle.Request{DispatchID: id, ThreadID: root, ParentID: parent, Round: r, Subagent: ni.Subagent, Input: json.RawMessage(`{}`)},
+			CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC()})
+	}
+	seed(root, "", 0, principal)
+	ni.DispatchID, ni.ThreadID, ni.Round = root, root, 0
+	if round == 1 {
+		ni.DispatchID, ni.ParentID, ni.Round = lifecycle.NewID(), root, 1
+		seed(ni.DispatchID, root, 1, "")
+	}
+	ni.QuestionID = lifecycle.QuestionID(ni.DispatchID)
+	ni.PartialState = json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))
+	e.publish(&ni, "")
+	return ni.QuestionID
+}
+
+// Ask once stays within the threads of one dispatching principal
+// (docs/security.md, "What sub-agents share"): a second team's thread
+// asking the very same question, of the very same sub-agent, neither
+// joins the first team's question (and so receives its person's answer)
+// nor is answered from the first team's remembered decision; a route
+// whose operator says share_across_principals joins them.
+func TestAskOnceStaysWithinAPrincipal(t *testing.T) {
+	e := newEnv(t, `routes:
+  - name: shared
+    match: {labels: {team: shared}}
+    share_across_principals: true
+  - name: default
+    remember: 1h
+`)
+	e.startRouter(e.config())
+	asked := func(q string) questionRecord {
+		t.Helper()
+		e.waitQuestionEvents(q, 1)
+		rec, _ := e.record(q)
+		return rec
+	}
+	ni := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "deployer"}, Question: "Deploy to production now?", Options: []string{"yes", "no"}}
+	for _, round := range []int{0, 1} {
+		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
+			q := ni
+			q.Question = fmt.Sprintf("%s (round %d)", ni.Question, round)
+			a1 := e.askAs(q, "team-a", round, 0)
+			if r := asked(a1); r.Status != "asked" {
+				t.Fatalf("team-a's question: %s", r.Status)
+			}
+			a2 := e.askAs(q, "team-a", round, 1)
+			e.waitRecord(a2, "joined", func(r questionRecord) bool { return r.Status == lifecycle.StatusJoined })
+			b1 := e.askAs(q, "team-b", round, 2)
+			if r := asked(b1); r.Status != "asked" || r.JoinedTo != "" {
+				t.Fatalf("team-b's same question: status %s joined_to %q, want asked on its own", r.Status, r.JoinedTo)
+			}
+			if rep := e.answer(router.Submission{QuestionID: a1, Answer: "yes", AnsweredBy: "alice"}); rep.Status != client.AnswerAccepted {
+				t.Fatalf("answer = %+v", rep)
+			}
+			e.waitStatus(a1, "answered")
+			e.waitStatus(a2, "answered")
+			if r, _ := e.record(b1); r.Status != "asked" {
+				t.Errorf("team-b's question is %s after team-a's answer, want still asked", r.Status)
+			}
+			// Remembered: team-a asks again and is answered at once;
+			// team-b asks again and waits with its own first question.
+			if r := e.waitStatus(e.askAs(q, "team-a", round, 3), "answered"); r.Reused == nil || r.Reused.QuestionID != a1 {
+				t.Errorf("team-a again: reused %+v, want answered from %s", r.Reused, a1)
+			}
+			b2 := e.askAs(q, "team-b", round, 4)
+			if r := e.waitRecord(b2, "joined", func(r questionRecord) bool { return r.Status != "" }); r.Status != lifecycle.StatusJoined || r.JoinedTo != b1 || r.Reused != nil {
+				t.Errorf("team-b again: status %s joined_to %q reused %+v, want joined to its own %s", r.Status, r.JoinedTo, r.Reused, b1)
+			}
+		})
+	}
+	t.Run("a route that shares across principals", func(t *testing.T) {
+		q := ni
+		q.Question = "Shared question?"
+		// The label on the request routes the question to "shared".
+		s1 := e.askShared(q, "team-a", 5)
+		asked(s1)
+		s2 := e.askShared(q, "team-b", 6)
+		e.waitRecord(s2, "joined across principals", func(r questionRecord) bool { return r.Status == lifecycle.StatusJoined && r.JoinedTo == s1 })
+	})
+}
+
+// askShared is askAs on round 0 with the label that routes to "shared".
+func (e *env) askShared(ni lifecycle.NeedsInput, principal string, n int) string {
+	e.t.Helper()
+	id := lifecycle.NewID()
+	req := lifecycle.Request{DispatchID: id, ThreadID: id, Subagent: ni.Subagent, Input: json.RawMessage(`{}`), Labels: map[string]string{"team": "shared"}}
+	e.putDispatch(client.Record{DispatchID: id, ThreadID: id, Subagent: ni.Subagent, Principal: principal, Status: lifecycle.KindNeedsInput,
+		Request: &req, CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC()})
+	ni.DispatchID, ni.ThreadID, ni.QuestionID = id, id, lifecycle.QuestionID(id)
+	ni.PartialState = json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))
+	e.publish(&ni, "")
+	return ni.QuestionID
 }
