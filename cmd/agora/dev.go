@@ -217,8 +217,10 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 		}
 		defs = append(defs, more...)
 	}
-	tokens := splitList(os.Getenv("AGORA_API_TOKENS"))
-	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, ID: "dev", Retention: o.retention,
+	// The HTTP API's and MCP's callers: operators' tokens, and the
+	// principals file's scoped principals (docs/security.md).
+	tokens, principals := splitList(os.Getenv("AGORA_API_TOKENS")), os.Getenv("AGORA_PRINCIPALS_FILE")
+	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, PrincipalsFile: principals, ID: "dev", Retention: o.retention,
 		SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}
 	if err := dcfg.Validate(); err != nil {
 		return stack.Options{}, fmt.Errorf("--http: %w", err)
@@ -239,7 +241,7 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 	}
 	// MCP for orchestrator agents at /mcp, with the API's tokens. Its
 	// requestState key lasts as long as the data folder.
-	mcfg := mcpserver.Config{APITokens: tokens}
+	mcfg := mcpserver.Config{APITokens: tokens, PrincipalsFile: principals}
 	if state != "" {
 		if mcfg.StateKey, err = stateKey(state, "mcp-state.key"); err != nil {
 			return stack.Options{}, err

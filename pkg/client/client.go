@@ -160,6 +160,18 @@ func WithTraceparent(tp string) DispatchOption {
 	return func(h *nats.Header) { h.Set(lifecycle.TraceparentExtension, tp) }
 }
 
+// PrincipalHeader carries, on agora.api.dispatch, the principal a door
+// dispatches for (docs/security.md, "Principals and scopes").
+const PrincipalHeader = "Agora-Principal"
+
+// OnBehalfOf records the dispatch's thread as principal's: a door that
+// authenticated its caller (MCP over HTTP does) says whose thread it is.
+// The dispatcher takes it from any NATS user that may call
+// agora.api.dispatch, so grant that subject to trusted doors only.
+func OnBehalfOf(principal string) DispatchOption {
+	return func(h *nats.Header) { h.Set(PrincipalHeader, principal) }
+}
+
 // Dispatch asks the dispatcher (agora.api.dispatch) to accept req and
 // returns a handle once it is accepted and queued. The call is idempotent:
 // when req.DispatchID is empty, Dispatch generates the id before the first

@@ -37,6 +37,7 @@ const (
 	ProblemInvalidRequest = "urn:agora:problem:invalid-request"
 	ProblemNotFound       = "urn:agora:problem:not-found"
 	ProblemUnauthorized   = "urn:agora:problem:unauthorized"
+	ProblemForbidden      = "urn:agora:problem:forbidden"
 	ProblemTooLarge       = "urn:agora:problem:too-large"
 	ProblemUnavailable    = "urn:agora:problem:unavailable"
 	ProblemInternal       = "urn:agora:problem:internal"

@@ -22,6 +22,11 @@ type Record struct {
 	Round            int    `json:"round"`
 	Subagent         string `json:"subagent"`
 	SubagentRevision uint64 `json:"subagent_revision,omitempty"`
+	// Principal names who dispatched the thread, on its first round's
+	// record: the HTTP API's principal (docs/security.md, "Principals and
+	// scopes"), whose thread it is. Empty for a dispatch through the NATS
+	// API, which names no caller.
+	Principal string `json:"principal,omitempty"`
 	// Status is the latest lifecycle kind: accepted, then started, then one
 	// terminal kind, which never changes again.
 	Status lifecycle.Kind `json:"status"`

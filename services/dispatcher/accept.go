@@ -50,7 +50,7 @@ func complete(req *lifecycle.Request, def subagent.Definition, rev uint64) {
 // refused request answers a *client.Problem; any other error is temporary
 // and the request may be retried as it is. door names where it came in,
 // for its span (docs/tracing.md).
-func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent, door string) (answer client.Record, result string, err error) {
+func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent, door, principal string) (answer client.Record, result string, err error) {
 	ctx, span := intakeSpan(ctx, traceparent, door, req)
 	defer func() {
 		if span.IsRecording() {
@@ -99,6 +99,9 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 		Subagent: req.Subagent, SubagentRevision: rev, Status: lifecycle.KindAccepted,
 		Traceparent: traceparent, Request: &req, CreatedAt: now, AcceptedAt: &now, UpdatedAt: now,
 	}}
+	if req.Round == 0 {
+		rec.Principal = principal // whose thread it is (owner.go)
+	}
 	result = resultAccepted
 	if req.Round > req.MaxRounds {
 		rec.Status, rec.AcceptedAt, rec.EndedAt = lifecycle.KindFailed, nil, &now

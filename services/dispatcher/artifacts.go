@@ -58,6 +58,9 @@ func (s *Service) httpArtifacts(w http.ResponseWriter, r *http.Request) {
 func (s *Service) outputs(r *http.Request, b *bindings) (lifecycle.Outputs, error) {
 	ctx, cancel := opContext(r)
 	defer cancel()
+	if err := s.allowDispatch(ctx, b, caller(r), r.PathValue("id"), false); err != nil {
+		return lifecycle.Outputs{}, err
+	}
 	rec, links, err := s.statusChain(ctx, b, r.PathValue("id"))
 	if err != nil {
 		return lifecycle.Outputs{}, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/principal"
 	"github.com/agora-dispatch/agora/internal/retention"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -26,8 +27,15 @@ type Config struct {
 	// address needs APITokens.
 	HTTPAddr string `envconfig:"HTTP_ADDR"`
 	// APITokens are the bearer tokens the HTTP API accepts, comma
-	// separated. Empty means no authentication, allowed on loopback only.
+	// separated: operators' tokens, each an admin that sees and cancels
+	// every thread. Empty, with no PrincipalsFile, means no
+	// authentication, allowed on loopback only.
 	APITokens []string `envconfig:"API_TOKENS"`
+	// PrincipalsFile is a YAML file of named principals, each proven by
+	// its token's SHA-256 and scoped: the sub-agents it may dispatch and
+	// whether it sees only its own threads (docs/security.md,
+	// "Principals and scopes").
+	PrincipalsFile string `envconfig:"PRINCIPALS_FILE"`
 	// ID names this instance in event sources (/agora/dispatcher/<id>);
 	// default host-pid.
 	ID string `envconfig:"DISPATCHER_ID"`
@@ -113,10 +121,13 @@ func (c Config) Validate() error {
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s=%q: %v", v("HTTPAddr"), c.HTTPAddr, err))
-		case !loop && len(config.List(c.APITokens)) == 0:
-			errs = append(errs, fmt.Errorf("%s=%q is not a loopback address: refusing to serve the API there without authentication; set %s (comma-separated bearer tokens) or listen on 127.0.0.1",
-				v("HTTPAddr"), c.HTTPAddr, v("APITokens")))
+		case !loop && len(config.List(c.APITokens)) == 0 && c.PrincipalsFile == "":
+			errs = append(errs, fmt.Errorf("%s=%q is not a loopback address: refusing to serve the API there without authentication; set %s (comma-separated bearer tokens) or %s, or listen on 127.0.0.1",
+				v("HTTPAddr"), c.HTTPAddr, v("APITokens"), v("PrincipalsFile")))
 		}
+	}
+	if _, err := principal.Load(nil, c.PrincipalsFile); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", v("PrincipalsFile"), err))
 	}
 	if c.ID != "" {
 		if err := lifecycle.ValidToken(c.ID); err != nil || strings.Contains(c.ID, "/") {

@@ -3,8 +3,6 @@ package dispatcher
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,7 +30,8 @@ import (
 const maxBodyBytes = 1 << 20
 
 // Handler returns the HTTP API. Every /v1 route needs a bearer token when
-// APITokens is set; /metrics and /healthz are open.
+// APITokens or PrincipalsFile is set, and shows, follows and cancels only
+// what its principal may (owner.go); /metrics and /healthz are open.
 //
 //	POST /v1/dispatches               a lifecycle.Request (Content-Type application/json or none, else 415) → 201 (new) or 200 (same dispatch_id again), the client.Record
 //	GET  /v1/dispatches/{id}          the client.Record
@@ -66,33 +65,6 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /metrics", svc.MetricsHandler(s.gatherer))
 	mux.HandleFunc("GET /healthz", s.httpHealth)
 	return mux
-}
-
-// auth checks the bearer token in constant time (against the SHA-256 of
-// every configured token, so neither content nor length leaks).
-func (s *Service) auth(h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(s.tokens) > 0 && !s.authorized(r.Header.Get("Authorization")) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="agora"`)
-			problem.Write(w, r, &client.Problem{Type: client.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
-				Detail: "send Authorization: Bearer <token> with one of the tokens in AGORA_API_TOKENS"})
-			return
-		}
-		h(w, r)
-	})
-}
-
-func (s *Service) authorized(header string) bool {
-	const prefix = "bearer "
-	if len(header) <= len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(header[len(prefix):])))
-	ok := 0
-	for _, t := range s.tokens {
-		ok |= subtle.ConstantTimeCompare(sum[:], t[:])
-	}
-	return ok == 1
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -157,9 +129,26 @@ func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, s.problem(err))
 		return
 	}
+	who := caller(r)
+	if denied := mayDispatch(who, req.Subagent); denied != nil {
+		s.metrics.request(doorHTTP, resultRejected, start)
+		problem.Write(w, r, denied)
+		return
+	}
 	tp := r.Header.Get("traceparent")
-	rec, result, err := s.accept(ctx, b, req, len(data), tp, doorHTTP)
+	rec, result, err := s.accept(ctx, b, req, len(data), tp, doorHTTP, who.Name)
 	s.metrics.request(doorHTTP, result, start)
+	if err == nil && result != resultAccepted && result != resultMaxRounds {
+		// The same dispatch_id again answers the first record: only to
+		// a principal that may see it (another gets a conflict that
+		// tells nothing of it).
+		if aerr := s.allowThread(ctx, b, who, "dispatch", rec.DispatchID, rec.ThreadID, false); aerr != nil {
+			problem.Write(w, r, &client.Problem{Type: client.ProblemInvalidRequest, Title: "Conflict", Status: http.StatusConflict,
+				Detail: "dispatch_id is taken: leave it empty for a new dispatch, or pick another",
+				Errors: []client.FieldError{{Field: "dispatch_id", Message: "is taken"}}})
+			return
+		}
+	}
 	if err != nil {
 		problem.Write(w, r, refusal(s.requestLog(doorHTTP, req, tp), err))
 		return
@@ -175,23 +164,40 @@ func (s *Service) httpDispatch(w http.ResponseWriter, r *http.Request) {
 func (s *Service) httpStatus(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := opContext(r)
 	defer cancel()
-	s.serve(w, r, func(b *bindings) (any, error) { return s.status(ctx, b, r.PathValue("id")) })
+	s.serve(w, r, func(b *bindings) (any, error) {
+		if err := s.allowDispatch(ctx, b, caller(r), r.PathValue("id"), false); err != nil {
+			return nil, err
+		}
+		return s.status(ctx, b, r.PathValue("id"))
+	})
 }
 
 func (s *Service) httpThread(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := opContext(r)
 	defer cancel()
-	s.serve(w, r, func(b *bindings) (any, error) { return s.thread(ctx, b, r.PathValue("id")) })
+	s.serve(w, r, func(b *bindings) (any, error) {
+		id := r.PathValue("id")
+		if err := s.allowThread(ctx, b, caller(r), "thread", id, id, false); err != nil {
+			return nil, err
+		}
+		return s.thread(ctx, b, id)
+	})
 }
 
 func (s *Service) httpCancel(w http.ResponseWriter, r *http.Request) {
 	s.cancelRequest(w, r, func(ctx context.Context, b *bindings, id, by, reason string) (any, error) {
+		if err := s.allowDispatch(ctx, b, caller(r), id, true); err != nil {
+			return nil, err
+		}
 		return s.cancelDispatch(ctx, b, id, by, reason)
 	})
 }
 
 func (s *Service) httpCancelThread(w http.ResponseWriter, r *http.Request) {
 	s.cancelRequest(w, r, func(ctx context.Context, b *bindings, id, by, reason string) (any, error) {
+		if err := s.allowThread(ctx, b, caller(r), "thread", id, id, true); err != nil {
+			return nil, err
+		}
 		return s.cancelThread(ctx, b, id, by, reason)
 	})
 }

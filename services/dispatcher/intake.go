@@ -82,7 +82,7 @@ func (s *Service) intake(ctx context.Context, b *bindings, m jetstream.Msg, log 
 	if req.DispatchID == "" {
 		req.DispatchID = derived
 	}
-	rec, result, err := s.accept(ctx, b, req, len(e.Data()), r.traceparent, doorStream)
+	rec, result, err := s.accept(ctx, b, req, len(e.Data()), r.traceparent, doorStream, "")
 	var ce *conflictError
 	if errors.As(err, &ce) {
 		// The id belongs to another dispatch, which has (or will have)

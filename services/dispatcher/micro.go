@@ -130,8 +130,14 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 		s.microError(r, p)
 		return
 	}
+	who := r.Headers().Get(client.PrincipalHeader)
+	if who != "" && (len(who) > 64 || lifecycle.ValidToken(who) != nil) {
+		s.metrics.request(doorMicro, resultRejected, start)
+		s.microError(r, problem.Invalid(client.FieldError{Field: client.PrincipalHeader, Message: fmt.Sprintf("%q is not a principal name: 1-64 letters, digits, '-' or '_'", short(who))}))
+		return
+	}
 	tp := microTraceparent(r)
-	rec, result, err := s.accept(ctx, b, req, len(r.Data()), tp, doorMicro)
+	rec, result, err := s.accept(ctx, b, req, len(r.Data()), tp, doorMicro, who)
 	s.metrics.request(doorMicro, result, start)
 	if err != nil {
 		s.microError(r, refusal(s.requestLog(doorMicro, req, tp), err))

@@ -18,7 +18,6 @@ package dispatcher
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -37,6 +36,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/buildinfo"
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/crashpoint"
+	"github.com/agora-dispatch/agora/internal/principal"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/consume"
@@ -67,7 +67,8 @@ type Service struct {
 	metrics  *metrics
 	gatherer prometheus.Gatherer
 	source   string
-	tokens   [][sha256.Size]byte
+	// principals are who may call the HTTP API (internal/principal).
+	principals *principal.Set
 
 	bindMu sync.Mutex
 	b      *bindings
@@ -115,8 +116,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.metrics = m
 	s.source = lifecycle.Source("dispatcher", cfg.ID)
-	for _, t := range cfg.APITokens {
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	if s.principals, err = principal.Load(cfg.APITokens, cfg.PrincipalsFile); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	if s.nc, s.ownConn, err = svc.Conn(deps.Conn, "dispatcher", cfg.ID, cfg.NATSURL, cfg.NATSCreds, s.log); err != nil {
 		return nil, err
@@ -265,7 +266,7 @@ func (s *Service) Run(ctx context.Context) error {
 				httpErr <- fmt.Errorf("dispatcher: http: %w", err)
 			}
 		}()
-		s.log.Info("http api listening", "addr", ln.Addr().String(), "auth", len(s.tokens) > 0)
+		s.log.Info("http api listening", "addr", ln.Addr().String(), "auth", !s.principals.Open(), "principals", s.principals.Len())
 	}
 	// The endpoints' subscriptions reach the server before Ready.
 	if err := s.nc.FlushTimeout(opTimeout); err != nil {

@@ -48,6 +48,10 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, s.problem(err))
 		return
 	}
+	if err := s.allowEvents(ctx, b, r); err != nil {
+		problem.Write(w, r, s.problem(err))
+		return
+	}
 	var sources []jetstream.MessagesContext
 	defer func() {
 		for _, m := range sources {
@@ -196,4 +200,33 @@ func progressConfig(r *http.Request, lc jetstream.OrderedConsumerConfig) jetstre
 		c.DeliverPolicy = jetstream.DeliverAllPolicy
 	}
 	return c
+}
+
+// allowEvents lets a principal that sees only its own threads follow one
+// of them (thread= or dispatch= of a thread it dispatched), never the
+// feed of every thread (owner.go).
+func (s *Service) allowEvents(ctx context.Context, b *bindings, r *http.Request) error {
+	p := caller(r)
+	if p.Admin || p.SeeAll {
+		return nil
+	}
+	thread, dispatch := r.URL.Query().Get("thread"), r.URL.Query().Get("dispatch")
+	if thread == "" && dispatch == "" {
+		return &client.Problem{Type: client.ProblemForbidden, Title: "Forbidden", Status: http.StatusForbidden,
+			Detail: fmt.Sprintf("principal %s sees only the threads it dispatched: name one with thread= or dispatch= (every thread's events need see: all in AGORA_PRINCIPALS_FILE)", p.Name)}
+	}
+	if thread != "" {
+		if err := s.allowThread(ctx, b, p, "thread", thread, thread, false); err != nil {
+			return err
+		}
+	}
+	if dispatch != "" {
+		if err := s.allowDispatch(ctx, b, p, dispatch, false); err != nil {
+			return err
+		}
+		if _, _, err := b.store.get(ctx, dispatch); errors.Is(err, errNoRecord) {
+			return s.gone("dispatch", dispatch) // a dispatch it cannot own yet
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/principal"
 	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
@@ -24,6 +25,11 @@ type Config struct {
 	// same variable as the dispatcher's /v1 API). Empty means no
 	// authentication, allowed on loopback only.
 	APITokens []string `envconfig:"API_TOKENS"`
+	// PrincipalsFile is the dispatcher's principals file (the same
+	// variable): named, scoped principals, each seeing only its own
+	// threads unless its scope says more (docs/security.md, "Principals
+	// and scopes").
+	PrincipalsFile string `envconfig:"PRINCIPALS_FILE"`
 	// StateKey seals the requestState of input-required results: 32
 	// bytes, base64 (standard or URL alphabet). Empty: a random key per
 	// process, so states do not survive a restart (agora dev keeps one in
@@ -63,9 +69,12 @@ func (c Config) Validate() error {
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port, as in 127.0.0.1:8090", v("HTTPAddr"), c.HTTPAddr))
-		case !loopback(host) && len(c.APITokens) == 0:
-			errs = append(errs, fmt.Errorf("%s=%s is reachable from other hosts: set %s (bearer tokens), or listen on 127.0.0.1", v("HTTPAddr"), c.HTTPAddr, v("APITokens")))
+		case !loopback(host) && len(c.APITokens) == 0 && c.PrincipalsFile == "":
+			errs = append(errs, fmt.Errorf("%s=%s is reachable from other hosts: set %s (bearer tokens) or %s, or listen on 127.0.0.1", v("HTTPAddr"), c.HTTPAddr, v("APITokens"), v("PrincipalsFile")))
 		}
+	}
+	if _, err := principal.Load(nil, c.PrincipalsFile); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", v("PrincipalsFile"), err))
 	}
 	if c.StateKey != "" {
 		if _, err := seal.DecodeKey(c.StateKey); err != nil {

@@ -12,16 +12,12 @@ package mcpserver
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/buildinfo"
+	"github.com/agora-dispatch/agora/internal/principal"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/seal"
@@ -55,6 +52,8 @@ type Service struct {
 	log    *slog.Logger
 	seal   *sealer
 	states jetstream.KeyValue
+	// principals are who may call over HTTP (internal/principal).
+	principals *principal.Set
 }
 
 // New checks cfg and connects. It fails when the agora_mcp_states bucket
@@ -68,13 +67,16 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	var err error
+	if s.principals, err = principal.Load(cfg.APITokens, cfg.PrincipalsFile); err != nil {
+		return nil, fmt.Errorf("mcpserver: %w", err)
+	}
 	key := make([]byte, 32)
 	if cfg.StateKey != "" {
 		key, _ = seal.DecodeKey(cfg.StateKey)
 	} else if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	var err error
 	if s.seal, err = newSealer(key); err != nil {
 		return nil, err
 	}
@@ -108,13 +110,15 @@ func (s *Service) Close() {
 }
 
 // server builds the MCP server for one principal: every tool call through
-// it acts, answers and is recorded as that principal.
-func (s *Service) server(principal string) *mcp.Server {
+// it acts, answers and is recorded as that principal, and sees, follows
+// and cancels what its scope allows (owner.go). owned records the threads
+// it dispatches as the principal's (an authenticated HTTP caller's).
+func (s *Service) server(who *principal.Principal, owned bool) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "agora", Title: "Agora", Version: buildinfo.Version()}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       s.log,
 	})
-	t := &tools{s: s, principal: principal}
+	t := &tools{s: s, principal: who.Name, who: who, owned: owned}
 	t.register(srv)
 	return srv
 }
@@ -123,7 +127,7 @@ func (s *Service) server(principal string) *mcp.Server {
 // disconnects or ctx ends. principal names the user behind the session
 // (answers are recorded as "mcp:<principal>").
 func (s *Service) ServeStdio(ctx context.Context, principal string) error {
-	err := s.server(principal).Run(ctx, &mcp.StdioTransport{})
+	err := s.server(local(principal), false).Run(ctx, &mcp.StdioTransport{})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -133,7 +137,14 @@ func (s *Service) ServeStdio(ctx context.Context, principal string) error {
 // Serve serves one MCP session on transport (tests use in-memory
 // transports); see ServeStdio.
 func (s *Service) Serve(ctx context.Context, transport mcp.Transport, principal string) (*mcp.ServerSession, error) {
-	return s.server(principal).Connect(ctx, transport, nil)
+	return s.server(local(principal), false).Connect(ctx, transport, nil)
+}
+
+// local is the principal of a session its own user runs (stdio, or a
+// transport in the same process): it holds the NATS credentials
+// already, so it is an admin of what they reach.
+func local(name string) *principal.Principal {
+	return &principal.Principal{Name: name, Admin: true}
 }
 
 // sessionlessProtocol is the first protocol version without sessions: a
@@ -145,19 +156,20 @@ const sessionlessProtocol = "2026-07-28"
 // generations of the protocol: a request whose MCP-Protocol-Version header
 // is 2026-07-28 or later goes to a handler without sessions, every other
 // request (initialize, and the older protocols after it) to one with
-// sessions (Mcp-Session-Id). With APITokens set, every request needs one
-// as a bearer token; the principal is derived from the token
-// ("token-<first 8 hex of its SHA-256>"), else it is "local".
+// sessions (Mcp-Session-Id). With APITokens or PrincipalsFile set, every
+// request needs a bearer token, which names its principal
+// (internal/principal: "token-<first 8 hex of its SHA-256>" for
+// AGORA_API_TOKENS, the file's name otherwise), else it is "local".
 func (s *Service) Handler() http.Handler {
 	getServer := func(r *http.Request) *mcp.Server {
-		return s.server(principalOf(r.Context()))
+		return s.server(principalOf(r.Context()), !s.principals.Open())
 	}
 	open := &sessionCount{m: map[string][]*mcp.Server{}}
 	getSessionServer := func(r *http.Request) *mcp.Server {
 		p := principalOf(r.Context())
-		srv := s.server(p)
+		srv := s.server(p, !s.principals.Open())
 		if r.Header.Get("Mcp-Session-Id") == "" {
-			open.add(p, srv) // it may start a session
+			open.add(p.Name, srv) // it may start a session
 		}
 		return srv
 	}
@@ -167,17 +179,13 @@ func (s *Service) Handler() http.Handler {
 	sessionless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: s.log, Stateless: true,
 		PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		principal := "local"
-		if len(s.cfg.APITokens) > 0 {
-			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || !s.tokenOK(tok) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="agora"`)
-				http.Error(w, "a bearer token from AGORA_API_TOKENS is required", http.StatusUnauthorized)
-				return
-			}
-			sum := sha256.Sum256([]byte(tok))
-			principal = "token-" + hex.EncodeToString(sum[:4])
+		who, ok := s.principals.Authenticate(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agora"`)
+			http.Error(w, "a bearer token is required: one of AGORA_API_TOKENS, or one whose SHA-256 a principal of AGORA_PRINCIPALS_FILE holds", http.StatusUnauthorized)
+			return
 		}
+		principal := who.Name
 		var h http.Handler = sessions
 		// Versions are dates, so they compare as strings (as the SDK does).
 		if v := r.Header.Get("MCP-Protocol-Version"); v >= sessionlessProtocol {
@@ -189,7 +197,7 @@ func (s *Service) Handler() http.Handler {
 				return
 			}
 		}
-		if principal != "local" {
+		if !s.principals.Open() {
 			// The SDK binds a session to the user of the request that made
 			// it and refuses the session to a request of another user (403
 			// "session user mismatch"); it learns the user from the token
@@ -198,7 +206,7 @@ func (s *Service) Handler() http.Handler {
 				return &auth.TokenInfo{UserID: principal}, nil
 			}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 		}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, who)))
 	})
 }
 
@@ -243,23 +251,11 @@ func (c *sessionCount) live(principal string) int {
 
 type principalKey struct{}
 
-func principalOf(ctx context.Context) string {
-	p, _ := ctx.Value(principalKey{}).(string)
-	if p == "" {
-		return "local"
+func principalOf(ctx context.Context) *principal.Principal {
+	if p, ok := ctx.Value(principalKey{}).(*principal.Principal); ok {
+		return p
 	}
-	return p
-}
-
-// tokenOK compares in constant time against every configured token.
-func (s *Service) tokenOK(tok string) bool {
-	sum := sha256.Sum256([]byte(tok))
-	ok := 0
-	for _, t := range s.cfg.APITokens {
-		want := sha256.Sum256([]byte(t))
-		ok |= subtle.ConstantTimeCompare(sum[:], want[:])
-	}
-	return ok == 1
+	return local(principal.Local)
 }
 
 // Run serves Handler at /mcp on Config.HTTPAddr until ctx ends, then shuts

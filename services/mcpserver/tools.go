@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/principal"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -28,6 +29,10 @@ const mrtrProtocol = "2026-07-28"
 type tools struct {
 	s         *Service
 	principal string
+	// who is the principal and its scope (owner.go); owned records the
+	// threads it dispatches as its own.
+	who   *principal.Principal
+	owned bool
 }
 
 // answeredBy is how answers given through this server are recorded.
@@ -98,6 +103,9 @@ func (t *tools) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest) 
 	id, escaped, ok2 := strings.Cut(rest, "/")
 	name, err := url.PathUnescape(escaped)
 	if !ok || !ok2 || err != nil || lifecycle.ValidToken(id) != nil || name == "" {
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	if err := t.seeDispatch(ctx, id, false); err != nil {
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	r, a, err := t.s.c.OpenArtifact(ctx, id, name)
@@ -186,6 +194,9 @@ func (t *tools) dispatch(ctx context.Context, req *mcp.CallToolRequest, in Dispa
 		if err := lifecycle.ValidToken(threadID); err != nil {
 			return nil, nil, fmt.Errorf("thread_id %q is not a thread id", threadID)
 		}
+		if err := t.seeThread(ctx, threadID, false); err != nil {
+			return nil, nil, err
+		}
 	case in.Subagent == "":
 		return nil, nil, errors.New("subagent is required: agora_subagents lists the sub-agents you can dispatch")
 	default:
@@ -197,7 +208,14 @@ func (t *tools) dispatch(ctx context.Context, req *mcp.CallToolRequest, in Dispa
 			}
 			input = b
 		}
-		d, err := t.s.c.Dispatch(ctx, lifecycle.Request{Subagent: in.Subagent, Input: input, Labels: in.Labels, Timeout: in.Timeout, MaxRounds: in.MaxRounds})
+		if !t.who.MayDispatch(in.Subagent) {
+			return nil, nil, fmt.Errorf("principal %s may not dispatch sub-agent %q: its dispatch scope in AGORA_PRINCIPALS_FILE is %v", t.who.Name, in.Subagent, t.who.Dispatch)
+		}
+		var opts []client.DispatchOption
+		if t.owned {
+			opts = append(opts, client.OnBehalfOf(t.principal))
+		}
+		d, err := t.s.c.Dispatch(ctx, lifecycle.Request{Subagent: in.Subagent, Input: input, Labels: in.Labels, Timeout: in.Timeout, MaxRounds: in.MaxRounds}, opts...)
 		if err != nil {
 			return nil, nil, t.explain(err)
 		}
@@ -512,6 +530,17 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 	if in.Decision != "" && in.Decision != "approve" && in.Decision != "reject" {
 		return nil, nil, fmt.Errorf("decision %q: want approve or reject", in.Decision)
 	}
+	if !t.who.Admin && !t.who.SeeAll {
+		q, err := t.s.c.Question(ctx, in.QuestionID)
+		if errors.Is(err, client.ErrNotFound) {
+			return nil, nil, fmt.Errorf("no question %s: agora_questions lists them", in.QuestionID)
+		} else if err != nil {
+			return nil, nil, t.explain(err)
+		}
+		if err := t.seeQuestion(ctx, &q); err != nil {
+			return nil, nil, err
+		}
+	}
 	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy()})
 	var ae *client.AnswerError
 	if errors.As(err, &ae) {
@@ -650,10 +679,14 @@ func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in Questi
 	if f.Status != "asked" && (in.Cursor != "" || in.Limit != 0) {
 		return nil, nil, fmt.Errorf("limit and cursor page waiting questions (status asked), not status %q", in.Status)
 	}
+	own := !t.who.Admin && !t.who.SeeAll
+	if own && (in.Cursor != "" || in.Limit != 0) {
+		return nil, nil, fmt.Errorf("principal %s lists the questions of its own threads whole: leave out limit and cursor", t.who.Name)
+	}
 	out := &QuestionList{Questions: []QuestionItem{}}
 	var qs []lifecycle.Question
 	var err error
-	if f.Status == "asked" {
+	if f.Status == "asked" && !own {
 		// A page at a time from the router's index of waiting questions
 		// (docs/mcp.md); the bucket whole only when no router answers.
 		var p *client.WaitingPage
@@ -668,6 +701,12 @@ func (t *tools) questions(ctx context.Context, _ *mcp.CallToolRequest, in Questi
 	}
 	if err != nil {
 		return nil, nil, t.explain(err)
+	}
+	if own {
+		if qs, err = t.filterQuestions(ctx, qs); err != nil {
+			return nil, nil, err
+		}
+		out.Count = len(qs)
 	}
 	for _, q := range qs {
 		out.Questions = append(out.Questions, questionItem(q))
@@ -712,6 +751,9 @@ func (t *tools) decisions(ctx context.Context, _ *mcp.CallToolRequest, in Decisi
 	if in.Route != "" && lifecycle.ValidToken(in.Route) != nil {
 		return nil, nil, fmt.Errorf("route %q is not a route name (letters, digits, - and _)", in.Route)
 	}
+	if !t.who.Admin && !t.who.SeeAll { // decisions answer every principal's threads
+		return nil, nil, t.scopeError("list remembered decisions", "see: all or admin: true")
+	}
 	ds, err := t.s.c.Decisions(ctx, in.Route)
 	if err != nil {
 		return nil, nil, t.explain(err)
@@ -737,6 +779,9 @@ type Forgotten struct {
 func (t *tools) forgetDecision(ctx context.Context, _ *mcp.CallToolRequest, in ForgetArgs) (*mcp.CallToolResult, *Forgotten, error) {
 	if in.ID == "" || lifecycle.ValidToken(in.ID) != nil {
 		return nil, nil, fmt.Errorf("id %q is not a decision id: agora_decisions lists them", in.ID)
+	}
+	if !t.who.Admin {
+		return nil, nil, t.scopeError("forget a remembered decision", "admin: true")
 	}
 	d, err := t.s.c.ForgetDecision(ctx, in.ID)
 	if errors.Is(err, client.ErrNotFound) {
@@ -811,6 +856,9 @@ func (t *tools) status(ctx context.Context, _ *mcp.CallToolRequest, in TargetArg
 		return nil, nil, err
 	}
 	if in.ThreadID != "" {
+		if err := t.seeThread(ctx, in.ThreadID, false); err != nil {
+			return nil, nil, err
+		}
 		th, err := t.s.c.Thread(ctx, in.ThreadID)
 		if err != nil {
 			return nil, nil, t.explainTarget(err, "thread", in.ThreadID)
@@ -818,6 +866,9 @@ func (t *tools) status(ctx context.Context, _ *mcp.CallToolRequest, in TargetArg
 		st := statusOf(th)
 		t.waitsOn(ctx, st.Rounds)
 		return nil, st, nil
+	}
+	if err := t.seeDispatch(ctx, in.DispatchID, false); err != nil {
+		return nil, nil, err
 	}
 	rec, err := t.s.c.Status(ctx, in.DispatchID)
 	if err != nil {
@@ -855,6 +906,9 @@ func (t *tools) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelArg
 	}
 	by := client.CancelBy(t.answeredBy(), in.Reason)
 	if in.ThreadID != "" {
+		if err := t.seeThread(ctx, in.ThreadID, true); err != nil {
+			return nil, nil, err
+		}
 		th, err := t.s.c.CancelThread(ctx, in.ThreadID, by)
 		if err != nil {
 			return nil, nil, t.explainTarget(err, "thread", in.ThreadID)
@@ -865,6 +919,9 @@ func (t *tools) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelArg
 			st.Note = "the thread had already ended, or was already being cancelled: nothing was cancelled"
 		}
 		return nil, st, nil
+	}
+	if err := t.seeDispatch(ctx, in.DispatchID, true); err != nil {
+		return nil, nil, err
 	}
 	rec, err := t.s.c.Cancel(ctx, in.DispatchID, by)
 	if err != nil {
@@ -912,6 +969,9 @@ type EventItem struct {
 func (t *tools) events(ctx context.Context, _ *mcp.CallToolRequest, in EventsArgs) (*mcp.CallToolResult, *EventList, error) {
 	if err := lifecycle.ValidToken(in.ThreadID); err != nil || in.ThreadID == "" {
 		return nil, nil, fmt.Errorf("thread_id %q is not a thread id", in.ThreadID)
+	}
+	if err := t.seeThread(ctx, in.ThreadID, false); err != nil {
+		return nil, nil, err
 	}
 	th, err := t.s.c.Thread(ctx, in.ThreadID)
 	if err != nil {

@@ -125,6 +125,21 @@ func refusals(t *testing.T, s *stack, thread, lastRound string) {
 		kind := genclient.EventsParamsKind("bogus")
 		ev, err := s.api.EventsWithResponse(bad, &genclient.EventsParams{Kind: &kind})
 		expect(t, "events of an unknown kind", ev, err, http.StatusUnprocessableEntity)
+
+		// Another team's principal: the thread is not its own.
+		other := s.client(otherTeamToken)
+		ev, err = other.EventsWithResponse(bad, &genclient.EventsParams{Thread: &thread})
+		expect(t, "another team following the thread's events", ev, err, http.StatusNotFound)
+		ev, err = other.EventsWithResponse(bad, nil)
+		expect(t, "another team following every thread's events", ev, err, http.StatusForbidden)
+		th, terr := other.GetThreadWithResponse(ctx, thread)
+		expect(t, "another team reading the thread", th, terr, http.StatusNotFound)
+		ct, cerr := other.CancelThreadWithResponse(ctx, thread, genclient.CancelThreadJSONRequestBody{})
+		expect(t, "another team cancelling the thread", ct, cerr, http.StatusNotFound)
+		od, err := other.DispatchWithResponse(ctx, nil, genclient.DispatchRequested{Subagent: "asker"})
+		expect(t, "another team dispatching outside its scope", od, err, http.StatusForbidden)
+		od, err = other.DispatchWithResponse(ctx, nil, genclient.DispatchRequested{DispatchId: ptr(thread), Subagent: "sleeper"})
+		expect(t, "another team reusing the thread's dispatch_id", od, err, http.StatusConflict)
 	})
 
 	t.Run("inbox", func(t *testing.T) {

@@ -3,12 +3,15 @@ package genclient_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -78,7 +81,7 @@ func start(t *testing.T) *stack {
 		Server:     natsserver.Config{Port: -1, StoreDir: t.TempDir()},
 		Provision:  &provision.Config{},
 		Subagents:  defs,
-		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, APITokens: []string{apiToken}},
+		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, APITokens: []string{apiToken}, PrincipalsFile: principalsFile(t)},
 		Workers: []worker.Config{{WorkspaceRoot: t.TempDir(), Concurrency: 4, PullExpiry: 500 * time.Millisecond,
 			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}},
 		Router:       &router.Config{Tick: 100 * time.Millisecond, RecordWait: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
@@ -102,6 +105,21 @@ func start(t *testing.T) *stack {
 	s.api = s.client(apiToken)
 	s.inbox = s.client(s.devToken)
 	return s
+}
+
+// otherTeamToken proves "other-team", a principal of the principals file
+// that sees only its own threads and dispatches only sleeper.
+const otherTeamToken = "genclient-other-team"
+
+func principalsFile(t *testing.T) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte(otherTeamToken))
+	f := filepath.Join(t.TempDir(), "principals.yaml")
+	body := "principals:\n  - name: other-team\n    token_sha256: " + hex.EncodeToString(sum[:]) + "\n    dispatch: [sleeper]\n"
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // client is a generated client for the stack whose requests carry token
