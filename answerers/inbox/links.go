@@ -49,6 +49,7 @@ func (d *linkDoor) open(kv jetstream.KeyValue) {
 type linkUse struct {
 	QuestionID string    `json:"question_id"`
 	Audience   string    `json:"audience"`
+	MintedBy   string    `json:"minted_by,omitempty"`
 	At         time.Time `json:"at"`
 }
 
@@ -105,6 +106,20 @@ func (s *Server) linkClaims(w http.ResponseWriter, r *http.Request) (answerlink.
 	if !q.Pending() {
 		s.linkResult(w, http.StatusConflict, "closed", "This question is closed", closedText(q), "warn")
 		return c, nil, false
+	}
+	// A link answers on the route it was minted for, while its minter
+	// may answer there (docs/inbox.md, "Answer links").
+	if c.Route != "" && c.Route != q.Route {
+		s.linkResult(w, http.StatusConflict, "moved", "This question moved",
+			fmt.Sprintf("The link was made while the question was on route %s; it is on route %s now, where others answer it. Nothing was sent. Ask for a new link, or answer it in the inbox.", c.Route, q.Route), "warn")
+		return c, nil, false
+	}
+	if name, ok := strings.CutPrefix(c.MintedBy, "inbox:"); ok {
+		if u, found := s.userNamed(name); !found || !u.may(q.Route) {
+			s.linkResult(w, http.StatusForbidden, "revoked", "This link no longer answers",
+				fmt.Sprintf("Whoever sent it (%s) may no longer answer questions on route %s. Nothing was sent. Answer it in the inbox, or ask someone who may for a new link.", name, q.Route), "error")
+			return c, nil, false
+		}
 	}
 	return c, q, true
 }
@@ -167,12 +182,12 @@ func (s *Server) linkAnswer(w http.ResponseWriter, r *http.Request) {
 	default:
 		in.Answer = c.Option
 	}
-	log := s.log.With("question_id", q.QuestionID, "audience", c.Audience, "link", c.ID)
+	log := s.log.With("question_id", q.QuestionID, "audience", c.Audience, "minted_by", c.MintedBy, "link", c.ID)
 
 	// Single use: the link's id is created before the answer goes out.
 	uctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	use, _ := json.Marshal(linkUse{QuestionID: q.QuestionID, Audience: c.Audience, At: time.Now().UTC()})
+	use, _ := json.Marshal(linkUse{QuestionID: q.QuestionID, Audience: c.Audience, MintedBy: c.MintedBy, At: time.Now().UTC()})
 	ttl := time.Until(c.Expires) + time.Minute
 	rev, err := s.links.kv.Create(uctx, c.ID, use, jetstream.KeyTTL(ttl))
 	switch {
@@ -188,11 +203,12 @@ func (s *Server) linkAnswer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	rep, status := s.submit(r.Context(), &user{name: c.Audience}, q, in)
+	by := c.AnsweredBy()
+	rep, status := s.submit(r.Context(), &user{name: by}, q, in)
 	switch rep.Status {
 	case client.AnswerAccepted:
 		log.Info("answered through a link")
-		s.linkResult(w, http.StatusOK, "accepted", "Thank you", "Your answer was sent as "+c.Audience+". The sub-agent resumes with it.", "ok")
+		s.linkResult(w, http.StatusOK, "accepted", "Thank you", "Your answer was sent as "+by+". The sub-agent resumes with it.", "ok")
 	case client.AnswerRetry:
 		// It did not reach the router: free the link for another try.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
@@ -228,8 +244,14 @@ type LinksRequest struct {
 
 // LinksReply is the reply of POST /inbox/api/questions/{id}/links.
 type LinksReply struct {
-	QuestionID string            `json:"question_id"`
-	Audience   string            `json:"audience"`
+	QuestionID string `json:"question_id"`
+	Audience   string `json:"audience"`
+	// MintedBy is who minted the links (inbox:<user>) and AnsweredBy who
+	// an answer through them is recorded as; Route is the route they
+	// answer on.
+	MintedBy   string            `json:"minted_by"`
+	AnsweredBy string            `json:"answered_by"`
+	Route      string            `json:"route"`
 	ExpiresAt  time.Time         `json:"expires_at"`
 	Links      []answerlink.Link `json:"links"`
 }
@@ -261,13 +283,15 @@ func (s *Server) apiLinks(w http.ResponseWriter, r *http.Request, id *identity) 
 		}
 		exp = now.Add(d)
 	}
-	links, err := s.links.m.ForQuestion(s.baseURL(r), q.Question, in.Audience, exp)
+	links, err := s.links.m.ForQuestion(s.baseURL(r), q.Question, in.Audience, "inbox:"+id.user.name, exp)
 	if err != nil {
 		problem.Write(w, r, problem.Invalid(client.FieldError{Field: "audience", Message: strings.TrimPrefix(err.Error(), "answerlink: ")}))
 		return
 	}
-	s.log.Info("answer links minted", "question_id", q.QuestionID, "audience", in.Audience, "by", id.user.name, "links", len(links))
-	writeJSON(w, http.StatusOK, LinksReply{QuestionID: q.QuestionID, Audience: strings.TrimSpace(in.Audience), ExpiresAt: exp.UTC().Truncate(time.Second), Links: links})
+	s.log.Info("answer links minted", "question_id", q.QuestionID, "route", q.Route, "audience", in.Audience, "by", id.user.name, "links", len(links))
+	c := answerlink.Claims{Audience: strings.TrimSpace(in.Audience), MintedBy: "inbox:" + id.user.name}
+	writeJSON(w, http.StatusOK, LinksReply{QuestionID: q.QuestionID, Audience: c.Audience, MintedBy: c.MintedBy, AnsweredBy: c.AnsweredBy(), Route: q.Route,
+		ExpiresAt: exp.UTC().Truncate(time.Second), Links: links})
 }
 
 // baseURL is the inbox as people open it: Config.PublicURL, or the

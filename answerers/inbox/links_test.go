@@ -5,9 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
@@ -85,7 +89,7 @@ func TestAnswerLinks(t *testing.T) {
 	// Tampered and foreign links change nothing.
 	tampered := links["A"][:len(links["A"])-3] + "AAA"
 	other, _ := answerlink.New(seal.NewKey())
-	foreign, _ := other.ForQuestion(s.web.URL, lifecycleQuestion(qid), "mallory", time.Now().Add(time.Hour))
+	foreign, _ := other.ForQuestion(s.web.URL, lifecycleQuestion(qid), "mallory", "inbox:mallory", time.Now().Add(time.Hour))
 	for name, l := range map[string]string{"tampered": tampered, "another key": foreign[0].URL} {
 		status, body := linkCall(t, http.MethodPost, l, url.Values{})
 		if status != http.StatusNotFound {
@@ -100,7 +104,7 @@ func TestAnswerLinks(t *testing.T) {
 	}
 	mustContain(t, "answered page", body, "Thank you", "dana@example.com")
 	q := s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAnswered })
-	if q.Question.Answer != "A" || q.Question.AnsweredBy != "dana@example.com" || q.Question.Comment != "from my phone" {
+	if q.Question.Answer != "A" || q.Question.AnsweredBy != "dana@example.com (link from inbox:alice)" || q.Question.Comment != "from my phone" {
 		t.Errorf("answered %q by %q comment %q, want A by dana@example.com", q.Question.Answer, q.Question.AnsweredBy, q.Question.Comment)
 	}
 	out := s.finished(d.ThreadID)
@@ -142,7 +146,7 @@ func TestAnswerLinkSingleUse(t *testing.T) {
 		t.Fatalf("answer: %d %s", status, body)
 	}
 	q := s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAnswered })
-	if q.Question.Answer != "use B" || q.Question.AnsweredBy != "erin" {
+	if q.Question.Answer != "use B" || q.Question.AnsweredBy != "erin (link from inbox:alice)" {
 		t.Errorf("answer %q by %q", q.Question.Answer, q.Question.AnsweredBy)
 	}
 	status, body = linkCall(t, http.MethodPost, links["open"], url.Values{"answer": {"again"}})
@@ -160,7 +164,7 @@ func TestAnswerLinkExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	links, err := m.ForQuestion(s.web.URL+"/inbox", lifecycleQuestion(qid), "frank", time.Now().Add(1100*time.Millisecond))
+	links, err := m.ForQuestion(s.web.URL+"/inbox", lifecycleQuestion(qid), "frank", "", time.Now().Add(1100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +219,7 @@ func TestAnswerLinkApproval(t *testing.T) {
 		t.Fatalf("POST: %d %s", status, body)
 	}
 	q := s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAnswered })
-	if q.Question.Decision != "reject" || q.Question.AnsweredBy != "hana" {
+	if q.Question.Decision != "reject" || q.Question.AnsweredBy != "hana (link from inbox:alice)" {
 		t.Errorf("decision %q by %q", q.Question.Decision, q.Question.AnsweredBy)
 	}
 	s.finished(d.ThreadID)
@@ -255,10 +259,83 @@ func TestMintLinksRefusals(t *testing.T) {
 func TestAnswerLinksOff(t *testing.T) {
 	s := start(t, options{noWorker: true})
 	m, _ := answerlink.New(seal.NewKey())
-	links, _ := m.ForQuestion(s.web.URL, lifecycleQuestion("q-1"), "x", time.Now().Add(time.Hour))
+	links, _ := m.ForQuestion(s.web.URL, lifecycleQuestion("q-1"), "x", "", time.Now().Add(time.Hour))
 	status, body := linkCall(t, http.MethodGet, links[0].URL, nil)
 	if status != http.StatusNotFound {
 		t.Errorf("GET: %d", status)
 	}
 	mustContain(t, "links off page", body, "Answer links are off")
+}
+
+// A link is sealed to its question's route and its minter: it answers
+// while the question is on the route it was made for and its minter may
+// answer there, and records who minted it for whom. A question moved to
+// another route (declined to a fallback) and a minter removed from the
+// users file make its links answer nothing.
+func TestAnswerLinksSealedToRouteAndMinter(t *testing.T) {
+	s := start(t, options{linkKey: seal.NewKey()})
+
+	t.Run("recorded as minted by whom for whom", func(t *testing.T) {
+		_, qid := s.ask("asker", sentinel{Question: "Ship it?", Options: []string{"yes", "no"}, Kind: "decision"}, 1)
+		status, body := s.apiCall(http.MethodPost, "/inbox/api/questions/"+qid+"/links", inbox.LinksRequest{Audience: "bob@corp (teamB lead)"},
+			map[string]string{"Authorization": "Bearer " + s.bearer})
+		var rep inbox.LinksReply
+		if status != http.StatusOK || json.Unmarshal([]byte(body), &rep) != nil {
+			t.Fatalf("mint: %d %s", status, body)
+		}
+		want := "bob@corp (teamB lead) (link from inbox:alice)"
+		if rep.MintedBy != "inbox:alice" || rep.AnsweredBy != want || rep.Route != "human" {
+			t.Errorf("links reply: %+v", rep)
+		}
+		for _, l := range rep.Links {
+			if l.Option == "yes" {
+				if st, body := linkCall(t, http.MethodPost, l.URL, url.Values{}); st != http.StatusOK {
+					t.Fatalf("answer: %d %s", st, body)
+				}
+			}
+		}
+		if q := s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Status == inbox.StatusAnswered }); q.Question.AnsweredBy != want {
+			t.Errorf("answered_by = %q, want %q", q.Question.AnsweredBy, want)
+		}
+	})
+
+	t.Run("the question moved to another route", func(t *testing.T) {
+		_, qid := s.ask("ops-asker", sentinel{Question: "Restart the cluster?", Options: []string{"yes", "no"}, Kind: "decision"}, 1)
+		links := s.mintLinks(qid, "dana@example.com")
+		if _, err := s.c.Decline(t.Context(), qid, "ops-bot", "not mine", client.AnswerVia("ops")); err != nil {
+			t.Fatal(err)
+		}
+		s.waitQuestion(qid, func(q *inbox.Question) bool { return q.Route == "human" })
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			st, body := linkCall(t, method, links["yes"], url.Values{})
+			if st != http.StatusConflict {
+				t.Errorf("%s of a link made on ops after the move: %d, want 409", method, st)
+			}
+			mustContain(t, "moved page", body, "This question moved", "route ops", "route human", "Nothing was sent")
+		}
+		if q, err := s.c.Question(t.Context(), qid); err != nil || q.Status != "asked" {
+			t.Errorf("the question after the moved link: %q %v, want asked", q.Status, err)
+		}
+	})
+
+	t.Run("its minter may no longer answer", func(t *testing.T) {
+		_, qid := s.ask("asker", sentinel{Question: "Tag the release?", Options: []string{"yes", "no"}, Kind: "decision"}, 1)
+		links := s.mintLinks(qid, "erin@example.com") // minted by alice
+		h, _ := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+		b, _ := yaml.Marshal([]inbox.User{{Name: "alice", Bcrypt: string(h), Routes: []string{"approvals"}}, {Name: "bob", Bcrypt: string(h)}})
+		if err := os.WriteFile(s.cfg.UsersFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.inbox.ReloadUsers(); err != nil {
+			t.Fatal(err)
+		}
+		st, body := linkCall(t, http.MethodPost, links["yes"], url.Values{})
+		if st != http.StatusForbidden {
+			t.Errorf("a link of a minter who may no longer answer: %d, want 403", st)
+		}
+		mustContain(t, "revoked page", body, "This link no longer answers", "alice", "route human", "Nothing was sent")
+		if q, err := s.c.Question(t.Context(), qid); err != nil || q.Status != "asked" {
+			t.Errorf("the question after the revoked link: %q %v, want asked", q.Status, err)
+		}
+	})
 }

@@ -60,7 +60,7 @@ func (s *Server) body(route string, q *lifecycle.Question) ([]byte, error) {
 	if s.links != nil {
 		b.Audience = s.audience(q)
 		exp := answerlink.Expiry(*q, time.Now())
-		links, err := s.links.ForQuestion(s.cfg.InboxURL, *q, b.Audience, exp)
+		links, err := s.links.ForQuestion(s.cfg.InboxURL, *q, b.Audience, "webhook:"+route, exp)
 		if err != nil {
 			return nil, err
 		}

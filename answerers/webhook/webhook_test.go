@@ -191,7 +191,7 @@ func TestPostsSignedQuestionWithLinksThatAnswer(t *testing.T) {
 	for _, o := range b.Options {
 		tok, ok := strings.CutPrefix(o.URL, inboxWeb.URL+answerlink.Path)
 		c, err := m.Open(tok, time.Now())
-		if !ok || err != nil || c.QuestionID != qid || c.Option != o.Option || c.Audience != "dana@example.com" {
+		if !ok || err != nil || c.QuestionID != qid || c.Option != o.Option || c.Audience != "dana@example.com" || c.Route != "hooks" || c.MintedBy != "webhook:hooks" {
 			t.Errorf("link of %s: %q opens as %+v, %v", o.Option, o.URL, c, err)
 		}
 	}
@@ -211,7 +211,7 @@ func TestPostsSignedQuestionWithLinksThatAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	fin, ok := end.Data.(*lifecycle.Finished)
-	if !ok || !strings.Contains(string(fin.Output), `"answer":"B"`) || !strings.Contains(string(fin.Output), `"answered_by":"dana@example.com"`) {
+	if !ok || !strings.Contains(string(fin.Output), `"answer":"B"`) || !strings.Contains(string(fin.Output), `"answered_by":"dana@example.com (link from webhook:hooks)"`) {
 		t.Errorf("thread ended %T %s", end.Data, fin.Output)
 	}
 	if n := testkit.Counter(t, h.reg, "agora_webhook_deliveries_total", map[string]string{"result": "delivered"}); n != 1 {

@@ -4,14 +4,18 @@
 // carries a link (e-mail, chat, SMS). The inbox serves them at
 // /inbox/a/<token> (docs/inbox.md).
 //
-// A token seals {link id, question id, option or open, audience, expiry}
+// A token seals {link id, question id, option or open, audience, the
+// question's route, who minted it, expiry}
 // with AES-256-GCM under a key shared by whoever mints links and the inbox
 // that serves them (AGORA_ANSWER_LINK_KEY), so it cannot be forged or
 // altered, and says nothing readable to whoever intercepts it. Opening a
 // link (GET) never answers: it shows a confirmation page, because mail
 // scanners fetch links. Answering (POST) records the link id in the KV
 // bucket agora_answer_links first, so each link answers once; the
-// answer's answered_by is the audience.
+// answer's answered_by names the audience and who minted the link for
+// them (AnsweredBy). A link answers only on the route it was minted for:
+// once its question moves to another route, or its minter may no longer
+// answer that route, the inbox refuses it (docs/inbox.md).
 package answerlink
 
 import (
@@ -62,8 +66,33 @@ type Claims struct {
 	// words (and, for an approval, a decision and a comment).
 	Open bool `json:"open,omitempty"`
 	// Audience is who the link was sent to; it becomes answered_by.
-	Audience string    `json:"aud"`
+	Audience string `json:"aud"`
+	// Route is the route the question was on when the link was minted:
+	// the link answers it only there. Empty in links minted before
+	// routes were sealed.
+	Route string `json:"r,omitempty"`
+	// MintedBy names who minted the link for the audience: an inbox user
+	// as inbox:<name>, the webhook notifier as webhook:<route>.
+	MintedBy string    `json:"by,omitempty"`
 	Expires  time.Time `json:"exp"`
+}
+
+// MaxMintedByBytes bounds Claims.MintedBy.
+const MaxMintedByBytes = 128
+
+// AnsweredBy is who an answer through the link is recorded as: the
+// audience, and who sent them the link, as "bob@corp (link from
+// inbox:alice)" — the audience is the minter's word, the minter is
+// proven by their sign-in.
+func (c Claims) AnsweredBy() string {
+	if c.MintedBy == "" {
+		return c.Audience
+	}
+	suffix := " (link from " + c.MintedBy + ")"
+	if n := MaxAudienceBytes - len(suffix); len(c.Audience) > n {
+		return lifecycle.Clip(c.Audience, n-len("…")) + suffix
+	}
+	return c.Audience + suffix
 }
 
 func (c Claims) check() error {
@@ -78,6 +107,10 @@ func (c Claims) check() error {
 		return fmt.Errorf("answerlink: the audience is longer than %d bytes", MaxAudienceBytes)
 	case !utf8.ValidString(c.Audience) || strings.IndexFunc(c.Audience, unicode.IsControl) >= 0:
 		return errors.New("answerlink: the audience must be printable UTF-8 text")
+	case len(c.MintedBy) > MaxMintedByBytes:
+		return fmt.Errorf("answerlink: who minted the link is longer than %d bytes", MaxMintedByBytes)
+	case !utf8.ValidString(c.MintedBy) || strings.IndexFunc(c.MintedBy, unicode.IsControl) >= 0:
+		return errors.New("answerlink: who minted the link must be printable UTF-8 text")
 	case c.Expires.IsZero():
 		return errors.New("answerlink: the expiry is not set")
 	}
@@ -174,10 +207,11 @@ func Expiry(q lifecycle.Question, now time.Time) time.Time {
 	return exp
 }
 
-// ForQuestion mints every link of q (see Choices) for audience, valid
-// until expires, under baseURL, the inbox as people open it (e.g.
+// ForQuestion mints every link of q (see Choices) for audience, by
+// mintedBy (Claims.MintedBy), sealed to q's route, valid until expires,
+// under baseURL, the inbox as people open it (e.g.
 // https://agora.example.com/inbox, or its origin).
-func (m *Minter) ForQuestion(baseURL string, q lifecycle.Question, audience string, expires time.Time) ([]Link, error) {
+func (m *Minter) ForQuestion(baseURL string, q lifecycle.Question, audience, mintedBy string, expires time.Time) ([]Link, error) {
 	base, err := linkBase(baseURL)
 	if err != nil {
 		return nil, err
@@ -193,12 +227,12 @@ func (m *Minter) ForQuestion(baseURL string, q lifecycle.Question, audience stri
 		return nil
 	}
 	for _, o := range options {
-		if err := add(Claims{QuestionID: q.QuestionID, Option: o, Audience: audience, Expires: expires}); err != nil {
+		if err := add(Claims{QuestionID: q.QuestionID, Option: o, Audience: audience, Route: q.Route, MintedBy: mintedBy, Expires: expires}); err != nil {
 			return nil, err
 		}
 	}
 	if open {
-		if err := add(Claims{QuestionID: q.QuestionID, Open: true, Audience: audience, Expires: expires}); err != nil {
+		if err := add(Claims{QuestionID: q.QuestionID, Open: true, Audience: audience, Route: q.Route, MintedBy: mintedBy, Expires: expires}); err != nil {
 			return nil, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -128,7 +129,8 @@ func TestForQuestion(t *testing.T) {
 		"free text":            {lifecycle.Question{QuestionID: "q"}, nil, true},
 		"options without kind": {lifecycle.Question{QuestionID: "q", Options: []string{"x"}}, []string{"x"}, false},
 	} {
-		links, err := m.ForQuestion("https://agora.example.com/inbox/", tc.q, "carol", exp)
+		tc.q.Route = "people"
+		links, err := m.ForQuestion("https://agora.example.com/inbox/", tc.q, "carol", "inbox:alice", exp)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -140,7 +142,8 @@ func TestForQuestion(t *testing.T) {
 				t.Fatalf("%s: url %q", name, l.URL)
 			}
 			c, err := m.Open(tok, time.Now())
-			if err != nil || c.QuestionID != "q" || c.Audience != "carol" || c.Option != l.Option || c.Open != l.Open {
+			if err != nil || c.QuestionID != "q" || c.Audience != "carol" || c.Option != l.Option || c.Open != l.Open ||
+				c.Route != "people" || c.MintedBy != "inbox:alice" || c.AnsweredBy() != "carol (link from inbox:alice)" {
 				t.Errorf("%s: link %+v opens as %+v, %v", name, l, c, err)
 			}
 			if l.Open {
@@ -153,10 +156,10 @@ func TestForQuestion(t *testing.T) {
 			t.Errorf("%s: options %v open %v, want %v %v", name, opts, open, tc.options, tc.withOpen)
 		}
 	}
-	if _, err := m.ForQuestion("ftp://x", lifecycle.Question{QuestionID: "q"}, "a", exp); err == nil {
+	if _, err := m.ForQuestion("ftp://x", lifecycle.Question{QuestionID: "q"}, "a", "", exp); err == nil {
 		t.Error("ftp base URL accepted")
 	}
-	links, _ := m.ForQuestion("http://127.0.0.1:8080", lifecycle.Question{QuestionID: "q"}, "a", exp)
+	links, _ := m.ForQuestion("http://127.0.0.1:8080", lifecycle.Question{QuestionID: "q"}, "a", "", exp)
 	if len(links) != 1 || !strings.HasPrefix(links[0].URL, "http://127.0.0.1:8080/inbox/a/l1.") {
 		t.Errorf("origin base: %+v", links)
 	}
@@ -179,5 +182,25 @@ func TestExpiry(t *testing.T) {
 		if got := answerlink.Expiry(lifecycle.Question{Deadline: tc.deadline}, now); !got.Equal(tc.want) {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+// AnsweredBy names the audience and the minter, within the router's
+// 256-byte limit on answered_by, keeping the minter whole.
+func TestAnsweredBy(t *testing.T) {
+	for _, tc := range []struct {
+		c    answerlink.Claims
+		want string
+	}{
+		{answerlink.Claims{Audience: "bob"}, "bob"},
+		{answerlink.Claims{Audience: "bob", MintedBy: "inbox:alice"}, "bob (link from inbox:alice)"},
+	} {
+		if got := tc.c.AnsweredBy(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.c, got, tc.want)
+		}
+	}
+	long := answerlink.Claims{Audience: strings.Repeat("é", 128), MintedBy: "inbox:alice"}.AnsweredBy()
+	if len(long) > answerlink.MaxAudienceBytes || !strings.HasSuffix(long, " (link from inbox:alice)") || !utf8.ValidString(long) {
+		t.Errorf("a long audience: %d bytes %q", len(long), long)
 	}
 }

@@ -715,10 +715,18 @@ type LinkForm struct {
 
 // LinksReply defines model for LinksReply.
 type LinksReply struct {
+	// AnsweredBy Who an answer through the links is recorded as: the audience and who sent them the links.
+	AnsweredBy string       `json:"answered_by"`
 	Audience   string       `json:"audience"`
 	ExpiresAt  time.Time    `json:"expires_at"`
 	Links      []AnswerLink `json:"links"`
-	QuestionId string       `json:"question_id"`
+
+	// MintedBy Who minted the links: inbox:<the signed-in user>.
+	MintedBy   string `json:"minted_by"`
+	QuestionId string `json:"question_id"`
+
+	// Route The route the links answer on: once the question moves to another route, they are refused.
+	Route string `json:"route"`
 }
 
 // LinksRequest defines model for LinksRequest.
