@@ -290,7 +290,7 @@ func TestAskOnceEndToEnd(t *testing.T) {
 		}
 		return len(lines) == 1
 	})
-	if d["question_id"] != asked || d["answer"] != "parseConfig" || d["route"] != "default" || d["answered_by"] != "tester" {
+	if d["question_id"] != asked || d["answer"] != "parseConfig" || d["route"] != "default" || d["answered_by"] != "cli:local" {
 		t.Errorf("decision = %v", d)
 	}
 	id := d["id"].(string)
@@ -304,7 +304,7 @@ func TestAskOnceEndToEnd(t *testing.T) {
 	// A fifth thread is answered from memory, at once.
 	r = must("dispatch", "renamer", "--wait")
 	m = regexp.MustCompile(`round 0, dispatch (\S+)\)`).FindStringSubmatch(r.stdout)
-	if m == nil || !strings.Contains(r.stdout, `Answered at once from memory: "parseConfig" — reused the decision of `+asked+" by tester") ||
+	if m == nil || !strings.Contains(r.stdout, `Answered at once from memory: "parseConfig" — reused the decision of `+asked+" by cli:local") ||
 		strings.Contains(r.stdout, "Answer it in the inbox") || !strings.Contains(r.stdout, `"answered_by": "memory:`+asked+`"`) {
 		t.Errorf("dispatch --wait answered from memory:\n%s", r)
 	}
@@ -316,7 +316,7 @@ func TestAskOnceEndToEnd(t *testing.T) {
 	if len(q) != 1 || q[0]["answered_by"] != "memory:"+asked || q[0]["reused"].(map[string]any)["question_id"] != asked {
 		t.Errorf("the fourth thread's question: %v", q)
 	}
-	if out := must("questions", "--status", "answered", "--thread", fourth).stdout; !strings.Contains(out, "reused the decision of "+asked+" by tester") {
+	if out := must("questions", "--status", "answered", "--thread", fourth).stdout; !strings.Contains(out, "reused the decision of "+asked+" by cli:local") {
 		t.Errorf("questions of the fourth thread:\n%s", out)
 	}
 

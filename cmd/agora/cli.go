@@ -285,9 +285,6 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// whoAmI is the default name of whoever answers or cancels from the CLI.
-func whoAmI() string { return envDefault("USER", "cli") }
-
 // shellQuote quotes s for a POSIX shell when it needs it.
 func shellQuote(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,:/=@%+") == "" {

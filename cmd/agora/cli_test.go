@@ -229,7 +229,7 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 
 	t.Run("answer twice", func(t *testing.T) {
 		r := agora(t, "answer", qid, "parseConfig", "--as", "bob")
-		if r.code != 1 || !strings.Contains(r.stderr, "already answered by tester at ") {
+		if r.code != 1 || !strings.Contains(r.stderr, "already answered by cli:local at ") {
 			t.Errorf("a second answer: %s", r)
 		}
 	})
@@ -264,7 +264,7 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 	t.Run("status", func(t *testing.T) {
 		r := mustAgora(t, "status", thread, "--thread")
 		if !strings.Contains(r.stdout, "thread "+thread+": finished") || !strings.Contains(r.stdout, "needs_input") ||
-			!strings.Contains(r.stdout, "RESUMED WITH") || !strings.Contains(r.stdout, "by tester to q-") {
+			!strings.Contains(r.stdout, "RESUMED WITH") || !strings.Contains(r.stdout, "by cli:local to q-") {
 			t.Errorf("status --thread:\n%s", r.stdout)
 		}
 		th := jsonLines(t, mustAgora(t, "status", thread, "--thread", "--json").stdout)[0]
@@ -273,8 +273,14 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 			t.Fatalf("status --thread --json: %v", th)
 		}
 		round1 := rounds[1].(map[string]any)["dispatch_id"].(string)
-		if r := mustAgora(t, "status", round1); !regexp.MustCompile(`resumed\s+"(parseConfig|readConfig)" by tester to ` + qid).MatchString(r.stdout) {
+		if r := mustAgora(t, "status", round1); !regexp.MustCompile(`resumed\s+"(parseConfig|readConfig)" by cli:local to ` + qid).MatchString(r.stdout) {
 			t.Errorf("status of the resumed round does not show its answer:\n%s", r.stdout)
+		}
+		// The round that asked says where its thread went, not to answer.
+		r = mustAgora(t, "status", thread)
+		if !regexp.MustCompile(`Its question was answered: "(parseConfig|readConfig)" by cli:local at `).MatchString(r.stdout) ||
+			!strings.Contains(r.stdout, "The thread went on: round 1 is dispatch "+round1+", finished") || strings.Contains(r.stdout, "If the question is still open") {
+			t.Errorf("status of the round whose question was answered:\n%s", r.stdout)
 		}
 	})
 
@@ -432,11 +438,11 @@ func TestCancelRunning(t *testing.T) {
 	if s := status(); s != "cancelled" {
 		t.Errorf("status after cancel = %s", s)
 	}
-	if r := mustAgora(t, "status", id); !strings.Contains(r.stdout, "cancelled by tester") {
+	if r := mustAgora(t, "status", id); !strings.Contains(r.stdout, "cancelled by cli:local") {
 		t.Errorf("status:\n%s", r.stdout)
 	}
 	// The same id again is the same dispatch, which ended cancelled.
-	if r := agora(t, "dispatch", "sleeper", "--id", id, "--round"); r.code != 3 || !strings.Contains(r.stdout, "Cancelled by tester") {
+	if r := agora(t, "dispatch", "sleeper", "--id", id, "--round"); r.code != 3 || !strings.Contains(r.stdout, "Cancelled by cli:local") {
 		t.Errorf("dispatch --round of a cancelled dispatch: %s", r)
 	}
 	if r := agora(t, "cancel", "no-such-dispatch"); r.code != 1 || !strings.Contains(r.stderr, "no dispatch no-such-dispatch") {
@@ -547,7 +553,7 @@ func TestApprovalQuestion(t *testing.T) {
 			t.Fatalf("the thread did not finish after the approval: %v", th)
 		}
 	}
-	if r := mustAgora(t, "status", thread, "--thread"); !strings.Contains(r.stdout, `"approve" by tester, comment "fine" to `+qid) {
+	if r := mustAgora(t, "status", thread, "--thread"); !strings.Contains(r.stdout, `"approve" by cli:local, comment "fine" to `+qid) {
 		t.Errorf("status --thread after the approval:\n%s", r.stdout)
 	}
 }
@@ -600,7 +606,8 @@ func TestMissingArgumentsAndFlagNames(t *testing.T) {
 	}
 	help := mustAgora(t, "answer", "--help").stdout
 	asLine := regexp.MustCompile(`(?m)^\s+--as .*$`).FindString(help)
-	if strings.Count(asLine, "default") != 1 || !strings.Contains(help, "--request-timeout") {
+	// --as names nobody by default: the credentials do ($USER proves nothing).
+	if strings.Contains(asLine, "default") || !strings.Contains(asLine, "cli:<credentials>") || !strings.Contains(help, "--request-timeout") {
 		t.Errorf("answer --help:\n%s", help)
 	}
 	// The old global name still works, and says what replaced it.

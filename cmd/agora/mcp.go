@@ -24,7 +24,8 @@ and list sub-agents. When a thread asks a question, the client's user is
 asked for the answer (MCP input-required results, or elicitation).
 
 Without --http it serves one session on stdin/stdout, answering as
-mcp:$USER:
+mcp:<who the NATS credentials prove> (the creds file's user name, the URL's
+user, or local on a server that takes anyone; $USER plays no part):
 
   claude mcp add agora -- agora mcp --nats nats://127.0.0.1:4222
 
@@ -73,7 +74,12 @@ before it returns status running), AGORA_MCP_PROGRESS_EVERY (10s).`,
 				}
 				return nil
 			}
-			return svc.ServeStdio(cmd.Context(), whoAmI())
+			// The session's user is who its NATS credentials prove.
+			who, err := credentialName(g.natsURL, g.creds)
+			if err != nil {
+				return err
+			}
+			return svc.ServeStdio(cmd.Context(), who)
 		},
 	}
 	cmd.Flags().StringVar(&httpAddr, "http", envDefault("AGORA_MCP_HTTP_ADDR", ""), "serve streamable HTTP at http://ADDR/mcp instead of stdio (AGORA_MCP_HTTP_ADDR)")

@@ -20,7 +20,7 @@ func mcpCall(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]a
 
 // `agora mcp` over stdio, as `claude mcp add agora -- agora mcp` runs it:
 // a client without elicitation gets the demo's question, answers it with
-// agora_answer (recorded as mcp:$USER) and follows the thread to its end.
+// agora_answer (recorded as mcp:local: the server takes anyone, and $USER proves nothing) and follows the thread to its end.
 func TestMCPStdio(t *testing.T) {
 	t.Parallel()
 	d := devServer(t)
@@ -44,8 +44,8 @@ func TestMCPStdio(t *testing.T) {
 		t.Fatalf("following on = %v", fin)
 	}
 	qs := jsonLines(t, mustAgora(t, "questions", "--status", "all", "--thread", thread, "--json").stdout)
-	if len(qs) != 1 || qs[0]["answered_by"] != "mcp:tester" {
-		t.Errorf("question = %v, want answered by mcp:tester", qs)
+	if len(qs) != 1 || qs[0]["answered_by"] != "mcp:local" {
+		t.Errorf("question = %v, want answered by mcp:local (USER=tester proves nothing)", qs)
 	}
 }
 

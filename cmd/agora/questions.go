@@ -445,7 +445,7 @@ With --json stdout carries the router's reply as one JSON object:
 	f := cmd.Flags()
 	f.StringVar(&o.decision, "decision", "", "approve or reject (approval questions)")
 	f.StringVar(&o.comment, "comment", "", "a comment kept with the answer")
-	f.StringVar(&o.as, "as", whoAmI(), "who answers: your $USER, or cli when it is unset")
+	f.StringVar(&o.as, "as", "", "a name to record beside your NATS credentials' (answered_by \"NAME (via cli:<credentials>)\"); without it answered_by is cli:<credentials>")
 	f.BoolVar(&o.json, "json", false, "print JSON only: the router's reply")
 	return cmd
 }
@@ -468,12 +468,17 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 	if answer == "" && o.decision == "" {
 		return errors.New("give an ANSWER (or --decision approve|reject for an approval question)")
 	}
+	who, err := credentialName(g.natsURL, g.creds)
+	if err != nil {
+		return err
+	}
+	by := attributed("cli", who, o.as)
 	c, ctx, done, err := g.callQuestion(cmd, qid)
 	if err != nil {
 		return err
 	}
 	defer done()
-	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: o.as}
+	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: by}
 	reply, err := answerWithRetry(ctx, c, qid, a)
 	out := safeOut(cmd)
 	var ae *client.AnswerError
@@ -489,7 +494,7 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 		case o.decision != "":
 			shown = answer + " (" + o.decision + ")"
 		}
-		fmt.Fprintf(out, "answered %s: %s, as %s\n", qid, shown, cmp.Or(reply.AnsweredBy, o.as))
+		fmt.Fprintf(out, "answered %s: %s, as %s\n", qid, shown, cmp.Or(reply.AnsweredBy, by))
 		if reply.Reason != "" {
 			fmt.Fprintln(out, reply.Reason)
 		} else {

@@ -46,12 +46,16 @@ object.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.thread, "thread", false, "ID is a thread: cancel all of it")
 	f.StringVar(&o.reason, "reason", "", "why, kept in the cancelled event")
-	f.StringVar(&o.as, "as", whoAmI(), "who cancels: your $USER, or cli when it is unset")
+	f.StringVar(&o.as, "as", "", "a name to record beside your NATS credentials' (\"NAME (via cli:<credentials>)\"); without it cli:<credentials>")
 	f.BoolVar(&o.json, "json", false, "print JSON only: the record or thread")
 	return cmd
 }
 
 func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error {
+	who, err := credentialName(g.natsURL, g.creds)
+	if err != nil {
+		return err
+	}
 	c, err := g.connectTo(id, safeErr(cmd))
 	if err != nil {
 		return err
@@ -59,7 +63,7 @@ func runCancel(cmd *cobra.Command, g *globals, o cancelOptions, id string) error
 	defer c.Close()
 	ctx := cmd.Context()
 	out := safeOut(cmd)
-	by := client.CancelBy(o.as, o.reason)
+	by := client.CancelBy(attributed("cli", who, o.as), o.reason)
 	if o.thread {
 		th, err := c.CancelThread(ctx, id, by)
 		if isNotFound(err) {
@@ -296,13 +300,25 @@ func runStatus(cmd *cobra.Command, g *globals, o statusOptions, id string) error
 			q = &rq
 		}
 	}
-	printRecord(out, rec, q, g.cli(cmd), inbox)
+	// A question no longer open: where its thread went.
+	var next *client.Record
+	if q != nil && q.Status != "asked" && q.Status != lifecycle.StatusJoined {
+		if th, err := c.Thread(ctx, rec.ThreadID); err == nil {
+			for i := range th.Rounds {
+				if th.Rounds[i].ParentID == rec.DispatchID {
+					next = &th.Rounds[i].Record
+				}
+			}
+		}
+	}
+	printRecord(out, rec, q, next, g.cli(cmd), inbox)
 	return nil
 }
 
 // printRecord writes a dispatch record; q is the question it ended on,
-// when it did and the record is known.
-func printRecord(w io.Writer, r *client.Record, q *lifecycle.Question, cli, inbox string) {
+// when it did and the record is known, and next the round that question's
+// answer started, when there is one.
+func printRecord(w io.Writer, r *client.Record, q *lifecycle.Question, next *client.Record, cli, inbox string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
 	row("dispatch", "%s", r.DispatchID)
@@ -373,6 +389,14 @@ func printRecord(w io.Writer, r *client.Record, q *lifecycle.Question, cli, inbo
 			fmt.Fprintf(w, "output:\n%s\n", prettyJSON(res.Output))
 		}
 	case lifecycle.KindNeedsInput:
+		if q != nil && q.Status != "asked" && q.Status != lifecycle.StatusJoined {
+			fmt.Fprintf(w, "\n%s\n", closedQuestion(q))
+			if next != nil {
+				fmt.Fprintf(w, "The thread went on: round %d is dispatch %s, %s (%s status %s).\n", next.Round, next.DispatchID, next.Status, cli, next.DispatchID)
+			}
+			fmt.Fprintf(w, "The whole thread: %s status %s --thread\n", cli, r.ThreadID)
+			return
+		}
 		qid := res.QuestionID
 		if q != nil && q.JoinedTo != "" {
 			qid = q.JoinedTo // a joined question is answered with the one it joined
@@ -472,4 +496,25 @@ func when(t *time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// closedQuestion says how a question that no longer waits was closed.
+func closedQuestion(q *lifecycle.Question) string {
+	at := ""
+	if q.AnsweredAt != nil {
+		at = " at " + when(q.AnsweredAt)
+	}
+	switch q.Status {
+	case "answered":
+		a := q.Answer
+		if q.Decision != "" {
+			a = strings.TrimSpace(q.Decision + " " + q.Answer)
+		}
+		return fmt.Sprintf("Its question was answered: %q by %s%s.", termsafe.Text(a), termsafe.Text(q.AnsweredBy), at)
+	case "expired":
+		return "Its question expired before anyone answered: " + termsafe.Text(cmp.Or(q.Detail, "its deadline passed")) + "."
+	case "withdrawn":
+		return "Its question was withdrawn: " + termsafe.Text(cmp.Or(q.Detail, "its thread no longer needs the answer")) + "."
+	}
+	return "Its question is " + termsafe.Text(q.Status) + "."
 }
