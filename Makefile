@@ -8,6 +8,7 @@ PKGS    ?= ./...
 
 ## run: start everything on an embedded NATS server (agora dev)
 run:
+	@test -x $(BIN)/agora || echo "make run: building agora and its sandbox launcher into $(BIN)/ — the first build downloads and compiles every dependency (a few minutes on a fresh machine); later builds take seconds"
 	$(GO) build -o $(BIN)/ ./cmd/agora ./cmd/agora-sandbox
 	$(BIN)/agora dev
 

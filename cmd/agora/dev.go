@@ -49,6 +49,8 @@ type devOptions struct {
 	subagents  string
 	routes     string
 	retention  time.Duration
+	// settings are the services' own AGORA_* settings (loadDevSettings).
+	settings devSettings
 }
 
 // envDefault returns the variable's value, or def.
@@ -72,7 +74,10 @@ starting again on the same --data directory picks up queued work.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDev(cmd, o) },
 	}
 	f := cmd.Flags()
-	workers, _ := strconv.Atoi(envDefault("AGORA_WORKER_CONCURRENCY", "4"))
+	workers, err := strconv.Atoi(envDefault("AGORA_WORKER_CONCURRENCY", "4"))
+	if err != nil {
+		workers = 4 // loadDevSettings names the variable and its value
+	}
 	f.StringVar(&o.http, "http", envDefault("AGORA_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address (AGORA_HTTP_ADDR)")
 	f.StringVar(&o.natsListen, "nats-listen", envDefault("AGORA_NATS_LISTEN", "127.0.0.1:4222"), "embedded NATS listen address (AGORA_NATS_LISTEN)")
 	f.StringVar(&o.natsToken, "nats-token", envDefault("AGORA_DEV_NATS_TOKEN", ""), "token every NATS client must present; required when --nats-listen is not loopback; \"generate\" makes one (AGORA_DEV_NATS_TOKEN)")
@@ -92,8 +97,20 @@ starting again on the same --data directory picks up queued work.`,
 
 func runDev(cmd *cobra.Command, o devOptions) error {
 	ctx := cmd.Context()
+	// Every bad setting at once, each with its variable and value.
+	var errs []error
+	var err error
+	if o.settings, err = loadDevSettings(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.retention < time.Second {
-		return fmt.Errorf("--retention / AGORA_RETENTION: %q: want a duration of at least 1s, as 168h or 7d", envDefault("AGORA_RETENTION", o.retention.String()))
+		errs = append(errs, fmt.Errorf("--retention / AGORA_RETENTION: %q: want a duration of at least 1s, as 168h or 7d", envDefault("AGORA_RETENTION", o.retention.String())))
+	}
+	if o.workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.workers))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	log, err := logging.New(os.Stderr)
 	if err != nil {
@@ -126,9 +143,6 @@ func runDev(cmd *cobra.Command, o devOptions) error {
 	if !loopbackHost(host) && o.natsToken == "" {
 		return fmt.Errorf("--nats-listen %s is reachable from other hosts, and whoever reaches the bus can register a sub-agent and run commands here: "+
 			"set --nats-token (AGORA_DEV_NATS_TOKEN) to a secret or to \"generate\", or listen on 127.0.0.1", o.natsListen)
-	}
-	if o.workers < 1 {
-		return fmt.Errorf("--workers %d: want at least 1", o.workers)
 	}
 	// Everything kept beside the store: the data folder's parent, or
 	// temporary folders with --memory.
@@ -219,13 +233,22 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 	}
 	// The HTTP API's and MCP's callers: operators' tokens, and the
 	// principals file's scoped principals (docs/security.md).
-	tokens, principals := splitList(os.Getenv("AGORA_API_TOKENS")), os.Getenv("AGORA_PRINCIPALS_FILE")
-	dcfg := dispatcher.Config{HTTPAddr: o.http, APITokens: tokens, PrincipalsFile: principals, ID: "dev", Retention: o.retention,
-		SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}
+	// Every service's own AGORA_* settings apply (read as their mains
+	// read them), under what dev sets itself: one shared listener, its
+	// ids, folders, flags and floor.
+	set := o.settings
+	dcfg := set.dispatcher
+	dcfg.HTTPAddr, dcfg.ID, dcfg.Retention = o.http, "dev", o.retention
+	dcfg.SandboxFloor, dcfg.SandboxAllowPaths, dcfg.SandboxAllowHosts = floor.Mode, floor.Paths, floor.Hosts
 	if err := dcfg.Validate(); err != nil {
 		return stack.Options{}, fmt.Errorf("--http: %w", err)
 	}
 	dcfg.HTTPAddr = "" // served on the shared listener
+	wcfg := set.worker
+	wcfg.Concurrency, wcfg.WorkspaceRoot, wcfg.HTTPAddr = o.workers, wsRoot, ""
+	wcfg.SandboxFloor, wcfg.SandboxAllowPaths, wcfg.SandboxAllowHosts = floor.Mode, floor.Paths, floor.Hosts
+	rcfg := set.router
+	rcfg.RoutesFile, rcfg.ID, rcfg.Retention, rcfg.HTTPAddr = o.routes, "dev", o.retention, ""
 	// The inbox: a users file when AGORA_INBOX_USERS is set, else one dev
 	// login token printed in the banner. Its public URL is announced over
 	// NATS, so links the CLI prints in other shells point here whatever
@@ -241,8 +264,9 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 	}
 	// MCP for orchestrator agents at /mcp, with the API's tokens. Its
 	// requestState key lasts as long as the data folder.
-	mcfg := mcpserver.Config{APITokens: tokens, PrincipalsFile: principals}
-	if state != "" {
+	mcfg := set.mcp
+	mcfg.HTTPAddr = ""
+	if mcfg.StateKey == "" && state != "" {
 		if mcfg.StateKey, err = stateKey(state, "mcp-state.key"); err != nil {
 			return stack.Options{}, err
 		}
@@ -250,12 +274,11 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := stack.Options{
-		Provision: &provision.Config{Memory: o.memory, Retention: o.retention, Changed: func(what string) { log.Info("provisioned: " + what) }},
-		Subagents: defs,
-		Workers: []worker.Config{{Concurrency: o.workers, WorkspaceRoot: wsRoot,
-			SandboxFloor: floor.Mode, SandboxAllowPaths: floor.Paths, SandboxAllowHosts: floor.Hosts}},
+		Provision:  &provision.Config{Memory: o.memory, Retention: o.retention, Changed: func(what string) { log.Info("provisioned: " + what) }},
+		Subagents:  defs,
+		Workers:    []worker.Config{wcfg},
 		Dispatcher: &dcfg,
-		Router:     &router.Config{RoutesFile: o.routes, ID: "dev", Retention: o.retention},
+		Router:     &rcfg,
 		Inbox:      &icfg,
 		MCP:        &mcfg,
 		Logger:     log,
@@ -366,4 +389,39 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// devSettings are the AGORA_* settings of the services agora dev runs,
+// read as each service's own main reads them (internal/config).
+type devSettings struct {
+	dispatcher dispatcher.Config
+	worker     worker.Config
+	router     router.Config
+	mcp        mcpserver.Config
+}
+
+// loadDevSettings reads devSettings and reports every bad variable with
+// its value at once, each once. AGORA_RETENTION is dev's own to read (it
+// takes days, as 7d).
+func loadDevSettings() (devSettings, error) {
+	var s devSettings
+	seen := map[string]bool{}
+	var errs []error
+	for _, spec := range []any{&s.dispatcher, &s.worker, &s.router, &s.mcp} {
+		err := config.Read(spec)
+		if err == nil {
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimPrefix(err.Error(), "config: "), "\n") {
+			if line == "" || seen[line] || strings.HasPrefix(line, "AGORA_RETENTION=") {
+				continue
+			}
+			seen[line] = true
+			errs = append(errs, errors.New(line))
+		}
+	}
+	if len(errs) > 0 {
+		return s, fmt.Errorf("config: %w", errors.Join(errs...))
+	}
+	return s, nil
 }

@@ -171,3 +171,21 @@ func runDevUntilHealthy(t *testing.T, cmd *exec.Cmd, httpAddr string) *testkit.B
 		}
 	}
 }
+
+// Bad AGORA_* settings of the services agora dev runs are all reported,
+// each with its variable and value, before anything starts.
+func TestDevReportsEveryBadSetting(t *testing.T) {
+	env := append(cleanEnv(), "AGORA_WORKER_CONCURRENCY=abc", "AGORA_ROUTER_TICK=zz", "AGORA_MCP_WAIT_CAP=soon", "AGORA_RETENTION=7x")
+	r := agoraWith(t, env, "dev", "--memory", "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0")
+	if r.code == 0 {
+		t.Fatalf("agora dev started with bad settings: %s", r)
+	}
+	for _, want := range []string{`AGORA_WORKER_CONCURRENCY="abc"`, `AGORA_ROUTER_TICK="zz"`, `AGORA_MCP_WAIT_CAP="soon"`, `AGORA_RETENTION: "7x"`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %s:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "--workers 0") {
+		t.Errorf("a bad AGORA_WORKER_CONCURRENCY reported as --workers 0:\n%s", r.stderr)
+	}
+}

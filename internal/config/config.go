@@ -24,7 +24,13 @@ type Validator interface{ Validate() error }
 // AGORA_* variables. Unlike a single envconfig.Process it keeps going after
 // the first bad variable, so the error lists every problem, each naming its
 // variable. When spec implements Validator its Validate error is joined in.
-func Load(spec any) error {
+func Load(spec any) error { return load(spec, true) }
+
+// Read is Load without Validate: for a caller that sets some fields itself
+// before it checks the whole (agora dev, which runs every service).
+func Read(spec any) error { return load(spec, false) }
+
+func load(spec any, validate bool) error {
 	v := reflect.ValueOf(spec)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("config: Load needs a pointer to a struct, got %T", spec)
@@ -50,7 +56,7 @@ func Load(spec any) error {
 		}
 		v.Field(i).Set(one.Elem().Field(0))
 	}
-	if val, ok := spec.(Validator); ok && len(errs) == 0 {
+	if val, ok := spec.(Validator); ok && validate && len(errs) == 0 {
 		if err := val.Validate(); err != nil {
 			errs = append(errs, err)
 		}
@@ -193,10 +199,25 @@ func oneTag(f reflect.StructField) reflect.StructTag {
 func describe(f reflect.StructField, err error) error {
 	var pe *envconfig.ParseError
 	if errors.As(err, &pe) {
-		return fmt.Errorf("%s=%q: not a valid %s", varName(f), pe.Value, pe.TypeName)
+		return fmt.Errorf("%s=%q: not a valid %s", varName(f), pe.Value, typeWords(pe.TypeName))
 	}
 	if strings.Contains(err.Error(), "required") {
 		return fmt.Errorf("%s is required", varName(f))
 	}
 	return fmt.Errorf("%s: %v", varName(f), err)
+}
+
+// typeWords names a setting's type as its documentation would.
+func typeWords(t string) string {
+	switch t {
+	case "time.Duration":
+		return "duration (as 30s, 5m or 1h30m)"
+	case "int", "int64", "int32", "uint", "uint64", "uint32":
+		return "whole number"
+	case "bool":
+		return "boolean (true or false)"
+	case "float64", "float32":
+		return "number"
+	}
+	return t
 }
