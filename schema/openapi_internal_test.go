@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -39,6 +40,9 @@ func TestOpenAPIFileIsCurrent(t *testing.T) {
 			t.Logf("rewrote %s", OpenAPIName)
 		}
 		return
+	}
+	if i := bytes.IndexFunc(raw, func(r rune) bool { return r >= 0x7f }); i >= 0 {
+		t.Errorf("schema/%s has a character beyond ASCII at byte %d: write it as a \\u escape (go generate ./schema does)", OpenAPIName, i)
 	}
 	if !bytes.Equal(raw, want) {
 		t.Errorf("schema/%s is not current with schema/cloudevents (or not in canonical form): run go generate ./schema\n%s", OpenAPIName, firstDiff(raw, want))
@@ -129,7 +133,27 @@ func bundle(raw []byte, fsys fs.FS) ([]byte, error) {
 	if err := enc.Encode(doc); err != nil {
 		return nil, err
 	}
-	return out.Bytes(), nil
+	return asciiJSON(out.Bytes()), nil
+}
+
+// asciiJSON writes every character of JSON text b beyond ASCII, and DEL,
+// as a \u escape (a surrogate pair above U+FFFF): valid JSON either way,
+// but readers that take the document as YAML (ogen does) refuse raw DEL
+// and C1 characters such as U+0085 in the patterns.
+func asciiJSON(b []byte) []byte {
+	var out bytes.Buffer
+	for _, r := range string(b) {
+		switch {
+		case r < 0x7f:
+			out.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&out, "\\u%04x", r)
+		}
+	}
+	return out.Bytes()
 }
 
 func decode(b []byte) (any, error) {
