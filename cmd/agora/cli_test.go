@@ -66,7 +66,7 @@ description: says hello
 		want       []string
 	}{
 		{"invalid fields", "name: bad one\nruntime: exec\ntimeout: soon\n", []string{"name:", "command: required", "timeout:"}},
-		{"unknown field", "name: typo\nruntime: exec\ncomand: [x]\n", []string{`unknown field "comand"`}},
+		{"unknown field", "name: typo\nruntime: exec\ncomand: [x]\ntimout: 2m\n", []string{"line 3: comand: not a field of a definition; did you mean command?", "line 4: timout", "did you mean timeout?", "command: required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := agora(t, "subagent", "apply", "-f", writeFile(t, "bad.yaml", tc.yaml))

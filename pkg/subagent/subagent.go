@@ -92,16 +92,35 @@ func Hook(name string) bool {
 	return false
 }
 
-// Parse decodes a YAML or JSON definition and validates it.
+// Parse decodes a YAML or JSON definition and validates it. The error
+// reports every problem at once: each key that is no field, with its line
+// and the field it most likely meant, a value of the wrong type, and what
+// Validate finds in the rest.
 func Parse(b []byte) (Definition, error) {
+	unknown := unknownKeys(b)
 	var d Definition
-	if err := yaml.UnmarshalStrict(b, &d); err != nil {
-		return Definition{}, fmt.Errorf("subagent: %w", err)
+	if err := yaml.Unmarshal(b, &d); err != nil {
+		return Definition{}, fmt.Errorf("subagent: %w", errors.Join(unknown, decodeError(err)))
 	}
-	if err := d.Validate(); err != nil {
-		return Definition{}, err
+	verr := d.Validate()
+	switch {
+	case unknown == nil && verr == nil:
+		return d, nil
+	case unknown == nil:
+		return Definition{}, verr
 	}
-	return d, nil
+	return Definition{}, fmt.Errorf("subagent: %w", errors.Join(unknown, verr))
+}
+
+// decodeError says what sigs.k8s.io/yaml's error says, in the terms of a
+// YAML definition rather than its JSON decoder's.
+func decodeError(err error) error {
+	msg := err.Error()
+	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	msg = strings.ReplaceAll(msg, "Go struct field ", "field ")
+	return errors.New("YAML: " + msg)
 }
 
 // ParseFile reads, parses and validates the definition in the file at path,

@@ -302,3 +302,39 @@ files: {"shipped": "echo hi"}
 		t.Errorf("a missing file: %v", err)
 	}
 }
+
+// A definition with mistakes is refused with every one of them: each key
+// that is no field with its line and the field it most likely meant, a
+// value of the wrong type in YAML terms, and what validation finds in the
+// rest.
+func TestParseReportsEveryMistake(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"typos at every depth", "name: walk\nruntime: exec\ncommand: [sh]\ntimout: 2m\nsandbox:\n  read_path: [/opt]\n  network:\n    alow: [example.com:443]\n",
+			[]string{"line 4: timout: not a field of a definition; did you mean timeout?", "line 6: read_path: not a field of sandbox; did you mean read_paths?",
+				"line 8: alow: not a field of sandbox.network; did you mean allow?"}},
+		{"a key nothing is near", "name: walk\nruntime: exec\ncommand: [sh]\nfoo: 1\n", []string{"line 4: foo: not a field of a definition (command, description"}},
+		{"a typo and a bad value", "name: walk\nruntime: exc\ncommand: [sh]\nmax-rounds: 3\n", []string{"line 4: max-rounds", "did you mean max_rounds?", `runtime: "exc"`}},
+		{"a wrong type", "name: walk\nruntime: exec\ncommand: [sh]\nmax_rounds: two\n", []string{"YAML: cannot unmarshal string into field Definition.max_rounds of type int"}},
+		{"JSON", `{"name":"walk","runtime":"exec","command":["sh"],"timout":"2m"}`, []string{"line 1: timout", "did you mean timeout?"}},
+		{"not YAML", "name: [walk\n", []string{"not valid YAML (or JSON)", "line"}},
+		{"empty", "", []string{"the definition is empty"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := subagent.Parse([]byte(tc.doc))
+			if err == nil {
+				t.Fatal("parsed")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	if _, err := subagent.Parse([]byte("name: walk\nruntime: exec\ncommand: [sh]\ntimeout: 2m\nsandbox:\n  read_paths: [/opt]\n  network:\n    allow: [example.com:443]\n")); err != nil {
+		t.Errorf("a good definition: %v", err)
+	}
+}
