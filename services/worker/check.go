@@ -173,9 +173,14 @@ func (c *checker) shownRoots() []string {
 	roots = append(roots, sb.ReadPaths...)
 	roots = append(roots, sb.WritePaths...)
 	if c.def.Runtime != subagent.RuntimeClaudeCode {
+		// A path the command names is bound on its own (following its
+		// links) only where no folder above shows it already: under a
+		// shown folder it is what the folder holds, a link still a link
+		// whose target must be shown too.
+		base := slices.Clone(roots)
 		for _, a := range c.def.Command {
-			if filepath.IsAbs(a) {
-				roots = append(roots, filepath.Clean(a))
+			if a = filepath.Clean(a); filepath.IsAbs(a) && !coveredBy(a, base) {
+				roots = append(roots, a)
 			}
 		}
 	}
@@ -188,7 +193,7 @@ func (c *checker) shownRoots() []string {
 func (c *checker) shownBy(p string) string {
 	best := ""
 	for _, r := range c.roots {
-		if (p == r || strings.HasPrefix(p, strings.TrimSuffix(r, "/")+"/")) && len(r) > len(best) {
+		if covers(r, p) && len(r) > len(best) {
 			best = r
 		}
 	}
@@ -196,6 +201,14 @@ func (c *checker) shownBy(p string) string {
 		return p
 	}
 	return best
+}
+
+// covers reports whether root r shows p: p is r or lies beneath it.
+func covers(r, p string) bool { return p == r || strings.HasPrefix(p, strings.TrimSuffix(r, "/")+"/") }
+
+// coveredBy reports whether some root of roots shows p.
+func coveredBy(p string, roots []string) bool {
+	return slices.ContainsFunc(roots, func(r string) bool { return covers(r, p) })
 }
 
 // command resolves the executable name the way the worker does (lookPath:

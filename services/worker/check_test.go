@@ -92,6 +92,22 @@ func TestCheckDefinition(t *testing.T) {
 			want: map[string]string{"{dir}/agent": worker.CheckOK, "{dir}/tools/interp": worker.CheckOK},
 		},
 		{
+			name: "a command under read_paths that links into a hidden folder",
+			setup: func(t *testing.T, dir string) (subagent.Definition, []string) {
+				checkTree(t, dir, map[string]string{
+					"home/.pyenv/versions/3.12/bin/python3": "#!/bin/sh\n",
+					"home/venv/bin/python":                  "-> " + filepath.Join(dir, "home/.pyenv/versions/3.12/bin/python3"),
+				})
+				d := subagent.Definition{Name: "s", Runtime: "exec", Command: []string{filepath.Join(dir, "home/venv/bin/python")}}
+				d.Sandbox.ReadPaths = []string{filepath.Join(dir, "home/venv/bin")}
+				return d, []string{"PATH=/usr/bin:/bin"}
+			},
+			// The folder bind shows the link as a link: its target's
+			// folder is what to add, not the link's.
+			want: map[string]string{"{dir}/home/venv/bin/python": worker.CheckOK, "{dir}/home/.pyenv/versions/3.12/bin/python3": worker.CheckDenied},
+			add:  []string{"{dir}/home/.pyenv/versions/3.12/bin"},
+		},
+		{
 			name: "mode off sees everything",
 			setup: func(t *testing.T, dir string) (subagent.Definition, []string) {
 				checkTree(t, dir, map[string]string{

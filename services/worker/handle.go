@@ -331,7 +331,7 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	case errors.Is(cause, ErrShutdown):
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: "worker:" + s.cfg.ID, Reason: "worker shutdown timeout passed"}, res.ExitCode, "")
 	case res.Err != nil:
-		return failed(lifecycle.ReasonWorkerFailed, res.Err.Error()+j.sandbox.hiddenNote(res.Err.Error()))
+		return failed(lifecycle.ReasonWorkerFailed, res.Err.Error()+j.sandbox.failureNote(def, res.Err.Error()))
 	case errors.Is(cause, errTimeout):
 		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr))
 	case res.ExitCode == 0:
@@ -345,7 +345,7 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out, OutputDropped: why,
 			StdoutTail: string(res.Stdout), StderrTail: string(res.Stderr)}, 0, "")
 	default:
-		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s%s", res.ExitCode, stderrNote(res.Stderr), j.sandbox.hiddenNote(string(res.Stderr))))
+		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s%s", res.ExitCode, stderrNote(res.Stderr), j.sandbox.failureNote(def, string(res.Stderr))))
 	}
 }
 

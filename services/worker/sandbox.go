@@ -335,10 +335,35 @@ func (rs *runSandbox) namespacePolicy(p *sandbox.Policy) error {
 // absPath finds absolute paths in a program's error output.
 var absPath = regexp.MustCompile(`/[A-Za-z0-9._+@-]+(?:/[A-Za-z0-9._+@-]+)+`)
 
+// failureNote says, for a run that could not start or died without a
+// sentinel, which paths its command needs that the sandbox hides and the
+// read_paths line that would show them (docs/sandbox.md, "Checking a
+// definition"). It resolves the command as `agora subagent check` does —
+// the #! chain, symbolic links to their targets, shims, env lookups — so
+// a hidden interpreter is named even when the error names only the
+// script; failing that, it names the hidden paths the output mentions.
+func (rs *runSandbox) failureNote(def subagent.Definition, output string) string {
+	if rs == nil || rs.isolation != sandbox.ModeNamespaces || rs.mode == subagent.SandboxOff {
+		return ""
+	}
+	rep := CheckDefinition(def, os.Environ())
+	if rep.Denied() && len(rep.Add) > 0 {
+		var hidden []string
+		for _, st := range rep.Steps {
+			if st.Status == CheckDenied && len(hidden) < 5 {
+				hidden = append(hidden, st.Path+" ("+st.Why+")")
+			}
+		}
+		return fmt.Sprintf(" (the sandbox does not show %s to the run: to allow it, add sandbox.read_paths: [%s] to the definition; agora subagent check %s lists every path its command needs)",
+			strings.Join(hidden, ", "), strings.Join(rep.Add, ", "), def.Name)
+	}
+	return rs.hiddenNote(output)
+}
+
 // hiddenNote names the paths a failed run's output mentions that exist on
 // the worker's host but are not in the run's root, and the read_paths line
-// that would show them (docs/sandbox.md, "Checking a definition"): a
-// program that dies on a path the sandbox hides rarely says so itself.
+// that would show them, a symbolic link's target's folder with its own (a
+// program that dies on a path the sandbox hides rarely says so itself).
 func (rs *runSandbox) hiddenNote(output string) string {
 	if rs == nil || rs.isolation != sandbox.ModeNamespaces || rs.mode == subagent.SandboxOff {
 		return ""
@@ -360,13 +385,20 @@ func (rs *runSandbox) hiddenNote(output string) string {
 		return ""
 	}
 	dirs := make([]string, 0, len(hidden))
-	for _, p := range hidden {
+	add := func(p string) {
 		d := p
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 			d = filepath.Dir(p)
 		}
-		if !slices.Contains(dirs, d) {
+		if !slices.Contains(dirs, d) && !rs.shows(d) {
 			dirs = append(dirs, d)
+		}
+	}
+	for _, p := range hidden {
+		add(p)
+		// A link the run reaches is not enough: its target must show too.
+		if t, err := filepath.EvalSymlinks(p); err == nil && t != p && !rs.shows(t) {
+			add(t)
 		}
 	}
 	return fmt.Sprintf(" (the sandbox does not show %s to the run: to allow it, add sandbox.read_paths: [%s] to the definition; agora subagent check lists every path a command needs)",
