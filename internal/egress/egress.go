@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,6 +166,39 @@ type Proxy struct {
 	allowed, denied, failed, rejected, busy atomic.Uint64
 	bytesOut, bytesIn                       atomic.Uint64
 	active                                  atomic.Int64
+
+	refusedMu sync.Mutex
+	refused   []Refusal // the first maxRefusals destinations refused, each once
+}
+
+// Refusal is one destination the proxy refused and why.
+type Refusal struct {
+	Target string // host:port as the run asked for it
+	Status int    // 403: not allowed, or an address refused; 502: unreachable
+	Reason string
+}
+
+// ReasonNotAllowed is a Refusal's reason for a destination no rule allows.
+const ReasonNotAllowed = "not allowed"
+
+// maxRefusals bounds the destinations Refusals keeps.
+const maxRefusals = 8
+
+// Refusals returns the distinct destinations refused so far (the first
+// few): what a failed run's detail names (docs/sandbox.md).
+func (p *Proxy) Refusals() []Refusal {
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	return slices.Clone(p.refused)
+}
+
+func (p *Proxy) noteRefusal(target string, status int, reason string) {
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	if len(p.refused) >= maxRefusals || slices.ContainsFunc(p.refused, func(r Refusal) bool { return r.Target == target }) {
+		return
+	}
+	p.refused = append(p.refused, Refusal{Target: target, Status: status, Reason: reason})
 }
 
 // New checks cfg and returns a proxy; it starts nothing.
@@ -353,6 +387,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	if !p.allows(host, port, literal) {
 		p.denied.Add(1)
 		p.log.Info("destination not allowed", "client", client, "target", target)
+		p.noteRefusal(target, http.StatusForbidden, ReasonNotAllowed)
 		p.answer(ctx, c, http.StatusForbidden, fmt.Sprintf(
 			"egress: %s is not allowed; add it to %s in the sub-agent definition", target, AllowSetting))
 		return
@@ -370,6 +405,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 			attrs = append(attrs, "err", cause)
 		}
 		p.log.Info("destination refused", attrs...)
+		p.noteRefusal(target, status, msg)
 		p.answer(ctx, c, status, msg)
 		return
 	}

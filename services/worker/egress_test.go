@@ -11,8 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -75,5 +78,49 @@ echo "proxy=$HTTPS_PROXY"`},
 				t.Errorf("started.sandbox = %+v", st.Sandbox)
 			}
 		}
+	}
+}
+
+// A run that fails on a refused destination says which and how to allow
+// it, its sub-agent's egress metrics count the refusal, and a run with no
+// network that fails on a name lookup is told why: egress goes through the
+// proxy, to the destinations the definition allows.
+func TestRefusedEgressIsNamed(t *testing.T) {
+	h := newHarness(t, provision.Config{})
+	reg := prometheus.NewRegistry()
+	deps := worker.Deps{Registerer: reg, Egress: egress.Config{
+		Resolver: func(_ context.Context, host string) ([]netip.Addr, error) {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		},
+	}}
+	svc := h.startWorker(h.workerConfig(), deps)
+	requireSandbox(t, svc, "namespaces")
+
+	h.define(subagent.Definition{Name: "wants-github", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c",
+		`curl -sS --max-time 10 https://api.github.com/ ; exit 7`},
+		Sandbox: subagent.Sandbox{Network: subagent.Network{Allow: []string{"pypi.org:443"}}}})
+	id := h.dispatch(lifecycle.Request{Subagent: "wants-github", Input: json.RawMessage(`{}`)})
+	f, ok := h.terminal(id).Data.(*lifecycle.Failed)
+	if !ok {
+		t.Fatalf("terminal = %+v, want failed", h.terminal(id).Data)
+	}
+	t.Logf("detail: %s", f.Detail)
+	if !strings.Contains(f.Detail, "egress to api.github.com:443 refused: add it to sandbox.network.allow") {
+		t.Errorf("detail lacks the refused destination: %s", f.Detail)
+	}
+	if n := testkit.Counter(t, reg, "agora_worker_egress_connections_total", map[string]string{"subagent": "wants-github", "verdict": "denied"}); n != 1 {
+		t.Errorf("denied connections of wants-github = %v, want 1", n)
+	}
+
+	h.define(subagent.Definition{Name: "offline", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c",
+		`curl -sS --max-time 10 https://api.github.com/ ; exit 6`}})
+	id = h.dispatch(lifecycle.Request{Subagent: "offline", Input: json.RawMessage(`{}`)})
+	f, ok = h.terminal(id).Data.(*lifecycle.Failed)
+	if !ok {
+		t.Fatalf("terminal = %+v, want failed", h.terminal(id).Data)
+	}
+	t.Logf("detail: %s", f.Detail)
+	if !strings.Contains(f.Detail, "the run has no network: its definition allows no destination") {
+		t.Errorf("detail does not say why names do not resolve: %s", f.Detail)
 	}
 }

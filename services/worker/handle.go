@@ -127,6 +127,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	}
 	timeout := runTimeout(def, j.req)
 	j.sandbox = s.newRunSandbox(def, timeout)
+	j.sandbox.log = j.log // its egress proxy's lines name the run
 	if j.sandbox.mode == subagent.SandboxOff {
 		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
 	}
@@ -260,6 +261,9 @@ wait:
 
 // resolve turns a finished run into its one terminal event (docs/design.md §3.3).
 func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, ws string, res Result, cause error, cancelBy, cancelReason string) Outcome {
+	if j.sandbox != nil && j.sandbox.proxy != nil {
+		s.metrics.egressOf(def.Name, j.sandbox.proxy.Stats()) // the run's proxy serves nothing more
+	}
 	dur := time.Since(j.start).Milliseconds()
 	exit := &res.ExitCode
 	if res.ExitCode < 0 {
@@ -331,9 +335,9 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	case errors.Is(cause, ErrShutdown):
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: "worker:" + s.cfg.ID, Reason: "worker shutdown timeout passed"}, res.ExitCode, "")
 	case res.Err != nil:
-		return failed(lifecycle.ReasonWorkerFailed, res.Err.Error()+j.sandbox.failureNote(def, res.Err.Error()))
+		return failed(lifecycle.ReasonWorkerFailed, res.Err.Error()+j.sandbox.failureNote(def, res.Err.Error())+j.sandbox.egressNote(res.Err.Error()))
 	case errors.Is(cause, errTimeout):
-		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr))
+		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr)+j.sandbox.egressNote(string(res.Stderr)))
 	case res.ExitCode == 0:
 		out, why, err := readOutput(rws)
 		if err != nil {
@@ -345,7 +349,8 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		return s.finish(ctx, j, &lifecycle.Finished{Common: j.common, ExitCode: 0, DurationMS: dur, Output: out, OutputDropped: why,
 			StdoutTail: string(res.Stdout), StderrTail: string(res.Stderr)}, 0, "")
 	default:
-		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s%s", res.ExitCode, stderrNote(res.Stderr), j.sandbox.failureNote(def, string(res.Stderr))))
+		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s%s%s", res.ExitCode, stderrNote(res.Stderr),
+			j.sandbox.failureNote(def, string(res.Stderr)), j.sandbox.egressNote(string(res.Stderr))))
 	}
 }
 

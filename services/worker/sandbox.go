@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -777,3 +779,41 @@ func workspaceSize(ws string) int64 {
 	})
 	return n
 }
+
+// egressNote says what the run's egress proxy refused (the first few
+// destinations, each once), or, for a run whose output shows a failed
+// name lookup, how egress works in the sandbox: a program that dies on a
+// refused connection rarely says which destination it wanted, nor why
+// (docs/sandbox.md, "Egress").
+func (rs *runSandbox) egressNote(output string) string {
+	if rs == nil || rs.mode == subagent.SandboxOff {
+		return ""
+	}
+	var parts []string
+	if rs.proxy != nil {
+		for _, r := range rs.proxy.Refusals() {
+			switch {
+			case r.Reason == egress.ReasonNotAllowed:
+				parts = append(parts, fmt.Sprintf("egress to %s refused: add it to sandbox.network.allow", r.Target))
+			case r.Status == http.StatusForbidden:
+				parts = append(parts, fmt.Sprintf("egress to %s refused: %s", r.Target, clip.String(strings.TrimPrefix(r.Reason, "egress: "), 200)))
+			default:
+				parts = append(parts, fmt.Sprintf("egress to %s failed: %s", r.Target, clip.String(strings.TrimPrefix(r.Reason, "egress: "), 200)))
+			}
+		}
+	}
+	if len(parts) == 0 && lookupFailed.MatchString(output) {
+		if rs.proxy == nil {
+			parts = append(parts, "the run has no network: its definition allows no destination; egress goes through Agora's proxy to the destinations sandbox.network.allow names")
+		} else {
+			parts = append(parts, "name resolution inside the run fails by design: egress goes through the proxy in HTTPS_PROXY, which resolves the destinations sandbox.network.allow names")
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// lookupFailed matches what programs print when a name does not resolve.
+var lookupFailed = regexp.MustCompile(`(?i)could not resolve host|temporary failure in name resolution|name or service not known|no such host|getaddrinfo|nodename nor servname|name resolution`)
