@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"runtime"
 
 	"github.com/spf13/cobra"
 
@@ -31,17 +32,32 @@ func newRoot() *cobra.Command {
 }
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Long: `version prints the build's version (internal/buildinfo). With --json it
+prints one object: version, release, revision (the VCS revision the build
+records, when it does), go (the toolchain) and os_arch.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v := version
 			if v == "" {
 				v = buildinfo.Version()
 			}
+			if asJSON {
+				return newJSONLines(cmd.OutOrStdout()).write(struct {
+					Version  string `json:"version"`
+					Release  string `json:"release"`
+					Revision string `json:"revision,omitempty"`
+					Go       string `json:"go"`
+					OSArch   string `json:"os_arch"`
+				}{v, buildinfo.Release, buildinfo.Revision(), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH})
+			}
 			cmd.Println("agora " + v)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object: version, release, revision, go, os_arch")
+	return cmd
 }

@@ -50,4 +50,9 @@ func TestVersion(t *testing.T) {
 	if !regexp.MustCompile(`^agora 0\.3\.0-dev(\+[0-9a-f]{12}(\.dirty)?)?\n$`).MatchString(r.stdout + r.stderr) {
 		t.Errorf("agora version: %q", r.stdout+r.stderr)
 	}
+	j := jsonLines(t, mustAgora(t, "version", "--json").stdout)
+	if len(j) != 1 || j[0]["version"] != strings.TrimSpace(strings.TrimPrefix(r.stdout+r.stderr, "agora ")) || j[0]["release"] != "0.3.0" ||
+		!strings.HasPrefix(j[0]["go"].(string), "go") || !strings.Contains(j[0]["os_arch"].(string), "/") {
+		t.Errorf("agora version --json: %v", j)
+	}
 }
