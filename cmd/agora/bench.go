@@ -20,7 +20,7 @@ func newBenchCmd() *cobra.Command {
 	var dcfg bench.DepthConfig
 	var lcfg bench.LongConfig
 	var ccfg bench.CoalesceConfig
-	var asJSON bool
+	var asJSON, wide bool
 	var cpuProfile, idleProfile, scale string
 	var deadline time.Duration
 	cmd := &cobra.Command{
@@ -81,7 +81,11 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 			default:
 				return &exitErr{code: exitError, err: fmt.Errorf("--scale %q: the scale scenarios are: history, pending, depth, long, coalesce, commit", scale)}
 			}
-			return printReport(cmd, asJSON, bench.Print)(bench.Run(cmd.Context(), cfg, progress))
+			printer := bench.Print
+			if wide {
+				printer = bench.PrintWide
+			}
+			return printReport(cmd, asJSON, printer)(bench.Run(cmd.Context(), cfg, progress))
 		},
 	}
 	f := cmd.Flags()
@@ -93,6 +97,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.BoolVar(&cfg.NoExec, "no-exec", false, "leave out the rows that run processes (the fork/exec baseline, the exec rows, the sandbox's layers): the message path alone")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "print the per-stage timings of the traced row and of a traced resume (each span kind's p50 and p99)")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
+	f.BoolVar(&wide, "wide", false, "print each row's scenario in its line (about 190 columns) instead of numbered rows with a legend (100)")
 	f.DurationVar(&deadline, "deadline", 0, "bound on the whole run or scale scenario (default: by its size, docs/performance.md); a dispatch that ends failed or cancelled stops it sooner, and either way the error names what was lost or not done")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.StringVar(&scale, "scale", "", "run a scale scenario instead: history (threads through ask → answer → finish, then the retention passes: heap, RSS and bucket keys at start, peak and after; storage per thread) pending (questions left waiting: memory, idle CPU, list and answer latency at that size) depth (one thread of many rounds: status and thread-view latency as it grows) or long (many sleeping sub-agents running at once on separate worker processes: memory per run in the workers and in its own processes, heartbeats, server traffic, nothing left after the workers are killed) or coalesce (many threads ask the same question: one waiting question, then one answer resumes them all: fan-out time, router and inbox memory) or commit (the acceptance's accepted event and work message stored as two pipelined publishes to two streams, to one stream, and as one atomic batch; then with a worker's first fence: the pair pipelined and the fence read by direct get, against accepted acknowledged before the work naming its sequence; on one node R1 and on a three-node cluster R3 in this process)")

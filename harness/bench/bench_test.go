@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/agora-dispatch/agora/harness/bench"
 )
@@ -64,6 +65,12 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 			traced = &rep.Rows[i]
 		}
 	}
+	// The HTTP owner check has its row, against the same door as an admin.
+	if !slices.ContainsFunc(rep.Rows, func(r bench.Row) bool {
+		return strings.Contains(r.Scenario, "as the principal that owns it") && strings.Contains(r.Baseline, "as an operator's token") && r.P50MS > 0
+	}) {
+		t.Errorf("no owner-check row against the operator's: %+v", rep.Rows)
+	}
 	if traced == nil || traced.PerSecond <= 0 || traced.Baseline == "" {
 		t.Fatalf("no traced row with a rate and a baseline: %+v", rep.Rows)
 	}
@@ -118,6 +125,17 @@ func TestRunMeasuresEveryRow(t *testing.T) {
 	}
 	var out bytes.Buffer
 	bench.Print(&out, rep)
+	// The default table fits 100 columns; --wide keeps each scenario in its row.
+	for _, line := range strings.Split(out.String(), "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 && !strings.HasPrefix(line, "launcher ") && !strings.HasPrefix(line, "workspaces under") && !strings.HasPrefix(line, "stages of") {
+			t.Errorf("a line of %d columns: %q", n, line)
+		}
+	}
+	var wide bytes.Buffer
+	bench.PrintWide(&wide, rep)
+	if !strings.Contains(wide.String(), rep.Rows[0].Scenario+"  ") {
+		t.Errorf("the wide table does not hold the first scenario in its row:\n%s", wide.String())
+	}
 	if !strings.Contains(out.String(), "stages of the traced row") || !strings.Contains(out.String(), "agora.run.workspace") ||
 		!strings.Contains(out.String(), "stages of a resume") || !strings.Contains(out.String(), "peak RSS MiB") {
 		t.Errorf("printed report lacks the breakdown:\n%s", out.String())

@@ -115,21 +115,35 @@ func sandboxLayers(ctx context.Context, wsRoot string, samples int) ([]LayerRow,
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // printLayers prints the sandbox layers' table.
-func printLayers(w io.Writer, rows []LayerRow) {
+func printLayers(w io.Writer, rows []LayerRow, wide bool) {
 	if len(rows) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "sandbox layers (launcher alone, /bin/true, serial)\tmode\tp50 ms\tp99 ms\t+ p50 ms\tCPU ms each\tmachine CPU ms each")
-	for _, r := range rows {
+	if wide {
+		fmt.Fprintln(tw, "sandbox layers (launcher alone, /bin/true, serial)\tmode\tp50 ms\tp99 ms\t+ p50 ms\tCPU ms each\tmachine CPU ms each")
+	} else {
+		fmt.Fprintln(w, "sandbox layers (launcher alone, /bin/true, serial):")
+		fmt.Fprintln(tw, "#\tmode\tp50 ms\tp99 ms\t+ p50 ms\tCPU ms\tmachine CPU ms")
+	}
+	for i, r := range rows {
 		added := "-"
 		if r.AddedMS != 0 {
 			added = fmt.Sprintf("%+.3f", r.AddedMS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\t%.2f\t%.2f\n", r.Layers, r.Mode, r.P50MS, r.P99MS, added, r.CPUMS, r.MachineCPUMS)
+		name := r.Layers
+		if !wide {
+			name = "L" + strconv.Itoa(i+1)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\t%.2f\t%.2f\n", name, r.Mode, r.P50MS, r.P99MS, added, r.CPUMS, r.MachineCPUMS)
 	}
 	tw.Flush()
+	if !wide {
+		for i, r := range rows {
+			fmt.Fprintln(w, wrap(fmt.Sprintf("L%-2d ", i+1), r.Layers, 100))
+		}
+	}
 }
 
 // machineCPU is the time the machine's CPUs have been busy so far: the

@@ -66,6 +66,11 @@ func (s *Service) allowThread(ctx context.Context, b *bindings, p *principal.Pri
 	if err != nil {
 		return err
 	}
+	return s.allowOwner(p, what, id, threadID, owner, cancel)
+}
+
+// allowOwner is allowThread once the thread's owner is known.
+func (s *Service) allowOwner(p *principal.Principal, what, id, threadID, owner string, cancel bool) error {
 	if !p.MaySee(owner) {
 		return s.gone(what, id)
 	}
@@ -88,6 +93,9 @@ func (s *Service) allowDispatch(ctx context.Context, b *bindings, p *principal.P
 		return nil
 	case err != nil:
 		return err
+	}
+	if rec.ThreadID == id { // a root holds its thread's owner: no second read
+		return s.allowOwner(p, "dispatch", id, rec.ThreadID, rec.Principal, cancel)
 	}
 	return s.allowThread(ctx, b, p, "dispatch", id, rec.ThreadID, cancel)
 }
