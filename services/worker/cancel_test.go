@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -118,4 +121,48 @@ func waitFile(t *testing.T, path string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A JetStream push consumer whose deliver subject is a live run's cancel
+// subject (any user allowed to create consumers on AGORA_LIFECYCLE can
+// make one) cannot cancel the run: each delivery keeps its stream subject,
+// agora.lifecycle.…, which names no cancel, so the worker's cancel
+// subscription receives it and drops it. The run finishes.
+func TestPushConsumerAimedAtACancelSubjectCancelsNothing(t *testing.T) {
+	h := newHarness(t, provision.Config{})
+	h.startWorker(h.workerConfig(), worker.Deps{})
+	marks := t.TempDir()
+	h.shell("steady", `touch "$MARKS/started"; while [ ! -e "$MARKS/go" ]; do sleep 0.05; done; echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"`)
+	id := h.dispatch(lifecycle.Request{Subagent: "steady", Env: map[string]string{"MARKS": marks}})
+	waitFile(t, filepath.Join(marks, "started"))
+
+	subj, _ := lifecycle.CancelSubject(id)
+	ctx := t.Context()
+	if _, err := h.js.CreateOrUpdateConsumer(ctx, lifecycle.StreamLifecycle, jetstream.ConsumerConfig{
+		Name: "aimed", DeliverSubject: subj, DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The consumer delivers every event of the stream (this run's accepted
+	// and started among them) to the cancel subject; see them arrive there.
+	seen := make(chan *nats.Msg, 64)
+	sub, err := h.nc.ChanSubscribe(subj, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	select {
+	case m := <-seen:
+		if m.Subject == subj {
+			t.Fatalf("a delivery arrived with the cancel subject itself: %s", m.Subject)
+		}
+		t.Logf("a delivery on %s arrives with its stream subject %s", subj, m.Subject)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the push consumer delivered nothing to the cancel subject")
+	}
+	if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventAs[*lifecycle.Finished](t, h.terminal(id))
+	h.assertOneTerminal(id)
 }
