@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -33,28 +32,21 @@ func (t *tools) ownerOf(ctx context.Context, threadID string) (string, error) {
 // with cancel, cancel it); otherwise the error of an unknown thread, or
 // one saying it may see but not cancel it.
 func (t *tools) seeThread(ctx context.Context, threadID string, cancel bool) error {
-	p := t.who
-	if p.Admin || (p.SeeAll && !cancel) {
+	if t.who.Admin || (t.who.SeeAll && !cancel) {
 		return nil
 	}
 	owner, err := t.ownerOf(ctx, threadID)
 	if err != nil {
 		return t.explain(err)
 	}
-	if !p.MaySee(owner) {
-		return t.explainTarget(client.ErrNotFound, "thread", threadID)
-	}
-	if cancel && !p.MayCancel(owner) {
-		return fmt.Errorf("principal %s may see thread %s but not cancel it: only the principal that dispatched it (%s) or an admin may", p.Name, threadID, owner)
-	}
-	return nil
+	return t.judge("thread", threadID, threadID, owner, cancel)
 }
 
 // seeDispatch is seeThread for the thread of dispatch id; an unknown
-// dispatch is left to the tool, which says so.
+// dispatch is left to the tool, which says so. A root dispatch's record
+// names its thread's owner itself.
 func (t *tools) seeDispatch(ctx context.Context, id string, cancel bool) error {
-	p := t.who
-	if p.Admin || (p.SeeAll && !cancel) {
+	if t.who.Admin || (t.who.SeeAll && !cancel) {
 		return nil
 	}
 	rec, err := t.s.c.Status(ctx, id)
@@ -64,11 +56,40 @@ func (t *tools) seeDispatch(ctx context.Context, id string, cancel bool) error {
 	case err != nil:
 		return t.explain(err)
 	}
-	if err := t.seeThread(ctx, rec.ThreadID, cancel); err != nil {
-		if !cancel || !strings.Contains(err.Error(), "not cancel") {
-			return t.explainTarget(client.ErrNotFound, "dispatch", id)
+	owner := rec.Principal
+	if rec.ThreadID != id {
+		if owner, err = t.ownerOf(ctx, rec.ThreadID); err != nil {
+			return t.explain(err)
 		}
-		return err
+	}
+	return t.judge("dispatch", id, rec.ThreadID, owner, cancel)
+}
+
+// seeRead is seeThread for a thread already read: its first round's
+// record names the owner, so nothing is read again.
+func (t *tools) seeRead(th *client.Thread) error {
+	if t.who.Admin || t.who.SeeAll {
+		return nil
+	}
+	owner := ""
+	for _, r := range th.Rounds {
+		if r.Round == 0 {
+			owner = r.Principal
+		}
+	}
+	return t.judge("thread", th.ThreadID, th.ThreadID, owner, false)
+}
+
+// judge decides for what (a thread or a dispatch) id of thread threadID,
+// whose owner is owner: nil, the error of an unknown id, or the one that
+// says the caller may see it but not cancel it.
+func (t *tools) judge(what, id, threadID, owner string, cancel bool) error {
+	p := t.who
+	if !p.MaySee(owner) {
+		return t.explainTarget(client.ErrNotFound, what, id)
+	}
+	if cancel && !p.MayCancel(owner) {
+		return fmt.Errorf("principal %s may see thread %s but not cancel it: only the principal that dispatched it (%s) or an admin may", p.Name, threadID, owner)
 	}
 	return nil
 }

@@ -856,12 +856,12 @@ func (t *tools) status(ctx context.Context, _ *mcp.CallToolRequest, in TargetArg
 		return nil, nil, err
 	}
 	if in.ThreadID != "" {
-		if err := t.seeThread(ctx, in.ThreadID, false); err != nil {
-			return nil, nil, err
-		}
 		th, err := t.s.c.Thread(ctx, in.ThreadID)
 		if err != nil {
 			return nil, nil, t.explainTarget(err, "thread", in.ThreadID)
+		}
+		if err := t.seeRead(th); err != nil {
+			return nil, nil, err
 		}
 		st := statusOf(th)
 		t.waitsOn(ctx, st.Rounds)
@@ -970,12 +970,12 @@ func (t *tools) events(ctx context.Context, _ *mcp.CallToolRequest, in EventsArg
 	if err := lifecycle.ValidToken(in.ThreadID); err != nil || in.ThreadID == "" {
 		return nil, nil, fmt.Errorf("thread_id %q is not a thread id", in.ThreadID)
 	}
-	if err := t.seeThread(ctx, in.ThreadID, false); err != nil {
-		return nil, nil, err
-	}
 	th, err := t.s.c.Thread(ctx, in.ThreadID)
 	if err != nil {
 		return nil, nil, t.explainTarget(err, "thread", in.ThreadID)
+	}
+	if err := t.seeRead(th); err != nil {
+		return nil, nil, err
 	}
 	var all []EventItem
 	for _, rd := range th.Rounds {
