@@ -87,17 +87,29 @@ func (s *Service) allowDispatch(ctx context.Context, b *bindings, p *principal.P
 	if p.Admin || (p.SeeAll && !cancel) || !idRE.MatchString(id) {
 		return nil
 	}
+	threadID, owner, found, err := s.dispatchOwner(ctx, b, id)
+	if err != nil || !found {
+		return err
+	}
+	return s.allowOwner(p, "dispatch", id, threadID, owner, cancel)
+}
+
+// dispatchOwner returns the thread of dispatch id and that thread's owner;
+// found is false when id has no record. A root holds its thread's owner
+// itself, so only a later round reads a second record.
+func (s *Service) dispatchOwner(ctx context.Context, b *bindings, id string) (threadID, owner string, found bool, err error) {
 	rec, _, err := b.store.get(ctx, id)
 	switch {
 	case errors.Is(err, errNoRecord):
-		return nil
+		return "", "", false, nil
 	case err != nil:
-		return err
+		return "", "", false, err
 	}
-	if rec.ThreadID == id { // a root holds its thread's owner: no second read
-		return s.allowOwner(p, "dispatch", id, rec.ThreadID, rec.Principal, cancel)
+	if rec.ThreadID == id {
+		return id, rec.Principal, true, nil
 	}
-	return s.allowThread(ctx, b, p, "dispatch", id, rec.ThreadID, cancel)
+	owner, err = s.ownerOf(ctx, b, rec.ThreadID)
+	return rec.ThreadID, owner, err == nil, err
 }
 
 // mayDispatch refuses, with a 403 naming the scope, a sub-agent p may not

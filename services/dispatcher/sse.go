@@ -221,12 +221,14 @@ func (s *Service) allowEvents(ctx context.Context, b *bindings, r *http.Request)
 		}
 	}
 	if dispatch != "" {
-		if err := s.allowDispatch(ctx, b, p, dispatch, false); err != nil {
+		threadID, owner, found, err := s.dispatchOwner(ctx, b, dispatch)
+		switch {
+		case err != nil:
 			return err
-		}
-		if _, _, err := b.store.get(ctx, dispatch); errors.Is(err, errNoRecord) {
+		case !found:
 			return s.gone("dispatch", dispatch) // a dispatch it cannot own yet
 		}
+		return s.allowOwner(p, "dispatch", dispatch, threadID, owner, false)
 	}
 	return nil
 }
