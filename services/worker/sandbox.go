@@ -364,8 +364,8 @@ func (rs *runSandbox) failureNote(def subagent.Definition, output string) string
 
 // hiddenNote names the paths a failed run's output mentions that exist on
 // the worker's host but are not in the run's root, and the read_paths line
-// that would show them, a symbolic link's target's folder with its own (a
-// program that dies on a path the sandbox hides rarely says so itself).
+// that would show them (a program that dies on a path the sandbox hides
+// rarely says so itself).
 func (rs *runSandbox) hiddenNote(output string) string {
 	if rs == nil || rs.isolation != sandbox.ModeNamespaces || rs.mode == subagent.SandboxOff {
 		return ""
@@ -386,21 +386,17 @@ func (rs *runSandbox) hiddenNote(output string) string {
 	if len(hidden) == 0 {
 		return ""
 	}
+	// The paths come from what the run printed, so no link of them is
+	// followed to its target: that is the host's to keep. The command's
+	// own links are followed by failureNote's check, from the definition.
 	dirs := make([]string, 0, len(hidden))
-	add := func(p string) {
+	for _, p := range hidden {
 		d := p
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 			d = filepath.Dir(p)
 		}
-		if !slices.Contains(dirs, d) && !rs.shows(d) {
+		if !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
-		}
-	}
-	for _, p := range hidden {
-		add(p)
-		// A link the run reaches is not enough: its target must show too.
-		if t, err := filepath.EvalSymlinks(p); err == nil && t != p && !rs.shows(t) {
-			add(t)
 		}
 	}
 	return fmt.Sprintf(" (the sandbox does not show %s to the run: to allow it, add sandbox.read_paths: [%s] to the definition; agora subagent check lists every path a command needs)",
