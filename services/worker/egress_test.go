@@ -112,6 +112,30 @@ func TestRefusedEgressIsNamed(t *testing.T) {
 		t.Errorf("denied connections of wants-github = %v, want 1", n)
 	}
 
+	// A flood of refused destinations, each a new name: the detail stays
+	// bounded (the first few, each once) and every one is counted.
+	h.define(subagent.Definition{Name: "flooder", Runtime: subagent.RuntimeExec, Command: []string{"/bin/bash", "-c", `
+port=${HTTPS_PROXY##*:}
+for i in $(seq 400); do
+  exec 3<>/dev/tcp/127.0.0.1/$port || exit 9
+  printf 'CONNECT h%d.example:443 HTTP/1.1\r\nHost: h%d.example:443\r\n\r\n' $i $i >&3
+  head -c 12 <&3 >/dev/null
+  exec 3<&-
+done
+exit 7`},
+		Sandbox: subagent.Sandbox{Network: subagent.Network{Allow: []string{"pypi.org:443"}}}})
+	id = h.dispatch(lifecycle.Request{Subagent: "flooder", Input: json.RawMessage(`{}`)})
+	f, ok = h.terminal(id).Data.(*lifecycle.Failed)
+	if !ok || !strings.Contains(f.Detail, "runtime exited 7") {
+		t.Fatalf("terminal = %+v, want failed with exit 7", h.terminal(id).Data)
+	}
+	if n := strings.Count(f.Detail, "refused: add it to sandbox.network.allow"); n != 8 || len(f.Detail) > 2000 {
+		t.Errorf("the flood's detail names %d destinations in %d bytes, want the first 8: %s", n, len(f.Detail), f.Detail)
+	}
+	if n := testkit.Counter(t, reg, "agora_worker_egress_connections_total", map[string]string{"subagent": "flooder", "verdict": "denied"}); n != 400 {
+		t.Errorf("denied connections of flooder = %v, want 400", n)
+	}
+
 	h.define(subagent.Definition{Name: "offline", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c",
 		`curl -sS --max-time 10 https://api.github.com/ ; exit 6`}})
 	id = h.dispatch(lifecycle.Request{Subagent: "offline", Input: json.RawMessage(`{}`)})

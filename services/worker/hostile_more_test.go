@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -157,7 +158,39 @@ func TestHostileSubagentsMore(t *testing.T) {
 				}
 			}},
 	}
+	cases = append(cases, hostLinkCase(t))
 	h.runMore(t, svc, "more", cases)
+}
+
+// hostLinkCase is the attack of a run that names a host link in its
+// output to learn, from its failure's detail, where the link leads: the
+// detail may say the path is hidden (and how to show it) but never follows
+// it to its target.
+func hostLinkCase(t *testing.T) moreCase {
+	t.Helper()
+	dir := t.TempDir()
+	target := filepath.Join(dir, "secret-target-"+lifecycle.NewID())
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "innocent", "link")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	return moreCase{name: "a host link named in the output to learn its target", script: `echo "cannot open $LINK" >&2; exit 3`,
+		env: map[string]string{"LINK": link},
+		check: func(t *testing.T, _ string, r recorded) {
+			f, ok := r.Data.(*lifecycle.Failed)
+			if !ok {
+				t.Fatalf("terminal %+v, want failed", r.Data)
+			}
+			if strings.Contains(f.Detail, "secret-target") {
+				t.Errorf("the detail follows the run's link to its target: %s", f.Detail)
+			}
+		}}
 }
 
 // listenAbstract listens on a new abstract Unix socket in the worker's
@@ -335,6 +368,7 @@ func TestHostileSubagentsMoreNonRootWorker(t *testing.T) {
 				assertNoProcess(t, "agora-survivor-"+mark)
 			}},
 	}
+	cases = append(cases, hostLinkCase(t))
 	h.runMore(t, nil, "more-nonroot", cases)
 	w.alive(t)
 }
