@@ -71,11 +71,9 @@ func (c *Client) subagents(ctx context.Context) (jetstream.KeyValue, error) {
 func (c *Client) Subagents(ctx context.Context) ([]Subagent, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	if _, err := c.subagents(ctx); err != nil { // names a missing bucket as such
-		return nil, err
-	}
 	// Every definition stored before the call (pkg/kvsnap: a listing
-	// from a watch can leave out one being replaced).
+	// from a watch can leave out one being replaced). A missing bucket is
+	// named by kvsnap's error.
 	es, err := kvsnap.Read(ctx, c.js, lifecycle.BucketSubagents, ">")
 	if err != nil {
 		return nil, fmt.Errorf("client: list sub-agents: %w", err)
