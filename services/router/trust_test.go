@@ -32,12 +32,7 @@ func TestAskOnceStaysWithinASubagent(t *testing.T) {
     remember: 1h
 `)
 	e.startRouter(e.config())
-	asked := func(q string) questionRecord {
-		t.Helper()
-		e.waitQuestionEvents(q, 1)
-		rec, _ := e.record(q)
-		return rec
-	}
+	asked := e.asked
 
 	t.Run("answer theft through a dedupe_key", func(t *testing.T) {
 		victim := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "victim"}, Question: "What is the staging database password?", DedupeKey: "db-secret"}
@@ -135,6 +130,14 @@ func TestQuestionTooLargeForItsRecord(t *testing.T) {
 	}
 }
 
+// asked waits for question q's first event and returns its record.
+func (e *env) asked(q string) questionRecord {
+	e.t.Helper()
+	e.waitQuestionEvents(q, 1)
+	rec, _ := e.record(q)
+	return rec
+}
+
 // askAs asks ni on a thread principal dispatched (the Principal of its
 // first round's record, as the dispatcher writes it); with round 1 the
 // question is the thread's second round's, whose own record names no
@@ -174,12 +177,7 @@ func TestAskOnceStaysWithinAPrincipal(t *testing.T) {
     remember: 1h
 `)
 	e.startRouter(e.config())
-	asked := func(q string) questionRecord {
-		t.Helper()
-		e.waitQuestionEvents(q, 1)
-		rec, _ := e.record(q)
-		return rec
-	}
+	asked := e.asked
 	ni := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "deployer"}, Question: "Deploy to production now?", Options: []string{"yes", "no"}}
 	for _, round := range []int{0, 1} {
 		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
