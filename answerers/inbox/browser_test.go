@@ -3,10 +3,12 @@ package inbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,16 +60,18 @@ func TestBrowser(t *testing.T) {
 		return v
 	}
 
-	// Sign in with the dev token, typed into the login page.
-	run("sign in",
-		chromedp.Navigate(s.web.URL+"/inbox/"),
-		chromedp.WaitVisible(css(`input[name="token"]`)),
-		chromedp.SendKeys(css(`input[name="token"]`), s.inbox.DevToken()),
-		chromedp.Click(css(`button[type="submit"]`)),
+	// Sign in with one click on the link the inbox prints: the token
+	// rides in the fragment, is posted by the login form, and is gone
+	// from the address bar. (Typing it is TestBrowserAskedOnce's sign-in.)
+	run("sign in from the printed link",
+		chromedp.Navigate(inbox.LoginLink(s.web.URL, s.inbox.DevToken())),
 		chromedp.WaitVisible(css(`#pending`)),
 		chromedp.WaitVisible(css(`body[data-live="on"]`)),
 		chromedp.WaitVisible(css(`#empty`)),
 	)
+	if href := value("read the address", chromedp.Evaluate[string](`location.href`)); strings.Contains(href, s.inbox.DevToken()) || !strings.HasSuffix(href, "/inbox/") {
+		t.Errorf("after signing in from the link the address is %q", href)
+	}
 	snap("empty")
 	// A mark that a reload would wipe out.
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.agoraTestMark = true`)); err != nil {
@@ -175,6 +179,11 @@ func TestBrowser(t *testing.T) {
 	if err != nil || !loaded {
 		t.Errorf("the image did not load: %v", err)
 	}
+	// The partial state, opened, is a plain block, not a status pill.
+	run("open the partial state", chromedp.Click(css(`#partial-state summary`)), chromedp.WaitVisible(css(`#partial-state pre.json`)))
+	if look := value("read the partial state's look", chromedp.Evaluate[string](`(() => { const st = getComputedStyle(document.getElementById('partial-state')); return st.borderRadius + ' ' + st.backgroundColor })()`)); look != "0px rgba(0, 0, 0, 0)" {
+		t.Errorf("the opened partial state's border radius and background are %q, want a plain block (0px, transparent)", look)
+	}
 	// Decline it: its route (human) has no fallback, and the page says
 	// so, names who declined, and still takes an answer.
 	run("decline",
@@ -219,6 +228,25 @@ func TestBrowser(t *testing.T) {
 	}
 	if q := s.waitQuestion(q4, func(q *inbox.Question) bool { return q.Route == "human" }).Question; !strings.Contains(q.Detail, "declined on route ops by dev: not ops") {
 		t.Errorf("detail = %q", q.Detail)
+	}
+
+	// Pages with no live rows of their own (the history, an answered
+	// question) still show Live and keep the header's count current.
+	for _, page := range []string{"/inbox/history", "/inbox/questions/" + qid} {
+		run("open "+page,
+			chromedp.Navigate(s.web.URL+page),
+			chromedp.WaitVisible(css(`body[data-live="on"]`)),
+		)
+		if mark := value("read the Live mark on "+page, chromedp.Text(css(`#live`))); mark != "Live" {
+			t.Errorf("%s: the Live mark reads %q", page, mark)
+		}
+		before := value("read the count on "+page, chromedp.Text(css(`#pending-count`)))
+		n, err := strconv.Atoi(before)
+		if err != nil {
+			t.Fatalf("%s: the count reads %q", page, before)
+		}
+		s.ask("asker", sentinel{Question: "One more on " + page + "?"}, 1)
+		run("see the count follow on "+page, chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.getElementById('pending-count').textContent === %q`, strconv.Itoa(n+1)), chromedp.WithPollingTimeout(30*time.Second)))
 	}
 }
 

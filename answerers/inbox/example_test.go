@@ -30,7 +30,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("inbox: http://127.0.0.1:8080/inbox/login?token=" + s.DevToken())
+	fmt.Println("inbox: " + inbox.LoginLink("http://127.0.0.1:8080", s.DevToken()))
 
 	mux := http.NewServeMux()
 	mux.Handle(inbox.Prefix+"/", s.Handler())

@@ -57,6 +57,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,9 +222,24 @@ func (s *Server) userNamed(name string) (*user, bool) {
 }
 
 // DevToken returns the token that signs in as DevUser in dev-token mode,
-// for the caller to print; "" in users-file mode. The login page fills it
-// in from its query: /inbox/login?token=<token>.
+// for the caller to print; "" in users-file mode. LoginLink makes it a
+// link that signs in with one click.
 func (s *Server) DevToken() string { return s.devToken }
+
+// LoginLink is the sign-in link to print for the inbox served at base
+// (scheme and host, e.g. "http://127.0.0.1:8080") in dev-token mode:
+// base/inbox/login#token=<token>. The token rides in the fragment, which
+// a browser never sends, so it reaches no server log, proxy or Referer;
+// the login page's script moves it into the sign-in form and submits it
+// (a POST with the form's CSRF token, as a typed sign-in). Without
+// JavaScript the page asks for the token to be pasted. With no token it
+// is the inbox's front page.
+func LoginLink(base, token string) string {
+	if token == "" {
+		return base + Prefix + "/"
+	}
+	return base + Prefix + "/login#token=" + url.QueryEscape(token)
+}
 
 // Ready is closed once Run has loaded every question record.
 func (s *Server) Ready() <-chan struct{} { return s.store.ready }

@@ -472,7 +472,6 @@ func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity
 type loginData struct {
 	Dev   bool
 	Name  string
-	Token string
 	Next  string
 	Error string
 }
@@ -497,7 +496,7 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	s.renderLogin(w, r, http.StatusOK, loginData{Dev: s.devToken != "", Next: next, Token: r.URL.Query().Get("token")})
+	s.renderLogin(w, r, http.StatusOK, loginData{Dev: s.devToken != "", Next: next})
 }
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {

@@ -140,7 +140,7 @@ func TestQuestionPageParts(t *testing.T) {
 		s.shell("big-state", bigState)
 		_, qid := s.dispatchAsked(lifecycle.Request{Subagent: "big-state"})
 		p := b.get("/inbox/questions/" + qid)
-		mustContain(t, "question page", p.body, `<details class="block state" id="partial-state">`, `&#34;notes&#34;: &#34;xxxx`,
+		mustContain(t, "question page", p.body, `<details class="block partial" id="partial-state">`, `&#34;notes&#34;: &#34;xxxx`,
 			"Cut: the first 64 KiB of 97.7 KiB are shown.")
 		mustNotContain(t, "question page", p.body, "END-OF-STATE", `id="partial-state" open`)
 		if len(p.body) > 90_000 {

@@ -14,7 +14,9 @@ import (
 // Live updates (GET /inbox/events) are Server-Sent Events fed by the
 // store's watch of the agora_questions bucket. A stream follows the
 // pending questions the user sees that match its filter (query route,
-// kind, subagent), or one question (query question). Events:
+// kind, subagent), or one question (query question), or only the count
+// (query count: the pages with no live rows, such as history, keep the
+// header's count and Live mark current). Events:
 //
 //	sync    {"items": [item…], "pending": n}  first, and the whole set: the page drops rows not in it
 //	upsert  item, "pending"                   a question now waiting (new, or changed)
@@ -65,8 +67,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 	}
 	f := filterFrom(r.URL.Query())
 	only := r.URL.Query().Get("question")
+	countOnly := r.URL.Query().Has("count")
 	match := func(q *Question) bool {
-		if q == nil || !q.Pending() || !s.visible(id.user, q) {
+		if countOnly || q == nil || !q.Pending() || !s.visible(id.user, q) {
 			return false
 		}
 		if only != "" {
@@ -80,11 +83,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 	sub := s.store.subscribe()
 	defer s.store.unsubscribe(sub)
 	var items []*Question
-	if only != "" {
+	switch {
+	case countOnly:
+		only = "" // no rows: the count wins over a question named too
+	case only != "":
 		if q, ok := s.store.get(only); ok && match(q) {
 			items = append(items, q)
 		}
-	} else {
+	default:
 		items, _, _ = s.store.pendingPage(nil, s.cfg.PendingRows, match, s.routeOnly(f, sees)) // newest first
 	}
 

@@ -335,10 +335,7 @@ func printBanner(cmd *cobra.Command, natsURL, httpURL, store, token string) {
 	if store != "" {
 		where = store
 	}
-	login := httpURL + "/inbox/"
-	if token != "" {
-		login = httpURL + "/inbox/login?token=" + token
-	}
+	login := inbox.LoginLink(httpURL, token)
 	fmt.Fprintf(cmd.ErrOrStderr(), `
 Agora dev is running.
   inbox     %s

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -50,7 +51,7 @@ AGORA_INBOX_TLS_CERT, AGORA_INBOX_TLS_KEY.`,
 			}
 			s, err := inbox.New(cfg, inbox.Deps{Logger: log, Listening: func(base string) {
 				if tok != "" {
-					fmt.Fprintf(stderr, "inbox: sign in at %s/login?token=%s\n", base, tok)
+					fmt.Fprintf(stderr, "inbox: sign in at %s\n", inbox.LoginLink(strings.TrimSuffix(base, inbox.Prefix), tok))
 				}
 			}})
 			if err != nil {

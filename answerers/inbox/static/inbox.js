@@ -6,6 +6,17 @@
   'use strict';
   document.documentElement.classList.add('js');
 
+  // ---- sign in from a printed link (/inbox/login#token=…) -------------------
+  // The fragment never leaves the browser; the form posts it with its
+  // CSRF token, as a typed sign-in would. The fragment is dropped first,
+  // so a wrong token shows the form once, not a loop.
+  var tokenField = document.querySelector('form.login-form input[name="token"]');
+  if (tokenField && location.hash.indexOf('#token=') === 0) {
+    tokenField.value = decodeURIComponent(location.hash.slice('#token='.length));
+    history.replaceState(null, '', location.pathname + location.search);
+    tokenField.form.submit();
+  }
+
   // ---- times -------------------------------------------------------------
   function span(ms) {
     var s = Math.floor(Math.abs(ms) / 1000);
@@ -65,6 +76,7 @@
 
   // ---- live indicator and count ---------------------------------------------
   var live = document.getElementById('live');
+  var streaming = false; // a page's own stream keeps the count and the mark
   function setLive(on) {
     if (!live) return;
     live.hidden = false;
@@ -76,6 +88,17 @@
   function setCount(n) {
     var c = document.getElementById('pending-count');
     if (c && typeof n === 'number') c.textContent = String(n);
+  }
+
+  // followCount keeps the header's count and Live mark current on a page
+  // with no stream of its own (history, decisions, a closed question).
+  function followCount() {
+    if (!live || !live.getAttribute('data-events') || !window.EventSource) return;
+    var ces = new EventSource(live.getAttribute('data-events'));
+    ces.onopen = function () { setLive(true); };
+    ces.onerror = function () { setLive(false); };
+    ces.addEventListener('sync', function (e) { setCount(JSON.parse(e.data).pending); setLive(true); });
+    ces.addEventListener('count', function (e) { setCount(JSON.parse(e.data).pending); });
   }
 
   function rowFor(list, id) {
@@ -121,6 +144,7 @@
       refreshTimes(el);
     };
     var es = new EventSource(list.getAttribute('data-events'));
+    streaming = true;
     es.onopen = function () { setLive(true); };
     es.onerror = function () { setLive(false); };
     es.addEventListener('sync', function (e) {
@@ -275,6 +299,7 @@
 
     if (q.getAttribute('data-status') === 'asked' && window.EventSource) {
       var qes = new EventSource(q.getAttribute('data-events'));
+      streaming = true;
       qes.onopen = function () { setLive(true); };
       qes.onerror = function () { setLive(false); };
       qes.addEventListener('sync', function (e) { setCount(JSON.parse(e.data).pending); setLive(true); });
@@ -297,6 +322,7 @@
         setCount(d.pending);
         if (d.id !== q.getAttribute('data-id')) return;
         qes.close();
+        followCount();
         if (form && form.classList.contains('busy')) return; // our own answer: the page is moving on
         var note = document.getElementById('closed-live');
         var msg = d.message;
@@ -313,6 +339,9 @@
       });
     }
   }
+
+  // ---- every other page: the count alone -------------------------------------
+  if (!streaming) followCount();
 
   // ---- keyboard ----------------------------------------------------------------
   function typing(e) {

@@ -46,7 +46,7 @@ func main() {
 			if cfg.TLSCert != "" {
 				scheme = "https"
 			}
-			fmt.Fprintf(os.Stderr, "inbox: sign in at %s://%s%s/login?token=%s\n", scheme, cfg.HTTPAddr, inbox.Prefix, tok)
+			fmt.Fprintf(os.Stderr, "inbox: sign in at %s\n", inbox.LoginLink(scheme+"://"+cfg.HTTPAddr, tok))
 		}
 		return reloader{s, log}, nil
 	}))
