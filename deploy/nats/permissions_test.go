@@ -878,3 +878,104 @@ func TestWebhookUser(t *testing.T) {
 		t.Error("answerer-webhook wrote a question record")
 	}
 }
+
+// TestAgentAnswererCallsAsItself: answerer-agents dispatches, reads and
+// cancels on its own API subjects (client.WithCaller), as the principal
+// answerer-agents: it reaches its own threads, not another's, may not
+// name another principal, and may neither use the trusted subjects nor
+// another user's.
+func TestAgentAnswererCallsAsItself(t *testing.T) {
+	e := start(t, "agora.conf")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := json.Marshal(subagent.Definition{Name: "asker", Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", asker}, Timeout: "1m"})
+	if _, err := kv.Put(t.Context(), "asker", def); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("dispatcher", d.Run, d.Ready())
+
+	trusted, err := client.New(e.conn("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func() lifecycle.Request {
+		return lifecycle.Request{Subagent: "asker", Input: json.RawMessage(`{"task":"t"}`)}
+	}
+	theirs, err := trusted.Dispatch(t.Context(), req(), client.OnBehalfOf("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentsConn := e.conn("answerer-agents")
+	agents, err := client.New(agentsConn, client.WithCaller("answerer-agents"), client.WithTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := agents.Dispatch(t.Context(), req())
+	if err != nil {
+		t.Fatalf("dispatch as answerer-agents on its own subject: %v", err)
+	}
+	if mine.Record.Principal != "answerer-agents" {
+		t.Errorf("its dispatch records principal %q, want answerer-agents", mine.Record.Principal)
+	}
+	if rec, err := agents.Status(t.Context(), mine.DispatchID); err != nil || rec.DispatchID != mine.DispatchID {
+		t.Errorf("status of its own dispatch: %+v %v", rec, err)
+	}
+	if _, err := agents.Thread(t.Context(), mine.ThreadID); err != nil {
+		t.Errorf("its own thread: %v", err)
+	}
+
+	// Another's thread is an unknown id to it: no status, no cancel.
+	if _, err := agents.Status(t.Context(), theirs.DispatchID); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("status of alice's dispatch as answerer-agents: %v, want not found", err)
+	}
+	if _, err := agents.Thread(t.Context(), theirs.ThreadID); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("alice's thread as answerer-agents: %v, want not found", err)
+	}
+	if _, err := agents.Cancel(t.Context(), theirs.DispatchID); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("cancel of alice's dispatch as answerer-agents: %v, want not found", err)
+	}
+	if _, err := agents.CancelThread(t.Context(), theirs.ThreadID); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("cancel of alice's thread as answerer-agents: %v, want not found", err)
+	}
+	if rec, err := trusted.Status(t.Context(), theirs.DispatchID); err != nil || rec.Status == lifecycle.KindCancelled || rec.CancelRequested != nil {
+		t.Errorf("alice's dispatch after answerer-agents tried to cancel it: %+v %v", rec, err)
+	}
+	// Nor does it start a thread for someone else.
+	var p *client.Problem
+	if _, err := agents.Dispatch(t.Context(), req(), client.OnBehalfOf("alice")); !errors.As(err, &p) || p.Status != http.StatusForbidden {
+		t.Errorf("dispatch on behalf of alice as answerer-agents: %v, want 403", err)
+	}
+	// Its own cancel works.
+	if rec, err := agents.Cancel(t.Context(), mine.DispatchID); err != nil || rec.DispatchID != mine.DispatchID {
+		t.Errorf("cancel of its own dispatch: %+v %v", rec, err)
+	}
+
+	// The trusted subjects and another user's are not its to call.
+	plain, err := client.New(agentsConn, client.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Cancel(t.Context(), theirs.DispatchID); err == nil {
+		t.Error("answerer-agents cancelled on agora.api.cancel")
+	}
+	if !e.sawViolation("answerer-agents", lifecycle.APICancel) {
+		t.Errorf("no permissions violation for answerer-agents on %s; saw %q", lifecycle.APICancel, e.seen("answerer-agents"))
+	}
+	posing, err := client.New(agentsConn, client.WithCaller("client"), client.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := posing.Status(t.Context(), theirs.DispatchID); err == nil {
+		t.Error("answerer-agents called agora.api.status.client")
+	}
+	if !e.sawViolation("answerer-agents", lifecycle.APIStatus+".client") {
+		t.Errorf("no permissions violation for answerer-agents on %s.client; saw %q", lifecycle.APIStatus, e.seen("answerer-agents"))
+	}
+}

@@ -91,7 +91,7 @@ func (s *Set) Authenticate(header string) (*Principal, bool) {
 	sum := sha256.Sum256([]byte(strings.TrimSpace(header[len(prefix):])))
 	found := -1
 	for i, h := range s.hashes {
-		if subtle.ConstantTimeCompare(sum[:], h[:]) == 1 {
+		if subtle.ConstantTimeCompare(sum[:], h[:]) == 1 && h != noToken {
 			found = i
 		}
 	}
@@ -99,6 +99,25 @@ func (s *Set) Authenticate(header string) (*Principal, bool) {
 		return nil, false
 	}
 	return s.list[found], true
+}
+
+// noToken stands in the hashes for a principal with no token: no token
+// proves it over HTTP.
+var noToken [32]byte
+
+// Named returns the principal of the principals file called name: who a
+// NATS user of that name is on its own API subjects (docs/security.md,
+// "The NATS API"). The tokens of AGORA_API_TOKENS name no NATS user.
+func (s *Set) Named(name string) (*Principal, bool) {
+	if s == nil || strings.HasPrefix(name, "token-") {
+		return nil, false
+	}
+	for _, p := range s.list {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return nil, false
 }
 
 // TokenName is the principal name of a token from AGORA_API_TOKENS:
@@ -159,8 +178,12 @@ func Load(tokens []string, path string) (*Set, error) {
 		}
 		names[p.Name] = true
 		var h [32]byte
-		if raw, err := hex.DecodeString(p.TokenSHA256); err != nil || len(raw) != 32 {
-			bad("token_sha256: want the 64 hex digits of the token's SHA-256 (printf %%s \"$TOKEN\" | sha256sum)")
+		if p.TokenSHA256 == "" {
+			// No token: a principal only the NATS API reaches, as the NATS
+			// user of its name (Named).
+			h = noToken
+		} else if raw, err := hex.DecodeString(p.TokenSHA256); err != nil || len(raw) != 32 || [32]byte(raw) == noToken {
+			bad("token_sha256: want the 64 hex digits of the token's SHA-256 (printf %%s \"$TOKEN\" | sha256sum), or none for a principal only the NATS API reaches")
 		} else {
 			copy(h[:], raw)
 			if slices.Contains(s.hashes, h) {

@@ -13,7 +13,7 @@ import (
 func TestScopes(t *testing.T) {
 	sum := sha256.Sum256([]byte("tok-a"))
 	f := filepath.Join(t.TempDir(), "p.yaml")
-	body := "principals:\n  - {name: a, token_sha256: " + hex.EncodeToString(sum[:]) + ", dispatch: [x]}\n"
+	body := "principals:\n  - {name: a, token_sha256: " + hex.EncodeToString(sum[:]) + ", dispatch: [x]}\n  - {name: agents, dispatch: [x]}\n"
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestScopes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if set.Open() || set.Len() != 2 {
+	if set.Open() || set.Len() != 3 {
 		t.Fatalf("open %v len %d", set.Open(), set.Len())
 	}
 	for _, tc := range []struct {
@@ -62,6 +62,25 @@ func TestScopes(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.what, tc.got, tc.want)
 		}
 	}
+	// A principal with no token is only a NATS user's: Named finds it, no
+	// header proves it; the operators' tokens name no NATS user.
+	if p, ok := set.Named("agents"); !ok || p.MayDispatch("y") || !p.MayDispatch("x") || p.Admin {
+		t.Errorf("Named(agents) = %+v %v", p, ok)
+	}
+	if p, ok := set.Named("a"); !ok || p.Name != "a" {
+		t.Errorf("Named(a) = %+v %v", p, ok)
+	}
+	for _, name := range []string{principal.TokenName("op"), "nobody", ""} {
+		if p, ok := set.Named(name); ok {
+			t.Errorf("Named(%q) = %+v", name, p)
+		}
+	}
+	for _, h := range []string{"Bearer ", "Bearer agents", "Bearer " + string(make([]byte, 32))} {
+		if p, ok := set.Authenticate(h); ok {
+			t.Errorf("Authenticate(%q) = %+v", h, p)
+		}
+	}
+
 	// No tokens and no file: the one local admin, any header.
 	var none *principal.Set
 	if p, ok := none.Authenticate(""); !ok || p.Name != principal.Local || !p.Admin {

@@ -31,6 +31,7 @@ type Client struct {
 	ownConn bool
 	timeout time.Duration
 	natsOpt []nats.Option
+	caller  string
 }
 
 // Option configures a Client.
@@ -51,6 +52,17 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithCaller sends dispatch, cancel and status requests on the caller's
+// own subjects, agora.api.<verb>.<user>, for a client whose NATS user
+// (user) is granted only those (docs/security.md, "The NATS API"): the
+// dispatcher then takes user as the caller's principal, whose threads
+// they start, see and cancel. Without it requests go to agora.api.<verb>,
+// the trusted users' subjects. user is a principal name: 1-64 letters,
+// digits, '-' or '_'.
+func WithCaller(user string) Option {
+	return func(c *Client) { c.caller = user }
+}
+
 // WithNATSOptions adds options to the connection Connect opens, such as
 // nats.UserCredentials. New ignores them.
 func WithNATSOptions(opts ...nats.Option) Option {
@@ -66,6 +78,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	c := &Client{nc: nc, timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.caller != "" && (len(c.caller) > 64 || lifecycle.ValidToken(c.caller) != nil) {
+		return nil, fmt.Errorf("client: WithCaller(%q): not a NATS user's principal name: want 1-64 letters, digits, '-' or '_'", c.caller)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -121,6 +136,11 @@ func (c *Client) call(ctx context.Context, subject string, hdr nats.Header, in, 
 		defer cancel()
 	}
 	hdr = withSpan(ctx, hdr)
+	if c.caller != "" {
+		if own, err := lifecycle.APICaller(subject, c.caller); err == nil {
+			subject = own
+		}
+	}
 	resp, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: hdr, Data: data})
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
@@ -167,7 +187,9 @@ const PrincipalHeader = "Agora-Principal"
 // OnBehalfOf records the dispatch's thread as principal's: a door that
 // authenticated its caller (MCP over HTTP does) says whose thread it is.
 // The dispatcher takes it from any NATS user that may call
-// agora.api.dispatch, so grant that subject to trusted doors only.
+// agora.api.dispatch, so grant that subject to trusted doors only; on a
+// caller's own subject (WithCaller) only an admin principal may name
+// another.
 func OnBehalfOf(principal string) DispatchOption {
 	return func(h *nats.Header) { h.Set(PrincipalHeader, principal) }
 }

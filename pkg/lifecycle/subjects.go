@@ -150,6 +150,37 @@ func ParseAPIAnswerRoute(s string) (route string, err error) {
 	return t[3], nil
 }
 
+// APICaller is agora.api.<verb>.<user>, a caller's own subject of the
+// dispatcher's endpoint (APIDispatch, APICancel or APIStatus): granted to
+// NATS user alone, it makes the dispatcher take user as the caller's
+// principal (docs/security.md, "The NATS API").
+func APICaller(endpoint, user string) (string, error) {
+	switch endpoint {
+	case APIDispatch, APICancel, APIStatus:
+	default:
+		return "", fmt.Errorf("%w: %q has no caller subjects (want %s, %s or %s)", ErrBadSubject, endpoint, APIDispatch, APICancel, APIStatus)
+	}
+	if err := ValidToken(user); err != nil {
+		return "", err
+	}
+	return endpoint + "." + user, nil
+}
+
+// ParseAPICaller parses agora.api.<verb>.<user> (APICaller); ok is false
+// for any other subject, the trusted endpoints included.
+func ParseAPICaller(s string) (endpoint, user string, ok bool) {
+	t, err := split(s, 4, "agora", "api")
+	if err != nil {
+		return "", "", false
+	}
+	endpoint = "agora.api." + t[2]
+	switch endpoint {
+	case APIDispatch, APICancel, APIStatus:
+		return endpoint, t[3], true
+	}
+	return "", "", false
+}
+
 // CancelSubject is the core subject agora.control.cancel.<dispatch_id>.
 func CancelSubject(dispatchID string) (string, error) {
 	return join("agora", "control", "cancel", dispatchID)

@@ -92,6 +92,28 @@ func TestSubjectRoundTrip(t *testing.T) {
 			t.Error("APIAnswerRoute(a.b) succeeded")
 		}
 	})
+	t.Run("caller endpoints", func(t *testing.T) {
+		for _, ep := range []string{lifecycle.APIDispatch, lifecycle.APICancel, lifecycle.APIStatus} {
+			s, err := lifecycle.APICaller(ep, "answerer-agents")
+			if err != nil || s != ep+".answerer-agents" {
+				t.Fatalf("APICaller(%s) = %q, %v", ep, s, err)
+			}
+			if gotEP, user, ok := lifecycle.ParseAPICaller(s); !ok || gotEP != ep || user != "answerer-agents" {
+				t.Errorf("ParseAPICaller(%q) = %q %q %v", s, gotEP, user, ok)
+			}
+		}
+		for _, bad := range []string{lifecycle.APIDispatch, "agora.api.answer.human", "agora.api.dispatch.a.b", "agora.api.dispatch.*", "agora.api.dispatch.>", "x.api.dispatch.u"} {
+			if ep, user, ok := lifecycle.ParseAPICaller(bad); ok {
+				t.Errorf("ParseAPICaller(%q) = %q %q", bad, ep, user)
+			}
+		}
+		if _, err := lifecycle.APICaller(lifecycle.APIAnswer, "u"); err == nil {
+			t.Error("APICaller(agora.api.answer) succeeded")
+		}
+		if _, err := lifecycle.APICaller(lifecycle.APIDispatch, "a.b"); err == nil {
+			t.Error("APICaller with a dotted user succeeded")
+		}
+	})
 }
 
 func TestSubjectBuildersRejectBadTokens(t *testing.T) {

@@ -136,6 +136,24 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 		s.microError(r, problem.Invalid(client.FieldError{Field: client.PrincipalHeader, Message: fmt.Sprintf("%q is not a principal name: 1-64 letters, digits, '-' or '_'", short(who))}))
 		return
 	}
+	if p := s.natsCaller(r.Subject()); p != nil {
+		var refused *client.Problem
+		switch {
+		case who != "" && who != p.Name && !p.Admin:
+			refused = &client.Problem{Type: client.ProblemForbidden, Title: "Forbidden", Status: http.StatusForbidden,
+				Detail: fmt.Sprintf("NATS user %s may not dispatch on behalf of %s (%s): only an admin principal or a trusted user on %s may", p.Name, short(who), client.PrincipalHeader, lifecycle.APIDispatch)}
+		default:
+			refused = mayDispatch(p, req.Subagent)
+		}
+		if refused != nil {
+			s.metrics.request(doorMicro, resultRejected, start)
+			s.microError(r, refused)
+			return
+		}
+		if who == "" {
+			who = p.Name
+		}
+	}
 	tp := microTraceparent(r)
 	rec, result, err := s.accept(ctx, b, req, len(r.Data()), tp, doorMicro, who)
 	s.metrics.request(doorMicro, result, start)
@@ -162,7 +180,7 @@ func decodeTarget(data []byte) (client.CancelRequest, error) {
 // microCancel serves agora.api.cancel: {"dispatch_id"|"thread_id", "by",
 // "reason"} in, the record (or the thread) out.
 func (s *Service) microCancel(ctx context.Context, r micro.Request) {
-	s.microTarget(ctx, r, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
+	s.microTarget(ctx, r, true, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
 		if req.ThreadID != "" {
 			return s.cancelThread(ctx, b, req.ThreadID, req.By, req.Reason)
 		}
@@ -173,7 +191,7 @@ func (s *Service) microCancel(ctx context.Context, r micro.Request) {
 // microStatus serves agora.api.status: {"dispatch_id"} in, the record out;
 // or {"thread_id"} in, the thread out.
 func (s *Service) microStatus(ctx context.Context, r micro.Request) {
-	s.microTarget(ctx, r, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
+	s.microTarget(ctx, r, false, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
 		if req.ThreadID != "" {
 			return s.thread(ctx, b, req.ThreadID)
 		}
@@ -182,9 +200,10 @@ func (s *Service) microStatus(ctx context.Context, r micro.Request) {
 }
 
 // microTarget serves a request about one dispatch or one thread (cancel,
-// status): it binds, decodes the target (decodeTarget), calls f within
-// opTimeout and answers with what f returns or its error.
-func (s *Service) microTarget(ctx context.Context, r micro.Request, f func(context.Context, *bindings, client.CancelRequest) (any, error)) {
+// status): it binds, decodes the target (decodeTarget), checks that a
+// caller on its own subject may see it (and, with cancel, cancel it),
+// calls f within opTimeout and answers with what f returns or its error.
+func (s *Service) microTarget(ctx context.Context, r micro.Request, cancelling bool, f func(context.Context, *bindings, client.CancelRequest) (any, error)) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	b, err := s.bind(ctx)
@@ -196,6 +215,17 @@ func (s *Service) microTarget(ctx context.Context, r micro.Request, f func(conte
 	if err != nil {
 		s.microError(r, err)
 		return
+	}
+	if p := s.natsCaller(r.Subject()); p != nil {
+		if req.ThreadID != "" {
+			err = s.allowThread(ctx, b, p, "thread", req.ThreadID, req.ThreadID, cancelling)
+		} else {
+			err = s.allowDispatch(ctx, b, p, req.DispatchID, cancelling)
+		}
+		if err != nil {
+			s.microError(r, err)
+			return
+		}
 	}
 	v, err := f(ctx, b, req)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/principal"
 	"github.com/agora-dispatch/agora/internal/problem"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // Whose thread it is (docs/security.md, "Principals and scopes"): every
@@ -110,6 +111,29 @@ func (s *Service) dispatchOwner(ctx context.Context, b *bindings, id string) (th
 	}
 	owner, err = s.ownerOf(ctx, b, rec.ThreadID)
 	return rec.ThreadID, owner, err == nil, err
+}
+
+// natsCaller is who calls the NATS API on subject (docs/security.md, "The
+// NATS API"). NATS tells a service no caller, so the subject does, as the
+// users' grants allow: agora.api.<verb> is for trusted users (nil: no
+// check, and Agora-Principal names whose thread a dispatch starts);
+// agora.api.<verb>.<user>, granted to user alone, is the principal of
+// that name in AGORA_PRINCIPALS_FILE, or else one of the default scope
+// (dispatches any sub-agent, sees and cancels its own threads).
+func (s *Service) natsCaller(subject string) *principal.Principal {
+	switch subject {
+	case lifecycle.APIDispatch, lifecycle.APICancel, lifecycle.APIStatus:
+		return nil
+	}
+	_, user, ok := lifecycle.ParseAPICaller(subject)
+	if !ok || len(user) > 64 {
+		// Not a principal's name: a caller that may do nothing.
+		return &principal.Principal{Name: "-", Dispatch: []string{}}
+	}
+	if p, ok := s.principals.Named(user); ok {
+		return p
+	}
+	return &principal.Principal{Name: user}
 }
 
 // mayDispatch refuses, with a 403 naming the scope, a sub-agent p may not

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 )
@@ -151,6 +153,87 @@ func TestPrincipalsOwnTheirThreads(t *testing.T) {
 	resp, data = h.do(http.MethodPost, "/v1/dispatches/a-root/cancel", "", "token-a")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("team-a cancels its own: %d %s", resp.StatusCode, data)
+	}
+}
+
+// On its own NATS API subjects (agora.api.<verb>.<user>, client.WithCaller)
+// a NATS user is the principal of its name: the principals file's scope
+// when it names one (with no token: reached only over NATS), the default
+// scope otherwise. Only an admin names another principal.
+func TestNATSCallerIsItsPrincipal(t *testing.T) {
+	f := principalsFile(t)
+	extra := "  - name: agents\n    dispatch: [planner]\n"
+	body, _ := os.ReadFile(f)
+	if err := os.WriteFile(f, append(body, extra...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, dispatcher.Config{PrincipalsFile: f})
+	h.putSubagent(subagent.Definition{Name: "other", Runtime: subagent.RuntimeExec, Command: []string{"true"}, Timeout: "5m"})
+	as := func(user string) *client.Client {
+		c, err := client.New(h.nc, client.WithCaller(user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ctx := t.Context()
+	if resp, data := h.do(http.MethodPost, "/v1/dispatches", `{"subagent":"planner","dispatch_id":"a-root"}`, "token-a"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("team-a dispatch: %d %s", resp.StatusCode, data)
+	}
+	forbidden := func(what string, err error) {
+		t.Helper()
+		var p *client.Problem
+		if !errors.As(err, &p) || p.Status != http.StatusForbidden {
+			t.Errorf("%s: %v, want 403", what, err)
+		}
+	}
+
+	agents := as("agents")
+	forbidden("agents dispatching other (outside its scope)", func() error {
+		_, err := agents.Dispatch(ctx, lifecycle.Request{Subagent: "other"})
+		return err
+	}())
+	d, err := agents.Dispatch(ctx, lifecycle.Request{Subagent: "planner"})
+	if err != nil || d.Record.Principal != "agents" {
+		t.Fatalf("agents dispatching planner: %+v %v", d, err)
+	}
+	if _, err := agents.Status(ctx, "a-root"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("agents reading team-a's dispatch: %v, want not found", err)
+	}
+	if _, err := agents.Thread(ctx, d.ThreadID); err != nil {
+		t.Errorf("agents reading its own thread: %v", err)
+	}
+	forbidden("agents dispatching on behalf of team-a", func() error {
+		_, err := agents.Dispatch(ctx, lifecycle.Request{Subagent: "planner"}, client.OnBehalfOf("team-a"))
+		return err
+	}())
+	// No token proves agents over HTTP.
+	if resp, _ := h.do(http.MethodGet, "/v1/threads/"+d.ThreadID, "", "agents"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("HTTP with the name agents as token: %d", resp.StatusCode)
+	}
+
+	// A user the file does not name: the default scope.
+	stranger := as("stranger")
+	if d, err := stranger.Dispatch(ctx, lifecycle.Request{Subagent: "other"}); err != nil || d.Record.Principal != "stranger" {
+		t.Errorf("stranger dispatching other: %+v %v", d, err)
+	}
+	if _, err := stranger.Cancel(ctx, "a-root"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("stranger cancelling team-a's dispatch: %v, want not found", err)
+	}
+	// An admin sees all and may say whose thread it starts.
+	ops := as("ops")
+	if _, err := ops.Status(ctx, "a-root"); err != nil {
+		t.Errorf("ops reading team-a's dispatch: %v", err)
+	}
+	if d, err := ops.Dispatch(ctx, lifecycle.Request{Subagent: "planner"}, client.OnBehalfOf("team-a")); err != nil || d.Record.Principal != "team-a" {
+		t.Errorf("ops dispatching for team-a: %+v %v", d, err)
+	}
+	// The trusted subject is unchanged: no caller, no check.
+	if _, err := h.cl.Status(ctx, "a-root"); err != nil {
+		t.Errorf("a trusted client reading team-a's dispatch: %v", err)
+	}
+	if _, err := client.New(h.nc, client.WithCaller("bad.name")); err == nil {
+		t.Error("WithCaller took a name that is no subject token")
 	}
 }
 

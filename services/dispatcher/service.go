@@ -373,7 +373,14 @@ func (s *Service) startMicro(ctx context.Context, p *svc.Pool) (micro.Service, e
 		name string
 		h    func(context.Context, micro.Request)
 	}{{"dispatch", s.microDispatch}, {"cancel", s.microCancel}, {"status", s.microStatus}} {
-		if err := svc.AddLanes(g, p, v.name, v.name, map[string]string{"verb": v.name}, func(r micro.Request) { v.h(ctx, r) }); err != nil {
+		h := func(r micro.Request) { v.h(ctx, r) }
+		// agora.api.<verb> for trusted users, agora.api.<verb>.<user> for a
+		// user granted only its own (natsCaller).
+		if err := svc.AddLanes(g, p, v.name, v.name, map[string]string{"verb": v.name}, h); err != nil {
+			_ = ms.Stop()
+			return nil, fmt.Errorf("dispatcher: %w", err)
+		}
+		if err := svc.AddLanes(g, p, v.name+"-caller", v.name+".*", map[string]string{"verb": v.name, "caller": "subject"}, h); err != nil {
 			_ = ms.Stop()
 			return nil, fmt.Errorf("dispatcher: %w", err)
 		}

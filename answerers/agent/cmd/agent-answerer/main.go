@@ -25,6 +25,10 @@ type settings struct {
 	Concurrency int           `envconfig:"ANSWERER_CONCURRENCY" default:"4"`
 	Subagent    string        `envconfig:"AGENT_SUBAGENT" required:"true"`
 	Timeout     time.Duration `envconfig:"AGENT_TIMEOUT" default:"10m"`
+	// Caller is the NATS user this answerer connects as when it is granted
+	// only its own API subjects (deploy/nats: answerer-agents); its
+	// dispatches are then that principal's (docs/security.md, "The NATS API").
+	Caller string `envconfig:"AGENT_CALLER"`
 }
 
 func main() {
@@ -35,7 +39,11 @@ func main() {
 				return err
 			}
 			defer nc.Drain()
-			c, err := client.New(nc)
+			var opts []client.Option
+			if s.Caller != "" {
+				opts = append(opts, client.WithCaller(s.Caller))
+			}
+			c, err := client.New(nc, opts...)
 			if err != nil {
 				return err
 			}
