@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,16 +31,21 @@ func TestInboxVerb(t *testing.T) {
 		t.Fatalf("GET %s: %s", login, resp.Status)
 	}
 	// The printed token is the one the inbox accepts: the API answers with
-	// it and refuses without it or with another.
+	// it and refuses without it or with another. It rides in the link's
+	// fragment, which no server sees.
 	u, err := url.Parse(login)
 	if err != nil {
 		t.Fatal(err)
+	}
+	tok, ok := strings.CutPrefix(u.Fragment, "token=")
+	if !ok || u.RawQuery != "" || u.Path != "/inbox/login" {
+		t.Fatalf("sign-in link %s: want /inbox/login#token=<token>", login)
 	}
 	api := "http://" + addr + "/inbox/api/questions"
 	for _, c := range []struct {
 		token string
 		want  int
-	}{{u.Query().Get("token"), http.StatusOK}, {"", http.StatusUnauthorized}, {"not-the-token", http.StatusUnauthorized}} {
+	}{{tok, http.StatusOK}, {"", http.StatusUnauthorized}, {"not-the-token", http.StatusUnauthorized}} {
 		req, _ := http.NewRequest(http.MethodGet, api, nil)
 		if c.token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.token)
