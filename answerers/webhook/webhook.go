@@ -67,7 +67,6 @@ type Server struct {
 	links    *answerlink.Minter
 	metrics  *metrics
 	gatherer prometheus.Gatherer
-	records  jetstream.KeyValue
 	ready    chan struct{}
 	running  atomic.Bool
 }
@@ -126,12 +125,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if s.records, err = js.KeyValue(bctx, lifecycle.BucketQuestions); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("webhook: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketQuestions, err)
-	}
 	consumers := map[string]jetstream.Consumer{}
 	for _, route := range s.cfg.Routes {
 		durable := "answerer-" + route
@@ -320,20 +313,17 @@ func parseRetryAfter(v string) time.Duration {
 	return 0
 }
 
-// waiting reports whether the question still waits on route, as its
-// record says; true when the record cannot be read.
+// waiting reports whether the question still waits on route, as the
+// router says (agora.api.questions.<route>: the notifier reads no question
+// record); true when it cannot tell.
 func (s *Server) waiting(ctx context.Context, route, qid string) bool {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	e, err := s.records.Get(rctx, qid)
+	page, err := s.c.WaitingOnRoute(rctx, route, client.WaitingRequest{QuestionID: qid})
 	if err != nil {
-		return !errors.Is(err, jetstream.ErrKeyNotFound)
-	}
-	var q lifecycle.Question
-	if json.Unmarshal(e.Value(), &q) != nil {
 		return true
 	}
-	return q.Status == "asked" && q.Route == route
+	return len(page.Questions) == 1
 }
 
 // decline sends the question to the route's fallback.

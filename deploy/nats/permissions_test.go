@@ -979,3 +979,120 @@ func TestAgentAnswererCallsAsItself(t *testing.T) {
 		t.Errorf("no permissions violation for answerer-agents on %s.client; saw %q", lifecycle.APIStatus, e.seen("answerer-agents"))
 	}
 }
+
+// TestAnswerersReadOnlyTheirRoute: an answerer program (answerer-data)
+// reads no question record — not another route's — and learns whether a
+// question waits only from the router's endpoint for its own route, which
+// answers for that route alone; pkg/answerer serves the route with those
+// grants and no permission violation.
+func TestAnswerersReadOnlyTheirRoute(t *testing.T) {
+	e := start(t, "agora.conf")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: data\n    match: {subagent: \"data-*\"}\n    answerer: data\n  - name: people\n    answerer: human\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(router.Config{RoutesFile: routes, Tick: 100 * time.Millisecond, RecordWait: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: e.conn("router"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("router", r.Run, r.Ready())
+	wjs, err := jetstream.New(e.conn("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(sa, question string) string {
+		t.Helper()
+		did := lifecycle.NewID()
+		ni := &lifecycle.NeedsInput{Common: lifecycle.Common{DispatchID: did, ThreadID: did, Subagent: sa},
+			QuestionID: lifecycle.QuestionID(did), Question: question}
+		_, m, err := lifecycle.Message(lifecycle.Source("worker", "test"), ni)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wjs.PublishMsg(t.Context(), m); err != nil {
+			t.Fatalf("needs_input as worker: %v", err)
+		}
+		return ni.QuestionID
+	}
+	qData := ask("data-loader", "How many rows in orders?")
+	qHuman := ask("asker", "What is the staging database password?")
+	trusted, err := client.New(e.conn("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "both questions asked", func() bool {
+		p, err := trusted.Waiting(t.Context(), client.QuestionFilter{}, 10, "")
+		return err == nil && p.Count == 2
+	})
+
+	data, err := client.New(e.conn("answerer-data"), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The records themselves: not readable, route human's least of all.
+	if q, err := data.Question(t.Context(), qHuman); err == nil {
+		t.Errorf("answerer-data read route human's question record: %q", q.Question)
+	}
+	if !e.sawViolation("answerer-data", "$JS.API.STREAM.INFO.KV_"+lifecycle.BucketQuestions) {
+		t.Errorf("no permissions violation reading %s; saw %q", lifecycle.BucketQuestions, e.seen("answerer-data"))
+	}
+	// Its route's endpoint: its own question, nothing of the other.
+	one := func(qid string) int {
+		t.Helper()
+		p, err := data.WaitingOnRoute(t.Context(), "data", client.WaitingRequest{QuestionID: qid})
+		if err != nil {
+			t.Fatalf("waiting %s on route data: %v", qid, err)
+		}
+		return len(p.Questions)
+	}
+	if one(qData) != 1 || one(qHuman) != 0 {
+		t.Errorf("route data's endpoint: its question %d, route human's %d; want 1 and 0", one(qData), one(qHuman))
+	}
+	if p, err := data.WaitingOnRoute(t.Context(), "data", client.WaitingRequest{}); err != nil || p.Count != 1 || len(p.Questions) != 1 || p.Questions[0].QuestionID != qData {
+		t.Errorf("route data's page: %+v %v", p, err)
+	}
+	if _, err := data.WaitingOnRoute(t.Context(), "data", client.WaitingRequest{Route: "human"}); !errors.Is(err, client.ErrInvalidRequest) {
+		t.Errorf("route data's endpoint asked for route human: %v, want invalid", err)
+	}
+	if _, err := data.WaitingOnRoute(t.Context(), "human", client.WaitingRequest{QuestionID: qHuman}); err == nil {
+		t.Error("answerer-data asked route human's endpoint")
+	}
+	if !e.sawViolation("answerer-data", "agora.api.questions.human") {
+		t.Errorf("no permissions violation on agora.api.questions.human; saw %q", e.seen("answerer-data"))
+	}
+	for _, subj := range []string{lifecycle.APIQuestions} {
+		if _, err := data.Waiting(t.Context(), client.QuestionFilter{}, 10, ""); err == nil {
+			t.Errorf("answerer-data read %s", subj)
+		}
+		if !e.sawViolation("answerer-data", subj) {
+			t.Errorf("no permissions violation on %s; saw %q", subj, e.seen("answerer-data"))
+		}
+	}
+
+	// pkg/answerer serves route data under these grants, told of nothing.
+	before := len(e.seen("answerer-data"))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- answerer.Serve(ctx, e.conn("answerer-data"), "data", answerer.HandlerFunc(func(_ context.Context, q lifecycle.Question) (answerer.Reply, error) {
+			return answerer.Answer("42"), nil
+		}))
+	}()
+	testkit.Eventually(t, 30*time.Second, "route data's question answered", func() bool {
+		q, err := trusted.Question(t.Context(), qData)
+		return err == nil && q.Status == "answered"
+	})
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if v := e.seen("answerer-data"); len(v) != before {
+		t.Errorf("serving route data, answerer-data was told of permission violations: %q", v[before:])
+	}
+	if q, err := trusted.Question(t.Context(), qHuman); err != nil || q.Status != "asked" {
+		t.Errorf("route human's question: %+v %v", q, err)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -237,10 +238,10 @@ func Serve(ctx context.Context, nc *nats.Conn, route string, h Handler, opts ...
 	if err != nil {
 		return fmt.Errorf("answerer: consumer %s on %s: %w", o.durable, lifecycle.StreamQuestions, err)
 	}
-	if kv, err := js.KeyValue(sctx, lifecycle.BucketQuestions); err == nil {
-		s.records = kv
-		s.warnTakeover(sctx)
+	if s.c, err = client.New(nc, client.WithTimeout(o.callTimeout)); err != nil {
+		return fmt.Errorf("answerer: %w", err)
 	}
+	s.warnTakeover(sctx)
 
 	s.log.Info("answerer serving", "durable", o.durable, "concurrency", o.concurrency)
 	shutdown := o.shutdown
@@ -292,7 +293,13 @@ type server struct {
 	o       options
 	log     *slog.Logger
 	cons    jetstream.Consumer
-	records jetstream.KeyValue
+	// c asks the router which questions wait on the route
+	// (agora.api.questions.<route>): an answerer reads no question record.
+	c *client.Client
+	// askAfter is when waiting asks the router again after it could not
+	// tell (Unix nanoseconds): a user not granted the endpoint, or no
+	// router, costs one request timeout a minute, not one per question.
+	askAfter atomic.Int64
 }
 
 func (s *server) backoff(attempt int) time.Duration {
@@ -360,22 +367,22 @@ func (s *server) decide(ctx context.Context, m jetstream.Msg) consume.Verdict {
 }
 
 // waiting reports whether the question still waits for an answer on this
-// route, as its record says; true when the record cannot be read.
+// route, as the router says (agora.api.questions.<route>); true when it
+// cannot tell (no router answering, or one without that endpoint).
 func (s *server) waiting(ctx context.Context, qid string) bool {
-	if s.records == nil {
+	if time.Now().UnixNano() < s.askAfter.Load() {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.o.callTimeout)
-	defer cancel()
-	e, err := s.records.Get(ctx, qid)
+	page, err := s.c.WaitingOnRoute(ctx, s.route, client.WaitingRequest{QuestionID: qid})
 	if err != nil {
+		if ctx.Err() == nil {
+			s.askAfter.Store(time.Now().Add(time.Minute).UnixNano())
+			s.log.Warn("cannot ask the router whether questions still wait; answering them for a minute without asking",
+				"subject", "agora.api.questions."+s.route, "err", err)
+		}
 		return true
 	}
-	var q lifecycle.Question
-	if json.Unmarshal(e.Value(), &q) != nil {
-		return true
-	}
-	return q.Status == "asked" && q.Route == s.route
+	return len(page.Questions) == 1
 }
 
 // warnTakeover logs a warning when questions are already waiting on the
@@ -394,32 +401,14 @@ func (s *server) warnTakeover(ctx context.Context) {
 	}
 }
 
-// waitingCount counts the question records that wait on this route now
-// (status asked, route s.route).
+// waitingCount counts the questions that wait on this route now, as the
+// router's index says.
 func (s *server) waitingCount(ctx context.Context) (int, error) {
-	w, err := s.records.WatchAll(ctx, jetstream.IgnoreDeletes())
+	page, err := s.c.WaitingOnRoute(ctx, s.route, client.WaitingRequest{Limit: 1})
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = w.Stop() }()
-	n := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return n, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return n, nil
-			}
-			if e == nil { // the initial values have all been delivered
-				return n, nil
-			}
-			var q lifecycle.Question
-			if json.Unmarshal(e.Value(), &q) == nil && q.Status == "asked" && q.Route == s.route {
-				n++
-			}
-		}
-	}
+	return page.Count, nil
 }
 
 // call runs the handler, turning a panic into an error.

@@ -2,14 +2,11 @@ package answerer_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agora-dispatch/agora/internal/natstest"
-	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -19,44 +16,45 @@ import (
 // questions already wait (a toy answerer served on route human) says how
 // many it is taking over; on an empty route it says nothing.
 func TestServeWarnsOfWaitingQuestions(t *testing.T) {
-	records := []lifecycle.Question{
-		{QuestionID: "q-1", Status: "asked", Route: "human"},
-		{QuestionID: "q-2", Status: "asked", Route: "human"},
-		{QuestionID: "q-3", Status: "answered", Route: "human"},
-		{QuestionID: "q-4", Status: "asked", Route: "bots"},
+	e := newEnv(t)
+	// Waiting on route people: two (a third is answered); on route bot:
+	// one; on route keeper: none. The count is the router's, for the
+	// route alone (agora.api.questions.<route>).
+	var people []string
+	for _, q := range []string{"Ship it?", "Which region?", "Rename it?"} {
+		people = append(people, e.ask("planner", q))
 	}
+	bot := e.ask("bot-x", "Retry the job?")
+	for _, qid := range append(people, bot) {
+		e.waitQuestion(qid, func(q lifecycle.Question) bool { return q.Status == "asked" })
+	}
+	if _, err := e.c.Answer(t.Context(), people[2], lifecycle.Answer{Answer: "yes", AnsweredBy: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitQuestion(people[2], func(q lifecycle.Question) bool { return q.Status == "answered" })
 	tests := []struct {
 		route string
 		want  string // the warning's waiting attribute; "" for no warning
 	}{
-		{"human", "waiting=2"},
-		{"bots", "waiting=1"},
-		{"empty", ""},
+		{"people", "waiting=2"},
+		{"bot", "waiting=1"},
+		{"keeper", ""},
 	}
-	srv := natstest.StartProvisioned(t, provision.Config{})
-	js := srv.JetStream(t)
-	kv, err := js.KeyValue(t.Context(), lifecycle.BucketQuestions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range records {
-		b, _ := json.Marshal(q)
-		if _, err := kv.Put(t.Context(), q.QuestionID, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srv := e.srv
 	for _, tt := range tests {
 		t.Run(tt.route, func(t *testing.T) {
 			var buf testkit.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, nil))
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
-			h := answerer.HandlerFunc(func(context.Context, lifecycle.Question) (answerer.Reply, error) {
-				return answerer.Decline("test"), nil
+			// Answers nothing: the questions keep waiting for the next case.
+			h := answerer.HandlerFunc(func(ctx context.Context, _ lifecycle.Question) (answerer.Reply, error) {
+				<-ctx.Done()
+				return answerer.Reply{}, ctx.Err()
 			})
 			go func() {
 				done <- answerer.Serve(ctx, srv.Conn(t), tt.route, h, answerer.WithLogger(log),
-					answerer.WithDurable("takeover-"+tt.route), answerer.WithRemoveOnExit())
+					answerer.WithDurable("takeover-"+tt.route), answerer.WithRemoveOnExit(), answerer.WithShutdownTimeout(-1))
 			}()
 			deadline := time.Now().Add(30 * time.Second)
 			for !strings.Contains(buf.String(), "answerer serving") && time.Now().Before(deadline) {

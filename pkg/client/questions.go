@@ -61,6 +61,10 @@ type WaitingRequest struct {
 	ThreadID   string `json:"thread_id,omitempty"`
 	DispatchID string `json:"dispatch_id,omitempty"`
 	Subagent   string `json:"subagent,omitempty"`
+	// QuestionID asks for that one question: the page holds it when it
+	// waits (on the endpoint's route, for agora.api.questions.<route>),
+	// and nothing otherwise.
+	QuestionID string `json:"question_id,omitempty"`
 	// Limit is the page size: 0 means DefaultWaitingLimit, at most
 	// MaxWaitingLimit.
 	Limit int `json:"limit,omitempty"`
@@ -101,6 +105,23 @@ func (c *Client) Waiting(ctx context.Context, f QuestionFilter, limit int, curso
 	var page WaitingPage
 	req := WaitingRequest{Route: f.Route, ThreadID: f.ThreadID, DispatchID: f.DispatchID, Subagent: f.Subagent, Limit: limit, Cursor: cursor}
 	if err := c.call(ctx, lifecycle.APIQuestions, nil, req, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}
+
+// WaitingOnRoute is Waiting for an answerer of route: it asks the router
+// on agora.api.questions.<route>, which answers only with questions that
+// wait on route now, so an answerer needs no read of the question records
+// (docs/security.md, "What answerers read"). req.Route, when set, must be
+// route; req.QuestionID asks whether that one question waits there.
+func (c *Client) WaitingOnRoute(ctx context.Context, route string, req WaitingRequest) (*WaitingPage, error) {
+	subject, err := lifecycle.APIQuestionsRoute(route)
+	if err != nil {
+		return nil, fmt.Errorf("client: route: %w", err)
+	}
+	var page WaitingPage
+	if err := c.call(ctx, subject, nil, req, &page); err != nil {
 		return nil, err
 	}
 	return &page, nil

@@ -141,6 +141,24 @@ func AnswerSubject(route, questionID string) (string, error) {
 // route and is for trusted callers only.
 func APIAnswerRoute(route string) (string, error) { return join("agora", "api", "answer", route) }
 
+// APIQuestionsRoute is agora.api.questions.<route>, the waiting questions
+// of one route: the router answers there only with questions that wait on
+// that route now, so subject permissions on it decide whose questions an
+// answerer may read (docs/security.md, "What answerers read"). The generic
+// APIQuestions reads every route and is for trusted callers only.
+func APIQuestionsRoute(route string) (string, error) {
+	return join("agora", "api", "questions", route)
+}
+
+// ParseAPIQuestionsRoute parses agora.api.questions.<route>.
+func ParseAPIQuestionsRoute(s string) (route string, err error) {
+	t, err := split(s, 4, "agora", "api", "questions")
+	if err != nil {
+		return "", err
+	}
+	return t[3], nil
+}
+
 // ParseAPIAnswerRoute parses agora.api.answer.<route>.
 func ParseAPIAnswerRoute(s string) (route string, err error) {
 	t, err := split(s, 4, "agora", "api", "answer")

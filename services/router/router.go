@@ -333,6 +333,8 @@ func (s *Service) Run(ctx context.Context) error {
 		// agora.api.answer.<route>: the route is the subject's last token.
 		{"answer-route", "answer.*", s.microAnswer},
 		{"questions", "questions", s.microQuestions},
+		// agora.api.questions.<route>: one route's waiting questions.
+		{"questions-route", "questions.*", s.microQuestions},
 		{"decisions", "decisions", s.microDecisions},
 		{"decisions-forget", "decisions.forget", s.microForget},
 	} {

@@ -22,11 +22,27 @@ import (
 
 // microQuestions serves agora.api.questions: a page of the waiting
 // questions from the index, oldest first (docs/design.md, the subjects
-// table). Only the page's records are read.
+// table), and agora.api.questions.<route>, the same for one route's
+// questions only (docs/security.md, "What answerers read"). Only the
+// page's records are read; question_id reads that one record.
 func (s *Service) microQuestions(ctx context.Context, req micro.Request) {
 	in, p := decodeWaiting(req.Data())
 	if p != nil {
 		s.respondProblem(req, p)
+		return
+	}
+	if route, err := lifecycle.ParseAPIQuestionsRoute(req.Subject()); err == nil {
+		// One route's endpoint: its questions only, whatever is asked.
+		if in.Route != "" && in.Route != route {
+			s.respondProblem(req, problem.Invalid(client.FieldError{Field: "route",
+				Message: fmt.Sprintf("%s serves route %s only, not %s", req.Subject(), route, in.Route)}))
+			return
+		}
+		in.Route = route
+	}
+	if in.QuestionID != "" {
+		page, p := s.waitingOne(ctx, in)
+		s.respondWaiting(req, page, p)
 		return
 	}
 	var after *askedKey
@@ -55,6 +71,37 @@ func (s *Service) microQuestions(ctx context.Context, req micro.Request) {
 	page := client.WaitingPage{Questions: qs, Count: total}
 	if more {
 		page.NextCursor = waitingCursor(keys[len(keys)-1])
+	}
+	s.respondWaiting(req, page, nil)
+}
+
+// waitingOne is the page of one question, in.QuestionID: it when its
+// record says it waits (on in.Route, when set), or nothing.
+func (s *Service) waitingOne(ctx context.Context, in client.WaitingRequest) (client.WaitingPage, *client.Problem) {
+	page := client.WaitingPage{Questions: []lifecycle.Question{}}
+	if lifecycle.ValidToken(in.QuestionID) != nil {
+		return page, problem.Invalid(client.FieldError{Field: "question_id", Message: "not a question id"})
+	}
+	r, _, err := s.store.get(ctx, in.QuestionID)
+	switch {
+	case errors.Is(err, errNoQuestion):
+		return page, nil
+	case err != nil:
+		s.log.Warn("waiting question: read record", "question_id", in.QuestionID, "err", err)
+		return page, &client.Problem{Type: client.ProblemUnavailable, Title: "Unavailable", Status: 503,
+			Detail: "the question record could not be read; try again"}
+	}
+	if r.Status == statusAsked && (in.Route == "" || r.Route == in.Route) {
+		page.Questions, page.Count = append(page.Questions, r.Question), 1
+	}
+	return page, nil
+}
+
+// respondWaiting answers a page request with page, or p.
+func (s *Service) respondWaiting(req micro.Request, page client.WaitingPage, p *client.Problem) {
+	if p != nil {
+		s.respondProblem(req, p)
+		return
 	}
 	data, err := json.Marshal(page)
 	if err != nil {
@@ -105,12 +152,14 @@ func decodeWaiting(data []byte) (client.WaitingRequest, *client.Problem) {
 		if err := dec.Decode(&in); err != nil {
 			if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 				return in, problem.Invalid(client.FieldError{Field: strings.Trim(name, `"`),
-					Message: "unknown field: a page request has route, thread_id, dispatch_id, subagent, limit and cursor"})
+					Message: "unknown field: a page request has route, thread_id, dispatch_id, subagent, question_id, limit and cursor"})
 			}
 			return in, problem.Invalid(client.FieldError{Field: "body", Message: "not a JSON page request: " + clip.String(err.Error(), 200)})
 		}
 	}
 	switch {
+	case in.QuestionID != "" && (in.ThreadID != "" || in.DispatchID != "" || in.Subagent != "" || in.Cursor != ""):
+		return in, problem.Invalid(client.FieldError{Field: "question_id", Message: "asks for one question: give it alone (or with route), without thread_id, dispatch_id, subagent or cursor"})
 	case in.Limit < 0 || in.Limit > client.MaxWaitingLimit:
 		return in, problem.Invalid(client.FieldError{Field: "limit", Message: fmt.Sprintf("%d: want 1 to %d (0 for %d)", in.Limit, client.MaxWaitingLimit, client.DefaultWaitingLimit)})
 	case in.Limit == 0:
