@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/internal/termsafe"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
@@ -110,6 +111,11 @@ func (g *globals) connect(diag io.Writer) (*client.Client, error) {
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { fmt.Fprintf(diag, "agora: reconnected to NATS at %s\n", g.natsURL) }),
 	}
+	inbox, err := svc.InboxPrefix()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, inbox...)
 	if g.creds != "" {
 		if _, err := os.Stat(g.creds); err != nil {
 			return nil, fmt.Errorf("credentials file --creds %s: %w", g.creds, errors.Unwrap(err))

@@ -305,16 +305,16 @@ func newEnv(t *testing.T) *env {
 	// permissions. Wait for its start log instead (clients retry until its
 	// endpoints answer).
 	e.startService("dispatcher", "dispatcher", "", map[string]string{
-		"AGORA_NATS_URL": clusterURL("dispatcher"), "AGORA_HTTP_ADDR": ":8081", "AGORA_API_TOKENS": "ct-token",
+		"AGORA_NATS_URL": clusterURL("dispatcher"), "AGORA_NATS_INBOX_PREFIX": "_INBOX_dispatcher", "AGORA_HTTP_ADDR": ":8081", "AGORA_API_TOKENS": "ct-token",
 		"AGORA_DISPATCHER_ID": "dispatcher", "AGORA_DISPATCHER_SHUTDOWN_TIMEOUT": "5s",
 	})
 	e.startService("router", "router", "9090", map[string]string{
-		"AGORA_NATS_URL": clusterURL("router"), "AGORA_ROUTER_HTTP_ADDR": ":9090", "AGORA_ROUTER_ID": "router",
+		"AGORA_NATS_URL": clusterURL("router"), "AGORA_NATS_INBOX_PREFIX": "_INBOX_router", "AGORA_ROUTER_HTTP_ADDR": ":9090", "AGORA_ROUTER_ID": "router",
 		"AGORA_ROUTER_TICK": "200ms", "AGORA_ROUTER_SHUTDOWN_TIMEOUT": "5s",
 	})
 	for _, w := range []string{"worker-1", "worker-2"} {
 		e.startService(w, "worker-test", "9090", map[string]string{
-			"AGORA_NATS_URL": clusterURL("worker"), "AGORA_WORKER_HTTP_ADDR": ":9090", "AGORA_WORKER_ID": w,
+			"AGORA_NATS_URL": clusterURL("worker"), "AGORA_NATS_INBOX_PREFIX": "_INBOX_worker", "AGORA_WORKER_HTTP_ADDR": ":9090", "AGORA_WORKER_ID": w,
 			"AGORA_WORKER_CONCURRENCY": "4", "AGORA_WORKER_PULL_EXPIRY": "2s", "AGORA_WORKER_SHUTDOWN_TIMEOUT": "5s",
 		})
 	}
@@ -391,7 +391,8 @@ func (e *env) hostURL(user string) string {
 func (e *env) connect(user string) *nats.Conn {
 	e.t.Helper()
 	nc, err := nats.Connect(e.hostURL(user), nats.Name("ct-"+user), nats.IgnoreDiscoveredServers(),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false))
+		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false),
+		nats.CustomInboxPrefix("_INBOX_"+user)) // as the deploy's AGORA_NATS_INBOX_PREFIX
 	if err != nil {
 		e.t.Fatalf("connect as %s: %v", user, err)
 	}

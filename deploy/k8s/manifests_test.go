@@ -202,7 +202,9 @@ func TestImagesAreBuilt(t *testing.T) {
 // knownVars reads the envconfig tags of every command's settings.
 func knownVars(t *testing.T) map[string]bool {
 	t.Helper()
-	files := []string{"../provision/main.go"}
+	// internal/svc reads what every service's connection takes
+	// (InboxPrefixVar = "AGORA_…").
+	files := []string{"../provision/main.go", "../../internal/svc/svc.go"}
 	for _, g := range []string{"../../services/*/config.go", "../../answerers/*/config.go", "../../answerers/*/cmd/*/main.go", "../../services/*/cmd/*/main.go"} {
 		m, err := filepath.Glob(g)
 		if err != nil {
@@ -211,6 +213,7 @@ func knownVars(t *testing.T) map[string]bool {
 		files = append(files, m...)
 	}
 	re := regexp.MustCompile("envconfig:\"([A-Z0-9_]+)\"")
+	varRE := regexp.MustCompile(`Var = "(AGORA_[A-Z0-9_]+)"`)
 	known := map[string]bool{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -219,6 +222,9 @@ func knownVars(t *testing.T) map[string]bool {
 		}
 		for _, m := range re.FindAllSubmatch(b, -1) {
 			known["AGORA_"+string(m[1])] = true
+		}
+		for _, m := range varRE.FindAllSubmatch(b, -1) {
+			known[string(m[1])] = true
 		}
 	}
 	for _, v := range []string{"AGORA_NATS_URL", "AGORA_WORKER_CONCURRENCY", "AGORA_INBOX_DEV_TOKEN", "AGORA_PROVISION_REPLICAS"} {

@@ -91,7 +91,9 @@ func start(t *testing.T, file string) *env {
 // reports to it.
 func (e *env) conn(user string) *nats.Conn {
 	e.t.Helper()
-	nc, err := nats.Connect(e.url, nats.UserInfo(user, password(user)), nats.Name(user),
+	// Each user's replies come on its own prefix, as the deploy sets
+	// AGORA_NATS_INBOX_PREFIX (admin may subscribe to everything).
+	nc, err := nats.Connect(e.url, nats.UserInfo(user, password(user)), nats.Name(user), nats.CustomInboxPrefix("_INBOX_"+user),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 				e.mu.Lock()
@@ -1094,5 +1096,65 @@ func TestAnswerersReadOnlyTheirRoute(t *testing.T) {
 	}
 	if q, err := trusted.Question(t.Context(), qHuman); err != nil || q.Status != "asked" {
 		t.Errorf("route human's question: %+v %v", q, err)
+	}
+}
+
+// TestRepliesArePrivate: each user subscribes to its own reply subjects
+// only (_INBOX_<user>.>), so an answerer cannot read the replies another
+// user gets — here the dispatch record, input included, that the client
+// reads back.
+func TestRepliesArePrivate(t *testing.T) {
+	e := start(t, "agora.conf")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := json.Marshal(subagent.Definition{Name: "asker", Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", asker}, Timeout: "1m"})
+	if _, err := kv.Put(t.Context(), "asker", def); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("dispatcher", d.Run, d.Ready())
+
+	spy := e.conn("answerer-data")
+	var subs []*nats.Subscription
+	for _, subj := range []string{"_INBOX.>", "_INBOX_client.>", "_INBOX_*.>", ">"} {
+		sub, err := spy.SubscribeSync(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"_INBOX.>", "_INBOX_client.>", "_INBOX_*.>", ">"} {
+		if !e.sawViolation("answerer-data", subj) {
+			t.Errorf("answerer-data subscribed to %s; saw %q", subj, e.seen("answerer-data"))
+		}
+	}
+	c, err := client.New(e.conn("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := `{"task":"rotate the key sk-live-0123"}`
+	dsp, err := c.Dispatch(t.Context(), lifecycle.Request{Subagent: "asker", Input: json.RawMessage(secret)})
+	if err != nil {
+		t.Fatalf("dispatch as client on its own reply prefix: %v", err)
+	}
+	if rec, err := c.Status(t.Context(), dsp.DispatchID); err != nil || rec.DispatchID != dsp.DispatchID {
+		t.Fatalf("status as client: %+v %v", rec, err)
+	}
+	for i, sub := range subs {
+		if m, err := sub.NextMsg(300 * time.Millisecond); err == nil {
+			t.Errorf("answerer-data's subscription %d received %s: %.80s", i, m.Subject, m.Data)
+		}
+	}
+	if v := e.seen("client"); len(v) > 0 {
+		t.Errorf("the client was told of permission violations: %q", v)
 	}
 }

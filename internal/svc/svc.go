@@ -27,6 +27,11 @@ func Connect(service, id, url, creds string, log *slog.Logger) (*nats.Conn, erro
 		name += " " + id
 	}
 	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1)}, ConnectionEvents(log)...)
+	inbox, err := InboxPrefix()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", service, err)
+	}
+	opts = append(opts, inbox...)
 	if creds != "" {
 		o, err := credentials(creds)
 		if err != nil {
@@ -39,6 +44,27 @@ func Connect(service, id, url, creds string, log *slog.Logger) (*nats.Conn, erro
 		return nil, fmt.Errorf("%s: cannot reach NATS at %s (AGORA_NATS_URL): %w — is `agora dev` or a NATS server running?", service, url, err)
 	}
 	return nc, nil
+}
+
+// InboxPrefixVar names the setting of the prefix of a connection's reply
+// subjects (docs/security.md, "Replies"): with one of its own per NATS
+// user, _INBOX_<user>, a user subscribes to its own replies only.
+const InboxPrefixVar = "AGORA_NATS_INBOX_PREFIX"
+
+// InboxPrefix returns the connection option of AGORA_NATS_INBOX_PREFIX,
+// none when it is not set (the replies then come on _INBOX.>), or an
+// error naming the setting when it is not a subject prefix.
+func InboxPrefix() ([]nats.Option, error) {
+	p := os.Getenv(InboxPrefixVar)
+	if p == "" {
+		return nil, nil
+	}
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
+			return nil, fmt.Errorf("%s=%q: want a subject prefix with no wildcard, space or empty token, such as _INBOX_worker (the reply subjects the NATS user may subscribe to)", InboxPrefixVar, p)
+		}
+	}
+	return []nats.Option{nats.CustomInboxPrefix(p)}, nil
 }
 
 // Conn returns the connection a service built from its deps uses: nc

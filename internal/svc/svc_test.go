@@ -127,3 +127,27 @@ func TestConn(t *testing.T) {
 		t.Fatalf("Conn(nil) to no server: own %v, err %v; want an error", own, err)
 	}
 }
+
+// AGORA_NATS_INBOX_PREFIX sets where a service's replies come; a value
+// that is no subject prefix is refused, naming the setting.
+func TestConnectInboxPrefix(t *testing.T) {
+	srv := natstest.Start(t)
+	t.Setenv(svc.InboxPrefixVar, "_INBOX_worker")
+	nc, err := svc.Connect("test", "", srv.URL, "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if in := nc.NewInbox(); !strings.HasPrefix(in, "_INBOX_worker.") {
+		t.Errorf("inbox %q, want _INBOX_worker.…", in)
+	}
+	for _, bad := range []string{"_INBOX.>", "a..b", "_INBOX.", "a b", "*"} {
+		t.Setenv(svc.InboxPrefixVar, bad)
+		if nc, err := svc.Connect("test", "", srv.URL, "", slog.New(slog.DiscardHandler)); err == nil {
+			nc.Close()
+			t.Errorf("%s=%q connected", svc.InboxPrefixVar, bad)
+		} else if !strings.Contains(err.Error(), svc.InboxPrefixVar) {
+			t.Errorf("%q: error %v does not name the setting", bad, err)
+		}
+	}
+}
