@@ -37,8 +37,16 @@ type Principal struct {
 	Dispatch []string
 	// SeeAll lets it read, follow and list every thread, not only its own.
 	SeeAll bool
+	// Answer lists the routes whose questions it may answer (of the
+	// threads it may see); nil means all.
+	Answer []string
 	// Admin lets it see and cancel every thread and dispatch anything.
 	Admin bool
+}
+
+// MayAnswer reports whether p may answer a question on route.
+func (p *Principal) MayAnswer(route string) bool {
+	return p.Admin || p.Answer == nil || slices.Contains(p.Answer, route)
 }
 
 // MayDispatch reports whether p may dispatch sub-agent name.
@@ -133,6 +141,7 @@ type file struct {
 		Name        string   `yaml:"name"`
 		TokenSHA256 string   `yaml:"token_sha256"`
 		Dispatch    []string `yaml:"dispatch"`
+		Answer      []string `yaml:"answer"`
 		See         string   `yaml:"see"`
 		Admin       bool     `yaml:"admin"`
 	} `yaml:"principals"`
@@ -158,7 +167,7 @@ func Load(tokens []string, path string) (*Set, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("principals file %s: %w (want principals: [{name, token_sha256, dispatch, see, admin}])", path, err)
+		return nil, fmt.Errorf("principals file %s: %w (want principals: [{name, token_sha256, dispatch, answer, see, admin}])", path, err)
 	}
 	var errs []error
 	names := map[string]bool{}
@@ -195,9 +204,17 @@ func Load(tokens []string, path string) (*Set, error) {
 				bad("dispatch: %q is not a sub-agent name (or * for all)", d)
 			}
 		}
+		for _, r := range p.Answer {
+			if r != "*" && !subagent.ValidName(r) {
+				bad("answer: %q is not a route name (or * for all)", r)
+			}
+		}
 		pr := &Principal{Name: p.Name, Admin: p.Admin}
 		if p.Dispatch != nil && !slices.Contains(p.Dispatch, "*") {
 			pr.Dispatch = slices.Clone(p.Dispatch)
+		}
+		if p.Answer != nil && !slices.Contains(p.Answer, "*") {
+			pr.Answer = slices.Clone(p.Answer)
 		}
 		switch p.See {
 		case "", "own":

@@ -13,7 +13,7 @@ import (
 func TestScopes(t *testing.T) {
 	sum := sha256.Sum256([]byte("tok-a"))
 	f := filepath.Join(t.TempDir(), "p.yaml")
-	body := "principals:\n  - {name: a, token_sha256: " + hex.EncodeToString(sum[:]) + ", dispatch: [x]}\n  - {name: agents, dispatch: [x]}\n"
+	body := "principals:\n  - {name: a, token_sha256: " + hex.EncodeToString(sum[:]) + ", dispatch: [x]}\n  - {name: agents, dispatch: [x], answer: [ops]}\n"
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +57,8 @@ func TestScopes(t *testing.T) {
 		{"the operator sees b's", op.MaySee("b"), true},
 		{"the operator cancels an unowned thread", op.MayCancel(""), true},
 		{"the operator dispatches y", op.MayDispatch("y"), true},
+		{"a answers any route (no answer scope)", a.MayAnswer("human"), true},
+		{"the operator answers any route", op.MayAnswer("ops"), true},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.what, tc.got, tc.want)
@@ -64,7 +66,7 @@ func TestScopes(t *testing.T) {
 	}
 	// A principal with no token is only a NATS user's: Named finds it, no
 	// header proves it; the operators' tokens name no NATS user.
-	if p, ok := set.Named("agents"); !ok || p.MayDispatch("y") || !p.MayDispatch("x") || p.Admin {
+	if p, ok := set.Named("agents"); !ok || p.MayDispatch("y") || !p.MayDispatch("x") || p.Admin || !p.MayAnswer("ops") || p.MayAnswer("human") {
 		t.Errorf("Named(agents) = %+v %v", p, ok)
 	}
 	if p, ok := set.Named("a"); !ok || p.Name != "a" {

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,9 +14,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/mcptest"
 	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/mcpserver"
 )
 
@@ -57,8 +61,8 @@ func mustFail(t *testing.T, cs *mcp.ClientSession, who, tool string, args map[st
 // see: all to list and admin to forget.
 func TestMCPPrincipalsOwnTheirThreads(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "principals.yaml")
-	body := fmt.Sprintf("principals:\n  - {name: team-a, token_sha256: %s}\n  - {name: team-b, token_sha256: %s, dispatch: [sleeper]}\n  - {name: audit, token_sha256: %s, see: all}\n",
-		hashOf("token-a"), hashOf("token-b"), hashOf("token-audit"))
+	body := fmt.Sprintf("principals:\n  - {name: team-a, token_sha256: %s}\n  - {name: team-b, token_sha256: %s, dispatch: [sleeper]}\n  - {name: audit, token_sha256: %s, see: all}\n  - {name: opsdesk, token_sha256: %s, see: all, answer: [ops]}\n  - {name: desk, token_sha256: %s, see: all, answer: [human]}\n",
+		hashOf("token-a"), hashOf("token-b"), hashOf("token-audit"), hashOf("token-ops"), hashOf("token-desk"))
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +111,12 @@ func TestMCPPrincipalsOwnTheirThreads(t *testing.T) {
 		t.Errorf("audit status: %v", st)
 	}
 	mustFail(t, audit, "audit", "agora_cancel", map[string]any{"thread_id": thread}, "not cancel")
+	// opsdesk sees every thread but answers only route ops: not this one.
+	opsdesk := httpSession(t, srv.URL, "token-ops")
+	mustFail(t, opsdesk, "opsdesk", "agora_answer", map[string]any{"question_id": qid, "answer": "A"}, "answer scope is [ops]")
+	if q := question(t, e.sys.Client, thread); q.Status != "asked" {
+		t.Fatalf("opsdesk's try changed the question: %+v", q)
+	}
 
 	// team-a answers its own question; the thread finishes with it.
 	mcptest.Structured(t, mcptest.Call(t, a, "agora_answer", map[string]any{"question_id": qid, "answer": "B"}))
@@ -115,5 +125,48 @@ func TestMCPPrincipalsOwnTheirThreads(t *testing.T) {
 	}
 	if q := question(t, e.sys.Client, thread); q.AnsweredBy != "mcp:team-a" {
 		t.Errorf("answered_by = %q", q.AnsweredBy)
+	}
+
+	// desk answers route human's questions of any thread: through the
+	// route's door (agora.api.answer.human), recorded as such.
+	out = mcptest.Structured(t, mcptest.Call(t, a, "agora_dispatch", map[string]any{"subagent": "chooser", "wait": false}))
+	second := out["thread_id"].(string)
+	var q2 lifecycle.Question
+	testkit.Eventually(t, 30*time.Second, "the second question asked", func() bool {
+		qs, err := e.sys.Client.Questions(t.Context(), client.QuestionFilter{ThreadID: second})
+		if err == nil && len(qs) == 1 && qs[0].Status == "asked" {
+			q2 = qs[0]
+		}
+		return q2.QuestionID != ""
+	})
+	if q2.Route != "human" {
+		t.Fatalf("the question is on route %q, want human", q2.Route)
+	}
+	desk := httpSession(t, srv.URL, "token-desk")
+	mcptest.Structured(t, mcptest.Call(t, desk, "agora_answer", map[string]any{"question_id": q2.QuestionID, "answer": "A"}))
+	if o := e.finishedWith(t, second); !strings.Contains(o, `"chose":"A"`) {
+		t.Errorf("the second thread finished with %s", o)
+	}
+	js, err := jetstream.New(e.sys.Client.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := kv.Get(t.Context(), q2.QuestionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		AnsweredBy string `json:"answered_by"`
+		History    []struct{ Door string }
+	}
+	if err := json.Unmarshal(en.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.AnsweredBy != "mcp:desk" || len(rec.History) == 0 || rec.History[len(rec.History)-1].Door != "agora.api.answer.human" {
+		t.Errorf("answered by %q, history %+v: want mcp:desk through agora.api.answer.human", rec.AnsweredBy, rec.History)
 	}
 }

@@ -530,7 +530,8 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 	if in.Decision != "" && in.Decision != "approve" && in.Decision != "reject" {
 		return nil, nil, fmt.Errorf("decision %q: want approve or reject", in.Decision)
 	}
-	if !t.who.Admin && !t.who.SeeAll {
+	var via []client.AnswerOption
+	if !t.who.Admin && (!t.who.SeeAll || t.who.Answer != nil) {
 		q, err := t.s.c.Question(ctx, in.QuestionID)
 		if errors.Is(err, client.ErrNotFound) {
 			return nil, nil, fmt.Errorf("no question %s: agora_questions lists them", in.QuestionID)
@@ -540,8 +541,16 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 		if err := t.seeQuestion(ctx, &q); err != nil {
 			return nil, nil, err
 		}
+		if !t.who.MayAnswer(q.Route) {
+			return nil, nil, fmt.Errorf("principal %s may not answer question %s: it is on route %s, and its answer scope is %v (AGORA_PRINCIPALS_FILE)", t.who.Name, in.QuestionID, q.Route, t.who.Answer)
+		}
+		if t.who.Answer != nil {
+			// Through the route's door: the router refuses the answer
+			// if the question moved off the route meanwhile.
+			via = append(via, client.AnswerVia(q.Route))
+		}
 	}
-	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy()})
+	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy()}, via...)
 	var ae *client.AnswerError
 	if errors.As(err, &ae) {
 		switch ae.Reply.Status {
