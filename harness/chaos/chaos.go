@@ -311,8 +311,19 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if err := errors.Join(os.Chmod(dir, 0o711), os.Chmod(side, 0o1777)); err != nil {
 		return rep, err
 	}
+	// The store on a filesystem of its own, which the soak fills up and
+	// frees (docs/chaos.md, "A full store"); nil where none can be
+	// mounted (not root), and that fault is left out.
+	full, err := newFullStore(filepath.Join(dir, "nats"))
+	if err != nil {
+		say("the store-full fault is left out: %v", err)
+	}
+	if full != nil {
+		defer full.close()
+	}
 	// The server only: the services run as processes of their own.
-	st, err := stack.Start(ctx, stack.Options{Server: natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")},
+	st, err := stack.Start(ctx, stack.Options{Server: natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "nats"),
+		StoreRestarted: func() { fault("JetStream restarted once the full store had room") }},
 		Provision: &provision.Config{WorkAckWait: ackWait, WorkMaxDeliver: 20}})
 	if err != nil {
 		return rep, err
@@ -386,7 +397,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	soak, stopSoak := context.WithCancel(ctx)
 	faultCtx, stopFaults := context.WithCancel(soak)
 	var faults sync.WaitGroup
-	faults.Go(func() { inject(faultCtx, cfg, procs, workers, holes, fault) })
+	faults.Go(func() { inject(faultCtx, cfg, procs, workers, holes, full, fault) })
 
 	// Answers: every question gets one to three concurrent answers.
 	var answering sync.WaitGroup
@@ -569,14 +580,22 @@ printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_
 	return err
 }
 
-// inject kills, pauses and restarts processes, and blackholes workers'
-// connections, until ctx ends.
-func inject(ctx context.Context, cfg Config, procs, workers []*proc, holes []*blackhole, fault func(name string)) {
-	for {
+// inject kills, pauses and restarts processes, blackholes workers'
+// connections and fills the store's filesystem (when full is not nil),
+// until ctx ends.
+func inject(ctx context.Context, cfg Config, procs, workers []*proc, holes []*blackhole, full *fullStore, fault func(name string)) {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(cfg.FaultEvery):
+		}
+		// The third fault fills the store, so every soak has one; then
+		// one in twelve.
+		if full != nil && (n == 3 || rand.IntN(12) == 0) {
+			full.fill(ctx, storeFullHold)
+			fault("JetStream store's filesystem full")
+			continue
 		}
 		switch f := rand.IntN(10); {
 		case f < 4: // SIGKILL a worker mid-run, restart it

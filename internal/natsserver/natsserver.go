@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -24,6 +25,10 @@ type Config struct {
 	Logging bool
 	// Token, when set, is required of every client (NATS token auth).
 	Token string
+	// StoreRestarted, when set, is called each time JetStream is
+	// restarted after a store write error, once its filesystem had room
+	// again (store.go).
+	StoreRestarted func()
 }
 
 // Start starts the server and waits until it accepts connections. The
@@ -71,14 +76,25 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsserver: %w", err)
 	}
+	failed := new(atomic.Bool)
+	var next server.Logger
 	if cfg.Logging {
 		s.ConfigureLogger()
+		next = s.Logger()
 	}
+	s.SetLogger(&watchLogger{next: next, failed: failed}, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
 		return nil, fmt.Errorf("natsserver: not ready on %s within 10s (is the port %s in use?)",
 			net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), strconv.Itoa(cfg.Port))
+	}
+	if !cfg.Memory {
+		// The configuration JetStream starts with (the server's own
+		// restart after a reload makes the same).
+		jsc := server.JetStreamConfig{StoreDir: opts.StoreDir, MaxStore: opts.JetStreamMaxStore, MaxMemory: opts.JetStreamMaxMemory,
+			SyncInterval: opts.SyncInterval, SyncAlways: opts.SyncAlways, Strict: !opts.NoJetStreamStrict}
+		go recoverStore(s, failed, cfg.StoreDir, jsc, cfg.StoreRestarted)
 	}
 	return s, nil
 }

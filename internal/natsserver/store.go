@@ -1,0 +1,114 @@
+package natsserver
+
+import (
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"golang.org/x/sys/unix"
+)
+
+// When the store's filesystem fills up, a file store keeps its write error
+// for good: the stream it failed on takes no message again until
+// JetStream reloads it, even once space returns (docs/chaos.md, "A full
+// store"). The embedded server watches its own log for that error and,
+// once the store's filesystem has StoreRoom free again, restarts
+// JetStream, which reloads every stream and consumer from disk: what was
+// stored stays, and the services, which retry, go on.
+
+// StoreRoom is the free space the store's filesystem must have again
+// before JetStream is restarted after a write error.
+const StoreRoom = 64 << 20
+
+// storeCheckEvery is how often a store that failed a write is checked
+// for room.
+const storeCheckEvery = time.Second
+
+// watchLogger passes the server's log lines on (to next, when set) and
+// notes a store write error.
+type watchLogger struct {
+	next   server.Logger
+	failed *atomic.Bool
+}
+
+func (l *watchLogger) Noticef(f string, v ...any) {
+	if l.next != nil {
+		l.next.Noticef(f, v...)
+	}
+}
+
+func (l *watchLogger) Warnf(f string, v ...any) {
+	if l.next != nil {
+		l.next.Warnf(f, v...)
+	}
+}
+
+func (l *watchLogger) Fatalf(f string, v ...any) {
+	if l.next != nil {
+		l.next.Fatalf(f, v...)
+	}
+}
+
+func (l *watchLogger) Errorf(f string, v ...any) {
+	if strings.Contains(f, "write error") || strings.Contains(f, "failed to store") {
+		l.failed.Store(true)
+	}
+	if l.next != nil {
+		l.next.Errorf(f, v...)
+	}
+}
+
+func (l *watchLogger) Debugf(f string, v ...any) {
+	if l.next != nil {
+		l.next.Debugf(f, v...)
+	}
+}
+
+func (l *watchLogger) Tracef(f string, v ...any) {
+	if l.next != nil {
+		l.next.Tracef(f, v...)
+	}
+}
+
+// recoverStore restarts JetStream on s whenever a store write failed and
+// dir's filesystem has StoreRoom free, until s shuts down. jsc is the
+// configuration JetStream started with; restarted, when set, is told of
+// each restart.
+func recoverStore(s *server.Server, failed *atomic.Bool, dir string, jsc server.JetStreamConfig, restarted func()) {
+	tick := time.NewTicker(storeCheckEvery)
+	defer tick.Stop()
+	for range tick.C {
+		if !s.Running() {
+			return
+		}
+		if !failed.Load() || free(dir) < StoreRoom {
+			continue
+		}
+		failed.Store(false)
+		s.Warnf("JetStream store at %s has room again after a write error: restarting JetStream", dir)
+		if s.JetStreamEnabled() {
+			if err := s.ShutdownJetStream(); err != nil {
+				s.Errorf("JetStream store recovery: shutdown: %v", err)
+			}
+		}
+		cfg := jsc
+		if err := s.EnableJetStream(&cfg); err != nil {
+			s.Errorf("JetStream store recovery: restart: %v", err)
+			failed.Store(true) // try again on the next tick
+			continue
+		}
+		if restarted != nil {
+			restarted()
+		}
+	}
+}
+
+// free is the space free to unprivileged writers on dir's filesystem.
+func free(dir string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Bavail) * st.Bsize
+}

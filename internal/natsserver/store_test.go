@@ -1,0 +1,120 @@
+package natsserver_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sys/unix"
+
+	"github.com/agora-dispatch/agora/internal/natsserver"
+	"github.com/agora-dispatch/agora/internal/testkit"
+)
+
+// smallFS mounts a tmpfs of size bytes on a new directory (root only; the
+// test skips without the privilege, except in CI, where it fails).
+func smallFS(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount a tmpfs (CI runs as root): %v", err)
+		}
+		t.Skipf("cannot mount a tmpfs (run as root): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// fill writes path until its filesystem is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+}
+
+// TestFullStoreRecovers: a store whose filesystem filled up takes no
+// message (a file store keeps its write error), and once space returns
+// the embedded server restarts JetStream by itself: what was stored is
+// all there and new messages are stored again.
+func TestFullStoreRecovers(t *testing.T) {
+	dir := smallFS(t, "128m")
+	s, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(timeout time.Duration) error {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, err := js.Publish(pctx, "s.x", make([]byte, 64<<10))
+		return err
+	}
+	for range 10 {
+		if err := publish(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	filler := filepath.Join(dir, "filler")
+	fill(t, filler)
+	// Full: the next write fails, and the stream stays failed.
+	stored := 10
+	for i := 0; ; i++ {
+		if err := publish(time.Second); err != nil {
+			break
+		}
+		stored++
+		if i > 100 {
+			t.Fatal("the store took 100 messages on a full filesystem")
+		}
+	}
+	if err := publish(time.Second); err == nil {
+		t.Fatal("a stream that failed a write took a message again with no room")
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the stream to take messages again", func() bool { return publish(time.Second) == nil })
+	st, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := int(info.State.Msgs); got < stored+1 {
+		t.Errorf("the stream holds %d messages after recovery, want at least the %d stored before and the new one", got, stored)
+	}
+}
