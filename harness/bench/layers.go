@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,7 +110,59 @@ func sandboxLayers(ctx context.Context, wsRoot string, samples int) ([]LayerRow,
 		}
 		l.Close()
 	}
+	// A workspace of its own: the launcher's belongs to the run's user.
+	bws, err := os.MkdirTemp(wsRoot, "bwrap-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(bws)
+	if row, ok, err := bubblewrap(ctx, sys, bws, samples); err != nil {
+		return nil, err
+	} else if ok {
+		rows = append(rows, row)
+	}
 	return rows, nil
+}
+
+// bubblewrap measures the anchor Claude Code's and Codex's Linux sandboxes
+// build on: the same /bin/true under bwrap (Debian's bubblewrap) with the
+// namespaces of the launcher's namespaces mode, a root of its own with the
+// same system folders and the workspace bound, loopback up, in the same
+// run as the launcher's rows. ok is false without bwrap (no row).
+func bubblewrap(ctx context.Context, sys []string, ws string, samples int) (LayerRow, bool, error) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		return LayerRow{}, false, nil
+	}
+	args := []string{"--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+		"--dev", "/dev", "--proc", "/proc", "--bind", ws, ws, "--chdir", ws}
+	for _, d := range append(slices.Clone(sys), "/sbin", "/opt") {
+		args = append(args, "--ro-bind-try", d, d)
+	}
+	args = append(args, "/bin/true")
+	var lat []time.Duration
+	cpu0, mach0 := cpuTime(), machineCPU()
+	for range samples {
+		start := time.Now()
+		if out, err := exec.CommandContext(ctx, bwrap, args...).CombinedOutput(); err != nil {
+			return LayerRow{}, false, fmt.Errorf("bench: bubblewrap: %v: %s", err, out)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	cpu, mach := cpuTime()-cpu0, machineCPU()-mach0
+	slices.Sort(lat)
+	return LayerRow{Layers: "bubblewrap " + bwrapVersion(bwrap) + ": the same namespaces, a root of its own, loopback up (the anchor; no seccomp, no Landlock)",
+		Mode: "bwrap", P50MS: ms(lat[len(lat)/2]), P99MS: ms(lat[len(lat)*99/100]),
+		CPUMS: ms(cpu) / float64(samples), MachineCPUMS: ms(mach) / float64(samples)}, true, nil
+}
+
+// bwrapVersion is bwrap --version's number ("0.8.0"), or "".
+func bwrapVersion(bwrap string) string {
+	out, err := exec.Command(bwrap, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
