@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agora-dispatch/agora/answerers/agent"
 	"github.com/agora-dispatch/agora/answerers/inbox"
 	slackanswerer "github.com/agora-dispatch/agora/answerers/slack"
 	"github.com/agora-dispatch/agora/answerers/webhook"
@@ -1156,5 +1157,100 @@ func TestRepliesArePrivate(t *testing.T) {
 	}
 	if v := e.seen("client"); len(v) > 0 {
 		t.Errorf("the client was told of permission violations: %q", v)
+	}
+}
+
+// TestAgentAnswererUser runs the agent answerer as answerer-agents under
+// the deploy's grants (AGORA_AGENT_CALLER=answerer-agents): a question on
+// route agents is answered by the sub-agent it dispatches, followed by its
+// record alone, and the asking thread finishes with that answer; the
+// answerer is told of no permission violation and reads no lifecycle
+// event.
+func TestAgentAnswererUser(t *testing.T) {
+	e := start(t, "agora.conf")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, script := range map[string]string{
+		"asker":  asker,
+		"oracle": `printf '{"answer":"B"}' > "$AGORA_OUTPUT_FILE"`,
+	} {
+		def, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
+		if _, err := kv.Put(t.Context(), name, def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: agents\n    match: {subagent: asker}\n    answerer: agents\n  - name: people\n    answerer: human\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: 2, PullExpiry: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		worker.Deps{Conn: e.conn("worker"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(router.Config{RoutesFile: routes, Tick: 100 * time.Millisecond, RecordWait: 2 * time.Second, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: e.conn("router"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("dispatcher", d.Run, d.Ready())
+	e.run("worker", w.Run, nil)
+	e.run("router", r.Run, r.Ready())
+
+	ac, err := client.New(e.conn("answerer-agents"), client.WithCaller("answerer-agents"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(ac, agent.Config{Subagent: "oracle", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("agent answerer", func(ctx context.Context) error {
+		return answerer.Serve(ctx, e.conn("answerer-agents"), "agents", a, answerer.WithLogger(log), answerer.WithShutdownTimeout(-1))
+	}, nil)
+
+	c, err := client.New(e.conn("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var dsp *client.Dispatch
+	for {
+		dsp, err = c.Dispatch(ctx, lifecycle.Request{Subagent: "asker", Input: json.RawMessage(`{"task":"t"}`)})
+		if err == nil || !errors.Is(err, client.ErrUnavailable) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dispatch as client: %v", err)
+	}
+	var out map[string]any
+	if err := dsp.Result(ctx, &out); err != nil {
+		t.Fatalf("the asking thread: %v; violations %q", err, e.all())
+	}
+	if out["answer"] != "B" || out["answered_by"] != "answerer:agents" {
+		t.Errorf("the thread resumed with %v, want the oracle's answer B from answerer:agents", out)
+	}
+	if v := e.seen("answerer-agents"); len(v) > 0 {
+		t.Errorf("answerer-agents was told of permission violations: %q", v)
+	}
+	// And it cannot read the lifecycle stream.
+	ajs, err := jetstream.New(e.conn("answerer-agents"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer scancel()
+	if _, err := ajs.OrderedConsumer(sctx, lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{}); err == nil {
+		t.Error("answerer-agents opened a consumer on the lifecycle stream")
 	}
 }

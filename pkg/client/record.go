@@ -24,8 +24,9 @@ type Record struct {
 	SubagentRevision uint64 `json:"subagent_revision,omitempty"`
 	// Principal names who dispatched the thread, on its first round's
 	// record: the HTTP API's principal (docs/security.md, "Principals and
-	// scopes"), whose thread it is. Empty for a dispatch through the NATS
-	// API, which names no caller.
+	// scopes") or the NATS user on its own API subjects ("The NATS API"),
+	// whose thread it is; on the trusted NATS subjects, the principal the
+	// door names (Agora-Principal), or empty.
 	Principal string `json:"principal,omitempty"`
 	// Status is the latest lifecycle kind: accepted, then started, then one
 	// terminal kind, which never changes again.
