@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -140,12 +139,8 @@ func (r *rejection) from(req lifecycle.Request, resume bool) {
 // answered question record makes (a router's re-dispatch that the
 // definition refuses, say), as far as its ids go.
 func isResume(ctx context.Context, b *bindings, req lifecycle.Request) bool {
-	e, err := b.store.questions.Get(ctx, lifecycle.QuestionID(req.ParentID))
-	if err != nil {
-		return false
-	}
-	var r resume.Record
-	return json.Unmarshal(e.Value(), &r) == nil && resume.Check(&r, &req) == nil
+	r, err := resumeRecord(ctx, b, &req)
+	return err == nil && resume.Check(r, &req) == nil
 }
 
 // reject emits failed rejected for a refused stream request, so whoever

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/problem"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/clip"
@@ -265,21 +266,20 @@ func resumeOf(ctx context.Context, b *bindings, req *lifecycle.Request) error {
 			"%d: %s. A later round is made only by the router, from the answer it accepted: answer the question instead (agora answer %s, POST /v1/questions/%s/answer)",
 			req.Round, why, qid, qid)})
 	}
-	e, err := b.store.questions.Get(ctx, qid)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	r, err := resumeRecord(ctx, b, req)
+	var missing, unreadable *recordProblem
+	switch {
+	case errors.As(err, &missing) && missing.missing:
 		return refuse(fmt.Sprintf("parent_id %q has no question (%s) to resume from", short(req.ParentID), qid))
-	}
-	if err != nil {
+	case errors.As(err, &unreadable):
+		return refuse(fmt.Sprintf("the record of question %s cannot be read: %v", qid, unreadable.err))
+	case err != nil:
 		return fmt.Errorf("dispatcher: question %s: %w", qid, err)
 	}
-	var r resume.Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return refuse(fmt.Sprintf("the record of question %s cannot be read: %v", qid, err))
-	}
-	if err := resume.Check(&r, req); err != nil {
+	if err := resume.Check(r, req); err != nil {
 		return refuse(err.Error())
 	}
-	built, err := resume.Build(&r)
+	built, err := resume.Build(r)
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
@@ -295,6 +295,91 @@ func resumeOf(ctx context.Context, b *bindings, req *lifecycle.Request) error {
 	}
 	*req = *built
 	return nil
+}
+
+// recordProblem is a question record resumeRecord could not use: none
+// (missing), or one that is not a record (err).
+type recordProblem struct {
+	missing bool
+	err     error
+}
+
+func (p *recordProblem) Error() string {
+	if p.missing {
+		return "no question record"
+	}
+	return p.err.Error()
+}
+
+// resumeRecord reads the question record req's resume is made from. A
+// record that is missing or does not make this resume is read again from
+// the bucket stream's leader before it counts: in a cluster a direct get
+// may be answered by a replica that has not applied yet the router's write
+// that comes before its re-dispatch (docs/security.md, "A resume only the
+// router can make"). Errors other than a *recordProblem are temporary.
+func resumeRecord(ctx context.Context, b *bindings, req *lifecycle.Request) (*resume.Record, error) {
+	qid := lifecycle.QuestionID(req.ParentID)
+	decode := func(data []byte) (*resume.Record, error) {
+		var r resume.Record
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, &recordProblem{err: err}
+		}
+		return &r, nil
+	}
+	e, err := b.store.questions.Get(ctx, qid)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, err
+	}
+	if err == nil {
+		if r, derr := decode(e.Value()); derr == nil && resume.Check(r, req) == nil {
+			return r, nil
+		}
+	}
+	data, found, err := leaderGet(ctx, b.js.Conn(), "KV_"+lifecycle.BucketQuestions, "$KV."+lifecycle.BucketQuestions+"."+qid)
+	switch {
+	case err != nil:
+		return nil, err
+	case !found:
+		return nil, &recordProblem{missing: true}
+	}
+	return decode(data)
+}
+
+// leaderGet reads the last message of subject in stream through the
+// stream's leader ($JS.API.STREAM.MSG.GET, not a direct get, which any
+// replica may answer). found is false when there is none, or when the last
+// is a KV delete or purge marker.
+func leaderGet(ctx context.Context, nc *nats.Conn, stream, subject string) (data []byte, found bool, err error) {
+	body, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return nil, false, fmt.Errorf("leader get %s: %w", subject, err)
+	}
+	var resp struct {
+		Message *struct {
+			Data []byte `json:"data"`
+			Hdrs []byte `json:"hdrs"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, false, fmt.Errorf("leader get %s: %w", subject, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return nil, false, nil
+	case resp.Error != nil:
+		return nil, false, fmt.Errorf("leader get %s: %d %s", subject, resp.Error.Code, resp.Error.Description)
+	case resp.Message == nil:
+		return nil, false, fmt.Errorf("leader get %s: no message in the reply", subject)
+	}
+	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation: DEL")) || bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation: PURGE")) {
+		return nil, false, nil
+	}
+	return resp.Message.Data, true, nil
 }
 
 // refuses reports whether def refuses req for a reason of the definition's
