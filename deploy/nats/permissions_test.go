@@ -200,6 +200,32 @@ func (e *env) run(name string, run func(context.Context) error, ready <-chan str
 	}
 }
 
+// define stores sub-agent definitions, each running its shell script.
+func (e *env) define(scripts map[string]string) {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(e.t.Context(), lifecycle.BucketSubagents)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for name, script := range scripts {
+		def, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
+		if _, err := kv.Put(e.t.Context(), name, def); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// startDispatcher runs a dispatcher connected as the dispatcher user.
+func (e *env) startDispatcher(log *slog.Logger) *dispatcher.Service {
+	e.t.Helper()
+	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.run("dispatcher", d.Run, d.Ready())
+	return d
+}
+
 func TestClusterConfigParses(t *testing.T) {
 	t.Setenv("NATS_SERVER_NAME", "nats-1")
 	for user, v := range natstest.DeployUsers {
@@ -890,19 +916,8 @@ func TestWebhookUser(t *testing.T) {
 func TestAgentAnswererCallsAsItself(t *testing.T) {
 	e := start(t, "agora.conf")
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	def, _ := json.Marshal(subagent.Definition{Name: "asker", Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", asker}, Timeout: "1m"})
-	if _, err := kv.Put(t.Context(), "asker", def); err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.run("dispatcher", d.Run, d.Ready())
+	e.define(map[string]string{"asker": asker})
+	e.startDispatcher(log)
 
 	trusted, err := client.New(e.conn("client"))
 	if err != nil {
@@ -1065,13 +1080,11 @@ func TestAnswerersReadOnlyTheirRoute(t *testing.T) {
 	if !e.sawViolation("answerer-data", "agora.api.questions.human") {
 		t.Errorf("no permissions violation on agora.api.questions.human; saw %q", e.seen("answerer-data"))
 	}
-	for _, subj := range []string{lifecycle.APIQuestions} {
-		if _, err := data.Waiting(t.Context(), client.QuestionFilter{}, 10, ""); err == nil {
-			t.Errorf("answerer-data read %s", subj)
-		}
-		if !e.sawViolation("answerer-data", subj) {
-			t.Errorf("no permissions violation on %s; saw %q", subj, e.seen("answerer-data"))
-		}
+	if _, err := data.Waiting(t.Context(), client.QuestionFilter{}, 10, ""); err == nil {
+		t.Errorf("answerer-data read %s", lifecycle.APIQuestions)
+	}
+	if !e.sawViolation("answerer-data", lifecycle.APIQuestions) {
+		t.Errorf("no permissions violation on %s; saw %q", lifecycle.APIQuestions, e.seen("answerer-data"))
 	}
 
 	// pkg/answerer serves route data under these grants, told of nothing.
@@ -1107,19 +1120,8 @@ func TestAnswerersReadOnlyTheirRoute(t *testing.T) {
 func TestRepliesArePrivate(t *testing.T) {
 	e := start(t, "agora.conf")
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	def, _ := json.Marshal(subagent.Definition{Name: "asker", Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", asker}, Timeout: "1m"})
-	if _, err := kv.Put(t.Context(), "asker", def); err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.run("dispatcher", d.Run, d.Ready())
+	e.define(map[string]string{"asker": asker})
+	e.startDispatcher(log)
 
 	spy := e.conn("answerer-data")
 	var subs []*nats.Subscription
@@ -1169,25 +1171,12 @@ func TestRepliesArePrivate(t *testing.T) {
 func TestAgentAnswererUser(t *testing.T) {
 	e := start(t, "agora.conf")
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketSubagents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, script := range map[string]string{
+	e.define(map[string]string{
 		"asker":  asker,
 		"oracle": `printf '{"answer":"B"}' > "$AGORA_OUTPUT_FILE"`,
-	} {
-		def, _ := json.Marshal(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m"})
-		if _, err := kv.Put(t.Context(), name, def); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	routes := filepath.Join(t.TempDir(), "routes.yaml")
 	if err := os.WriteFile(routes, []byte("routes:\n  - name: agents\n    match: {subagent: asker}\n    answerer: agents\n  - name: people\n    answerer: human\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatcher.New(dispatcher.Config{ShutdownTimeout: 5 * time.Second}, dispatcher.Deps{Conn: e.conn("dispatcher"), Logger: log})
-	if err != nil {
 		t.Fatal(err)
 	}
 	w, err := worker.New(worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: 2, PullExpiry: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
@@ -1200,7 +1189,7 @@ func TestAgentAnswererUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.run("dispatcher", d.Run, d.Ready())
+	e.startDispatcher(log)
 	e.run("worker", w.Run, nil)
 	e.run("router", r.Run, r.Ready())
 

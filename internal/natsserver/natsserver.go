@@ -77,12 +77,12 @@ func Start(cfg Config) (*server.Server, error) {
 		return nil, fmt.Errorf("natsserver: %w", err)
 	}
 	failed := new(atomic.Bool)
-	var next server.Logger
+	var next server.Logger = quiet{}
 	if cfg.Logging {
 		s.ConfigureLogger()
 		next = s.Logger()
 	}
-	s.SetLogger(&watchLogger{next: next, failed: failed}, false, false)
+	s.SetLogger(&watchLogger{Logger: next, failed: failed}, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()

@@ -25,51 +25,29 @@ const StoreRoom = 64 << 20
 // for room.
 const storeCheckEvery = time.Second
 
-// watchLogger passes the server's log lines on (to next, when set) and
-// notes a store write error.
+// watchLogger passes the server's log lines on and notes a store write
+// error.
 type watchLogger struct {
-	next   server.Logger
+	server.Logger
 	failed *atomic.Bool
-}
-
-func (l *watchLogger) Noticef(f string, v ...any) {
-	if l.next != nil {
-		l.next.Noticef(f, v...)
-	}
-}
-
-func (l *watchLogger) Warnf(f string, v ...any) {
-	if l.next != nil {
-		l.next.Warnf(f, v...)
-	}
-}
-
-func (l *watchLogger) Fatalf(f string, v ...any) {
-	if l.next != nil {
-		l.next.Fatalf(f, v...)
-	}
 }
 
 func (l *watchLogger) Errorf(f string, v ...any) {
 	if strings.Contains(f, "write error") || strings.Contains(f, "failed to store") {
 		l.failed.Store(true)
 	}
-	if l.next != nil {
-		l.next.Errorf(f, v...)
-	}
+	l.Logger.Errorf(f, v...)
 }
 
-func (l *watchLogger) Debugf(f string, v ...any) {
-	if l.next != nil {
-		l.next.Debugf(f, v...)
-	}
-}
+// quiet is the logger of a server started without Logging.
+type quiet struct{}
 
-func (l *watchLogger) Tracef(f string, v ...any) {
-	if l.next != nil {
-		l.next.Tracef(f, v...)
-	}
-}
+func (quiet) Noticef(string, ...any) {}
+func (quiet) Warnf(string, ...any)   {}
+func (quiet) Fatalf(string, ...any)  {}
+func (quiet) Errorf(string, ...any)  {}
+func (quiet) Debugf(string, ...any)  {}
+func (quiet) Tracef(string, ...any)  {}
 
 // recoverStore restarts JetStream on s whenever a store write failed and
 // dir's filesystem has StoreRoom free, until s shuts down. jsc is the

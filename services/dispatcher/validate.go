@@ -267,12 +267,11 @@ func resumeOf(ctx context.Context, b *bindings, req *lifecycle.Request) error {
 			req.Round, why, qid, qid)})
 	}
 	r, err := resumeRecord(ctx, b, req)
-	var missing, unreadable *recordProblem
 	switch {
-	case errors.As(err, &missing) && missing.missing:
+	case errors.Is(err, errNoQuestion):
 		return refuse(fmt.Sprintf("parent_id %q has no question (%s) to resume from", short(req.ParentID), qid))
-	case errors.As(err, &unreadable):
-		return refuse(fmt.Sprintf("the record of question %s cannot be read: %v", qid, unreadable.err))
+	case errors.Is(err, errUnreadableQuestion):
+		return refuse(fmt.Sprintf("the record of question %s cannot be read: %v", qid, err))
 	case err != nil:
 		return fmt.Errorf("dispatcher: question %s: %w", qid, err)
 	}
@@ -297,32 +296,25 @@ func resumeOf(ctx context.Context, b *bindings, req *lifecycle.Request) error {
 	return nil
 }
 
-// recordProblem is a question record resumeRecord could not use: none
-// (missing), or one that is not a record (err).
-type recordProblem struct {
-	missing bool
-	err     error
-}
-
-func (p *recordProblem) Error() string {
-	if p.missing {
-		return "no question record"
-	}
-	return p.err.Error()
-}
+// The question records resumeRecord cannot use: none, or one that is not
+// a record; any other error of it is temporary.
+var (
+	errNoQuestion         = errors.New("no question record")
+	errUnreadableQuestion = errors.New("not a question record")
+)
 
 // resumeRecord reads the question record req's resume is made from. A
 // record that is missing or does not make this resume is read again from
 // the bucket stream's leader before it counts: in a cluster a direct get
 // may be answered by a replica that has not applied yet the router's write
 // that comes before its re-dispatch (docs/security.md, "A resume only the
-// router can make"). Errors other than a *recordProblem are temporary.
+// router can make").
 func resumeRecord(ctx context.Context, b *bindings, req *lifecycle.Request) (*resume.Record, error) {
 	qid := lifecycle.QuestionID(req.ParentID)
 	decode := func(data []byte) (*resume.Record, error) {
 		var r resume.Record
 		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, &recordProblem{err: err}
+			return nil, fmt.Errorf("%w: %v", errUnreadableQuestion, err)
 		}
 		return &r, nil
 	}
@@ -340,7 +332,7 @@ func resumeRecord(ctx context.Context, b *bindings, req *lifecycle.Request) (*re
 	case err != nil:
 		return nil, err
 	case !found:
-		return nil, &recordProblem{missing: true}
+		return nil, errNoQuestion
 	}
 	return decode(data)
 }
