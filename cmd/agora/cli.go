@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -84,6 +85,9 @@ type globals struct {
 	natsURL string
 	creds   string
 	timeout time.Duration
+	// conn is the connection connect opened last: a request that times
+	// out is explained by the permission violation NATS reported on it.
+	conn *nats.Conn
 }
 
 func addGlobalFlags(root *cobra.Command) *globals {
@@ -106,10 +110,10 @@ func (g *globals) connect(diag io.Writer) (*client.Client, error) {
 		nats.Name("agora-cli"), nats.Timeout(min(g.timeout, 5*time.Second)),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				fmt.Fprintf(diag, "\nagora: lost the connection to NATS at %s (%v); reconnecting…\n", g.natsURL, unprefix(err))
+				fmt.Fprintf(diag, "\nagora: lost the connection to NATS at %s (%v); reconnecting…\n", g.shownURL(), unprefix(err))
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { fmt.Fprintf(diag, "agora: reconnected to NATS at %s\n", g.natsURL) }),
+		nats.ReconnectHandler(func(*nats.Conn) { fmt.Fprintf(diag, "agora: reconnected to NATS at %s\n", g.shownURL()) }),
 	}
 	inbox, err := svc.InboxPrefix()
 	if err != nil {
@@ -126,6 +130,7 @@ func (g *globals) connect(diag io.Writer) (*client.Client, error) {
 	if err != nil {
 		return nil, g.connectError(err)
 	}
+	g.conn = c.Conn()
 	return c, nil
 }
 
@@ -151,16 +156,51 @@ func (g *globals) call(ctx context.Context, diag io.Writer) (*client.Client, con
 	return c, ctx, func() { cancel(); c.Close() }, nil
 }
 
+// shownURL is the NATS URL for messages: a password in it is shown as
+// xxxxx.
+func (g *globals) shownURL() string {
+	if u, err := url.Parse(g.natsURL); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return g.natsURL
+}
+
 func (g *globals) connectError(err error) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, nats.ErrNoServers), errors.Is(err, syscall.ECONNREFUSED), errors.As(err, &ne):
-		return fmt.Errorf("cannot reach NATS at %s — is `agora dev` running? (another server: --nats URL or AGORA_NATS_URL)", g.natsURL)
+		return fmt.Errorf("cannot reach NATS at %s — is `agora dev` running? (another server: --nats URL or AGORA_NATS_URL)", g.shownURL())
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		strings.Contains(strings.ToLower(err.Error()), "authorization"):
-		return fmt.Errorf("NATS at %s refused the connection (%v) — check --creds (AGORA_NATS_CREDS)", g.natsURL, unprefix(err))
+		return fmt.Errorf("NATS at %s refused the connection (%v) — check --creds (AGORA_NATS_CREDS)", g.shownURL(), unprefix(err))
 	}
-	return fmt.Errorf("cannot connect to NATS at %s: %v", g.natsURL, unprefix(err))
+	return fmt.Errorf("cannot connect to NATS at %s: %v", g.shownURL(), unprefix(err))
+}
+
+// refused is the permission violation NATS last reported on the
+// connection, or nil: NATS drops what a user may not publish or subscribe
+// to and tells the client only asynchronously, so a request it refused
+// times out.
+func (g *globals) refused() error {
+	if g.conn == nil {
+		return nil
+	}
+	if err := g.conn.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		return err
+	}
+	return nil
+}
+
+// refusedError says what a permission violation means for the CLI's user:
+// a refused subscription to reply subjects is the reply prefix not set
+// (docs/security.md, "Replies"); anything else is a grant the user lacks.
+func (g *globals) refusedError(err error) error {
+	msg := strings.TrimPrefix(unprefix(err), "permissions violation: ")
+	if strings.Contains(strings.ToLower(msg), "subscription to \"") {
+		prefix := cmp.Or(os.Getenv(svc.InboxPrefixVar), nats.InboxPrefix[:len(nats.InboxPrefix)-1])
+		return fmt.Errorf("NATS at %s refused this user's subscription to its replies (%s): set %s to the reply prefix the user may subscribe to (the deploy's client user: %s=_INBOX_client; now %s)", g.shownURL(), msg, svc.InboxPrefixVar, svc.InboxPrefixVar, prefix)
+	}
+	return fmt.Errorf("NATS at %s refused the request (%s): this NATS user (--creds, AGORA_NATS_CREDS) is not granted it; docs/security.md lists what each user of the deploy may do", g.shownURL(), msg)
 }
 
 // apiServices names the service behind each Agora endpoint, for messages.
@@ -184,7 +224,9 @@ func (g *globals) explain(err error, endpoint string) error {
 	case errors.Is(err, context.Canceled):
 		return &exitErr{code: exitInterrupt, err: errors.New("interrupted")}
 	case errors.Is(err, client.ErrUnavailable) && endpoint != "" && !errors.As(err, &p):
-		return fmt.Errorf("no %s is answering %s — is `agora dev` running? (NATS at %s)", apiServices[endpoint], endpoint, g.natsURL)
+		return fmt.Errorf("no %s is answering %s — is `agora dev` running? (NATS at %s)", apiServices[endpoint], endpoint, g.shownURL())
+	case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) && g.refused() != nil:
+		return g.refusedError(g.refused())
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
 		what := endpoint
 		if what == "" {
@@ -192,11 +234,11 @@ func (g *globals) explain(err error, endpoint string) error {
 		}
 		return fmt.Errorf("%s did not answer within %s (--request-timeout) — is Agora overloaded, or its %s stopped?", what, g.timeout, cmp.Or(apiServices[endpoint], "server"))
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoServers):
-		return fmt.Errorf("lost the connection to NATS at %s — is `agora dev` still running?", g.natsURL)
+		return fmt.Errorf("lost the connection to NATS at %s — is `agora dev` still running?", g.shownURL())
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-		return fmt.Errorf("JetStream is not enabled on NATS at %s — Agora needs it: run `agora dev`, or nats-server -js", g.natsURL)
+		return fmt.Errorf("JetStream is not enabled on NATS at %s — Agora needs it: run `agora dev`, or nats-server -js", g.shownURL())
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound):
-		return fmt.Errorf("%v — NATS at %s has no Agora streams and buckets: is this Agora's server? (`agora dev` provisions them)", unprefix(err), g.natsURL)
+		return fmt.Errorf("%v — NATS at %s has no Agora streams and buckets: is this Agora's server? (`agora dev` provisions them)", unprefix(err), g.shownURL())
 	case errors.As(err, &p):
 		perr := problemError(p, strings.TrimPrefix(endpoint, "agora.api."))
 		if endpoint == lifecycle.APIDispatch && unknownSubagent(p) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 )
@@ -485,6 +487,38 @@ func TestConnectionErrors(t *testing.T) {
 	}
 	if r := agoraWith(t, env, "events"); r.code != 1 || !strings.Contains(r.stderr, "`agora dev` provisions them") {
 		t.Errorf("events with no streams: %s", r)
+	}
+}
+
+// A NATS user that may subscribe only to replies of its own prefix (as
+// every user of the deploy) gets a request's timeout explained: the
+// refused subscription and the setting that fixes it; a publish the user
+// is not granted is named too.
+func TestPermissionViolationsExplained(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, Users: []*server.User{{
+		Username: "client", Password: "pw",
+		Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"agora.api.status"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_client.>"}},
+		},
+	}}}
+	s := natstest.StartOptions(t, opts)
+	url := fmt.Sprintf("nats://client:pw@%s", s.Addr())
+	env := append(cleanEnv(), "AGORA_NATS_URL="+url)
+	r := agoraWith(t, env, "status", "d-1", "--request-timeout", "2s")
+	if r.code != 1 || !strings.Contains(r.stderr, "refused this user's subscription to its replies") || !strings.Contains(r.stderr, "AGORA_NATS_INBOX_PREFIX=_INBOX_client") {
+		t.Errorf("status without the reply prefix: %s", r)
+	}
+	if strings.Contains(r.stderr, ":pw@") {
+		t.Errorf("the message shows the URL's password: %s", r)
+	}
+	env = append(env, "AGORA_NATS_INBOX_PREFIX=_INBOX_client")
+	if r := agoraWith(t, env, "status", "d-1", "--request-timeout", "2s"); r.code != 1 || !strings.Contains(r.stderr, "no dispatcher is answering agora.api.status") {
+		t.Errorf("status with the reply prefix and no dispatcher: %s", r)
+	}
+	if r := agoraWith(t, env, "cancel", "d-1", "--request-timeout", "2s"); r.code != 1 || !strings.Contains(r.stderr, `refused the request (Permissions Violation for Publish to "agora.api.cancel")`) {
+		t.Errorf("cancel, not granted: %s", r)
 	}
 }
 
