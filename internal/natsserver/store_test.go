@@ -2,61 +2,24 @@ package natsserver_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sys/unix"
 
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/testkit"
 )
-
-// smallFS mounts a tmpfs of size bytes on a new directory (root only; the
-// test skips without the privilege, except in CI, where it fails).
-func smallFS(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount a tmpfs (CI runs as root): %v", err)
-		}
-		t.Skipf("cannot mount a tmpfs (run as root): %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
-
-// fill writes path until its filesystem is full.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-}
 
 // TestFullStoreRecovers: a store whose filesystem filled up takes no
 // message (a file store keeps its write error), and once space returns
 // the embedded server restarts JetStream by itself: what was stored is
 // all there and new messages are stored again.
 func TestFullStoreRecovers(t *testing.T) {
-	dir := smallFS(t, "128m")
+	dir := testkit.SmallFS(t, "128m")
 	s, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "store")})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +50,7 @@ func TestFullStoreRecovers(t *testing.T) {
 		}
 	}
 	filler := filepath.Join(dir, "filler")
-	fill(t, filler)
+	testkit.Fill(t, filler)
 	// Full: the next write fails, and the stream stays failed.
 	stored := 10
 	for i := 0; ; i++ {

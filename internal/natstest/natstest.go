@@ -42,7 +42,14 @@ type Server struct {
 // directory. It is shut down when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{StoreDir: t.TempDir()}
+	return StartIn(t, t.TempDir())
+}
+
+// StartIn starts a server as Start does with its store in dir (a
+// filesystem a test fills, say). It is shut down when the test ends.
+func StartIn(t testing.TB, dir string) *Server {
+	t.Helper()
+	s := &Server{StoreDir: dir}
 	s.start(t, -1)
 	t.Cleanup(s.Stop)
 	return s

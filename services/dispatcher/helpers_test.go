@@ -54,7 +54,12 @@ func testLogger() *slog.Logger {
 // and a dispatcher configured by cfg.
 func newHarness(t *testing.T, cfg dispatcher.Config) *harness {
 	t.Helper()
-	srv := natstest.StartProvisioned(t, provision.Config{})
+	return newHarnessOn(t, natstest.StartProvisioned(t, provision.Config{}), cfg)
+}
+
+// newHarnessOn is newHarness on a provisioned server of the test's.
+func newHarnessOn(t *testing.T, srv *natstest.Server, cfg dispatcher.Config) *harness {
+	t.Helper()
 	h := &harness{t: t, srv: srv, nc: srv.Conn(t)}
 	var err error
 	if h.js, err = jetstream.New(h.nc); err != nil {

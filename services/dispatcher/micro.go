@@ -11,6 +11,7 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/problem"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/internal/logging"
@@ -36,15 +37,26 @@ func problemOf(err error) (*client.Problem, bool) {
 		return p, false
 	}
 	p = &client.Problem{Type: client.ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
-		Detail: "a temporary failure; retry the request (a dispatch_id makes a retried dispatch safe)"}
+		Detail: "a temporary failure"}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		p.Detail += " (" + storeSilent + ")"
+	}
 	var ie *idError
 	if errors.As(err, &ie) {
 		// The record may exist: the retry must carry this id.
 		p.DispatchID = ie.id
-		p.Detail = "a temporary failure after the dispatch was recorded; retry with dispatch_id " + ie.id + " to complete this same dispatch"
+		p.Detail += " after the dispatch was recorded; retry with dispatch_id " + ie.id + " to complete this same dispatch"
+	} else {
+		p.Detail += "; retry the request (a dispatch_id makes a retried dispatch safe)"
 	}
 	return p, true
 }
+
+// storeSilent says why a write timed out: JetStream answers no write to a
+// stream that failed one (a full disk, docs/chaos.md "A full store") nor
+// to one without a leader, so the dispatcher can tell only that it had no
+// answer.
+const storeSilent = "JetStream did not confirm a write in time: a store whose disk is full, or a stream with no leader, answers none; the operator checks the NATS server's store and log"
 
 // requestLog is the logger of one dispatch request on a synchronous door:
 // its dispatch id and the trace and span ids of its traceparent.

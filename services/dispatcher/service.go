@@ -43,8 +43,11 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// opTimeout bounds the NATS work of one request.
-const opTimeout = 15 * time.Second
+// opTimeout bounds the NATS work of one request: under the client's
+// DefaultTimeout (10 s), so a caller that waits that long hears why a
+// request failed (a store that answers no write, say) rather than its own
+// timeout.
+const opTimeout = 8 * time.Second
 
 // Deps are the dispatcher's collaborators. Every field is optional.
 type Deps struct {
