@@ -30,6 +30,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/natsserver"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/mcpserver"
@@ -72,7 +73,11 @@ type Options struct {
 
 	// Runtimes add or replace the runtimes of every worker
 	// (worker.Deps.Runtimes).
-	Runtimes map[string]worker.Runtime
+	Runtimes map[string]runtime.Runtime
+	// InProcess runs Go code in place of the sub-agents of the runtimes
+	// it names, in every worker's process (worker.Deps.InProcess: tests
+	// and benches).
+	InProcess map[string]worker.InProcess
 	// Logger receives every service's logs; default discarded.
 	Logger *slog.Logger
 	// Registerer receives every service's metrics (the dispatcher serves
@@ -212,7 +217,7 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 		if err != nil {
 			return nil, nil, err
 		}
-		w, err := worker.New(wcfg, worker.Deps{Conn: nc, Logger: s.log, Registerer: o.Registerer, Runtimes: o.Runtimes})
+		w, err := worker.New(wcfg, worker.Deps{Conn: nc, Logger: s.log, Registerer: o.Registerer, Runtimes: o.Runtimes, InProcess: o.InProcess})
 		if err != nil {
 			return nil, nil, err
 		}

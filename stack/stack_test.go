@@ -47,7 +47,7 @@ func TestStartRunsAWholeAgora(t *testing.T) {
 		Router:     &router.Config{},
 		Workers:    []worker.Config{{Concurrency: 2, WorkspaceRoot: t.TempDir(), PullExpiry: 500 * time.Millisecond}},
 		Inbox:      &inbox.Config{DevToken: true},
-		Runtimes:   map[string]worker.Runtime{subagent.RuntimeExec: done{}},
+		InProcess:  map[string]worker.InProcess{subagent.RuntimeExec: done{}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -531,7 +531,7 @@ func artifactUpload(ctx context.Context, url string, js jetstream.JetStream, dir
 	raw.PeakRSSMiB = peak()
 
 	peak = mem.window()
-	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", map[string]worker.Runtime{subagent.RuntimeExec: artifactRuntime{data}}, doorWork)
+	sc, stop, err := workerPathWith(ctx, url, js, dir, 2, "artifact", map[string]worker.InProcess{subagent.RuntimeExec: artifactRuntime{data}}, doorWork)
 	if err != nil {
 		return nil, err
 	}
@@ -562,22 +562,22 @@ func (noopRuntime) Run(context.Context, worker.Invocation) worker.Result { retur
 // dispatcher of its own at either of its doors) → worker → `finished`
 // observed.
 func workerPath(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, in door) (scenario, func(), error) {
-	var runtimes map[string]worker.Runtime
+	var runtimes map[string]worker.InProcess
 	if runtime == "noop" {
-		runtimes = map[string]worker.Runtime{subagent.RuntimeExec: noopRuntime{}}
+		runtimes = map[string]worker.InProcess{subagent.RuntimeExec: noopRuntime{}}
 	}
 	return workerPathWith(ctx, url, js, dir, conc, runtime, runtimes, in)
 }
 
 // workerPathWith is workerPath with the worker's runtimes given.
-func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, runtimes map[string]worker.Runtime, in door) (scenario, func(), error) {
+func workerPathWith(ctx context.Context, url string, js jetstream.JetStream, dir string, conc int, runtime string, runtimes map[string]worker.InProcess, in door) (scenario, func(), error) {
 	viaDispatcher := in != doorWork
 	def := subagent.Definition{Name: "bench", Runtime: subagent.RuntimeExec, Command: []string{"/bin/true"}}
 	rev, err := applyDef(ctx, js, def)
 	if err != nil {
 		return scenario{}, nil, err
 	}
-	o := stack.Options{URL: url, Runtimes: runtimes, ReadyTimeout: 30 * time.Second,
+	o := stack.Options{URL: url, InProcess: runtimes, ReadyTimeout: 30 * time.Second,
 		Workers: []worker.Config{{Concurrency: conc, WorkspaceRoot: dir + "/ws-" + runtime, ID: "bench-" + runtime, PullExpiry: 500 * time.Millisecond}}}
 	if viaDispatcher {
 		o.Dispatcher = &dispatcher.Config{ID: "bench", Concurrency: 4 * conc, ReconcileLookback: reconcileLookback}

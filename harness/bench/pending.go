@@ -39,7 +39,7 @@ type PendingConfig struct {
 	// (where the idle CPU goes).
 	IdleProfile io.Writer
 	// runtime is the sub-agent's; default askingRuntime.
-	runtime worker.Runtime
+	runtime worker.InProcess
 }
 
 // PendingReport is the scenario's result.

@@ -66,7 +66,7 @@ func resume(ctx context.Context, url string, js jetstream.JetStream, dir string,
 		Workers:    []worker.Config{{Concurrency: 4, WorkspaceRoot: dir + "/ws-resume", ID: "bench-resume", PullExpiry: 500 * time.Millisecond}},
 		Dispatcher: &dispatcher.Config{ID: "bench-resume", ReconcileLookback: reconcileLookback},
 		Router:     &router.Config{ID: "bench-resume"},
-		Runtimes:   map[string]worker.Runtime{subagent.RuntimeExec: rt},
+		InProcess:  map[string]worker.InProcess{subagent.RuntimeExec: rt},
 	})
 	if err != nil {
 		return Row{}, err

@@ -53,10 +53,10 @@ type scale struct {
 }
 
 type stackConfig struct {
-	Slots     int            // worker slots
-	Retention time.Duration  // 0: the default
-	Runtime   worker.Runtime // the sub-agent's runtime; default askingRuntime
-	Workers   int            // worker services, each with Slots; default 1
+	Slots     int              // worker slots
+	Retention time.Duration    // 0: the default
+	Runtime   worker.InProcess // the sub-agent's runtime; default askingRuntime
+	Workers   int              // worker services, each with Slots; default 1
 	// NoWorkers leaves the workers out: the scenario runs its own.
 	NoWorkers bool
 	// Extra are more services to run beside Agora's, given the stack's
@@ -77,10 +77,10 @@ func startStack(ctx context.Context, cfg stackConfig) (*scale, error) {
 		Dispatcher: &dispatcher.Config{ID: "bench-scale", Retention: cfg.Retention},
 		Router:     &router.Config{ID: "bench-scale", Retention: cfg.Retention},
 		Inbox:      &inbox.Config{DevToken: true},
-		Runtimes:   map[string]worker.Runtime{subagent.RuntimeExec: cfg.Runtime},
+		InProcess:  map[string]worker.InProcess{subagent.RuntimeExec: cfg.Runtime},
 	}
 	if cfg.Runtime == nil {
-		o.Runtimes[subagent.RuntimeExec] = askingRuntime{}
+		o.InProcess[subagent.RuntimeExec] = askingRuntime{}
 	}
 	if !cfg.NoWorkers {
 		for i := range max(cfg.Workers, 1) {

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agora-dispatch/agora/internal/runtimes"
+	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -112,14 +115,11 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 	if c.mode == subagent.SandboxOff {
 		c.note("mode off: the run sees the worker's whole filesystem")
 	}
-	switch def.Runtime {
-	case subagent.RuntimeClaudeCode:
-		bin, why := c.claudeBin, "the claude CLI (AGORA_WORKER_CLAUDE_BIN)"
-		if bin == "" {
-			bin, why = "claude", "the claude CLI"
+	switch rt, ok := runtimes.Builtin(runtimes.Config{ClaudeBin: c.claudeBin})[def.Runtime]; {
+	case def.Runtime == subagent.RuntimeExec || !ok:
+		if !ok {
+			c.note("runtime %q is not built in: its command is checked as the definition's", def.Runtime)
 		}
-		c.command(bin, why)
-	default:
 		if len(def.Command) == 0 || def.Command[0] == "" {
 			c.note("the definition has no command")
 			break
@@ -130,6 +130,18 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 				c.check(filepath.Clean(a), "named in command", 0, false)
 			}
 		}
+	default:
+		// What the runtime would run, with no input and no helper files.
+		cmd, err := rt.Command(runtime.Invocation{Definition: def, Input: map[string]json.RawMessage{}, Helper: runtime.Helper{Disabled: true}})
+		if err != nil || len(cmd.Args) == 0 {
+			c.note("the %s runtime makes no command of this definition: %v", def.Runtime, err)
+			break
+		}
+		why := fmt.Sprintf("the %s runtime's CLI", def.Runtime)
+		if c.claudeBin != "" && def.Runtime == subagent.RuntimeClaudeCode {
+			why += " (AGORA_WORKER_CLAUDE_BIN)"
+		}
+		c.command(cmd.Args[0], why)
 	}
 	c.suggest()
 	return c.rep
@@ -172,16 +184,14 @@ func (c *checker) shownRoots() []string {
 	}
 	roots = append(roots, sb.ReadPaths...)
 	roots = append(roots, sb.WritePaths...)
-	if c.def.Runtime != subagent.RuntimeClaudeCode {
-		// A path the command names is bound on its own (following its
-		// links) only where no folder above shows it already: under a
-		// shown folder it is what the folder holds, a link still a link
-		// whose target must be shown too.
-		base := slices.Clone(roots)
-		for _, a := range c.def.Command {
-			if a = filepath.Clean(a); filepath.IsAbs(a) && !coveredBy(a, base) {
-				roots = append(roots, a)
-			}
+	// A path the command names is bound on its own (following its links)
+	// only where no folder above shows it already: under a shown folder
+	// it is what the folder holds, a link still a link whose target must
+	// be shown too.
+	base := slices.Clone(roots)
+	for _, a := range c.def.Command {
+		if a = filepath.Clean(a); filepath.IsAbs(a) && !coveredBy(a, base) {
+			roots = append(roots, a)
 		}
 	}
 	roots = append(roots, helperPath, "/proc", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/runtimes"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -130,7 +131,7 @@ func TestClaudeCodeRuntime(t *testing.T) {
 		},
 		{
 			name:      "definition file overrides the helper skill",
-			def:       subagent.Definition{Prompt: "p", Files: map[string]string{worker.SkillPath: "house rules win\n", "notes/a.md": "a"}},
+			def:       subagent.Definition{Prompt: "p", Files: map[string]string{runtimes.SkillPath: "house rules win\n", "notes/a.md": "a"}},
 			input:     `{}`,
 			wantArgs:  []string{"--print", "--output-format", "json", "--dangerously-skip-permissions", "p"},
 			wantSkill: "house rules win\n",
@@ -172,12 +173,12 @@ func TestClaudeCodeRuntime(t *testing.T) {
 				t.Errorf("claude ran in %q, but AGORA_WORKSPACE = %q", ws, got)
 			}
 			// The require_input MCP server: the worker's own binary.
-			if run.mcpConfig != filepath.Join(ws, worker.MCPConfigPath) || !strings.Contains(run.mcpJSON, `"AGORA_SUBAGENT_MCP":"serve"`) ||
+			if run.mcpConfig != filepath.Join(ws, runtimes.MCPConfigPath) || !strings.Contains(run.mcpJSON, `"AGORA_SUBAGENT_MCP":"serve"`) ||
 				!strings.Contains(run.mcpJSON, string(must(json.Marshal(must(os.Executable()))))) {
-				t.Errorf("--mcp-config %q with %s, want %s starting this binary", run.mcpConfig, run.mcpJSON, worker.MCPConfigPath)
+				t.Errorf("--mcp-config %q with %s, want %s starting this binary", run.mcpConfig, run.mcpJSON, runtimes.MCPConfigPath)
 			}
 			if run.skill == nil {
-				t.Fatalf("no %s in the workspace when claude ran", worker.SkillPath)
+				t.Fatalf("no %s in the workspace when claude ran", runtimes.SkillPath)
 			}
 			if c.wantSkill != "" {
 				if *run.skill != c.wantSkill {
@@ -188,8 +189,8 @@ func TestClaudeCodeRuntime(t *testing.T) {
 			if !strings.Contains(*run.skill, sentinelPath) {
 				t.Errorf("skill does not name the absolute sentinel path %s", sentinelPath)
 			}
-			if *run.skill != worker.Skill(sentinelPath) {
-				t.Errorf("skill is not worker.Skill(%q)", sentinelPath)
+			if *run.skill != runtimes.Skill(sentinelPath) {
+				t.Errorf("skill is not runtimes.Skill(%q)", sentinelPath)
 			}
 		})
 	}
@@ -253,95 +254,5 @@ func TestDisableNeedsInputHelperIsExact(t *testing.T) {
 		if _, err := worker.New(worker.Config{DisableNeedsInputHelper: v}, worker.Deps{}); err == nil {
 			t.Errorf("New accepted DisableNeedsInputHelper=%q", v)
 		}
-	}
-}
-
-func TestRenderPrompt(t *testing.T) {
-	cases := []struct {
-		name  string
-		tmpl  string
-		input string
-		want  string
-		err   bool
-	}{
-		{name: "input field", tmpl: "Plan {{.Input.task}} for {{.Input.team}}.", input: `{"task":"the release","team":"payments"}`, want: "Plan the release for payments."},
-		{name: "nested input", tmpl: "{{.Input.ticket.id}}/{{index .Input.files 1}}", input: `{"ticket":{"id":"T-1"},"files":["a","b"]}`, want: "T-1/b"},
-		{name: "numbers keep their text", tmpl: "{{.Input.n}} {{.Input.big}}", input: `{"n":12345678901234567890123,"big":1e400}`, want: "12345678901234567890123 1e400"},
-		{name: "answer object gives its answer", tmpl: "{{.Answer}}", input: `{"answer":{"answer":"B","answered_by":"alice","decision":"approve"}}`, want: "B"},
-		{name: "answer string", tmpl: "{{.Answer}}", input: `{"answer":"B"}`, want: "B"},
-		{name: "answer fields stay reachable", tmpl: "{{.Input.answer.answered_by}} {{.Input.answer.decision}}", input: `{"answer":{"answer":"B","answered_by":"alice","decision":"approve"}}`, want: "alice approve"},
-		{name: "first round has no answer or state", tmpl: "{{if .Answer}}A{{else}}no answer{{end}} {{if .PartialState}}S{{else}}no state{{end}}", input: `{"task":"t"}`, want: "no answer no state"},
-		{name: "partial state is indented JSON", tmpl: "{{.PartialState}}", input: `{"partial_state":{"a":[1,2],"b":"c"}}`, want: "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": \"c\"\n}"},
-		{name: "null partial state is absent", tmpl: "{{if .PartialState}}S{{else}}none{{end}}", input: `{"partial_state":null}`, want: "none"},
-		{name: "no input", tmpl: "static prompt", input: `{}`, want: "static prompt"},
-		{name: "parse error", tmpl: "{{.Input.task", input: `{}`, err: true},
-		{name: "execution error", tmpl: "{{.Nope}}", input: `{}`, err: true},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var in map[string]json.RawMessage
-			if err := json.Unmarshal([]byte(c.input), &in); err != nil {
-				t.Fatal(err)
-			}
-			got, err := worker.RenderPrompt(c.tmpl, in)
-			if c.err {
-				if err == nil {
-					t.Fatalf("RenderPrompt = %q, want an error", got)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != c.want {
-				t.Errorf("RenderPrompt = %q, want %q", got, c.want)
-			}
-		})
-	}
-}
-
-func TestClaudeRuntimeArgs(t *testing.T) {
-	in := map[string]json.RawMessage{"task": json.RawMessage(`"x"`)}
-	cases := []struct {
-		name string
-		rt   worker.ClaudeRuntime
-		def  subagent.Definition
-		want []string
-		err  bool
-	}{
-		{name: "defaults", def: subagent.Definition{Prompt: "do {{.Input.task}}"},
-			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "do x"}},
-		{name: "model", def: subagent.Definition{Prompt: "do {{.Input.task}}", Model: "claude-opus-4"},
-			want: []string{"claude", "--print", "--output-format", "json", "--model", "claude-opus-4", "--dangerously-skip-permissions", "do x"}},
-		{name: "strict", def: subagent.Definition{Prompt: "do {{.Input.task}}", Model: "M", Permission: subagent.PermissionStrict},
-			want: []string{"claude", "--print", "--output-format", "json", "--model", "M", "do x"}},
-		{name: "strict without model", def: subagent.Definition{Prompt: "p", Permission: subagent.PermissionStrict},
-			want: []string{"claude", "--print", "--output-format", "json", "p"}},
-		{name: "bin", rt: worker.ClaudeRuntime{Bin: "/opt/claude/bin/claude"}, def: subagent.Definition{Prompt: "p"},
-			want: []string{"/opt/claude/bin/claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "p"}},
-		{name: "prompt starting with a dash stays one argument", def: subagent.Definition{Prompt: "--help me"},
-			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "--help me"}},
-		{name: "bad template", def: subagent.Definition{Prompt: "{{.Nope}}"}, err: true},
-		{name: "require_input MCP server", rt: worker.ClaudeRuntime{MCPServer: "/usr/local/bin/worker"}, def: subagent.Definition{Prompt: "p"},
-			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "--mcp-config", "/ws/.agora/mcp.json", "p"}},
-		{name: "helper off: no MCP server", rt: worker.ClaudeRuntime{MCPServer: "/usr/local/bin/worker", DisableHelper: true}, def: subagent.Definition{Prompt: "p"},
-			want: []string{"claude", "--print", "--output-format", "json", "--dangerously-skip-permissions", "p"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := c.rt.Args(worker.Invocation{Definition: c.def, Input: in, Workspace: "/ws"})
-			if c.err {
-				if err == nil {
-					t.Fatalf("Args = %q, want an error", got)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got, c.want) {
-				t.Errorf("Args =\n  %q\nwant\n  %q", got, c.want)
-			}
-		})
 	}
 }

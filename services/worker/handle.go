@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,9 +23,11 @@ import (
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
@@ -180,13 +183,16 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 		cleanup()
 		return o
 	}
-	rt := s.runtimes[def.Runtime]
+	run := func(ctx context.Context) Result { return runCommand(ctx, inv, inv.args) }
+	if ip, ok := s.inProcess[def.Runtime]; ok {
+		run = func(ctx context.Context) Result { return ip.Run(ctx, inv) }
+	}
 
 	_, procSpan := telemetry.Tracer().Start(ctx, "agora.run.process", trace.WithAttributes(attribute.String("agora.runtime", string(def.Runtime))))
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	resCh := make(chan Result, 1)
-	go func() { resCh <- rt.Run(runCtx, inv) }()
+	go func() { resCh <- run(runCtx) }()
 	j.log.Info("running", "runtime", def.Runtime, "timeout", timeout)
 
 	tick := time.NewTicker(consume.KeepAliveEvery(s.ackWait))
@@ -503,8 +509,16 @@ func (s *Service) definition(ctx context.Context, req *lifecycle.Request) (subag
 	if err := def.Validate(); err != nil {
 		return subagent.Definition{}, err
 	}
-	if _, ok := s.runtimes[def.Runtime]; !ok {
-		return subagent.Definition{}, fmt.Errorf("sub-agent %q: runtime %q is not available on this worker", def.Name, def.Runtime)
+	if _, ok := s.inProcess[def.Runtime]; !ok {
+		rt, ok := s.runtimes[def.Runtime]
+		if !ok {
+			return subagent.Definition{}, fmt.Errorf("sub-agent %q: runtime %q is not available on this worker (it offers %s)", def.Name, def.Runtime, strings.Join(s.offered(), ", "))
+		}
+		if v, ok := rt.(runtime.Validator); ok {
+			if err := v.Validate(def); err != nil {
+				return subagent.Definition{}, fmt.Errorf("sub-agent %q: %w", def.Name, err)
+			}
+		}
 	}
 	s.defCache.put(req.Subagent, e.Revision(), def)
 	return def, nil
@@ -573,9 +587,23 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 		inv.Env = append(inv.Env, k+"="+v)
 	}
 	slices.Sort(inv.Env)
-	if p, ok := s.runtimes[def.Runtime].(Preparer); ok {
-		if err := p.Prepare(inv); err != nil {
-			return inv, fmt.Errorf("prepare %s runtime: %w", def.Runtime, err)
+	inv.helper = runtime.Helper{Disabled: s.cfg.DisableNeedsInputHelper == "true", NeedsInputFile: filepath.Join(ws, ".agora", "needs_input.json")}
+	if exe := selfExe(); exe != "" {
+		inv.helper.MCPServer, inv.helper.MCPEnv = exe, subagentmcp.EnvServe+"=serve"
+	}
+	if rt, ok := s.runtimes[def.Runtime]; ok && s.inProcess[def.Runtime] == nil {
+		cmd, err := rt.Command(inv.public())
+		if err != nil {
+			return inv, fmt.Errorf("%s runtime: %w", def.Runtime, err)
+		}
+		inv.args = cmd.Args
+		for _, f := range cmd.Files {
+			if err := runtimeFilePath(f.Path); err != nil {
+				return inv, fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
+			}
+			if err := writeWorkspaceFile(ws, f.Path, f.Data); err != nil {
+				return inv, fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
+			}
 		}
 	}
 	for name, content := range def.Files {
@@ -588,6 +616,24 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	}
 	return inv, nil
 }
+
+// runtimeFilePath checks where a runtime lays down a file
+// (runtime.File): where a definition's files may go, or directly in
+// .agora under a name Agora does not use itself.
+func runtimeFilePath(p string) error {
+	err := subagent.ValidFilePath(p)
+	if err == nil {
+		return nil
+	}
+	name, ok := strings.CutPrefix(path.Clean(filepath.ToSlash(p)), ".agora/")
+	if ok && !filepath.IsAbs(p) && name != ".." && !strings.Contains(name, "/") && !slices.Contains(agoraOwn, name) {
+		return nil
+	}
+	return err
+}
+
+// agoraOwn are the names Agora keeps in a workspace's .agora.
+var agoraOwn = []string{"input.json", "output.json", "needs_input.json", "progress.jsonl", "artifacts", "tmp", "home"}
 
 // transientError marks a preparation failure worth another delivery
 // (NATS unreachable), as opposed to one the request itself caused.

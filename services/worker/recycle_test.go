@@ -111,7 +111,7 @@ func TestWorkspaceRecycling(t *testing.T) {
 	// Recycling is of the workspace folder on disk; a run's own filesystem
 	// (AGORA_SANDBOX_WORKSPACE=tmpfs) is made anew over it each run.
 	cfg.SandboxWorkspace = "watch"
-	h.startWorker(cfg, worker.Deps{Runtimes: map[string]worker.Runtime{subagent.RuntimeExec: rt}})
+	h.startWorker(cfg, worker.Deps{InProcess: map[string]worker.InProcess{subagent.RuntimeExec: rt}})
 	for _, name := range []string{"probe", "litter", "tamper-link", "tamper-mode", "tamper-xattr"} {
 		h.define(subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"in-process"}})
 	}

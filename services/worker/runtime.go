@@ -13,16 +13,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/template"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/sandbox"
-	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
-// Invocation is one run of a sub-agent: everything a Runtime needs.
+// Invocation is one run of a sub-agent: what the worker knows of it.
 type Invocation struct {
 	Definition subagent.Definition
 	Request    lifecycle.Request
@@ -38,6 +37,13 @@ type Invocation struct {
 	launcher *sandbox.Launcher // starts the runtime (internal/sandbox)
 	hold     *os.File          // the workspace lock, kept by the launcher
 	sandbox  *runSandbox       // the run's sandbox; nil runs unconfined
+	helper   runtime.Helper
+	args     []string // the runtime's command line (prepare)
+}
+
+// public is the invocation as a runtime sees it (pkg/runtime).
+func (inv Invocation) public() runtime.Invocation {
+	return runtime.Invocation{Definition: inv.Definition, Request: inv.Request, Input: inv.Input, Workspace: inv.Workspace, Env: inv.Env, Helper: inv.helper}
 }
 
 // Result is how a runtime ended.
@@ -54,137 +60,14 @@ type Result struct {
 	Signal string
 }
 
-// Runtime runs a sub-agent in its workspace. Run blocks until the
-// sub-agent has exited. When ctx ends, Run must stop the sub-agent promptly
-// (SIGTERM, then SIGKILL after inv.KillGrace) and return.
-type Runtime interface {
+// InProcess is Go code the worker runs in its own process in place of a
+// sub-agent's command, for tests and benches that measure Agora without
+// a process per run: nothing confines it, since it is the worker's own
+// code. Run blocks until the run is over; when ctx ends it returns
+// promptly. Sub-agents run through a runtime.Runtime, whose command only
+// the worker starts, in the sandbox.
+type InProcess interface {
 	Run(ctx context.Context, inv Invocation) Result
-}
-
-// Preparer is implemented by runtimes that lay down files in the workspace
-// before the definition's own files (which may override them).
-type Preparer interface {
-	Prepare(inv Invocation) error
-}
-
-// ExecRuntime runs the definition's command line.
-type ExecRuntime struct{}
-
-// Run implements Runtime.
-func (ExecRuntime) Run(ctx context.Context, inv Invocation) Result {
-	return runCommand(ctx, inv, inv.Definition.Command)
-}
-
-// ClaudeRuntime runs the claude CLI non-interactively with the prompt
-// rendered from the definition.
-type ClaudeRuntime struct {
-	// Bin is the claude executable (looked up on the sub-agent's PATH).
-	Bin string
-	// DisableHelper stops Prepare from writing the agora-needs-input skill
-	// and the MCP configuration.
-	DisableHelper bool
-	// MCPServer is the executable that serves the sub-agent's require_input
-	// MCP tool (internal/subagentmcp; the worker's own binary). When set,
-	// Prepare writes an MCP configuration starting it and Args passes it
-	// with --mcp-config.
-	MCPServer string
-}
-
-// MCPConfigPath is where the claude-code runtime writes its MCP
-// configuration, relative to the workspace.
-const MCPConfigPath = ".agora/mcp.json"
-
-// SkillPath is where the claude-code runtime writes the needs-input skill.
-const SkillPath = ".claude/skills/agora-needs-input/SKILL.md"
-
-// Prepare writes the agora-needs-input skill unless disabled.
-func (c ClaudeRuntime) Prepare(inv Invocation) error {
-	if c.DisableHelper {
-		return nil
-	}
-	if c.MCPServer != "" {
-		if err := writeWorkspaceFile(inv.Workspace, MCPConfigPath, subagentmcp.Config(c.MCPServer)); err != nil {
-			return err
-		}
-	}
-	return writeWorkspaceFile(inv.Workspace, SkillPath, []byte(Skill(filepath.Join(inv.Workspace, ".agora", "needs_input.json"))))
-}
-
-// Args returns the claude command line for inv.
-func (c ClaudeRuntime) Args(inv Invocation) ([]string, error) {
-	prompt, err := RenderPrompt(inv.Definition.Prompt, inv.Input)
-	if err != nil {
-		return nil, err
-	}
-	bin := c.Bin
-	if bin == "" {
-		bin = "claude"
-	}
-	args := []string{bin, "--print", "--output-format", "json"}
-	if inv.Definition.Model != "" {
-		args = append(args, "--model", inv.Definition.Model)
-	}
-	if inv.Definition.Permission != subagent.PermissionStrict {
-		args = append(args, "--dangerously-skip-permissions")
-	}
-	if c.MCPServer != "" && !c.DisableHelper {
-		args = append(args, "--mcp-config", filepath.Join(inv.Workspace, MCPConfigPath))
-	}
-	return append(args, prompt), nil
-}
-
-// Run implements Runtime.
-func (c ClaudeRuntime) Run(ctx context.Context, inv Invocation) Result {
-	args, err := c.Args(inv)
-	if err != nil {
-		return Result{ExitCode: -1, Err: err}
-	}
-	return runCommand(ctx, inv, args)
-}
-
-// PromptData is what a prompt template sees.
-type PromptData struct {
-	Input        map[string]any
-	Answer       any
-	PartialState any
-}
-
-// RenderPrompt renders a definition's prompt template with the input, the
-// answer and the partial state of a resumed run.
-func RenderPrompt(tmpl string, input map[string]json.RawMessage) (string, error) {
-	t, err := template.New("prompt").Option("missingkey=zero").Parse(tmpl)
-	if err != nil {
-		return "", fmt.Errorf("worker: prompt template: %w", err)
-	}
-	data := PromptData{Input: map[string]any{}, Answer: "", PartialState: ""}
-	for k, v := range input {
-		var x any
-		dec := json.NewDecoder(bytes.NewReader(v))
-		dec.UseNumber()
-		if err := dec.Decode(&x); err != nil {
-			return "", fmt.Errorf("worker: prompt input %q: %w", k, err)
-		}
-		data.Input[k] = x
-	}
-	if a, ok := data.Input["answer"]; ok && a != nil {
-		data.Answer = a
-		if m, ok := a.(map[string]any); ok {
-			if v, ok := m["answer"]; ok {
-				data.Answer = v
-			}
-		}
-	}
-	if ps, ok := input["partial_state"]; ok && string(ps) != "null" {
-		var out bytes.Buffer
-		if json.Indent(&out, ps, "", "  ") == nil {
-			data.PartialState = out.String()
-		}
-	}
-	var buf strings.Builder
-	if err := t.Execute(&buf, data); err != nil {
-		return "", fmt.Errorf("worker: prompt template: %w", err)
-	}
-	return buf.String(), nil
 }
 
 // runCommand runs argv through the sandbox launcher, which owns the

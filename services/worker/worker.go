@@ -16,9 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,11 +30,12 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/egress"
+	"github.com/agora-dispatch/agora/internal/runtimes"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
-	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/pkg/runtime"
 )
 
 // Deps are the worker's collaborators. Every field is optional.
@@ -46,8 +49,14 @@ type Deps struct {
 	// served by Handler.
 	Registerer prometheus.Registerer
 	// Runtimes adds or replaces runtimes by definition runtime name
-	// (defaults: exec and claude-code).
-	Runtimes map[string]Runtime
+	// (built in: exec and claude-code, internal/runtimes): each says what
+	// to run, and the worker runs it in the run's sandbox
+	// (docs/subagents.md, "Writing a runtime").
+	Runtimes map[string]runtime.Runtime
+	// InProcess runs Go code in the worker's process in place of the
+	// command of every sub-agent whose runtime it names, unconfined: for
+	// tests and benches (InProcess).
+	InProcess map[string]InProcess
 	// Egress is the template of every run's egress proxy
 	// (internal/egress): its Dialer, Resolver and AllowPrivate reach runs'
 	// proxies; Allow comes from each definition. The zero value dials the
@@ -57,14 +66,15 @@ type Deps struct {
 
 // Service is a worker. Create it with New and start it with Run or RunOnce.
 type Service struct {
-	cfg      Config
-	nc       *nats.Conn
-	ownConn  bool
-	log      *slog.Logger
-	metrics  *metrics
-	gatherer prometheus.Gatherer
-	runtimes map[string]Runtime
-	source   string
+	cfg       Config
+	nc        *nats.Conn
+	ownConn   bool
+	log       *slog.Logger
+	metrics   *metrics
+	gatherer  prometheus.Gatherer
+	runtimes  map[string]runtime.Runtime
+	inProcess map[string]InProcess
+	source    string
 
 	bindOnce sync.Once
 	bindErr  error
@@ -128,13 +138,11 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.runtimes = map[string]Runtime{
-		subagent.RuntimeExec:       ExecRuntime{},
-		subagent.RuntimeClaudeCode: ClaudeRuntime{Bin: cfg.ClaudeBin, DisableHelper: cfg.DisableNeedsInputHelper == "true", MCPServer: selfExe()},
-	}
+	s.runtimes = runtimes.Builtin(runtimes.Config{ClaudeBin: cfg.ClaudeBin})
 	for k, v := range deps.Runtimes {
 		s.runtimes[k] = v
 	}
+	s.inProcess = deps.InProcess
 	s.source = lifecycle.Source("worker", cfg.ID)
 	if s.launcher, err = sandbox.New(sandbox.Options{Bin: cfg.SandboxLauncher, RunUID: cfg.SandboxUID}); err != nil {
 		if cfg.SandboxLauncher != "" {
@@ -423,4 +431,16 @@ func ExitCode(o Outcome) int {
 		return o.ExitCode
 	}
 	return 1
+}
+
+// offered lists the runtimes this worker runs, sorted.
+func (s *Service) offered() []string {
+	names := slices.Collect(maps.Keys(s.runtimes))
+	for n := range s.inProcess {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }

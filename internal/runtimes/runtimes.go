@@ -1,0 +1,26 @@
+// Package runtimes holds the runtimes every Agora worker offers, by the
+// name a sub-agent definition gives as its runtime: exec (the
+// definition's command line) and claude-code (the claude CLI, taught to
+// ask by a skill and a require_input MCP tool). Each is a
+// runtime.Runtime (pkg/runtime): it says what to run, and the worker runs
+// it in the sandbox (docs/subagents.md, "Writing a runtime").
+package runtimes
+
+import (
+	"github.com/agora-dispatch/agora/pkg/runtime"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+)
+
+// Config are the built-in runtimes' settings.
+type Config struct {
+	// ClaudeBin is the claude CLI (default: claude on the run's PATH).
+	ClaudeBin string
+}
+
+// Builtin returns the built-in runtimes by definition runtime name.
+func Builtin(cfg Config) map[string]runtime.Runtime {
+	return map[string]runtime.Runtime{
+		subagent.RuntimeExec:       Exec{},
+		subagent.RuntimeClaudeCode: ClaudeCode{Bin: cfg.ClaudeBin},
+	}
+}
