@@ -216,6 +216,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	}
 	kvs := []jetstream.KeyValueConfig{
 		{Bucket: lifecycle.BucketSubagents, Description: "Agora sub-agent definitions", History: 5, Storage: st, Replicas: cfg.Replicas},
+		// One key per runtime name the workers offer: bounded by the
+		// names, each rewritten by every worker start.
+		{Bucket: lifecycle.BucketRuntimes, Description: "Agora runtimes the workers offer", History: 1, Storage: st, Replicas: cfg.Replicas},
 		// A thread's records get a per-key TTL when it ends (retention).
 		{Bucket: lifecycle.BucketDispatches, Description: "Agora dispatch records and thread index", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		// The server raises every per-key TTL to at least LimitMarkerTTL, so

@@ -23,7 +23,7 @@ var (
 	wantStreams = []string{lifecycle.StreamRequests, lifecycle.StreamDispatch, lifecycle.StreamLifecycle,
 		lifecycle.StreamQuestions, lifecycle.StreamAnswers, lifecycle.StreamProgress}
 	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates,
-		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages, lifecycle.BucketDecisions}
+		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages, lifecycle.BucketDecisions, lifecycle.BucketRuntimes}
 )
 
 // ensure runs provision.Ensure and fails the test on error.
@@ -320,8 +320,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 					t.Errorf("streams %d→%d, consumers %d→%d", len(before.streams), len(after.streams), len(before.consumers), len(after.consumers))
 				}
 			}
-			if len(before.streams) != 16 { // 6 streams, 8 KV buckets, 2 object stores
-				t.Errorf("%d streams, want 16", len(before.streams))
+			if len(before.streams) != 17 { // 6 streams, 9 KV buckets, 2 object stores
+				t.Errorf("%d streams, want 17", len(before.streams))
 			}
 		})
 	}
@@ -387,8 +387,8 @@ func TestEnsureMemory(t *testing.T) {
 			t.Errorf("stream %s storage = %v, want memory", name, got)
 		}
 	}
-	if n != 16 {
-		t.Errorf("%d streams, want 16", n)
+	if n != 17 {
+		t.Errorf("%d streams, want 17", n)
 	}
 }
 

@@ -123,13 +123,14 @@ func (c *Client) Subagent(ctx context.Context, name string) (Subagent, error) {
 }
 
 // ApplySubagent registers d, or updates the definition of its name, after
-// checking it (subagent.Definition.Validate). An identical stored
+// checking it (subagent.Definition.Validate) and that a worker offers its
+// runtime (Runtimes). An identical stored
 // definition is left alone, so revisions change only with the definition.
 // A write that raced another is refused with ErrSubagentChanged. The
 // operator's sandbox floor is not checked here: dispatchers and workers
 // enforce their own (docs/sandbox.md, "The operator's floor").
 func (c *Client) ApplySubagent(ctx context.Context, d subagent.Definition) (Applied, error) {
-	if err := d.Validate(); err != nil {
+	if err := errors.Join(d.Validate(), c.checkRuntime(ctx, d.Runtime)); err != nil {
 		return Applied{}, fmt.Errorf("client: sub-agent %s: %w", d.Name, err)
 	}
 	b, err := json.Marshal(d)

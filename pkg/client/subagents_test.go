@@ -54,6 +54,16 @@ func TestApplySubagentRefusesWhatCannotRun(t *testing.T) {
 			t.Errorf("apply of an invalid definition: %v, want it to name %q", err, want)
 		}
 	}
+	// A runtime no worker announced, named with what is offered; a typo
+	// of one gets a suggestion.
+	_, err = c.ApplySubagent(t.Context(), subagent.Definition{Name: "ok", Runtime: "shell", Command: []string{"x"}})
+	if err == nil || !strings.Contains(err.Error(), `runtime: "shell" is offered by no worker; the workers offer claude-code, exec`) {
+		t.Errorf("apply of a runtime nobody offers: %v", err)
+	}
+	_, err = c.ApplySubagent(t.Context(), subagent.Definition{Name: "ok", Runtime: "exc", Command: []string{"x"}})
+	if err == nil || !strings.Contains(err.Error(), `runtime: "exc" is offered by no worker; did you mean exec?`) {
+		t.Errorf("apply of a typo of exec: %v", err)
+	}
 	if list, err := c.Subagents(t.Context()); err != nil || len(list) != 0 {
 		t.Errorf("an invalid definition was stored: %+v, %v", list, err)
 	}

@@ -39,7 +39,9 @@ type Entry struct {
 	Created  time.Time
 }
 
-var errNoStream = errors.New("no stream answers its direct gets: does the bucket exist, with allow_direct?")
+// ErrNoStream is Read's error when no stream answers the bucket's direct
+// gets: the bucket does not exist (or does not allow direct gets).
+var ErrNoStream = errors.New("no stream answers its direct gets: does the bucket exist, with allow_direct?")
 
 // batch is how many messages one direct get asks for.
 const batch = 256
@@ -108,7 +110,7 @@ func page(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, subject, i
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if errors.Is(err, nats.ErrNoResponders) {
-			return 0, false, errNoStream
+			return 0, false, ErrNoStream
 		}
 		if err != nil {
 			return 0, false, fmt.Errorf("no complete answer to a direct get (is $JS.API.DIRECT.GET.<stream> granted?): %w", err)
@@ -123,7 +125,7 @@ func page(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, subject, i
 			case "404": // nothing from seq on
 				return 0, true, nil
 			case "503":
-				return 0, false, errNoStream
+				return 0, false, ErrNoStream
 			default:
 				return 0, false, fmt.Errorf("status %s %s", status, m.Header.Get("Description"))
 			}

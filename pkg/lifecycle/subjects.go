@@ -35,6 +35,10 @@ const (
 	// (docs/design.md §3.5): open.<match> names the question waiting for
 	// a match, memory.<match> a remembered decision (expiring by itself).
 	BucketDecisions = "agora_decisions"
+	// BucketRuntimes holds, under each runtime's name, the last worker that
+	// announced it offers that runtime (docs/subagents.md, "Writing a
+	// runtime").
+	BucketRuntimes = "agora_runtimes"
 
 	// Durable consumer names.
 	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS

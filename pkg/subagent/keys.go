@@ -104,6 +104,18 @@ func closest(key string, fields map[string]reflect.Type) string {
 	return best
 }
 
+// Closest is the one of names nearest to name within two edits, for a
+// "did you mean" (a runtime's name, say); empty when none is that near.
+func Closest(name string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := distance(name, n); d < bestD && d > 0 {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
 // distance is the Levenshtein distance of a and b.
 func distance(a, b string) int {
 	prev := make([]int, len(b)+1)

@@ -18,11 +18,29 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Runtimes a definition may name.
+// The runtimes every worker offers. A definition may name another runtime
+// that workers announce (docs/subagents.md, "Writing a runtime").
 const (
 	RuntimeExec       = "exec"        // run Command
 	RuntimeClaudeCode = "claude-code" // run the claude CLI with Prompt
 )
+
+// BuiltinRuntimes lists the runtimes every worker offers.
+var BuiltinRuntimes = []string{RuntimeExec, RuntimeClaudeCode}
+
+// ValidRuntime reports whether name can name a runtime: 1-64 lowercase
+// letters, digits and '-', starting with a letter.
+func ValidRuntime(name string) bool {
+	if len(name) == 0 || len(name) > 64 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // Permission modes of the claude-code runtime.
 const (
@@ -207,8 +225,12 @@ func (d Definition) Validate() error {
 		if strings.TrimSpace(d.Prompt) == "" {
 			bad("prompt", "required for runtime claude-code")
 		}
+	case "":
+		bad("runtime", "required: exec, claude-code, or a runtime the workers announce")
 	default:
-		bad("runtime", "%q: want exec or claude-code", d.Runtime)
+		if !ValidRuntime(d.Runtime) {
+			bad("runtime", "%q is not a runtime name: 1-64 lowercase letters, digits and '-', starting with a letter (exec, claude-code, or a runtime the workers announce)", d.Runtime)
+		}
 	}
 	if d.Prompt != "" {
 		if _, err := template.New("prompt").Option("missingkey=zero").Parse(d.Prompt); err != nil {

@@ -104,7 +104,7 @@ func TestParseRejects(t *testing.T) {
 		{"misspelt field", "name: a\nruntime: exec\ncommand: [x]\nmax_round: 3\n", "max_round"},
 		{"wrong type", "name: a\nruntime: exec\ncommand: ./x\n", "command"},
 		{"not yaml", "name: [a\n", "subagent"},
-		{"invalid after parse", "name: a\nruntime: docker\n", "runtime"},
+		{"invalid after parse", "name: a\nruntime: Docker\n", "runtime"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +142,7 @@ func TestValidate(t *testing.T) {
 		{"name starting with dash", func(d *subagent.Definition) { d.Name = "-a" }, []string{"name:"}},
 		{"65-character name", func(d *subagent.Definition) { d.Name = strings.Repeat("a", 65) }, []string{"name:"}},
 		{"missing runtime", func(d *subagent.Definition) { d.Runtime = "" }, []string{"runtime:"}},
-		{"unknown runtime", func(d *subagent.Definition) { d.Runtime = "docker" }, []string{"runtime:"}},
+		{"malformed runtime", func(d *subagent.Definition) { d.Runtime = "Docker!" }, []string{"runtime:"}},
 		{"exec without command", func(d *subagent.Definition) { d.Command = nil }, []string{"command:"}},
 		{"exec with empty program", func(d *subagent.Definition) { d.Command = []string{"", "x"} }, []string{"command:"}},
 		{"claude-code without prompt", func(d *subagent.Definition) { d.Runtime = subagent.RuntimeClaudeCode; d.Prompt = " \n" }, []string{"prompt:"}},
@@ -173,7 +173,7 @@ func TestValidate(t *testing.T) {
 
 		{"everything at once", func(d *subagent.Definition) {
 			*d = subagent.Definition{
-				Name: "bad name", Runtime: "docker", Prompt: "{{", Permission: "all", Timeout: "soon",
+				Name: "bad name", Runtime: "Docker", Prompt: "{{", Permission: "all", Timeout: "soon",
 				EnvAllow: []string{"9X", "NATS_URL"}, Files: map[string]string{"/abs": "", "../up": "", ".agora/x": ""}, MaxRounds: -3,
 			}
 		}, []string{"name:", "runtime:", "prompt:", "permission_mode:", "timeout:", `env_allow: "9X"`, `env_allow: "NATS_URL"`,
@@ -316,7 +316,7 @@ func TestParseReportsEveryMistake(t *testing.T) {
 			[]string{"line 4: timout: not a field of a definition; did you mean timeout?", "line 6: read_path: not a field of sandbox; did you mean read_paths?",
 				"line 8: alow: not a field of sandbox.network; did you mean allow?"}},
 		{"a key nothing is near", "name: walk\nruntime: exec\ncommand: [sh]\nfoo: 1\n", []string{"line 4: foo: not a field of a definition (command, description"}},
-		{"a typo and a bad value", "name: walk\nruntime: exc\ncommand: [sh]\nmax-rounds: 3\n", []string{"line 4: max-rounds", "did you mean max_rounds?", `runtime: "exc"`}},
+		{"a typo and a bad value", "name: walk\nruntime: Exec\ncommand: [sh]\nmax-rounds: 3\n", []string{"line 4: max-rounds", "did you mean max_rounds?", `runtime: "Exec"`}},
 		{"a wrong type", "name: walk\nruntime: exec\ncommand: [sh]\nmax_rounds: two\n", []string{"YAML: cannot unmarshal string into field Definition.max_rounds of type int"}},
 		{"JSON", `{"name":"walk","runtime":"exec","command":["sh"],"timout":"2m"}`, []string{"line 1: timout", "did you mean timeout?"}},
 		{"not YAML", "name: [walk\n", []string{"not valid YAML (or JSON)", "line"}},

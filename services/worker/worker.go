@@ -33,6 +33,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/runtimes"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/svc"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/runtime"
@@ -210,8 +211,28 @@ func (s *Service) doBind(ctx context.Context) error {
 		if s.artifacts, err = js.ObjectStore(ctx, lifecycle.BucketArtifacts); err != nil {
 			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketArtifacts, err)
 		}
+		s.announce(ctx, js)
 		return nil
 	})
+}
+
+// announce writes each runtime this worker offers into agora_runtimes, so
+// that a definition naming one is accepted (client.Runtimes,
+// docs/subagents.md "Writing a runtime"). The work does not depend on it:
+// a failure is logged, and the next start announces again.
+func (s *Service) announce(ctx context.Context, js jetstream.JetStream) {
+	kv, err := js.KeyValue(ctx, lifecycle.BucketRuntimes)
+	if err != nil {
+		s.log.Warn("cannot announce this worker's runtimes: definitions naming one that is not built in are refused until a worker does", "bucket", lifecycle.BucketRuntimes, "err", err)
+		return
+	}
+	now := time.Now().UTC()
+	for _, name := range s.offered() {
+		b, _ := json.Marshal(client.RuntimeAnnouncement{Runtime: name, WorkerID: s.cfg.ID, AnnouncedAt: now})
+		if _, err := kv.Put(ctx, name, b); err != nil {
+			s.log.Warn("cannot announce a runtime", "runtime", name, "err", err)
+		}
+	}
 }
 
 // Run pulls and runs dispatches until ctx ends, then shuts down gracefully:
