@@ -18,6 +18,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
@@ -49,6 +50,12 @@ type Options struct {
 	Housekeeping time.Duration
 	// Registerer receives every service's metrics (stack.Options).
 	Registerer prometheus.Registerer
+	// Worker, when set, adjusts the worker's configuration (a stand-in
+	// CLI's binary, the helpers turned off).
+	Worker func(*worker.Config)
+	// Runtimes are the worker's runtimes besides the built-in ones
+	// (worker.Deps.Runtimes).
+	Runtimes map[string]runtime.Runtime
 	// Provision adjusts provisioning (a short duplicate window, so the
 	// streams' age limits can follow a short retention); its Retention is
 	// Retention's.
@@ -87,11 +94,16 @@ func Start(t *testing.T, o Options) *System {
 	if o.Housekeeping > 0 {
 		tick = o.Housekeeping
 	}
+	wc := worker.Config{WorkspaceRoot: t.TempDir(), Concurrency: o.WorkerConcurrency, PullExpiry: 500 * time.Millisecond,
+		KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second, SweepInterval: o.Housekeeping}
+	if o.Worker != nil {
+		o.Worker(&wc)
+	}
 	st, err := stack.Start(t.Context(), stack.Options{
 		URL:        srv.URL,
 		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, Retention: o.Retention, ReconcileGrace: o.Housekeeping},
-		Workers: []worker.Config{{WorkspaceRoot: t.TempDir(), Concurrency: o.WorkerConcurrency, PullExpiry: 500 * time.Millisecond,
-			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second, SweepInterval: o.Housekeeping}},
+		Workers:    []worker.Config{wc},
+		Runtimes:   o.Runtimes,
 		Router:     &router.Config{RoutesFile: routes, Tick: tick, CancelSweep: o.Housekeeping, ShutdownTimeout: 5 * time.Second, Retention: o.Retention},
 		Logger:     Logger(),
 		Registerer: o.Registerer,

@@ -1,0 +1,51 @@
+package runtimetest_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agora-dispatch/agora/harness/runtimetest"
+	"github.com/agora-dispatch/agora/internal/runtimes"
+	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/worker"
+)
+
+func TestExec(t *testing.T) {
+	runtimetest.Run(t, runtimetest.Subject{
+		Name: subagent.RuntimeExec,
+		Define: func(name, script string) subagent.Definition {
+			return subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", script}}
+		},
+	})
+}
+
+// standIn writes a stand-in CLI that runs its last argument (where the
+// runtime puts the prompt) with /bin/sh, in a folder the run may read,
+// and returns its path.
+func standIn(t *testing.T, name string) string {
+	dir := t.TempDir()
+	// The run's user is not the test's: it reads the stand-in through
+	// read_paths.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, name)
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nfor a; do last=$a; done\nexec /bin/sh -c \"$last\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func TestClaudeCode(t *testing.T) {
+	bin := standIn(t, "claude")
+	runtimetest.Run(t, runtimetest.Subject{
+		Name: subagent.RuntimeClaudeCode,
+		Define: func(name, script string) subagent.Definition {
+			return subagent.Definition{Name: name, Runtime: subagent.RuntimeClaudeCode, Prompt: script,
+				Sandbox: subagent.Sandbox{ReadPaths: []string{filepath.Dir(bin)}}}
+		},
+		Worker: func(c *worker.Config) { c.ClaudeBin = bin },
+		Taught: []string{runtimes.SkillPath, runtimes.MCPConfigPath},
+	})
+}
