@@ -7,9 +7,17 @@ import (
 
 	"github.com/agora-dispatch/agora/harness/runtimetest"
 	"github.com/agora-dispatch/agora/internal/runtimes"
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
 )
+
+// TestMain serves the require_input MCP tool when a run starts this
+// binary as the worker's own (runtimetest.Subject.MCP).
+func TestMain(m *testing.M) {
+	subagentmcp.ServeIfAskedInTest()
+	os.Exit(m.Run())
+}
 
 func TestExec(t *testing.T) {
 	runtimetest.Run(t, runtimetest.Subject{
@@ -47,5 +55,6 @@ func TestClaudeCode(t *testing.T) {
 		},
 		Worker: func(c *worker.Config) { c.ClaudeBin = bin },
 		Taught: []string{runtimes.SkillPath, runtimes.MCPConfigPath},
+		MCP:    true,
 	})
 }

@@ -24,12 +24,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agora-dispatch/agora/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/runtime"
@@ -54,6 +56,12 @@ type Subject struct {
 	// convention (its instruction overlay, its MCP configuration), none
 	// of which is there with the helpers off.
 	Taught []string
+	// MCP says the runtime wires the require_input MCP tool
+	// (runtime.Helper.MCPServer) into its CLI: the suite calls the tool
+	// over stdio from inside a run, as the CLI would. The test binary is
+	// then the tool's server: its TestMain calls
+	// subagentmcp.ServeIfAskedInTest first.
+	MCP bool
 }
 
 // Run checks s against the whole contract.
@@ -106,6 +114,21 @@ fi`)
 		}
 		if err := json.Unmarshal(f.Output, &in); err != nil || in.Answer != "B" || in.AnsweredBy == "" || string(in.PartialState) != `{"read":["a.go","b.go"]}` {
 			t.Errorf("round 1's input %s (%v): want the answer B and the partial state", f.Output, err)
+		}
+	})
+
+	t.Run("require_input", func(t *testing.T) {
+		if !s.MCP {
+			t.Skipf("runtime %s wires no MCP tool", s.Name)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		define(t, "tool-asker", mcpCall(exe, `{"question":"Through the tool: A or B?","options":["A","B"],"partial_state":{"via":"mcp"}}`))
+		ni, ok := wait(t, dispatch(t, c, "tool-asker", nil)).Data.(*lifecycle.NeedsInput)
+		if !ok || ni.Question != "Through the tool: A or B?" || string(ni.PartialState) != `{"via":"mcp"}` {
+			t.Fatalf("ended %+v, want the question the tool wrote", ni)
 		}
 	})
 
@@ -241,6 +264,25 @@ func start(t *testing.T, s Subject, off bool) *systemtest.System {
 	}
 	return systemtest.Start(t, o)
 }
+
+// mcpCall is a script that calls require_input with args (a JSON
+// object) on the MCP server exe over stdio, as a CLI does: initialize,
+// initialized, the call, and stdin held open until the call's answer.
+func mcpCall(exe, args string) string {
+	lines := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"runtimetest","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"require_input","arguments":` + args + `}}`,
+	}
+	return `in="$TMPDIR/mcp.in"; out="$TMPDIR/mcp.out"; mkfifo "$in"
+` + subagentmcp.EnvServe + `=serve ` + shellQuote(exe) + ` < "$in" > "$out" & 
+exec 3> "$in"
+printf '%s\n' ` + shellQuote(lines[0]) + ` ` + shellQuote(lines[1]) + ` ` + shellQuote(lines[2]) + ` >&3
+n=0; while ! grep -q '"id":2' "$out"; do n=$((n+1)); [ $n -gt 600 ] && exit 9; sleep 0.05; done
+exec 3>&-; wait`
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // exists is a shell command printing y or n for each of paths.
 func exists(paths []string) string {
