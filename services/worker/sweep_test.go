@@ -277,3 +277,75 @@ func TestRunCannotReleaseItsWorkspaceLock(t *testing.T) {
 		t.Fatalf("the run ended %s %+v, want finished with its nonce", r.Event.Type(), r.Data)
 	}
 }
+
+// TestSweepDetachesAnEmptyFilesystemACrashLeft lays out on disk what a
+// root worker killed while it gave a run its own filesystem leaves — the
+// tmpfs mounted on the run's folder, empty because the worker died before
+// it made .agora there, the folder under it holding its .agora and no lock
+// on either — beside the same mount of a live worker caught at that moment
+// (the folder's lock held) and a foreign mount. The sweep detaches and
+// removes the first, and touches neither of the others.
+func TestSweepDetachesAnEmptyFilesystemACrashLeft(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root worker mounts a run's workspace filesystem")
+	}
+	cases := []struct {
+		name    string
+		live    bool   // the folder's lock is held, as a live worker holds it
+		content string // a file on the mounted filesystem
+		removed bool
+	}{
+		{"abandoned mid-mount", false, "", true},
+		{"live worker between its mount and its lock", true, "", false},
+		{"foreign filesystem on a workspace folder", false, "notes", false},
+	}
+	root := t.TempDir()
+	for i, c := range cases {
+		ws := filepath.Join(root, fmt.Sprintf("crash%d.1.%d", i, 100+i))
+		if err := os.MkdirAll(filepath.Join(ws, ".agora", "artifacts"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if c.live {
+			holdLock(t, ws) // before the mount, as prepareWorkspace locks it
+		}
+		if err := unix.Mount("tmpfs", ws, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0700"); err != nil {
+			t.Fatalf("mount a tmpfs on %s: %v", ws, err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(ws, unix.MNT_DETACH) })
+		if c.content != "" {
+			if err := os.WriteFile(filepath.Join(ws, c.content), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := worker.SweepWorkspaces(root, quietLogger()); n != 1 {
+		t.Errorf("the sweep removed %d workspaces, want 1 (the abandoned one)", n)
+	}
+	for i, c := range cases {
+		ws := filepath.Join(root, fmt.Sprintf("crash%d.1.%d", i, 100+i))
+		_, err := os.Lstat(ws)
+		gone := os.IsNotExist(err)
+		if gone != c.removed {
+			t.Errorf("%s: workspace removed %t, want %t (%v)", c.name, gone, c.removed, err)
+		}
+		if mounted := mountedAt(t, ws); mounted == c.removed {
+			t.Errorf("%s: a filesystem is mounted on the workspace: %t, want %t", c.name, mounted, !c.removed)
+		}
+	}
+}
+
+// mountedAt reports whether a mount point of this process's mount
+// namespace is path.
+func mountedAt(t *testing.T, path string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}

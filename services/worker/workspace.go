@@ -139,7 +139,7 @@ func sweepWorkspaces(root string, log *slog.Logger) int {
 		if !e.IsDir() || !workspaceName.MatchString(e.Name()) {
 			continue
 		}
-		if sweepWorkspace(filepath.Join(root, e.Name()), uint64(rootSt.Dev), procs, log) {
+		if sweepWorkspace(root, e.Name(), uint64(rootSt.Dev), procs, log) {
 			removed++
 		}
 	}
@@ -149,14 +149,22 @@ func sweepWorkspaces(root string, log *slog.Logger) int {
 	return removed
 }
 
-// sweepWorkspace removes ws when no run holds it and reports whether it
-// did. rootDev is the device of the folder that holds ws: a workspace on
+// sweepWorkspace removes the workspace name under root when no run holds
+// it and reports whether it did. rootDev is root's device: a workspace on
 // another device is the run's own filesystem, mounted on the folder
 // (sandbox.go, mountWorkspace), which a worker that died mid-run left.
-func sweepWorkspace(ws string, rootDev uint64, procs func() map[string][]int, log *slog.Logger) bool {
+func sweepWorkspace(root, name string, rootDev uint64, procs func() map[string][]int, log *slog.Logger) bool {
+	ws := filepath.Join(root, name)
 	top := lockAbandoned(ws)
 	if top == nil {
-		return false // in use by a live run, not a workspace, or unreadable: not ours to touch
+		// In use by a live run, not a workspace, unreadable — or the
+		// empty filesystem of a worker killed while it mounted it.
+		if !detachEmptyMount(root, name, rootDev) {
+			return false
+		}
+		if top = lockAbandoned(ws); top == nil {
+			return false
+		}
 	}
 	defer top.Close()
 	for dir, pids := range procs() {
@@ -191,6 +199,43 @@ func sweepWorkspace(ws string, rootDev uint64, procs func() map[string][]int, lo
 		log.Warn("remove abandoned workspace", "workspace", ws, "err", err)
 		return false
 	}
+	return true
+}
+
+// detachEmptyMount lets go of the filesystem mounted on the workspace
+// name under root when a worker was killed between mounting it and making
+// .agora on it (mountWorkspace), and reports whether it did: the
+// filesystem is an empty tmpfs whose lock is free, and the folder under it
+// holds .agora and its lock is free too. A live worker holds the folder's
+// lock from the folder's creation until its filesystem is let go, so a
+// worker caught between its mount and its lock keeps the mount. The
+// folder is reached under the mount, through a copy of root's mount alone
+// (openUnder).
+func detachEmptyMount(root, name string, rootDev uint64) bool {
+	ws := filepath.Join(root, name)
+	top, err := lockDir(ws, true)
+	if err != nil {
+		return false
+	}
+	defer top.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(top.Fd()), &st) != nil || uint64(st.Dev) == rootDev || !emptyTmpfs(top) {
+		return false
+	}
+	dir, err := openUnder(root, name)
+	if err != nil {
+		return false
+	}
+	if syscall.Flock(int(dir.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		dir.Close()
+		return false // a live worker's
+	}
+	err = unix.Fstatat(int(dir.Fd()), ".agora", &st, unix.AT_SYMLINK_NOFOLLOW)
+	dir.Close()
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false // not a workspace folder
+	}
+	detach(ws)
 	return true
 }
 

@@ -2,7 +2,10 @@
 
 package worker
 
-import "errors"
+import (
+	"errors"
+	"os"
+)
 
 // mountTmpfs is Linux only; the worker never asks for it elsewhere (a
 // run's own filesystem needs namespaces).
@@ -13,3 +16,9 @@ func mountTmpfs(string, string) error {
 func detach(string) {}
 
 func fsFull(string) bool { return false }
+
+func openUnder(string, string) (*os.File, error) {
+	return nil, errors.New("worker: a workspace filesystem needs Linux")
+}
+
+func emptyTmpfs(*os.File) bool { return false }
