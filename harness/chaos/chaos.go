@@ -117,9 +117,13 @@ type Report struct {
 	Resumes      int `json:"resumes_checked"`
 	// Ends counts the dispatches' terminal events by kind and reason,
 	// most first: what happened, whether or not it is an anomaly.
-	Ends        []End    `json:"ends"`
-	Anomalies   []string `json:"anomalies"`
-	DurationSec float64  `json:"duration_s"`
+	Ends []End `json:"ends"`
+	// WorkspacesSwept counts the workspaces left by workers the soak
+	// killed that the soak's own sweep removed once every worker had
+	// ended.
+	WorkspacesSwept int      `json:"workspaces_swept"`
+	Anomalies       []string `json:"anomalies"`
+	DurationSec     float64  `json:"duration_s"`
 }
 
 // End is how many dispatches ended one way: a kind and, for failed, its
@@ -134,6 +138,11 @@ type End struct {
 func (r Report) OK() bool { return len(r.Anomalies) == 0 }
 
 const ackWait = 2 * time.Second
+
+// workspacesGo bounds the sweeps of the workspace root after the soak: a
+// workspace goes once the launcher holding its lock has died with its
+// worker.
+const workspacesGo = 10 * time.Second
 
 // maxFollowers bounds the threads followed at once (each is a consumer on
 // the lifecycle stream): a soak dispatches thousands.
@@ -178,6 +187,7 @@ type proc struct {
 	log  io.Writer
 	mu   sync.Mutex
 	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd has ended
 	// restarting serialises restart: two faults on one process never
 	// leave two of it running.
 	restarting sync.Mutex
@@ -230,6 +240,18 @@ func (p *proc) stop(s syscall.Signal) {
 	p.signal(s)
 }
 
+// end kills p for good and waits until it has ended: nothing starts it
+// again once it is stopping.
+func (p *proc) end() {
+	p.stop(syscall.SIGKILL)
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -241,15 +263,16 @@ func (p *proc) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("chaos: start %s: %w", p.name, err)
 	}
-	p.cmd = cmd
-	go p.wait(cmd)
+	p.cmd, p.done = cmd, make(chan struct{})
+	go p.wait(cmd, p.done)
 	return nil
 }
 
-// wait waits for cmd to end and starts p again when it was killed at a
-// crash point (docs/chaos.md, "Crash points").
-func (p *proc) wait(cmd *exec.Cmd) {
+// wait waits for cmd to end, closes done and starts p again when it was
+// killed at a crash point (docs/chaos.md, "Crash points").
+func (p *proc) wait(cmd *exec.Cmd, done chan struct{}) {
 	err := cmd.Wait()
+	close(done)
 	p.mu.Lock()
 	byItself := p.cmd == cmd && p.killing != cmd && !p.stopping
 	p.mu.Unlock()
@@ -304,7 +327,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	// The sub-agent's side folder is a write_path: the run's own host user
 	// (unprivileged under a root worker, docs/sandbox.md) must reach and
 	// write it, nothing else of dir.
-	side := filepath.Join(dir, "side")
+	side, ws := filepath.Join(dir, "side"), filepath.Join(dir, "ws")
 	if err := os.Mkdir(side, 0o755); err != nil {
 		return rep, err
 	}
@@ -376,12 +399,20 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		}
 		holes = append(holes, hole)
 		w := mk(fmt.Sprintf("worker-%d", i+1), "AGORA_NATS_URL="+hole.URL(), "AGORA_WORKER_ID=chaos-w"+strconv.Itoa(i+1), "AGORA_WORKER_CONCURRENCY=2",
-			"AGORA_WORKSPACE_ROOT="+filepath.Join(dir, "ws"), "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s",
+			"AGORA_WORKSPACE_ROOT="+ws, "AGORA_WORKER_PULL_EXPIRY=500ms", "AGORA_WORKER_KILL_GRACE=1s",
 			"AGORA_WORKER_SWEEP_INTERVAL=1s", crashpoint.Env+"="+crashpoint.WorkerPickup+":"+crashChance)
 		w.reachable = hole.waitOpen
 		workers = append(workers, w)
 		procs = append(procs, w)
 	}
+	// Once every service has ended (below), the workspaces that killed
+	// workers left go: no worker sweeps the root after the soak.
+	cleared := false
+	defer func() {
+		if !cleared {
+			_, _, _ = clearWorkspaces(ws, workspacesGo)
+		}
+	}()
 	for _, p := range procs {
 		if err := p.start(); err != nil {
 			return rep, err
@@ -389,7 +420,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	}
 	defer func() {
 		for _, p := range procs {
-			p.stop(syscall.SIGKILL)
+			p.end()
 		}
 	}()
 
@@ -548,6 +579,19 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer acancel()
 	audit(actx, js, ids, side, marker, &rep)
+
+	for _, p := range procs {
+		p.end()
+	}
+	swept, left, err := clearWorkspaces(ws, workspacesGo)
+	cleared = true
+	rep.WorkspacesSwept = swept
+	for _, m := range left {
+		rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("%s was still mounted once every worker had ended and the workspace root was swept for %s: detached by force", m, workspacesGo))
+	}
+	if err != nil {
+		rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("the workspace root could not be removed after the soak: %v", err))
+	}
 	rep.DurationSec = time.Since(start).Seconds()
 	return rep, nil
 }
@@ -1022,6 +1066,7 @@ func Print(w io.Writer, r Report) {
 	for k, v := range r.Faults {
 		fmt.Fprintf(tw, "fault: %s\t%d\n", k, v)
 	}
+	fmt.Fprintf(tw, "workspaces swept after the services ended\t%d\n", r.WorkspacesSwept)
 	fmt.Fprintf(tw, "anomalies\t%d\n", len(r.Anomalies))
 	fmt.Fprintf(tw, "duration\t%.1fs\n", r.DurationSec)
 	tw.Flush()

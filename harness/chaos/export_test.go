@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -23,4 +24,10 @@ func Audit(ctx context.Context, js jetstream.JetStream, threads []string, side s
 	r := Report{Threads: len(threads)}
 	audit(ctx, js, threads, side, "agora-chaos-audit-test-no-such-process", &r)
 	return r
+}
+
+// ClearWorkspaces empties the soak's workspace root as Run does once every
+// worker has ended, within that long.
+func ClearWorkspaces(root string, within time.Duration) (swept int, left []string, err error) {
+	return clearWorkspaces(root, within)
 }
