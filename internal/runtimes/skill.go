@@ -9,12 +9,26 @@ import (
 // Skill returns the agora-needs-input helper skill taught to claude-code
 // sub-agents, naming the absolute sentinel path the worker will check.
 func Skill(sentinelPath string) string {
-	return fmt.Sprintf(`---
+	return `---
 name: agora-needs-input
 description: Use when the task is ambiguous and only the operator can decide (which of two functions to change, whether a risky step is approved, a fact you cannot find). Ask through Agora instead of guessing, then stop.
 ---
 
-# Ask instead of guessing
+` + convention(sentinelPath, "mcp__agora__require_input")
+}
+
+// Instructions returns the same convention as Skill for a CLI taught
+// through a project instruction file (codex's AGENTS.md, gemini-cli's
+// GEMINI.md), whose require_input tool comes from the MCP server named
+// agora.
+func Instructions(sentinelPath string) string {
+	return convention(sentinelPath, "from the agora MCP server")
+}
+
+// convention is the needs-input convention; tool says how the CLI names
+// the require_input tool.
+func convention(sentinelPath, tool string) string {
+	return fmt.Sprintf(`# Ask instead of guessing
 
 You run unattended under Agora. Nobody reads your chat. When you reach a
 decision that only the operator can make, do not pick one yourself and do not
@@ -30,7 +44,7 @@ Do not ask about things you can find out yourself by reading the code or
 running a command.
 
 ## How to ask
-If you have the require_input tool (mcp__agora__require_input), call it with
+If you have the require_input tool (%s), call it with
 the fields below, then finish your turn without doing more work. It checks
 your question and writes it for you.
 
@@ -78,5 +92,5 @@ Your input file ($AGORA_INPUT_FILE, .agora/input.json) then holds the
 original input plus "answer" (the operator's answer) and "partial_state"
 (what you saved). Continue from the saved state; do not repeat the analysis.
 Write your final result as JSON to $AGORA_OUTPUT_FILE (.agora/output.json).
-`, sentinelPath, sentinel.MaxSize)
+`, tool, sentinelPath, sentinel.MaxSize)
 }
