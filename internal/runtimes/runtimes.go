@@ -1,7 +1,8 @@
 // Package runtimes holds the runtimes every Agora worker offers, by the
 // name a sub-agent definition gives as its runtime: exec (the
-// definition's command line) and claude-code (the claude CLI, taught to
-// ask by a skill and a require_input MCP tool). Each is a
+// definition's command line), and claude-code and codex (the claude and
+// codex CLIs, each taught to ask by an instruction file and a
+// require_input MCP tool). Each is a
 // runtime.Runtime (pkg/runtime): it says what to run, and the worker runs
 // it in the sandbox (docs/subagents.md, "Writing a runtime").
 package runtimes
@@ -15,6 +16,8 @@ import (
 type Config struct {
 	// ClaudeBin is the claude CLI (default: claude on the run's PATH).
 	ClaudeBin string
+	// CodexBin is the codex CLI (default: codex on the run's PATH).
+	CodexBin string
 }
 
 // Builtin returns the built-in runtimes by definition runtime name.
@@ -22,5 +25,6 @@ func Builtin(cfg Config) map[string]runtime.Runtime {
 	return map[string]runtime.Runtime{
 		subagent.RuntimeExec:       Exec{},
 		subagent.RuntimeClaudeCode: ClaudeCode{Bin: cfg.ClaudeBin},
+		subagent.RuntimeCodex:      Codex{Bin: cfg.CodexBin},
 	}
 }

@@ -2,7 +2,9 @@ package runtimes
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
 
@@ -23,6 +25,21 @@ description: Use when the task is ambiguous and only the operator can decide (wh
 // agora.
 func Instructions(sentinelPath string) string {
 	return convention(sentinelPath, "from the agora MCP server")
+}
+
+// helperEnv is the whole environment of the require_input MCP server for
+// a CLI that does not pass its own on to the servers it starts (codex
+// passes a short list of names): Helper.MCPEnv, and the workspace and
+// sentinel the server writes the question to.
+func helperEnv(inv runtime.Invocation) map[string]string {
+	env := map[string]string{"AGORA_WORKSPACE": inv.Workspace}
+	if inv.Helper.NeedsInputFile != "" {
+		env["AGORA_NEEDS_INPUT_FILE"] = inv.Helper.NeedsInputFile
+	}
+	if k, v, ok := strings.Cut(inv.Helper.MCPEnv, "="); ok {
+		env[k] = v
+	}
+	return env
 }
 
 // convention is the needs-input convention; tool says how the CLI names

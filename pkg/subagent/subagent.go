@@ -23,10 +23,11 @@ import (
 const (
 	RuntimeExec       = "exec"        // run Command
 	RuntimeClaudeCode = "claude-code" // run the claude CLI with Prompt
+	RuntimeCodex      = "codex"       // run the codex CLI with Prompt
 )
 
 // BuiltinRuntimes lists the runtimes every worker offers.
-var BuiltinRuntimes = []string{RuntimeExec, RuntimeClaudeCode}
+var BuiltinRuntimes = []string{RuntimeExec, RuntimeClaudeCode, RuntimeCodex}
 
 // ValidRuntime reports whether name can name a runtime: 1-64 lowercase
 // letters, digits and '-', starting with a letter.
@@ -42,10 +43,10 @@ func ValidRuntime(name string) bool {
 	return true
 }
 
-// Permission modes of the claude-code runtime.
+// Permission modes of the CLI runtimes (docs/subagents.md).
 const (
-	PermissionDefault = ""       // --dangerously-skip-permissions (the sub-agent runs unattended)
-	PermissionStrict  = "strict" // no --dangerously-skip-permissions
+	PermissionDefault = ""       // the CLI's own approvals off (claude-code: --dangerously-skip-permissions): the sub-agent runs unattended in Agora's sandbox
+	PermissionStrict  = "strict" // the CLI keeps its own approvals (claude-code: no --dangerously-skip-permissions)
 )
 
 // DefaultTimeout applies when neither the definition nor the request sets one.
@@ -221,15 +222,15 @@ func (d Definition) Validate() error {
 		if len(d.Command) == 0 || d.Command[0] == "" {
 			bad("command", "required for runtime exec")
 		}
-	case RuntimeClaudeCode:
+	case RuntimeClaudeCode, RuntimeCodex:
 		if strings.TrimSpace(d.Prompt) == "" {
-			bad("prompt", "required for runtime claude-code")
+			bad("prompt", "required for runtime %s", d.Runtime)
 		}
 	case "":
-		bad("runtime", "required: exec, claude-code, or a runtime the workers announce")
+		bad("runtime", "required: %s, or a runtime the workers announce", strings.Join(BuiltinRuntimes, ", "))
 	default:
 		if !ValidRuntime(d.Runtime) {
-			bad("runtime", "%q is not a runtime name: 1-64 lowercase letters, digits and '-', starting with a letter (exec, claude-code, or a runtime the workers announce)", d.Runtime)
+			bad("runtime", "%q is not a runtime name: 1-64 lowercase letters, digits and '-', starting with a letter (%s, or a runtime the workers announce)", d.Runtime, strings.Join(BuiltinRuntimes, ", "))
 		}
 	}
 	if d.Prompt != "" {

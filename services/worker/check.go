@@ -84,10 +84,11 @@ func (r CheckReport) Missing() bool {
 // each path, whether the run's root shows it, with the read_paths entries
 // that would show the ones it does not. env is the environment the worker
 // runs with, as os.Environ returns it; the sub-agent's PATH is taken from
-// it as Environment does, and the claude-code runtime's CLI from
-// AGORA_WORKER_CLAUDE_BIN (default claude on PATH). It reads this host's
-// filesystem and runs nothing; a worker on another host, or with another
-// PATH, may resolve the command differently.
+// it as Environment does, and a CLI runtime's executable from its
+// variable (cliBins: AGORA_WORKER_CLAUDE_BIN, default claude on PATH, and
+// the codex one). It reads this host's filesystem and runs
+// nothing; a worker on another host, or with another PATH, may resolve the
+// command differently.
 func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 	c := &checker{
 		def:  def,
@@ -99,15 +100,15 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 			c.path = v
 		}
 	}
+	vars := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
 		switch k {
 		case "HOME":
 			c.home = v
 		case "PYENV_VERSION":
 			c.pyenvVersion = v
-		case "AGORA_WORKER_CLAUDE_BIN":
-			c.claudeBin = v
 		}
 	}
 	c.roots = c.shownRoots()
@@ -115,7 +116,11 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 	if c.mode == subagent.SandboxOff {
 		c.note("mode off: the run sees the worker's whole filesystem")
 	}
-	switch rt, ok := runtimes.Builtin(runtimes.Config{ClaudeBin: c.claudeBin})[def.Runtime]; {
+	rts := runtimes.Builtin(runtimes.Config{
+		ClaudeBin: vars[cliBins[subagent.RuntimeClaudeCode]],
+		CodexBin:  vars[cliBins[subagent.RuntimeCodex]],
+	})
+	switch rt, ok := rts[def.Runtime]; {
 	case def.Runtime == subagent.RuntimeExec || !ok:
 		if !ok {
 			c.note("runtime %q is not built in: its command is checked as the definition's", def.Runtime)
@@ -138,13 +143,20 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 			break
 		}
 		why := fmt.Sprintf("the %s runtime's CLI", def.Runtime)
-		if c.claudeBin != "" && def.Runtime == subagent.RuntimeClaudeCode {
-			why += " (AGORA_WORKER_CLAUDE_BIN)"
+		if name := cliBins[def.Runtime]; vars[name] != "" {
+			why += " (" + name + ")"
 		}
 		c.command(cmd.Args[0], why)
 	}
 	c.suggest()
 	return c.rep
+}
+
+// cliBins names the worker variable that sets each CLI runtime's
+// executable (Config.ClaudeBin, CodexBin).
+var cliBins = map[string]string{
+	subagent.RuntimeClaudeCode: "AGORA_WORKER_CLAUDE_BIN",
+	subagent.RuntimeCodex:      "AGORA_WORKER_CODEX_BIN",
 }
 
 // checker walks one definition's chain.
@@ -154,7 +166,6 @@ type checker struct {
 	path         string // the sub-agent's PATH
 	home         string
 	pyenvVersion string
-	claudeBin    string
 	roots        []string // what the run's root shows, each with all beneath it
 	alone        string   // the command's executable, shown on its own
 	seen         map[string]bool

@@ -41,8 +41,9 @@ type Config struct {
 	// PullExpiry bounds one pull request; a stop waits at most this long
 	// for an idle slot.
 	PullExpiry time.Duration `envconfig:"WORKER_PULL_EXPIRY" default:"2s"`
-	// DisableNeedsInputHelper, when exactly "true", stops the claude-code
-	// runtime from writing the agora-needs-input skill.
+	// DisableNeedsInputHelper, when exactly "true", stops the CLI runtimes
+	// from laying down their instruction files (the agora-needs-input
+	// skill, AGENTS.md) and MCP configurations.
 	DisableNeedsInputHelper string `envconfig:"DISABLE_NEEDS_INPUT_HELPER"`
 	// SandboxLauncher is the launcher binary sub-agents start through;
 	// default agora-sandbox next to the worker's executable, else the
@@ -68,6 +69,8 @@ type Config struct {
 	SandboxWorkspace string `envconfig:"SANDBOX_WORKSPACE"`
 	// ClaudeBin is the claude CLI the claude-code runtime runs.
 	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
+	// CodexBin is the codex CLI the codex runtime runs.
+	CodexBin string `envconfig:"WORKER_CODEX_BIN" default:"codex"`
 	// ArtifactMaxFile, ArtifactMaxTotal and ArtifactMaxCount cap the files
 	// of one dispatch uploaded from .agora/artifacts/ (sizes as in 64MiB);
 	// files past a cap are skipped and listed as skipped
