@@ -28,8 +28,8 @@ func newSubagentCmd(g *globals) *cobra.Command {
 		Aliases: []string{"subagents"},
 		Short:   "Register, list and show sub-agent definitions",
 		Long: `subagent manages the sub-agent definitions in the agora_subagents bucket. A
-definition is YAML or JSON: name, runtime (exec, claude-code, codex or
-one the workers announce), command or
+definition is YAML or JSON: name, runtime (exec, claude-code, codex,
+gemini-cli or one the workers announce), command or
 prompt, timeout, env_allow, files, max_rounds, description.`,
 	}
 	cmd.AddCommand(newSubagentApplyCmd(g), newSubagentCheckCmd(g), newSubagentListCmd(g), newSubagentGetCmd(g))
@@ -198,9 +198,9 @@ func newSubagentCheckCmd(g *globals) *cobra.Command {
 		Use:   "check NAME | check -f FILE [-f FILE…]",
 		Short: "Show what a sub-agent's sandbox would deny its command, and the read_paths to add",
 		Long: `check resolves what a run of the sub-agent executes — its command on the
-sub-agent's PATH (for runtime claude-code or codex, its CLI:
-AGORA_WORKER_CLAUDE_BIN or AGORA_WORKER_CODEX_BIN, else claude or codex on
-PATH), each symbolic link on the way,
+sub-agent's PATH (for runtime claude-code, codex or gemini-cli, its CLI:
+AGORA_WORKER_CLAUDE_BIN, AGORA_WORKER_CODEX_BIN or AGORA_WORKER_GEMINI_BIN,
+else claude, codex or gemini on PATH), each symbolic link on the way,
 the interpreter a script's #! line names (through /usr/bin/env to PATH), what a
 pyenv, rbenv or asdf shim runs, an ELF program's loader and the libraries its
 RUNPATH finds — and prints, for each path, whether the run's root shows it

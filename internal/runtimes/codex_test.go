@@ -101,6 +101,7 @@ func TestCLIRuntimesNeedAPrompt(t *testing.T) {
 	for name, v := range map[string]runtime.Validator{
 		subagent.RuntimeClaudeCode: runtimes.ClaudeCode{},
 		subagent.RuntimeCodex:      runtimes.Codex{},
+		subagent.RuntimeGeminiCLI:  runtimes.GeminiCLI{},
 	} {
 		if err := v.Validate(subagent.Definition{Name: "a", Runtime: name}); err == nil {
 			t.Errorf("%s accepted a definition without a prompt", name)

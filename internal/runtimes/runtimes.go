@@ -1,8 +1,8 @@
 // Package runtimes holds the runtimes every Agora worker offers, by the
 // name a sub-agent definition gives as its runtime: exec (the
-// definition's command line), and claude-code and codex (the claude and
-// codex CLIs, each taught to ask by an instruction file and a
-// require_input MCP tool). Each is a
+// definition's command line), and claude-code, codex and gemini-cli (the
+// claude, codex and gemini CLIs, each taught to ask by an instruction file
+// and a require_input MCP tool). Each is a
 // runtime.Runtime (pkg/runtime): it says what to run, and the worker runs
 // it in the sandbox (docs/subagents.md, "Writing a runtime").
 package runtimes
@@ -18,6 +18,8 @@ type Config struct {
 	ClaudeBin string
 	// CodexBin is the codex CLI (default: codex on the run's PATH).
 	CodexBin string
+	// GeminiBin is the gemini CLI (default: gemini on the run's PATH).
+	GeminiBin string
 }
 
 // Builtin returns the built-in runtimes by definition runtime name.
@@ -26,5 +28,6 @@ func Builtin(cfg Config) map[string]runtime.Runtime {
 		subagent.RuntimeExec:       Exec{},
 		subagent.RuntimeClaudeCode: ClaudeCode{Bin: cfg.ClaudeBin},
 		subagent.RuntimeCodex:      Codex{Bin: cfg.CodexBin},
+		subagent.RuntimeGeminiCLI:  GeminiCLI{Bin: cfg.GeminiBin},
 	}
 }

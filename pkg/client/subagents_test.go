@@ -57,7 +57,7 @@ func TestApplySubagentRefusesWhatCannotRun(t *testing.T) {
 	// A runtime no worker announced, named with what is offered; a typo
 	// of one gets a suggestion.
 	_, err = c.ApplySubagent(t.Context(), subagent.Definition{Name: "ok", Runtime: "shell", Command: []string{"x"}})
-	if err == nil || !strings.Contains(err.Error(), `runtime: "shell" is offered by no worker; the workers offer claude-code, codex, exec`) {
+	if err == nil || !strings.Contains(err.Error(), `runtime: "shell" is offered by no worker; the workers offer claude-code, codex, exec, gemini-cli`) {
 		t.Errorf("apply of a runtime nobody offers: %v", err)
 	}
 	_, err = c.ApplySubagent(t.Context(), subagent.Definition{Name: "ok", Runtime: "exc", Command: []string{"x"}})

@@ -24,10 +24,11 @@ const (
 	RuntimeExec       = "exec"        // run Command
 	RuntimeClaudeCode = "claude-code" // run the claude CLI with Prompt
 	RuntimeCodex      = "codex"       // run the codex CLI with Prompt
+	RuntimeGeminiCLI  = "gemini-cli"  // run the gemini CLI with Prompt
 )
 
 // BuiltinRuntimes lists the runtimes every worker offers.
-var BuiltinRuntimes = []string{RuntimeExec, RuntimeClaudeCode, RuntimeCodex}
+var BuiltinRuntimes = []string{RuntimeExec, RuntimeClaudeCode, RuntimeCodex, RuntimeGeminiCLI}
 
 // ValidRuntime reports whether name can name a runtime: 1-64 lowercase
 // letters, digits and '-', starting with a letter.
@@ -222,7 +223,7 @@ func (d Definition) Validate() error {
 		if len(d.Command) == 0 || d.Command[0] == "" {
 			bad("command", "required for runtime exec")
 		}
-	case RuntimeClaudeCode, RuntimeCodex:
+	case RuntimeClaudeCode, RuntimeCodex, RuntimeGeminiCLI:
 		if strings.TrimSpace(d.Prompt) == "" {
 			bad("prompt", "required for runtime %s", d.Runtime)
 		}

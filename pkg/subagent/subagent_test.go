@@ -147,6 +147,7 @@ func TestValidate(t *testing.T) {
 		{"exec with empty program", func(d *subagent.Definition) { d.Command = []string{"", "x"} }, []string{"command:"}},
 		{"claude-code without prompt", func(d *subagent.Definition) { d.Runtime = subagent.RuntimeClaudeCode; d.Prompt = " \n" }, []string{"prompt:"}},
 		{"codex without prompt", func(d *subagent.Definition) { d.Runtime = subagent.RuntimeCodex; d.Prompt = "" }, []string{"prompt: required for runtime codex"}},
+		{"gemini-cli without prompt", func(d *subagent.Definition) { d.Runtime = subagent.RuntimeGeminiCLI; d.Prompt = " " }, []string{"prompt: required for runtime gemini-cli"}},
 		{"bad template", func(d *subagent.Definition) { d.Prompt = "{{.Input.task" }, []string{"prompt:"}},
 		{"unknown template function", func(d *subagent.Definition) { d.Prompt = "{{nosuch .Input}}" }, []string{"prompt:"}},
 		{"unknown permission mode", func(d *subagent.Definition) { d.Permission = "yolo" }, []string{"permission_mode:"}},

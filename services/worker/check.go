@@ -86,7 +86,7 @@ func (r CheckReport) Missing() bool {
 // runs with, as os.Environ returns it; the sub-agent's PATH is taken from
 // it as Environment does, and a CLI runtime's executable from its
 // variable (cliBins: AGORA_WORKER_CLAUDE_BIN, default claude on PATH, and
-// the codex one). It reads this host's filesystem and runs
+// the codex and gemini ones). It reads this host's filesystem and runs
 // nothing; a worker on another host, or with another PATH, may resolve the
 // command differently.
 func CheckDefinition(def subagent.Definition, env []string) CheckReport {
@@ -119,6 +119,7 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 	rts := runtimes.Builtin(runtimes.Config{
 		ClaudeBin: vars[cliBins[subagent.RuntimeClaudeCode]],
 		CodexBin:  vars[cliBins[subagent.RuntimeCodex]],
+		GeminiBin: vars[cliBins[subagent.RuntimeGeminiCLI]],
 	})
 	switch rt, ok := rts[def.Runtime]; {
 	case def.Runtime == subagent.RuntimeExec || !ok:
@@ -129,7 +130,7 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 			c.note("the definition has no command")
 			break
 		}
-		c.command(def.Command[0], "command")
+		c.command(def.Command[0], "command", true)
 		for _, a := range def.Command[1:] {
 			if filepath.IsAbs(a) {
 				c.check(filepath.Clean(a), "named in command", 0, false)
@@ -146,17 +147,29 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 		if name := cliBins[def.Runtime]; vars[name] != "" {
 			why += " (" + name + ")"
 		}
-		c.command(cmd.Args[0], why)
+		args := cmd.Args
+		if path.Base(args[0]) == "env" {
+			// env(1) setting variables for the CLI, which it runs.
+			c.command(args[0], fmt.Sprintf("env, which runs the %s runtime's CLI", def.Runtime), true)
+			for len(args) > 1 && strings.Contains(args[1], "=") {
+				args = args[1:]
+			}
+			args = args[1:]
+		}
+		if len(args) > 0 {
+			c.command(args[0], why, len(args) == len(cmd.Args))
+		}
 	}
 	c.suggest()
 	return c.rep
 }
 
 // cliBins names the worker variable that sets each CLI runtime's
-// executable (Config.ClaudeBin, CodexBin).
+// executable (Config.ClaudeBin, CodexBin, GeminiBin).
 var cliBins = map[string]string{
 	subagent.RuntimeClaudeCode: "AGORA_WORKER_CLAUDE_BIN",
 	subagent.RuntimeCodex:      "AGORA_WORKER_CODEX_BIN",
+	subagent.RuntimeGeminiCLI:  "AGORA_WORKER_GEMINI_BIN",
 }
 
 // checker walks one definition's chain.
@@ -234,8 +247,9 @@ func coveredBy(p string, roots []string) bool {
 
 // command resolves the executable name the way the worker does (lookPath:
 // a name with a '/' as it is, in the workspace when relative; else the
-// sub-agent's PATH) and checks it.
-func (c *checker) command(name, why string) {
+// sub-agent's PATH) and checks it. bound is whether the worker starts it,
+// and so shows it wherever it is, rather than a program it starts (env's).
+func (c *checker) command(name, why string, bound bool) {
 	switch {
 	case name == "agora":
 		c.add(CheckStep{Path: helperPath, Why: why + ": the agora helper, first on the run's PATH", Status: CheckOK})
@@ -265,8 +279,10 @@ func (c *checker) command(name, why string) {
 	}
 	// The worker shows the executable itself, wherever it is (runtime.go,
 	// runCommand): a bind of the file its path leads to.
-	c.alone = name
-	if c.mode != subagent.SandboxOff && c.shownBy(name) == name && !slices.Contains(c.roots, name) {
+	if bound {
+		c.alone = name
+	}
+	if c.mode != subagent.SandboxOff && bound && c.shownBy(name) == name && !slices.Contains(c.roots, name) {
 		real, err := filepath.EvalSymlinks(name)
 		if err != nil {
 			real = name

@@ -43,7 +43,7 @@ type Config struct {
 	PullExpiry time.Duration `envconfig:"WORKER_PULL_EXPIRY" default:"2s"`
 	// DisableNeedsInputHelper, when exactly "true", stops the CLI runtimes
 	// from laying down their instruction files (the agora-needs-input
-	// skill, AGENTS.md) and MCP configurations.
+	// skill, AGENTS.md, GEMINI.md) and MCP configurations.
 	DisableNeedsInputHelper string `envconfig:"DISABLE_NEEDS_INPUT_HELPER"`
 	// SandboxLauncher is the launcher binary sub-agents start through;
 	// default agora-sandbox next to the worker's executable, else the
@@ -71,6 +71,8 @@ type Config struct {
 	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
 	// CodexBin is the codex CLI the codex runtime runs.
 	CodexBin string `envconfig:"WORKER_CODEX_BIN" default:"codex"`
+	// GeminiBin is the gemini CLI the gemini-cli runtime runs.
+	GeminiBin string `envconfig:"WORKER_GEMINI_BIN" default:"gemini"`
 	// ArtifactMaxFile, ArtifactMaxTotal and ArtifactMaxCount cap the files
 	// of one dispatch uploaded from .agora/artifacts/ (sizes as in 64MiB);
 	// files past a cap are skipped and listed as skipped

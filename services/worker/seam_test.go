@@ -51,13 +51,13 @@ func TestRuntimeFromOutsideTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	def := subagent.Definition{Name: "greets", Runtime: "greeter", Prompt: "world", Timeout: "1m"}
-	if _, err := c.ApplySubagent(t.Context(), def); err == nil || !strings.Contains(err.Error(), `runtime: "greeter" is offered by no worker; the workers offer claude-code, codex, exec`) {
+	if _, err := c.ApplySubagent(t.Context(), def); err == nil || !strings.Contains(err.Error(), `runtime: "greeter" is offered by no worker; the workers offer claude-code, codex, exec, gemini-cli`) {
 		t.Fatalf("apply before a worker announced greeter: %v", err)
 	}
 	h.startWorker(h.workerConfig(), worker.Deps{Runtimes: map[string]runtime.Runtime{"greeter": greeter{}}})
 	testkit.Eventually(t, 10*time.Second, "the worker to announce greeter", func() bool {
 		names, err := c.Runtimes(t.Context())
-		return err == nil && strings.Join(names, ",") == "claude-code,codex,exec,greeter"
+		return err == nil && strings.Join(names, ",") == "claude-code,codex,exec,gemini-cli,greeter"
 	})
 	if _, err := c.ApplySubagent(t.Context(), def); err != nil {
 		t.Fatalf("apply once a worker offers greeter: %v", err)
@@ -83,7 +83,7 @@ func TestRuntimeFromOutsideTheWorker(t *testing.T) {
 		t.Errorf("a definition greeter refuses: %+v", fl)
 	}
 	h.define(subagent.Definition{Name: "elsewhere", Runtime: "codex-next", Prompt: "p", Timeout: "1m"})
-	if fl, ok := h.terminal(h.dispatch(lifecycle.Request{Subagent: "elsewhere"})).Data.(*lifecycle.Failed); !ok || !strings.Contains(fl.Detail, `runtime "codex-next" is not available on this worker (it offers claude-code, codex, exec, greeter)`) {
+	if fl, ok := h.terminal(h.dispatch(lifecycle.Request{Subagent: "elsewhere"})).Data.(*lifecycle.Failed); !ok || !strings.Contains(fl.Detail, `runtime "codex-next" is not available on this worker (it offers claude-code, codex, exec, gemini-cli, greeter)`) {
 		t.Errorf("a runtime this worker does not offer: %+v", fl)
 	}
 }

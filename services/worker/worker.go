@@ -50,9 +50,9 @@ type Deps struct {
 	// served by Handler.
 	Registerer prometheus.Registerer
 	// Runtimes adds or replaces runtimes by definition runtime name
-	// (built in: exec, claude-code and codex, internal/runtimes): each says
-	// what to run, and the worker runs it in the run's sandbox
-	// (docs/subagents.md, "Writing a runtime").
+	// (built in: exec, claude-code, codex and gemini-cli,
+	// internal/runtimes): each says what to run, and the worker runs it in
+	// the run's sandbox (docs/subagents.md, "Writing a runtime").
 	Runtimes map[string]runtime.Runtime
 	// InProcess runs Go code in the worker's process in place of the
 	// command of every sub-agent whose runtime it names, unconfined: for
@@ -139,7 +139,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.runtimes = runtimes.Builtin(runtimes.Config{ClaudeBin: cfg.ClaudeBin, CodexBin: cfg.CodexBin})
+	s.runtimes = runtimes.Builtin(runtimes.Config{ClaudeBin: cfg.ClaudeBin, CodexBin: cfg.CodexBin, GeminiBin: cfg.GeminiBin})
 	for k, v := range deps.Runtimes {
 		s.runtimes[k] = v
 	}
