@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
+	"github.com/agora-dispatch/agora/internal/runtimes"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/worker"
 )
@@ -149,4 +152,24 @@ func run(t *testing.T, js jetstream.JetStream, req *lifecycle.Request) lifecycle
 	}
 	t.Fatalf("no terminal event for %s", req.DispatchID)
 	return nil
+}
+
+// TestCLIExampleDefinitions: the CLI runtimes' example definitions parse,
+// name their runtime, allow their API's host and key, and make a command.
+func TestCLIExampleDefinitions(t *testing.T) {
+	for file, want := range map[string]struct{ runtime, host, key string }{
+		"codex/coder.yaml":      {subagent.RuntimeCodex, "api.openai.com:443", "CODEX_API_KEY"},
+		"gemini-cli/coder.yaml": {subagent.RuntimeGeminiCLI, "generativelanguage.googleapis.com:443", "GEMINI_API_KEY"},
+	} {
+		def, _, err := subagent.ParseFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if def.Runtime != want.runtime || !slices.Contains(def.Sandbox.Network.Allow, want.host) || !slices.Contains(def.EnvAllow, want.key) {
+			t.Errorf("%s: runtime %s, network %v, env_allow %v; want %s, %s, %s", file, def.Runtime, def.Sandbox.Network.Allow, def.EnvAllow, want.runtime, want.host, want.key)
+		}
+		if _, err := runtimes.Builtin(runtimes.Config{})[def.Runtime].Command(runtime.Invocation{Definition: def, Input: map[string]json.RawMessage{"repo": json.RawMessage(`"/srv/repos/a"`), "task": json.RawMessage(`"x"`)}}); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+	}
 }
