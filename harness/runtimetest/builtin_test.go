@@ -29,9 +29,9 @@ func TestExec(t *testing.T) {
 }
 
 // standIn writes a stand-in CLI that runs its last argument (where the
-// runtime puts the prompt) with /bin/sh, in a folder the run may read,
-// and returns its path.
-func standIn(t *testing.T, name string) string {
+// runtime puts the prompt), less prefix, with /bin/sh, in a folder the run
+// may read, and returns its path.
+func standIn(t *testing.T, name, prefix string) string {
 	dir := t.TempDir()
 	// The run's user is not the test's: it reads the stand-in through
 	// read_paths.
@@ -39,14 +39,14 @@ func standIn(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, name)
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\nfor a; do last=$a; done\nexec /bin/sh -c \"$last\"\n"), 0o755); err != nil {
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nfor a; do last=$a; done\nexec /bin/sh -c \"${last#"+prefix+"}\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return bin
 }
 
 func TestClaudeCode(t *testing.T) {
-	bin := standIn(t, "claude")
+	bin := standIn(t, "claude", "")
 	runtimetest.Run(t, runtimetest.Subject{
 		Name: subagent.RuntimeClaudeCode,
 		Define: func(name, script string) subagent.Definition {
@@ -55,6 +55,35 @@ func TestClaudeCode(t *testing.T) {
 		},
 		Worker: func(c *worker.Config) { c.ClaudeBin = bin },
 		Taught: []string{runtimes.SkillPath, runtimes.MCPConfigPath},
+		MCP:    true,
+	})
+}
+
+func TestCodex(t *testing.T) {
+	bin := standIn(t, "codex", "")
+	runtimetest.Run(t, runtimetest.Subject{
+		Name: subagent.RuntimeCodex,
+		Define: func(name, script string) subagent.Definition {
+			return subagent.Definition{Name: name, Runtime: subagent.RuntimeCodex, Prompt: script,
+				Sandbox: subagent.Sandbox{ReadPaths: []string{filepath.Dir(bin)}}}
+		},
+		Worker: func(c *worker.Config) { c.CodexBin = bin },
+		Taught: []string{runtimes.CodexInstructionsPath},
+		MCP:    true,
+	})
+}
+
+func TestGeminiCLI(t *testing.T) {
+	// The prompt is --prompt=<prompt>, the last argument.
+	bin := standIn(t, "gemini", "--prompt=")
+	runtimetest.Run(t, runtimetest.Subject{
+		Name: subagent.RuntimeGeminiCLI,
+		Define: func(name, script string) subagent.Definition {
+			return subagent.Definition{Name: name, Runtime: subagent.RuntimeGeminiCLI, Prompt: script,
+				Sandbox: subagent.Sandbox{ReadPaths: []string{filepath.Dir(bin)}}}
+		},
+		Worker: func(c *worker.Config) { c.GeminiBin = bin },
+		Taught: []string{runtimes.GeminiInstructionsPath, runtimes.GeminiSettingsPath},
 		MCP:    true,
 	})
 }
