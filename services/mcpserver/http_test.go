@@ -465,7 +465,7 @@ func TestHTTPSessionRefusesAnotherToken(t *testing.T) {
 // session idle past AGORA_MCP_SESSION_IDLE is closed, which frees its
 // place; another principal is not counted with the first.
 func TestHTTPSessionsAreBounded(t *testing.T) {
-	e := newEnv(t, mcpserver.Config{APITokens: []string{"alice-token", "bob-token"}, MaxSessions: 2, SessionIdle: 300 * time.Millisecond})
+	e := newEnv(t, mcpserver.Config{APITokens: []string{"alice-token", "bob-token"}, MaxSessions: 2, SessionIdle: time.Second})
 	srv := httptest.NewServer(e.svc.Handler())
 	defer srv.Close()
 	initialize := func(token string) (*http.Response, string) {
@@ -494,7 +494,9 @@ func TestHTTPSessionsAreBounded(t *testing.T) {
 	}
 	bob.version = "2025-11-25"
 	bob.notify("notifications/initialized")
-	for start := time.Now(); time.Since(start) < 5*300*time.Millisecond; time.Sleep(100 * time.Millisecond) {
+	// (An idle timeout shorter than a second closed bob's session between
+	// two of his requests on a loaded machine running -race.)
+	for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(100 * time.Millisecond) {
 		if res, _ := bob.call("tools/list", nil, nil); res.Error != nil {
 			t.Fatalf("bob's session in use, %s after it opened: %+v", time.Since(start).Round(time.Millisecond), res.Error)
 		}
