@@ -92,16 +92,10 @@ func sortedKeys(m map[string]reflect.Type) []string { return slices.Sorted(maps.
 // different case, or '-' for '_'); empty when none is that near.
 func closest(key string, fields map[string]reflect.Type) string {
 	norm := strings.ReplaceAll(strings.ToLower(key), "-", "_")
-	best, bestD := "", 3
-	for _, f := range sortedKeys(fields) {
-		if f == norm {
-			return f
-		}
-		if d := distance(norm, f); d < bestD {
-			best, bestD = f, d
-		}
+	if _, ok := fields[norm]; ok {
+		return norm
 	}
-	return best
+	return Closest(norm, sortedKeys(fields))
 }
 
 // Closest is the one of names nearest to name within two edits, for a
