@@ -28,10 +28,10 @@ func TestExec(t *testing.T) {
 	})
 }
 
-// standIn writes a stand-in CLI that runs its last argument (where the
-// runtime puts the prompt), less prefix, with /bin/sh, in a folder the run
-// may read, and returns its path.
-func standIn(t *testing.T, name, prefix string) string {
+// cli is the Subject of a CLI runtime run against a stand-in of its CLI
+// that runs its last argument (where the runtime puts the prompt), less
+// prefix, with /bin/sh; setBin points the worker at the stand-in.
+func cli(t *testing.T, name, prefix string, setBin func(*worker.Config, string), taught ...string) runtimetest.Subject {
 	dir := t.TempDir()
 	// The run's user is not the test's: it reads the stand-in through
 	// read_paths.
@@ -42,48 +42,29 @@ func standIn(t *testing.T, name, prefix string) string {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\nfor a; do last=$a; done\nexec /bin/sh -c \"${last#"+prefix+"}\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return bin
+	return runtimetest.Subject{
+		Name: name,
+		Define: func(def, script string) subagent.Definition {
+			return subagent.Definition{Name: def, Runtime: name, Prompt: script, Sandbox: subagent.Sandbox{ReadPaths: []string{dir}}}
+		},
+		Worker: func(c *worker.Config) { setBin(c, bin) },
+		Taught: taught,
+		MCP:    true,
+	}
 }
 
 func TestClaudeCode(t *testing.T) {
-	bin := standIn(t, "claude", "")
-	runtimetest.Run(t, runtimetest.Subject{
-		Name: subagent.RuntimeClaudeCode,
-		Define: func(name, script string) subagent.Definition {
-			return subagent.Definition{Name: name, Runtime: subagent.RuntimeClaudeCode, Prompt: script,
-				Sandbox: subagent.Sandbox{ReadPaths: []string{filepath.Dir(bin)}}}
-		},
-		Worker: func(c *worker.Config) { c.ClaudeBin = bin },
-		Taught: []string{runtimes.SkillPath, runtimes.MCPConfigPath},
-		MCP:    true,
-	})
+	runtimetest.Run(t, cli(t, subagent.RuntimeClaudeCode, "", func(c *worker.Config, bin string) { c.ClaudeBin = bin },
+		runtimes.SkillPath, runtimes.MCPConfigPath))
 }
 
 func TestCodex(t *testing.T) {
-	bin := standIn(t, "codex", "")
-	runtimetest.Run(t, runtimetest.Subject{
-		Name: subagent.RuntimeCodex,
-		Define: func(name, script string) subagent.Definition {
-			return subagent.Definition{Name: name, Runtime: subagent.RuntimeCodex, Prompt: script,
-				Sandbox: subagent.Sandbox{ReadPaths: []string{filepath.Dir(bin)}}}
-		},
-		Worker: func(c *worker.Config) { c.CodexBin = bin },
-		Taught: []string{runtimes.CodexInstructionsPath},
-		MCP:    true,
-	})
+	runtimetest.Run(t, cli(t, subagent.RuntimeCodex, "", func(c *worker.Config, bin string) { c.CodexBin = bin },
+		runtimes.CodexInstructionsPath))
 }
 
 func TestGeminiCLI(t *testing.T) {
 	// The prompt is --prompt=<prompt>, the last argument.
-	bin := standIn(t, "gemini", "--prompt=")
-	runtimetest.Run(t, runtimetest.Subject{
-		Name: subagent.RuntimeGeminiCLI,
-		Define: func(name, script string) subagent.Definition {
-			return subagent.Definition{Name: name, Runtime: subagent.RuntimeGeminiCLI, Prompt: script,
-				Sandbox: subagent.Sandbox{ReadPaths: []string{filepath.Dir(bin)}}}
-		},
-		Worker: func(c *worker.Config) { c.GeminiBin = bin },
-		Taught: []string{runtimes.GeminiInstructionsPath, runtimes.GeminiSettingsPath},
-		MCP:    true,
-	})
+	runtimetest.Run(t, cli(t, subagent.RuntimeGeminiCLI, "--prompt=", func(c *worker.Config, bin string) { c.GeminiBin = bin },
+		runtimes.GeminiInstructionsPath, runtimes.GeminiSettingsPath))
 }

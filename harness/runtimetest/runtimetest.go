@@ -32,6 +32,7 @@ import (
 
 	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/subagentmcp"
+	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/runtime"
@@ -314,16 +315,13 @@ func dispatch(t *testing.T, c *client.Client, name string, input map[string]any,
 // retry (it has not recorded the question yet).
 func answer(t *testing.T, c *client.Client, id, a string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := c.Answer(t.Context(), id, lifecycle.Answer{Answer: a})
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, client.ErrUnavailable) || time.Now().After(deadline) {
-			t.Fatalf("answer %s: %v", id, err)
-		}
-		time.Sleep(50 * time.Millisecond) // the router's retry advice
+	var err error
+	testkit.Eventually(t, 30*time.Second, "the router to take the answer to "+id, func() bool {
+		_, err = c.Answer(t.Context(), id, lifecycle.Answer{Answer: a})
+		return !errors.Is(err, client.ErrUnavailable)
+	})
+	if err != nil {
+		t.Fatalf("answer %s: %v", id, err)
 	}
 }
 
