@@ -624,6 +624,9 @@ printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_
 	return err
 }
 
+// storeFullHold is how long the store's filesystem stays full.
+const storeFullHold = 3 * time.Second
+
 // inject kills, pauses and restarts processes, blackholes workers'
 // connections and fills the store's filesystem (when full is not nil),
 // until ctx ends.

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agora-dispatch/agora/services/worker"
 )
 
@@ -34,7 +32,7 @@ func clearWorkspaces(root string, within time.Duration) (swept int, left []strin
 	// The deepest first: a mount on top of another goes before it.
 	slices.SortFunc(left, func(a, b string) int { return len(b) - len(a) })
 	for _, m := range left {
-		_ = unix.Unmount(m, unix.MNT_DETACH)
+		detach(m)
 	}
 	return swept, left, os.RemoveAll(root)
 }

@@ -88,5 +88,5 @@ func free(dir string) int64 {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0
 	}
-	return int64(st.Bavail) * st.Bsize
+	return int64(st.Bavail) * int64(st.Bsize) // Bsize is int64 on Linux, uint32 on the BSDs
 }

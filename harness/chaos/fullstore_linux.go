@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaos
 
 import (
@@ -11,9 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// storeFullHold is how long the store's filesystem stays full.
-const storeFullHold = 3 * time.Second
 
 // fullStore is the store's own filesystem, a tmpfs the soak fills up and
 // frees: writes to the store fail with ENOSPC meanwhile, and the embedded
