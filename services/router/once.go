@@ -333,11 +333,12 @@ func (s *Service) followUp(ctx context.Context, qid string) error {
 		return nil
 	}
 	var (
-		mu   sync.Mutex
-		done []string
-		errs error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, fanoutWidth)
+		mu       sync.Mutex
+		done     []string
+		elsewise []string // done, but not by this question's answer
+		errs     error
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, fanoutWidth)
 	)
 	for _, mid := range r.Fanout {
 		sem <- struct{}{}
@@ -346,12 +347,15 @@ func (s *Service) followUp(ctx context.Context, qid string) error {
 			if fanoutStep != nil {
 				fanoutStep(mid)
 			}
-			ok, err := s.endJoined(ctx, mid, r)
+			end, err := s.endJoined(ctx, mid, r)
 			mu.Lock()
 			defer mu.Unlock()
 			errs = errors.Join(errs, err)
-			if ok {
+			if end != joinedPending {
 				done = append(done, mid)
+			}
+			if end == joinedElsewhere {
+				elsewise = append(elsewise, mid)
 			}
 		})
 	}
@@ -376,9 +380,16 @@ func (s *Service) followUp(ctx context.Context, qid string) error {
 		s.metrics.threads.WithLabelValues(r.Origin).Observe(float64(n))
 	}
 	_, _, _, err = s.store.updateFrom(ctx, qid, r, rev, func(r *record) (bool, error) {
-		n := len(r.Fanout)
+		n, w := len(r.Fanout), len(r.WaitingThreads)
 		r.Fanout = slices.DeleteFunc(r.Fanout, func(id string) bool { return slices.Contains(done, id) })
-		changed := len(r.Fanout) != n || (memorized && r.Memorize) || (released && r.Release)
+		// A thread this answer did not end is not one it answered: the
+		// record lists only the threads it resumed (docs/design.md §3.5).
+		r.WaitingThreads = slices.DeleteFunc(r.WaitingThreads, func(t lifecycle.WaitingThread) bool { return slices.Contains(elsewise, t.QuestionID) })
+		for _, mid := range elsewise {
+			r.addHistory(attempt{At: time.Now().UTC(), Via: "join", Result: "unlisted",
+				Reason: "question " + mid + " was listed on this one but did not wait on it (asked on its own, or never recorded): its thread is not resumed by this answer"})
+		}
+		changed := len(r.Fanout) != n || len(r.WaitingThreads) != w || (memorized && r.Memorize) || (released && r.Release)
 		if memorized {
 			r.Memorize = false
 		}
@@ -414,17 +425,25 @@ func (s *Service) goFollowUp(qid string) {
 	}()
 }
 
+// How endJoined left a joined question.
+const (
+	joinedPending   = iota // not ended yet: the fan-out tries again
+	joinedEnded            // ended as the question it joined ended (now or by an earlier try)
+	joinedElsewhere        // not waiting on it: asked on its own, or never recorded
+)
+
 // endJoined ends joined question mid as l, the question it joined, ended:
 // answered with its answer (each thread its own re-dispatch, carrying its
 // own partial state, with an id picked once by this compare-and-set),
 // expired by the same action, or asked on its own when l was withdrawn
-// while mid still waited. It reports whether mid needs nothing more.
-func (s *Service) endJoined(ctx context.Context, mid string, l *record) (bool, error) {
+// while mid still waited. It reports how mid was left.
+func (s *Service) endJoined(ctx context.Context, mid string, l *record) (int, error) {
 	var ev lifecycle.QuestionEvent
+	elsewhere := false
 	r, rev, changed, err := s.store.updateFrom(ctx, mid, nil, 0, func(r *record) (bool, error) {
-		ev = ""
-		if r.Status != lifecycle.StatusJoined || r.JoinedTo != l.QuestionID {
-			return false, nil // ended already (or left)
+		ev, elsewhere = "", r.JoinedTo != l.QuestionID
+		if r.Status != lifecycle.StatusJoined || elsewhere {
+			return false, nil // ended already, left, or never joined to l
 		}
 		now := time.Now().UTC()
 		r.Route, r.Answerer, r.Escalation = l.Route, l.Answerer, l.Escalation
@@ -459,11 +478,14 @@ func (s *Service) endJoined(ctx context.Context, mid string, l *record) (bool, e
 		// Listed, never written: its needs_input is coming again.
 		if l.AnsweredAt != nil && time.Since(*l.AnsweredAt) > joinedDropAfter {
 			s.log.Warn("joined question never recorded: left out of the fan-out", "question_id", mid, "joined_to", l.QuestionID)
-			return true, nil
+			return joinedElsewhere, nil
 		}
-		return false, nil
+		return joinedPending, nil
 	case err != nil:
-		return false, err
+		return joinedPending, err
+	case elsewhere:
+		s.log.Warn("question listed as joined did not wait on it: unlisted", "question_id", mid, "joined_to", l.QuestionID, "its_status", r.Status, "its_joined_to", r.JoinedTo)
+		return joinedElsewhere, nil
 	}
 	if changed {
 		s.afterChange(ctx, r, ev)
@@ -471,7 +493,7 @@ func (s *Service) endJoined(ctx context.Context, mid string, l *record) (bool, e
 			s.log.Warn("publish joined question events: left for the scanner", "question_id", mid, "err", err)
 		}
 	}
-	return true, nil
+	return joinedEnded, nil
 }
 
 // release deletes open.<match> while it still names r (at the revision r

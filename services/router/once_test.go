@@ -561,3 +561,76 @@ func TestAskOnceFullQuestion(t *testing.T) {
 		t.Errorf("the full question lists %d threads, want 3", len(lead.WaitingThreads))
 	}
 }
+
+// TestAskOnceListedButAskedAlone: a question listed among an asked one's
+// waiting threads whose own record did not join it (it was asked on its
+// own, as when its needs_input came back after the fan-out gave up on it)
+// is not resumed by that answer, and the answered record stops listing it:
+// the record names exactly the threads its answer resumed.
+func TestAskOnceListedButAskedAlone(t *testing.T) {
+	e := newEnv(t, "routes:\n  - name: default\n")
+	e.startRouter(e.config())
+	lead := e.askFrom(sameQuestion, 0)
+	e.waitQuestionEvents(lead, 1)
+	other := sameQuestion
+	other.Question = "The cache: drop it or keep it?"
+	other.Options = []string{"drop", "keep"}
+	alone := e.askFrom(other, 1)
+	e.waitQuestionEvents(alone, 1)
+
+	// List alone's thread on lead, as a router that crashed between
+	// listing a thread and writing its record would have left it.
+	kv, err := e.js.KeyValue(t.Context(), lifecycle.BucketQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := kv.Get(t.Context(), lead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(en.Value(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	lr, _ := e.record(lead)
+	ar, _ := e.record(alone)
+	raw["waiting_threads"] = []lifecycle.WaitingThread{
+		{QuestionID: lead, DispatchID: lr.DispatchID, ThreadID: lr.ThreadID, Subagent: lr.Subagent, AskedAt: lr.AskedAt},
+		{QuestionID: alone, DispatchID: ar.DispatchID, ThreadID: ar.ThreadID, Subagent: ar.Subagent, AskedAt: ar.AskedAt},
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(t.Context(), lead, b, en.Revision()); err != nil {
+		t.Fatal(err)
+	}
+
+	if rep := e.answer(router.Submission{QuestionID: lead, Answer: "readConfig", AnsweredBy: "alice"}); rep.Status != client.AnswerAccepted {
+		t.Fatalf("answer = %+v", rep)
+	}
+	got := e.waitRecord(lead, "fan-out done", func(r questionRecord) bool { return r.Status == "answered" && len(r.Fanout) == 0 && !r.Release })
+	if len(got.WaitingThreads) != 1 || got.WaitingThreads[0].QuestionID != lead {
+		t.Errorf("answered question lists %+v, want only its own thread", got.WaitingThreads)
+	}
+	unlisted := false
+	for _, h := range got.History {
+		unlisted = unlisted || (h.Result == "unlisted" && strings.Contains(h.Reason, alone))
+	}
+	if !unlisted {
+		t.Errorf("answered question's history has no unlisted entry for %s: %+v", alone, got.History)
+	}
+	if rec, _ := e.record(alone); rec.Status != "asked" || rec.JoinedTo != "" {
+		t.Errorf("the question asked on its own: status %s joined_to %q, want still asked", rec.Status, rec.JoinedTo)
+	}
+	if reqs := e.requests(sameQuestion.Subagent); len(reqs) != 1 {
+		t.Fatalf("%d re-dispatches, want one: the lead's thread only", len(reqs))
+	}
+
+	// Its own answer resumes it, once.
+	if rep := e.answer(router.Submission{QuestionID: alone, Answer: "keep", AnsweredBy: "bob"}); rep.Status != client.AnswerAccepted {
+		t.Fatalf("answer = %+v", rep)
+	}
+	e.waitStatus(alone, "answered")
+	testkit.Eventually(t, waitFor, "the second thread's re-dispatch", func() bool { return len(e.requests(sameQuestion.Subagent)) == 2 })
+}
