@@ -974,6 +974,15 @@ func auditAskOnce(ctx context.Context, js jetstream.JetStream, children, answere
 		rep.GroupSizes = append(rep.GroupSizes, len(l.WaitingThreads))
 	}
 	slices.SortFunc(rep.GroupSizes, func(a, b int) int { return b - a })
+	// A thread listed on a question and then asked on its own was asked
+	// twice: the router unlists it, and says so in the record's history.
+	for i := range qs {
+		if q := &qs[i]; len(q.WaitingThreads) > 0 {
+			if h := history(ctx, js, q.QuestionID); strings.Contains(h, " join unlisted: ") {
+				bad("question %s unlisted a thread that was asked on its own (its history: %s)", q.QuestionID, h)
+			}
+		}
+	}
 }
 
 // stamp formats an optional time for an anomaly.

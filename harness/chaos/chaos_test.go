@@ -44,6 +44,7 @@ func TestAuditAskOnce(t *testing.T) {
 		anomaly  string // "" when none
 		coalesce int    // questions joined
 		byKey    int    // groups joined by dedupe_key
+		history  string // a history entry written into q1's record
 	}{
 		{name: "every thread resumed once", edit: func([]lifecycle.Question, map[string]int, map[string]int) {}, coalesce: 2},
 		{name: "a group joined by its dedupe_key", edit: func(qs []lifecycle.Question, _, _ map[string]int) { qs[1].Question = "go on? (t2)" },
@@ -61,6 +62,9 @@ func TestAuditAskOnce(t *testing.T) {
 		{name: "a listed thread that joined nothing", edit: func(qs []lifecycle.Question, _, _ map[string]int) {
 			qs[0].WaitingThreads = waiting("1", "2", "3", "4")
 		}, anomaly: "lists waiting question q4, which joined \"\"", coalesce: 2},
+		{name: "a thread unlisted after it was asked on its own", edit: func([]lifecycle.Question, map[string]int, map[string]int) {},
+			history: `{"at":"2026-01-01T00:00:00Z","via":"join","result":"unlisted","reason":"question q9 was listed on this one but did not wait on it"}`,
+			anomaly: "question q1 unlisted a thread that was asked on its own", coalesce: 2},
 		{name: "an asked question never resumed", edit: func(_ []lifecycle.Question, c, _ map[string]int) { delete(c, "d4") },
 			anomaly: "question q4 (joined to \"\") was answered and its dispatch d4 resumed 0 times", coalesce: 2},
 	}
@@ -71,6 +75,22 @@ func TestAuditAskOnce(t *testing.T) {
 			qs, children, answered := good(), once(), answeredOnce()
 			tc.edit(qs, children, answered)
 			natstest.PutQuestions(t, js, qs...)
+			if tc.history != "" {
+				kv := natstest.KeyValue(t, js, lifecycle.BucketQuestions)
+				en, err := kv.Get(t.Context(), "q1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var rec map[string]json.RawMessage
+				if err := json.Unmarshal(en.Value(), &rec); err != nil {
+					t.Fatal(err)
+				}
+				rec["history"] = json.RawMessage("[" + tc.history + "]")
+				b, _ := json.Marshal(rec)
+				if _, err := kv.Put(t.Context(), "q1", b); err != nil {
+					t.Fatal(err)
+				}
+			}
 			rep := chaos.AuditAskOnce(t.Context(), js, children, answered)
 			if rep.Coalesced != tc.coalesce || rep.Groups != 1 || rep.DedupeGroups != tc.byKey {
 				t.Errorf("%d questions joined in %d groups, %d by dedupe_key; want %d in 1, %d", rep.Coalesced, rep.Groups, rep.DedupeGroups, tc.coalesce, tc.byKey)
