@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -21,7 +22,8 @@ const Prefix = "AGORA"
 type Validator interface{ Validate() error }
 
 // Load fills spec, a pointer to a flat struct with envconfig tags, from
-// AGORA_* variables. Unlike a single envconfig.Process it keeps going after
+// AGORA_* variables. The fields of an embedded struct count as spec's own
+// (a service's Config embedding the settings it shares with a package). Unlike a single envconfig.Process it keeps going after
 // the first bad variable, so the error lists every problem, each naming its
 // variable. When spec implements Validator its Validate error is joined in.
 func Load(spec any) error { return load(spec, true) }
@@ -35,11 +37,9 @@ func load(spec any, validate bool) error {
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("config: Load needs a pointer to a struct, got %T", spec)
 	}
-	v = v.Elem()
 	var errs []error
-	for i := 0; i < v.NumField(); i++ {
-		f := v.Type().Field(i)
-		if !f.IsExported() || isTrue(f.Tag.Get("ignored")) {
+	for f, fv := range fields(v.Elem()) {
+		if isTrue(f.Tag.Get("ignored")) {
 			continue
 		}
 		// Process one field at a time through a one-field struct, so
@@ -49,12 +49,12 @@ func load(spec any, validate bool) error {
 		// without a prefix: envconfig would otherwise fall back to the
 		// unprefixed name of a tagged field (NATS_URL for AGORA_NATS_URL).
 		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: oneTag(f)}}))
-		one.Elem().Field(0).Set(v.Field(i))
+		one.Elem().Field(0).Set(fv)
 		if err := envconfig.Process("", one.Interface()); err != nil {
 			errs = append(errs, describe(f, err))
 			continue
 		}
-		v.Field(i).Set(one.Elem().Field(0))
+		fv.Set(one.Elem().Field(0))
 	}
 	if val, ok := spec.(Validator); ok && validate && len(errs) == 0 {
 		if err := val.Validate(); err != nil {
@@ -87,18 +87,37 @@ func Var(spec any, field string) string {
 // reads no environment variable. A field whose default does not decode
 // stays zero (Load reports such a default).
 func Defaults[T any](spec T) T {
-	v := reflect.ValueOf(&spec).Elem()
-	for i := 0; i < v.NumField(); i++ {
-		f := v.Type().Field(i)
+	for f, fv := range fields(reflect.ValueOf(&spec).Elem()) {
 		def, ok := f.Tag.Lookup("default")
-		if !ok || !f.IsExported() || !v.Field(i).IsZero() {
+		if !ok || !fv.IsZero() {
 			continue
 		}
 		if d, ok := decode(f.Type, def); ok {
-			v.Field(i).Set(d)
+			fv.Set(d)
 		}
 	}
 	return spec
+}
+
+// fields yields the settable settings of v, a struct: its exported fields,
+// with those of an embedded struct in its place.
+func fields(v reflect.Value) iter.Seq2[reflect.StructField, reflect.Value] {
+	return func(yield func(reflect.StructField, reflect.Value) bool) {
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			if f.Anonymous && f.Type.Kind() == reflect.Struct {
+				for ef, efv := range fields(v.Field(i)) {
+					if !yield(ef, efv) {
+						return
+					}
+				}
+				continue
+			}
+			if f.IsExported() && !yield(f, v.Field(i)) {
+				return
+			}
+		}
+	}
 }
 
 // decode reads s as a value of type t, as envconfig decodes the kinds

@@ -291,3 +291,47 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("Defaults(odd{}) = %+v, want N and Flags left zero", got)
 	}
 }
+
+// shared is a part of a Config that a package declares and a service's
+// Config embeds.
+type shared struct {
+	Bin  string `envconfig:"WORKER_BIN" default:"tool"`
+	Size int    `envconfig:"SIZE"`
+}
+
+type embedding struct {
+	Name string `envconfig:"NAME"`
+	shared
+	Exported
+}
+
+// Exported is an embedded struct of an exported type.
+type Exported struct {
+	Mode string `envconfig:"MODE" default:"fast"`
+}
+
+// The fields of an embedded struct are the embedding struct's own: Load
+// reads them by their own tags, Defaults sets them and Var names them.
+func TestEmbeddedStruct(t *testing.T) {
+	setEnv(t, map[string]string{"AGORA_NAME": "n", "AGORA_WORKER_BIN": "/usr/bin/tool", "AGORA_SIZE": "3"})
+	var c embedding
+	if err := config.Load(&c); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := embedding{Name: "n", shared: shared{Bin: "/usr/bin/tool", Size: 3}, Exported: Exported{Mode: "fast"}}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("Load = %+v\nwant   %+v", c, want)
+	}
+	t.Setenv("AGORA_SIZE", "many")
+	if err := config.Load(&embedding{}); err == nil || !strings.Contains(err.Error(), "AGORA_SIZE") {
+		t.Errorf("Load with a bad embedded value = %v, want an error naming AGORA_SIZE", err)
+	}
+	if got := config.Defaults(embedding{}); got.Bin != "tool" || got.Mode != "fast" {
+		t.Errorf("Defaults = %+v, want the embedded defaults", got)
+	}
+	for field, want := range map[string]string{"Bin": "AGORA_WORKER_BIN", "Mode": "AGORA_MODE"} {
+		if got := config.Var(embedding{}, field); got != want {
+			t.Errorf("Var(%s) = %q, want %q", field, got, want)
+		}
+	}
+}
