@@ -17,9 +17,9 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/subagent"
-	"github.com/agora-dispatch/agora/services/worker"
 )
 
 func newSubagentCmd(g *globals) *cobra.Command {
@@ -115,7 +115,7 @@ func runApply(cmd *cobra.Command, g *globals, files []string, asJSON bool) error
 	}
 	for _, p := range defs {
 		// A warning only: the workers' host may show what this one lacks.
-		if rep := worker.CheckDefinition(p.def, os.Environ()); rep.Denied() || rep.Missing() {
+		if rep := contain.CheckDefinition(p.def, os.Environ()); rep.Denied() || rep.Missing() {
 			w := cmd.ErrOrStderr()
 			fmt.Fprintf(w, "%s: warning: %s\n", p.file, checkSummary(rep))
 			printCheck(w, rep, floor, true)
@@ -256,7 +256,7 @@ and notes.`,
 			jl := newJSONLines(out)
 			denied := false
 			for i, d := range defs {
-				rep := worker.CheckDefinition(d, os.Environ())
+				rep := contain.CheckDefinition(d, os.Environ())
 				denied = denied || rep.Denied()
 				if asJSON {
 					if err := jl.write(rep); err != nil {
@@ -304,13 +304,13 @@ func storedDefinition(cmd *cobra.Command, g *globals, name string) (subagent.Def
 }
 
 // checkSummary is the one-line gist of a check that found something.
-func checkSummary(rep worker.CheckReport) string {
+func checkSummary(rep contain.CheckReport) string {
 	var denied, missing int
 	for _, s := range rep.Steps {
 		switch s.Status {
-		case worker.CheckDenied:
+		case contain.CheckDenied:
 			denied++
-		case worker.CheckMissing:
+		case contain.CheckMissing:
 			missing++
 		}
 	}
@@ -327,10 +327,10 @@ func checkSummary(rep worker.CheckReport) string {
 // printCheck writes a check's steps (only those not ok when problems),
 // its notes, and the read_paths line to add, with whether the operator's
 // floor as this environment sets it allows that line.
-func printCheck(w io.Writer, rep worker.CheckReport, floor subagent.Floor, problems bool) {
+func printCheck(w io.Writer, rep contain.CheckReport, floor subagent.Floor, problems bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, s := range rep.Steps {
-		if !problems || s.Status != worker.CheckOK {
+		if !problems || s.Status != contain.CheckOK {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.Status, s.Path, s.Why)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -67,12 +68,10 @@ type Config struct {
 	// memory) or "watch" (the size checked once a second; always so without
 	// namespaces) (docs/sandbox.md).
 	SandboxWorkspace string `envconfig:"SANDBOX_WORKSPACE"`
-	// ClaudeBin is the claude CLI the claude-code runtime runs.
-	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
-	// CodexBin is the codex CLI the codex runtime runs.
-	CodexBin string `envconfig:"WORKER_CODEX_BIN" default:"codex"`
-	// GeminiBin is the gemini CLI the gemini-cli runtime runs.
-	GeminiBin string `envconfig:"WORKER_GEMINI_BIN" default:"gemini"`
+	// Config holds the executables of the CLI runtimes (ClaudeBin,
+	// CodexBin, GeminiBin: AGORA_WORKER_CLAUDE_BIN, …), which
+	// `agora subagent check` reads too.
+	contain.Config
 	// ArtifactMaxFile, ArtifactMaxTotal and ArtifactMaxCount cap the files
 	// of one dispatch uploaded from .agora/artifacts/ (sizes as in 64MiB);
 	// files past a cap are skipped and listed as skipped

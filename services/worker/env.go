@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -42,7 +43,7 @@ func Environment(parent []string, def subagent.Definition, reqEnv map[string]str
 		}
 	}
 	if env["PATH"] == "" {
-		env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+		env["PATH"] = contain.DefaultPath
 	}
 	dir := filepath.Join(ws, ".agora")
 	env["AGORA_WORKSPACE"] = ws

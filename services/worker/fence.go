@@ -266,8 +266,8 @@ func wrongLastSeq(err error) bool { return jserr.WrongLastSequence(err) }
 
 func (s *Service) startedData(j *job) *lifecycle.Started {
 	st := &lifecycle.Started{Common: j.common, WorkerID: s.cfg.ID, Attempt: j.attempt}
-	if j.sandbox != nil {
-		st.Sandbox = j.sandbox.report
+	if j.box != nil {
+		st.Sandbox = j.box.Report()
 	}
 	return st
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/logging"
+	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/internal/subagentmcp"
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/consume"
@@ -44,7 +46,9 @@ type job struct {
 	started     jetstream.PubAckFuture // the async `started` publish, when it went out
 	startedSent bool                   // `started` was attempted; the terminal event must follow it
 	owned       bool                   // this run's `started` is stored: it owns the dispatch
-	sandbox     *runSandbox            // the run's sandbox (sandbox.go)
+	box         *contain.Box           // the run's sandbox (internal/sandbox/contain)
+	fs          *runFS                 // the filesystem the run writes to (wsfs.go)
+	over        string                 // the limit the workspace watch saw passed
 	ws          string                 // the attempt's workspace, once made
 	start       time.Time
 	span        trace.Span // the run's span (trace.go), parent of the ack's
@@ -129,9 +133,9 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 		return s.finish(ctx, j, f, -1, "")
 	}
 	timeout := runTimeout(def, j.req)
-	j.sandbox = s.newRunSandbox(def, timeout)
-	j.sandbox.log = j.log // its egress proxy's lines name the run
-	if j.sandbox.mode == subagent.SandboxOff {
+	j.box = s.host.Box(def, timeout, j.log) // its egress proxy's lines name the run
+	j.fs = &runFS{}
+	if j.box.Off() {
 		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
 	}
 	// `started` goes out asynchronously while the workspace is prepared;
@@ -150,7 +154,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	cleanup := func() {
 		_, cspan := telemetry.Tracer().Start(ctx, "agora.run.cleanup")
 		defer cspan.End()
-		j.sandbox.unmountWorkspace()
+		j.fs.unmount()
 		switch {
 		case ws == "" || s.cfg.KeepWorkspaces:
 			if inv.hold != nil {
@@ -166,7 +170,8 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 				inv.hold.Close()
 			}
 		}
-		j.sandbox.close()
+		j.fs.close()
+		j.box.Close()
 	}
 	var te *transientError
 	if errors.As(err, &te) {
@@ -185,7 +190,11 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	}
 	run := func(ctx context.Context) Result { return runCommand(ctx, inv, inv.args) }
 	if ip, ok := s.inProcess[def.Runtime]; ok {
-		run = func(ctx context.Context) Result { return ip.Run(ctx, inv) }
+		run = func(ctx context.Context) Result {
+			res := ip.Run(ctx, inv)
+			res.exceeded = j.box.Exceeded(res.Signal)
+			return res
+		}
 	}
 
 	_, procSpan := telemetry.Tracer().Start(ctx, "agora.run.process", trace.WithAttributes(attribute.String("agora.runtime", string(def.Runtime))))
@@ -201,13 +210,13 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	defer deadline.Stop()
 	// The workspace's size is watched while the run goes on.
 	var wsTick <-chan time.Time
-	if l := j.sandbox.limits.WorkspaceSize; j.sandbox.mode != subagent.SandboxOff && l > 0 && j.sandbox.wsMounted == "" && !j.sandbox.launcherFS {
+	if j.box.WorkspaceFS() == contain.WorkspaceWatched {
 		t := time.NewTicker(workspaceWatch)
 		defer t.Stop()
 		wsTick = t.C
 	}
 	// The run's progress lines become progress reports (progress.go).
-	prog := s.newProgressTail(j, ws, j.sandbox.viewOr)
+	prog := s.newProgressTail(j, ws, j.fs.viewOr)
 	progTick := time.NewTicker(ProgressInterval)
 	defer progTick.Stop()
 	var res Result
@@ -221,8 +230,8 @@ wait:
 			prog.poll(progressReadPerPoll)
 			prog.flush(false)
 		case <-wsTick:
-			if n, l := workspaceSize(ws), j.sandbox.limits.WorkspaceSize; n > l {
-				j.sandbox.over.Store(fmt.Sprintf("workspace_size (%d bytes; the workspace held %d)", l, n))
+			if n, l := workspaceSize(ws), j.box.Limits().WorkspaceSize; n > l {
+				j.over = fmt.Sprintf("workspace_size (%d bytes; the workspace held %d)", l, n)
 				j.log.Warn("workspace over its size limit: stopping the runtime", "limit", l, "size", n)
 				stop(errLimit)
 				wsTick = nil
@@ -267,8 +276,8 @@ wait:
 
 // resolve turns a finished run into its one terminal event (docs/design.md §3.3).
 func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, ws string, res Result, cause error, cancelBy, cancelReason string) Outcome {
-	if j.sandbox != nil && j.sandbox.proxy != nil {
-		s.metrics.egressOf(def.Name, j.sandbox.proxy.Stats()) // the run's proxy serves nothing more
+	if st, ok := j.box.EgressStats(); ok {
+		s.metrics.egressOf(def.Name, st) // the run's proxy serves nothing more
 	}
 	dur := time.Since(j.start).Milliseconds()
 	exit := &res.ExitCode
@@ -291,7 +300,7 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	if !errors.Is(cause, errCancelled) && !errors.Is(cause, ErrShutdown) {
 		// A run that went over a sandbox limit fails, naming the limit,
 		// whatever it wrote.
-		if lim := j.sandbox.passed(res); lim != "" {
+		if lim := j.passed(res); lim != "" {
 			return failed(lifecycle.ReasonLimitExceeded, "the run passed its sandbox limit "+lim+stderrNote(res.Stderr))
 		}
 	}
@@ -302,13 +311,13 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: cancelBy, Reason: cancelReason}, res.ExitCode, "")
 	}
 	// The run's results, read through the descriptor of what it wrote to
-	// (sandbox.go, viewOr) — once the path is known to still lead there:
+	// (wsfs.go, viewOr) — once the path is known to still lead there:
 	// a workspace lost while the run lived is never read as its result.
-	if lost := j.sandbox.lost(ws); lost != "" {
+	if lost := j.fs.lost(ws); lost != "" {
 		j.ws = ""
 		return failed(lifecycle.ReasonWorkspaceLost, lost)
 	}
-	rws := j.sandbox.viewOr(ws)
+	rws := j.fs.viewOr(ws)
 	j.ws = rws
 	_, sspan := telemetry.Tracer().Start(ctx, "agora.run.sentinel")
 	rsl, err := sentinel.Resolve(rws)
@@ -341,9 +350,9 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	case errors.Is(cause, ErrShutdown):
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: "worker:" + s.cfg.ID, Reason: "worker shutdown timeout passed"}, res.ExitCode, "")
 	case res.Err != nil:
-		return failed(lifecycle.ReasonWorkerFailed, res.Err.Error()+j.sandbox.failureNote(def, res.Err.Error())+j.sandbox.egressNote(res.Err.Error()))
+		return failed(lifecycle.ReasonWorkerFailed, res.Err.Error()+j.box.FailureNote(res.Err.Error())+j.box.EgressNote(res.Err.Error()))
 	case errors.Is(cause, errTimeout):
-		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr)+j.sandbox.egressNote(string(res.Stderr)))
+		return failed(lifecycle.ReasonTimeout, "runtime passed its time limit and wrote no sentinel"+stderrNote(res.Stderr)+j.box.EgressNote(string(res.Stderr)))
 	case res.ExitCode == 0:
 		out, why, err := readOutput(rws)
 		if err != nil {
@@ -356,8 +365,21 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 			StdoutTail: string(res.Stdout), StderrTail: string(res.Stderr)}, 0, "")
 	default:
 		return failed(lifecycle.ReasonProviderFailed, fmt.Sprintf("runtime exited %d and wrote no sentinel%s%s%s", res.ExitCode, stderrNote(res.Stderr),
-			j.sandbox.failureNote(def, string(res.Stderr)), j.sandbox.egressNote(string(res.Stderr))))
+			j.box.FailureNote(string(res.Stderr)), j.box.EgressNote(string(res.Stderr))))
 	}
+}
+
+// passed names the limit the run went over, if any: from the workspace
+// watch, the workspace's own filesystem full, or what the run's box saw
+// (the signal that ended the runtime, the cgroups' counters).
+func (j *job) passed(res Result) string {
+	if j.over != "" {
+		return j.over
+	}
+	if j.fs.full() {
+		return fmt.Sprintf("workspace_size (%d bytes: the workspace's filesystem is full)", j.box.Limits().WorkspaceSize)
+	}
+	return res.exceeded
 }
 
 func stderrNote(b []byte) string {
@@ -533,10 +555,12 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	if err != nil {
 		return Invocation{}, err
 	}
-	inv := Invocation{Workspace: ws, hold: hold, launcher: s.launcher}
-	j.sandbox.wsDir = hold
-	if err := j.sandbox.mountWorkspace(ws); err != nil {
-		return inv, err
+	inv := Invocation{Workspace: ws, hold: hold, box: j.box, fs: j.fs}
+	j.fs.dir = hold
+	if j.box.WorkspaceFS() == contain.WorkspaceMount {
+		if err := j.fs.mount(ws, j.box.Limits().WorkspaceSize); err != nil {
+			return inv, err
+		}
 	}
 	input := map[string]json.RawMessage{}
 	if len(j.req.Input) > 0 && string(j.req.Input) != "null" {
@@ -568,28 +592,38 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	}
 	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
 	inv.Env = append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
+	var pathEnv string
 	for _, kv := range inv.Env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			j.sandbox.pathEnv = v
+			pathEnv = v
 		}
 	}
-	if err := j.sandbox.prepare(ws); err != nil {
-		return inv, err
+	// A sandboxed run gets a private tmp and home inside its workspace,
+	// and what its box sets (the helper's PATH, the egress proxy).
+	env := map[string]string{}
+	if !j.box.Off() {
+		dirs, err := privateDirs(ws)
+		if err != nil {
+			return inv, err
+		}
+		if err := j.box.Prepare(ws, pathEnv); err != nil {
+			return inv, err
+		}
+		maps.Copy(env, dirs)
+		maps.Copy(env, j.box.Env())
 	}
-	inv.sandbox = j.sandbox
-	// A sandboxed run gets a private tmp and home inside its workspace.
 	inv.Env = slices.DeleteFunc(inv.Env, func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
-		_, over := j.sandbox.env[k]
+		_, over := env[k]
 		return over
 	})
-	for k, v := range j.sandbox.env {
+	for k, v := range env {
 		inv.Env = append(inv.Env, k+"="+v)
 	}
 	slices.Sort(inv.Env)
 	inv.helper = runtime.Helper{Disabled: s.cfg.DisableNeedsInputHelper == "true", NeedsInputFile: filepath.Join(ws, ".agora", "needs_input.json")}
-	if exe := selfExe(); exe != "" {
-		inv.helper.MCPServer, inv.helper.MCPEnv = exe, subagentmcp.EnvServe+"=serve"
+	if s.exe != "" {
+		inv.helper.MCPServer, inv.helper.MCPEnv = s.exe, subagentmcp.EnvServe+"=serve"
 	}
 	if rt, ok := s.runtimes[def.Runtime]; ok && s.inProcess[def.Runtime] == nil {
 		cmd, err := rt.Command(inv.public())

@@ -7,15 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/agora-dispatch/agora/internal/sandbox"
+	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
@@ -34,11 +32,11 @@ type Invocation struct {
 	// KillGrace is the time between SIGTERM and SIGKILL when ctx ends.
 	KillGrace time.Duration
 
-	launcher *sandbox.Launcher // starts the runtime (internal/sandbox)
-	hold     *os.File          // the workspace lock, kept by the launcher
-	sandbox  *runSandbox       // the run's sandbox; nil runs unconfined
-	helper   runtime.Helper
-	args     []string // the runtime's command line (prepare)
+	box    *contain.Box // the run's sandbox, which starts the runtime
+	fs     *runFS       // the filesystem the run writes to (wsfs.go)
+	hold   *os.File     // the workspace lock, kept by the launcher
+	helper runtime.Helper
+	args   []string // the runtime's command line (prepare)
 }
 
 // public is the invocation as a runtime sees it (pkg/runtime).
@@ -58,6 +56,8 @@ type Result struct {
 	Err error
 	// Signal names the signal that ended the runtime, if one did.
 	Signal string
+
+	exceeded string // the limit the run's box saw passed (contain.Box.Exceeded)
 }
 
 // InProcess is Go code the worker runs in its own process in place of a
@@ -70,15 +70,16 @@ type InProcess interface {
 	Run(ctx context.Context, inv Invocation) Result
 }
 
-// runCommand runs argv through the sandbox launcher, which owns the
-// runtime's whole process tree: when ctx ends the runtime's process group
-// gets SIGTERM and everything is killed after the grace period, and
-// nothing the sub-agent started outlives the run (internal/sandbox).
+// runCommand runs argv in the run's box, through the sandbox launcher,
+// which owns the runtime's whole process tree: when ctx ends the runtime's
+// process group gets SIGTERM and everything is killed after the grace
+// period, and nothing the sub-agent started outlives the run
+// (internal/sandbox/contain).
 func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 	if len(argv) == 0 || argv[0] == "" {
 		return Result{ExitCode: -1, Err: errors.New("worker: empty command")}
 	}
-	if inv.launcher == nil {
+	if inv.box == nil {
 		return Result{ExitCode: -1, Err: errors.New("worker: no launcher for this invocation")}
 	}
 	path, err := lookPath(argv[0], inv.Env, inv.Workspace)
@@ -86,35 +87,18 @@ func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 		return Result{ExitCode: -1, Err: err}
 	}
 	stdout, stderr := newTail(tailSize), newTail(tailSize)
-	spec := sandbox.Spec{
+	cmd := contain.Command{
 		Path: path, Args: argv, Env: inv.Env, Dir: inv.Workspace,
-		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.sandbox.launcherHold(inv.hold),
-		Unconfined: inv.sandbox == nil || inv.sandbox.mode == subagent.SandboxOff,
+		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.fs.launcherHold(inv.hold),
+		Workspace: inv.fs.setView,
 	}
-	if rs := inv.sandbox; rs != nil && !spec.Unconfined {
-		spec.Policy, spec.Cgroups = rs.policy, rs.cgroups
-		spec.Binds = append(slices.Clone(rs.binds), sandbox.Bind{Host: path, Target: path})
-		if spec.Policy.Landlock {
-			// The runtime's own executable, wherever the definition put it.
-			spec.Policy.ReadFiles = append(slices.Clone(spec.Policy.ReadFiles), path)
-		}
-		if rs.proxy != nil {
-			spec.Proxy = func(ctx context.Context, ln net.Listener) { _ = rs.proxy.Serve(ctx, ln) }
-		}
-		if rs.launcherFS {
-			spec.Workspace = func(root *os.File) {
-				if old := rs.view.Swap(root); old != nil {
-					old.Close()
-				}
-			}
-		}
-		if err := rs.giveWorkspace(inv.Workspace); err != nil {
-			return Result{ExitCode: -1, Err: fmt.Errorf("worker: sandbox: workspace: %w", err)}
-		}
-		defer rs.takeWorkspace(inv.Workspace)
+	uid := inv.box.RunUID()
+	if err := giveWorkspace(inv.Workspace, uid); err != nil {
+		return Result{ExitCode: -1, Err: fmt.Errorf("worker: sandbox: workspace: %w", err)}
 	}
-	r := inv.launcher.Run(ctx, spec)
-	res := Result{ExitCode: r.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Signal: r.Signal}
+	defer takeWorkspace(inv.Workspace, uid)
+	r := inv.box.Run(ctx, cmd)
+	res := Result{ExitCode: r.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Signal: r.Signal, exceeded: r.Exceeded}
 	if r.Err != nil {
 		res.Err = fmt.Errorf("worker: start %s: %w", argv[0], r.Err)
 	}
@@ -184,13 +168,3 @@ func (t *tail) Bytes() []byte {
 }
 
 var _ io.Writer = (*tail)(nil)
-
-// selfExe is the worker's own executable, which serves the sub-agent's
-// require_input MCP tool (AGORA_SUBAGENT_MCP=serve); "" when unknown.
-func selfExe() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	return exe
-}

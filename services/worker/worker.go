@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
@@ -32,6 +31,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/runtimes"
 	"github.com/agora-dispatch/agora/internal/sandbox"
+	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/consume"
@@ -94,10 +94,8 @@ type Service struct {
 	cancels  cancels
 	defCache defCache
 	launcher *sandbox.Launcher
-	cgroups  bool          // per-run cgroups can be made (sandbox.go)
-	helper   string        // the agora binary runs find on their PATH; "" none
-	egress   egress.Config // the template of runs' egress proxies (Deps.Egress)
-	cgpool   *cgroupPool   // cgroup sets reused across runs
+	host     *contain.Host // contains every run (internal/sandbox/contain)
+	exe      string        // the worker's own executable; "" when unknown
 	spares   *spares       // parked workspaces (workspace.go); nil with KeepWorkspaces
 }
 
@@ -139,7 +137,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.runtimes = runtimes.Builtin(runtimes.Config{ClaudeBin: cfg.ClaudeBin, CodexBin: cfg.CodexBin, GeminiBin: cfg.GeminiBin})
+	s.runtimes = runtimes.Builtin(cfg.Runtimes())
 	for k, v := range deps.Runtimes {
 		s.runtimes[k] = v
 	}
@@ -151,15 +149,16 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		}
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	s.cgroups = cgroupsUsable()
-	s.helper = sandboxHelper(cfg.SandboxHelper)
-	s.egress = deps.Egress
+	// The worker's own executable serves the sub-agent's require_input MCP
+	// tool (AGORA_SUBAGENT_MCP=serve); every run's root shows it.
+	if exe, err := os.Executable(); err == nil {
+		s.exe = exe
+	}
+	s.host = contain.New(contain.Options{Launcher: s.launcher, Egress: deps.Egress, Helper: cfg.SandboxHelper, Exe: s.exe,
+		WatchWorkspace: cfg.KeepWorkspaces || cfg.SandboxWorkspace == "watch"})
 	if !cfg.KeepWorkspaces {
 		s.spares = &spares{max: max(cfg.Concurrency, 1)}
 	}
-	// Named by this process and instance: a live worker's cgroups are never
-	// another's to remove.
-	s.cgpool = &cgroupPool{name: fmt.Sprintf("%d-%x", os.Getpid(), rand.Uint32())}
 	// Processes of the worker's user cannot read its memory, environment
 	// or descriptors through /proc. Not for a worker that is not root and
 	// gives runs user namespaces: a non-dumpable process cannot write its
@@ -275,7 +274,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable(),
-		"landlock_abi", s.launcher.Host().LandlockABI, "private_proc", s.launcher.Host().PrivateProc, "cgroups", s.cgroups)
+		"landlock_abi", s.launcher.Host().LandlockABI, "private_proc", s.launcher.Host().PrivateProc, "cgroups", s.host.Cgroups())
 	if err := s.launcher.Spawner(); err != nil {
 		// Runs are contained as before; each launcher's start costs more.
 		s.log.Warn("sandbox: no spawner, launchers are forked from the worker itself (more CPU per run, docs/sandbox.md \"The spawner\")", "err", err)
@@ -286,10 +285,8 @@ func (s *Service) Run(ctx context.Context) error {
 	s.sweep()
 	defer s.spares.drain()
 	defer s.launcher.Close()
-	if s.cgroups {
-		removeStale() // what killed workers left
-		defer s.cgpool.removeAll()
-	}
+	s.host.SweepCgroups() // what killed workers left
+	defer s.host.Close()
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	var sweeper sync.WaitGroup
@@ -421,7 +418,7 @@ func (s *Service) Handler() http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "nats": "connected", "worker_id": s.cfg.ID,
 			"sandbox": map[string]any{"isolation": s.launcher.Mode(), "launcher": s.launcher.Executable(),
 				"landlock_abi": h.LandlockABI, "filesystem": h.LandlockABI >= 1, "network": h.LandlockABI >= 4,
-				"private_proc": h.PrivateProc, "cgroups": s.cgroups}})
+				"private_proc": h.PrivateProc, "cgroups": s.host.Cgroups()}})
 	})
 	return mux
 }
@@ -435,7 +432,7 @@ func (s *Service) Isolation() string { return string(s.launcher.Mode()) }
 
 // Cgroups reports whether runs get their own cgroups (processes and
 // memory bounded as a whole).
-func (s *Service) Cgroups() bool { return s.cgroups }
+func (s *Service) Cgroups() bool { return s.host.Cgroups() }
 
 // ID returns the worker id used in `started` events.
 func (s *Service) ID() string { return s.cfg.ID }

@@ -1,4 +1,4 @@
-package worker
+package contain
 
 import (
 	"bytes"
@@ -84,43 +84,42 @@ func (r CheckReport) Missing() bool {
 // each path, whether the run's root shows it, with the read_paths entries
 // that would show the ones it does not. env is the environment the worker
 // runs with, as os.Environ returns it; the sub-agent's PATH is taken from
-// it as Environment does, and a CLI runtime's executable from its
-// variable (cliBins: AGORA_WORKER_CLAUDE_BIN, default claude on PATH, and
-// the codex and gemini ones). It reads this host's filesystem and runs
-// nothing; a worker on another host, or with another PATH, may resolve the
-// command differently.
+// it as the worker passes it on (DefaultPath when it has none), and a CLI
+// runtime's executable from its Config variable (AGORA_WORKER_CLAUDE_BIN,
+// default claude on PATH, and the codex and gemini ones). It reads this
+// host's filesystem and runs nothing; a worker on another host, or with
+// another PATH, may resolve the command differently.
 func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 	c := &checker{
 		def:  def,
 		mode: def.Sandbox.ModeOrDefault(),
 		seen: map[string]bool{},
 	}
-	for _, kv := range Environment(env, def, nil, "", "", "", 0) {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			c.path = v
-		}
-	}
 	vars := map[string]string{}
 	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
+		k, v, ok := strings.Cut(kv, "=")
 		vars[k] = v
-		switch k {
-		case "HOME":
+		switch {
+		case k == "PATH" && ok:
+			c.path = v
+		case k == "HOME":
 			c.home = v
-		case "PYENV_VERSION":
+		case k == "PYENV_VERSION":
 			c.pyenvVersion = v
 		}
 	}
+	c.path = subagentPath(c.path)
 	c.roots = c.shownRoots()
 	c.rep = CheckReport{Name: def.Name, Runtime: def.Runtime, Mode: c.mode, PATH: c.path, Steps: []CheckStep{}}
 	if c.mode == subagent.SandboxOff {
 		c.note("mode off: the run sees the worker's whole filesystem")
 	}
-	rts := runtimes.Builtin(runtimes.Config{
-		ClaudeBin: vars[cliBins[subagent.RuntimeClaudeCode]],
-		CodexBin:  vars[cliBins[subagent.RuntimeCodex]],
-		GeminiBin: vars[cliBins[subagent.RuntimeGeminiCLI]],
-	})
+	cfg := Config{
+		ClaudeBin: vars[cliVar(subagent.RuntimeClaudeCode)],
+		CodexBin:  vars[cliVar(subagent.RuntimeCodex)],
+		GeminiBin: vars[cliVar(subagent.RuntimeGeminiCLI)],
+	}
+	rts := runtimes.Builtin(cfg.Runtimes())
 	switch rt, ok := rts[def.Runtime]; {
 	case def.Runtime == subagent.RuntimeExec || !ok:
 		if !ok {
@@ -144,7 +143,7 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 			break
 		}
 		why := fmt.Sprintf("the %s runtime's CLI", def.Runtime)
-		if name := cliBins[def.Runtime]; vars[name] != "" {
+		if name := cliVar(def.Runtime); name != "" && vars[name] != "" {
 			why += " (" + name + ")"
 		}
 		args := cmd.Args
@@ -162,14 +161,6 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 	}
 	c.suggest()
 	return c.rep
-}
-
-// cliBins names the worker variable that sets each CLI runtime's
-// executable (Config.ClaudeBin, CodexBin, GeminiBin).
-var cliBins = map[string]string{
-	subagent.RuntimeClaudeCode: "AGORA_WORKER_CLAUDE_BIN",
-	subagent.RuntimeCodex:      "AGORA_WORKER_CODEX_BIN",
-	subagent.RuntimeGeminiCLI:  "AGORA_WORKER_GEMINI_BIN",
 }
 
 // checker walks one definition's chain.
@@ -194,7 +185,7 @@ func (c *checker) note(format string, a ...any) {
 }
 
 // shownRoots are the paths the run's root shows besides the command's
-// executable (sandbox.go, prepare and namespacePolicy): the system
+// executable (policy.go, Prepare and namespacePolicy): the system
 // folders, /etc or the strict mode's files of it, read_paths,
 // write_paths, absolute paths the command names, the agora helper, and
 // what the launcher makes itself.
@@ -245,8 +236,8 @@ func coveredBy(p string, roots []string) bool {
 	return slices.ContainsFunc(roots, func(r string) bool { return covers(r, p) })
 }
 
-// command resolves the executable name the way the worker does (lookPath:
-// a name with a '/' as it is, in the workspace when relative; else the
+// command resolves the executable name the way the worker does (a name
+// with a '/' as it is, in the workspace when relative; else the
 // sub-agent's PATH) and checks it. bound is whether the worker starts it,
 // and so shows it wherever it is, rather than a program it starts (env's).
 func (c *checker) command(name, why string, bound bool) {
@@ -277,8 +268,8 @@ func (c *checker) command(name, why string, bound bool) {
 		}
 		name, why = p, why+" (via PATH)"
 	}
-	// The worker shows the executable itself, wherever it is (runtime.go,
-	// runCommand): a bind of the file its path leads to.
+	// The box shows the executable itself, wherever it is (Box.Run): a
+	// bind of the file its path leads to.
 	if bound {
 		c.alone = name
 	}
@@ -298,7 +289,7 @@ func (c *checker) command(name, why string, bound bool) {
 }
 
 // onPath finds name in the sub-agent's PATH on this host, as the
-// worker's lookPath does.
+// worker looks a command up.
 func (c *checker) onPath(name string) (string, bool) {
 	for _, d := range filepath.SplitList(c.path) {
 		if d == "" || !filepath.IsAbs(d) {

@@ -1,4 +1,4 @@
-package worker_test
+package contain_test
 
 import (
 	"debug/elf"
@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/pkg/subagent"
-	"github.com/agora-dispatch/agora/services/worker"
 )
 
 // checkTree lays files out under dir: each entry is a path relative to
@@ -75,7 +75,7 @@ func TestCheckDefinition(t *testing.T) {
 				})
 				return subagent.Definition{Name: "s", Runtime: "exec", Command: []string{filepath.Join(dir, "agent")}}, []string{"PATH=/usr/bin:/bin"}
 			},
-			want: map[string]string{"{dir}/agent": worker.CheckOK, "{dir}/tools/interp": worker.CheckDenied, "/bin/sh": worker.CheckOK},
+			want: map[string]string{"{dir}/agent": contain.CheckOK, "{dir}/tools/interp": contain.CheckDenied, "/bin/sh": contain.CheckOK},
 			add:  []string{"{dir}/tools"},
 		},
 		{
@@ -89,7 +89,7 @@ func TestCheckDefinition(t *testing.T) {
 				d.Sandbox.ReadPaths = []string{filepath.Join(dir, "tools")}
 				return d, []string{"PATH=/usr/bin:/bin"}
 			},
-			want: map[string]string{"{dir}/agent": worker.CheckOK, "{dir}/tools/interp": worker.CheckOK},
+			want: map[string]string{"{dir}/agent": contain.CheckOK, "{dir}/tools/interp": contain.CheckOK},
 		},
 		{
 			name: "a command under read_paths that links into a hidden folder",
@@ -104,7 +104,7 @@ func TestCheckDefinition(t *testing.T) {
 			},
 			// The folder bind shows the link as a link: its target's
 			// folder is what to add, not the link's.
-			want: map[string]string{"{dir}/home/venv/bin/python": worker.CheckOK, "{dir}/home/.pyenv/versions/3.12/bin/python3": worker.CheckDenied},
+			want: map[string]string{"{dir}/home/venv/bin/python": contain.CheckOK, "{dir}/home/.pyenv/versions/3.12/bin/python3": contain.CheckDenied},
 			add:  []string{"{dir}/home/.pyenv/versions/3.12/bin"},
 		},
 		{
@@ -118,7 +118,7 @@ func TestCheckDefinition(t *testing.T) {
 				d.Sandbox.Mode = subagent.SandboxOff
 				return d, []string{"PATH=/usr/bin:/bin"}
 			},
-			want:  map[string]string{"{dir}/tools/interp": worker.CheckOK},
+			want:  map[string]string{"{dir}/tools/interp": contain.CheckOK},
 			notes: []string{"mode off"},
 		},
 		{
@@ -134,7 +134,7 @@ func TestCheckDefinition(t *testing.T) {
 				d.Sandbox.ReadPaths = []string{filepath.Join(dir, "bin")}
 				return d, []string{"PATH=" + filepath.Join(dir, "bin") + ":/usr/bin:/bin"}
 			},
-			want: map[string]string{"{dir}/bin/tool": worker.CheckOK, "{dir}/a/link1": worker.CheckDenied, "{dir}/b/real": worker.CheckDenied, "/bin/sh": worker.CheckOK},
+			want: map[string]string{"{dir}/bin/tool": contain.CheckOK, "{dir}/a/link1": contain.CheckDenied, "{dir}/b/real": contain.CheckDenied, "/bin/sh": contain.CheckOK},
 			add:  []string{"{dir}/a", "{dir}/b"},
 		},
 		{
@@ -147,7 +147,7 @@ func TestCheckDefinition(t *testing.T) {
 				return subagent.Definition{Name: "e", Runtime: "exec", Command: []string{filepath.Join(dir, "agent")}},
 					[]string{"PATH=" + filepath.Join(dir, "bin") + ":/usr/bin:/bin"}
 			},
-			want:  map[string]string{"/usr/bin/env": worker.CheckOK, "{dir}/bin/mytool": worker.CheckDenied},
+			want:  map[string]string{"/usr/bin/env": contain.CheckOK, "{dir}/bin/mytool": contain.CheckDenied},
 			add:   []string{"{dir}/bin"},
 			notes: []string{"finds no mytool"},
 		},
@@ -158,7 +158,7 @@ func TestCheckDefinition(t *testing.T) {
 				return subagent.Definition{Name: "w", Runtime: "exec", Command: []string{"./run.sh"}, Files: map[string]string{"run.sh": "#!/usr/bin/env mytool\n"}},
 					[]string{"PATH=" + filepath.Join(dir, "bin") + ":/usr/bin:/bin"}
 			},
-			want: map[string]string{"$AGORA_WORKSPACE/run.sh": worker.CheckOK, "{dir}/bin/mytool": worker.CheckDenied},
+			want: map[string]string{"$AGORA_WORKSPACE/run.sh": contain.CheckOK, "{dir}/bin/mytool": contain.CheckDenied},
 			add:  []string{"{dir}/bin"},
 		},
 		{
@@ -166,14 +166,14 @@ func TestCheckDefinition(t *testing.T) {
 			setup: func(t *testing.T, dir string) (subagent.Definition, []string) {
 				return subagent.Definition{Name: "t", Runtime: "exec", Command: []string{"/bin/true"}}, nil
 			},
-			want: map[string]string{"/bin/true": worker.CheckOK},
+			want: map[string]string{"/bin/true": contain.CheckOK},
 		},
 		{
 			name: "a command not on PATH is missing, not denied",
 			setup: func(t *testing.T, dir string) (subagent.Definition, []string) {
 				return subagent.Definition{Name: "m", Runtime: "exec", Command: []string{"no-such-tool-here"}}, []string{"PATH=" + dir}
 			},
-			want: map[string]string{"no-such-tool-here": worker.CheckMissing},
+			want: map[string]string{"no-such-tool-here": contain.CheckMissing},
 		},
 		{
 			name: "strict mode shows only some files of /etc",
@@ -184,7 +184,7 @@ func TestCheckDefinition(t *testing.T) {
 				d.Sandbox.ReadPaths = []string{filepath.Join(dir, "bin")}
 				return d, nil
 			},
-			want: map[string]string{"{dir}/bin/interp": worker.CheckOK, "{etc}": worker.CheckDenied},
+			want: map[string]string{"{dir}/bin/interp": contain.CheckOK, "{etc}": contain.CheckDenied},
 			add:  []string{"{etc}"},
 			etc:  true,
 		},
@@ -196,7 +196,7 @@ func TestCheckDefinition(t *testing.T) {
 				d.Sandbox.ReadPaths = []string{filepath.Join(dir, "bin")}
 				return d, nil
 			},
-			want: map[string]string{"{etc}": worker.CheckOK},
+			want: map[string]string{"{etc}": contain.CheckOK},
 			etc:  true,
 		},
 		{
@@ -209,7 +209,7 @@ func TestCheckDefinition(t *testing.T) {
 				return subagent.Definition{Name: "h", Runtime: "exec", Command: []string{filepath.Join(dir, "agent")}},
 					[]string{"PATH=/usr/bin:/bin", "HOME=" + filepath.Join(dir, "home")}
 			},
-			want: map[string]string{"{dir}/home/.mytool/versions/1.2/bin/interp": worker.CheckDenied},
+			want: map[string]string{"{dir}/home/.mytool/versions/1.2/bin/interp": contain.CheckDenied},
 			add:  []string{"{dir}/home/.mytool"},
 		},
 		{
@@ -228,10 +228,10 @@ func TestCheckDefinition(t *testing.T) {
 					[]string{"PATH=" + filepath.Join(root, "shims") + ":/usr/bin:/bin", "HOME=" + filepath.Join(dir, "home")}
 			},
 			want: map[string]string{
-				"{dir}/home/.pyenv/shims/python3":                  worker.CheckOK, // the worker binds the command itself
-				"{dir}/home/.pyenv/libexec/pyenv":                  worker.CheckDenied,
-				"{dir}/home/.pyenv/versions/3.12.1/bin/python3":    worker.CheckDenied,
-				"{dir}/home/.pyenv/versions/3.12.1/bin/python3.12": worker.CheckDenied,
+				"{dir}/home/.pyenv/shims/python3":                  contain.CheckOK, // the worker binds the command itself
+				"{dir}/home/.pyenv/libexec/pyenv":                  contain.CheckDenied,
+				"{dir}/home/.pyenv/versions/3.12.1/bin/python3":    contain.CheckDenied,
+				"{dir}/home/.pyenv/versions/3.12.1/bin/python3.12": contain.CheckDenied,
 			},
 			add:   []string{"{dir}/home/.pyenv"},
 			notes: []string{"pyenv shim"},
@@ -246,7 +246,7 @@ func TestCheckDefinition(t *testing.T) {
 				return subagent.Definition{Name: "c", Runtime: subagent.RuntimeClaudeCode, Prompt: "hi"},
 					[]string{"PATH=" + filepath.Join(dir, "node/bin") + ":/usr/bin:/bin", "AGORA_WORKER_CLAUDE_BIN=" + filepath.Join(dir, "claude/cli.js")}
 			},
-			want: map[string]string{"{dir}/claude/cli.js": worker.CheckOK, "{dir}/node/bin/node": worker.CheckDenied},
+			want: map[string]string{"{dir}/claude/cli.js": contain.CheckOK, "{dir}/node/bin/node": contain.CheckDenied},
 			add:  []string{"{dir}/node/bin"},
 		},
 	}
@@ -260,7 +260,7 @@ func TestCheckDefinition(t *testing.T) {
 				etc = etcFileOutsideStrict(t)
 			}
 			expand := func(s string) string { return strings.NewReplacer("{dir}", dir, "{etc}", etc).Replace(s) }
-			rep := worker.CheckDefinition(def, env)
+			rep := contain.CheckDefinition(def, env)
 			got := map[string]string{}
 			for _, s := range rep.Steps {
 				got[s.Path] = s.Status
@@ -310,12 +310,65 @@ func TestCheckDefinitionELFInterpreter(t *testing.T) {
 	if !dynamic {
 		t.Skip("/bin/true is static here")
 	}
-	rep := worker.CheckDefinition(subagent.Definition{Name: "t", Runtime: "exec", Command: []string{"/bin/true"}}, nil)
-	i := slices.IndexFunc(rep.Steps, func(s worker.CheckStep) bool { return s.Why == "ELF interpreter of /bin/true" })
+	rep := contain.CheckDefinition(subagent.Definition{Name: "t", Runtime: "exec", Command: []string{"/bin/true"}}, nil)
+	i := slices.IndexFunc(rep.Steps, func(s contain.CheckStep) bool { return s.Why == "ELF interpreter of /bin/true" })
 	if i < 0 {
 		t.Fatalf("no ELF interpreter step: %+v", rep.Steps)
 	}
-	if rep.Steps[i].Status != worker.CheckOK || rep.Denied() {
+	if rep.Steps[i].Status != contain.CheckOK || rep.Denied() {
 		t.Errorf("the loader is not shown: %+v", rep.Steps)
+	}
+}
+
+// TestCheckCLIRuntimes: agora subagent check follows each CLI runtime's
+// executable, named by its worker variable or found on PATH, to the
+// interpreter its #! line looks up. The worker shows codex itself
+// wherever it is; gemini-cli's command is env(1), which the worker
+// shows, so gemini's own folder must be in read_paths.
+func TestCheckCLIRuntimes(t *testing.T) {
+	for _, c := range []struct {
+		runtime, bin, variable string
+		viaEnv                 bool
+	}{
+		{subagent.RuntimeCodex, "codex", "AGORA_WORKER_CODEX_BIN", false},
+		{subagent.RuntimeGeminiCLI, "gemini", "AGORA_WORKER_GEMINI_BIN", true},
+	} {
+		for _, named := range []bool{true, false} {
+			name := c.runtime + " on PATH"
+			if named {
+				name = c.runtime + " named by " + c.variable
+			}
+			t.Run(name, func(t *testing.T) {
+				dir := t.TempDir()
+				checkTree(t, dir, map[string]string{"node/bin/node": "#!/bin/sh\n", "cli/bin/" + c.bin: "#!/usr/bin/env node\n"})
+				cli := filepath.Join(dir, "cli/bin", c.bin)
+				path := "PATH=" + filepath.Join(dir, "node/bin") + ":/usr/bin:/bin"
+				env, why := []string{path, c.variable + "=" + cli}, "the "+c.runtime+" runtime's CLI ("+c.variable+")"
+				if !named {
+					env, why = []string{path + ":" + filepath.Dir(cli)}, "the "+c.runtime+" runtime's CLI (via PATH)"
+				}
+				rep := contain.CheckDefinition(subagent.Definition{Name: "c", Runtime: c.runtime, Prompt: "hi"}, env)
+				steps := map[string]contain.CheckStep{}
+				for _, s := range rep.Steps {
+					steps[s.Path] = s
+				}
+				status, add := contain.CheckOK, []string{filepath.Join(dir, "node/bin")}
+				if c.viaEnv {
+					status, add = contain.CheckDenied, []string{filepath.Dir(cli), filepath.Join(dir, "node/bin")}
+					if s := steps["/usr/bin/env"]; s.Status != contain.CheckOK || !strings.HasPrefix(s.Why, "env, which runs") {
+						t.Errorf("/usr/bin/env: %+v, want ok, the command", s)
+					}
+				}
+				if s := steps[cli]; s.Status != status || !strings.HasPrefix(s.Why, why) {
+					t.Errorf("%s: %+v, want %s, why %q", cli, s, status, why)
+				}
+				if s := steps[filepath.Join(dir, "node/bin/node")]; s.Status != contain.CheckDenied {
+					t.Errorf("node: %+v, want denied", s)
+				}
+				if !slices.Equal(rep.Add, add) {
+					t.Errorf("add_read_paths %q, want %q", rep.Add, add)
+				}
+			})
+		}
 	}
 }
