@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"go/parser"
+	"go/token"
 	"io"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -70,6 +74,11 @@ func violations(module string, pkgs []pkg) []string {
 			drel, ok := local(d)
 			if !ok {
 				continue
+			}
+			if under(rel, "internal/sandbox/launcher") && !under(drel, "internal/sandbox/launcher") {
+				// The launcher is every run's PID 1 and starts for each run:
+				// it carries nothing of the module but itself.
+				out = append(out, p.ImportPath+" imports "+d+": internal/sandbox/launcher imports nothing of the module outside itself")
 			}
 			switch {
 			case under(rel, "pkg/sentinel"):
@@ -155,6 +164,11 @@ func TestViolations(t *testing.T) {
 		{"pkg imports cmd", []pkg{{m + "/pkg/lifecycle", []string{m + "/cmd/agora"}}}, 1},
 		{"pkg imports internal", []pkg{{m + "/pkg/client", []string{m + "/internal/clip"}}}, 1},
 		{"pkg imports pkg", []pkg{{m + "/pkg/answerlink", []string{m + "/pkg/seal", m + "/pkg/lifecycle"}}}, 0},
+		{"launcher imports its own subpackage", []pkg{{m + "/internal/sandbox/launcher", []string{m + "/internal/sandbox/launcher/seccompgen", "golang.org/x/sys/unix"}}}, 0},
+		{"sandbox imports the launcher", []pkg{{m + "/internal/sandbox", []string{m + "/internal/sandbox/launcher"}}}, 0},
+		{"launcher imports the sandbox", []pkg{{m + "/internal/sandbox/launcher", []string{m + "/internal/sandbox"}}}, 1},
+		{"launcher imports a runtime helper", []pkg{{m + "/internal/sandbox/launcher", []string{m + "/internal/clip"}}}, 1},
+		{"launcher subpackage imports pkg", []pkg{{m + "/internal/sandbox/launcher/seccompgen", []string{m + "/pkg/subagent"}}}, 1},
 		{"several at once", []pkg{
 			{m + "/pkg/lifecycle", []string{m + "/cmd/agora", m + "/services/worker"}},
 			{m + "/services/a", []string{m + "/services/b"}},
@@ -233,6 +247,95 @@ func TestImportDirection(t *testing.T) {
 	}
 
 	for _, v := range violations(module, pkgs) {
+		t.Error(v)
+	}
+}
+
+// goFile is the part of a Go file of the module the file rules read.
+type goFile struct {
+	Path    string // relative to the module's root, with slashes
+	Imports []string
+}
+
+// checkPath is the package `agora subagent check` reaches the sandbox
+// through: a file of cmd/ that imports it is on the check's path.
+const checkPath = "internal/sandbox/contain"
+
+// fileViolations applies the rules that hold for files rather than whole
+// packages: a file of cmd/ on the check's path (one that imports
+// checkPath) imports no service, so `agora subagent check` reads a
+// definition without a service in its build graph's reasons.
+func fileViolations(module string, files []goFile) []string {
+	var out []string
+	for _, f := range files {
+		if !under(f.Path, "cmd") || !slices.Contains(f.Imports, module+"/"+checkPath) {
+			continue
+		}
+		for _, imp := range f.Imports {
+			if rel, ok := strings.CutPrefix(imp, module+"/"); ok && under(rel, "services") {
+				out = append(out, f.Path+" imports "+imp+": a file of cmd/ that imports "+checkPath+" (the subagent check path) imports no service")
+			}
+		}
+	}
+	return out
+}
+
+func TestFileViolations(t *testing.T) {
+	const m = "example.com/mod"
+	tests := []struct {
+		name  string
+		files []goFile
+		want  int
+	}{
+		{"check path without a service", []goFile{{"cmd/agora/subagents.go", []string{m + "/internal/sandbox/contain", m + "/pkg/subagent", "fmt"}}}, 0},
+		{"another file of cmd imports a service", []goFile{{"cmd/agora/dev.go", []string{m + "/services/worker"}}}, 0},
+		{"the worker imports contain", []goFile{{"services/worker/worker.go", []string{m + "/internal/sandbox/contain", m + "/services/worker/x"}}}, 0},
+		{"check path imports the worker", []goFile{{"cmd/agora/subagents.go", []string{m + "/internal/sandbox/contain", m + "/services/worker"}}}, 1},
+		{"check path imports two services", []goFile{{"cmd/agora/check.go", []string{m + "/services/dispatcher", m + "/internal/sandbox/contain", m + "/services/worker"}}}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := fileViolations(m, tt.files); len(got) != tt.want {
+				t.Errorf("fileViolations = %q, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckPathImportsNoService: `agora subagent check` reaches
+// CheckDefinition without importing a service.
+func TestCheckPathImportsNoService(t *testing.T) {
+	module, dir := moduleRoot(t)
+	var files []goFile
+	onPath := 0
+	err := filepath.WalkDir(filepath.Join(dir, "cmd"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		gf := goFile{Path: filepath.ToSlash(rel)}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			gf.Imports = append(gf.Imports, p)
+		}
+		if slices.Contains(gf.Imports, module+"/"+checkPath) {
+			onPath++
+		}
+		files = append(files, gf)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rule still looks at the check: some file of cmd/ reaches it.
+	if onPath == 0 {
+		t.Fatalf("no file under cmd/ imports %s: the check's path moved, and this rule with it", checkPath)
+	}
+	for _, v := range fileViolations(module, files) {
 		t.Error(v)
 	}
 }

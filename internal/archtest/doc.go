@@ -6,8 +6,11 @@
 // answerer, runtime helper or public package imports the top floor; the
 // harness never imports cmd/; stack/ imports none of cmd/, harness/ or
 // agoratest/. Services never import each other, pkg/sentinel imports
-// nothing from the module, and the packages under pkg/ import nothing of
-// the module outside pkg/. The rules read the import graph from `go list`;
-// a second test keeps every init from taking over a process but the
-// sandbox launcher's.
+// nothing from the module, the packages under pkg/ import nothing of the
+// module outside pkg/, and internal/sandbox/launcher, every run's PID 1,
+// imports nothing of the module outside itself. The rules read the import
+// graph from `go list`. A file rule keeps `agora subagent check` free of
+// services: a file of cmd/ that imports internal/sandbox/contain imports
+// no service. Another test keeps every init from taking over a process
+// but the sandbox launcher's.
 package archtest
