@@ -34,7 +34,7 @@ type progressTail struct {
 	s        *Service
 	j        *job
 	ws       string
-	view     func(string) string // where the workspace is read (runSandbox.viewOr)
+	view     func(string) string // where the workspace is read (runFS.viewOr)
 	off      int64
 	partial  []byte
 	long     bool // inside a line already over the limit

@@ -152,7 +152,7 @@ func sweepWorkspaces(root string, log *slog.Logger) int {
 // sweepWorkspace removes the workspace name under root when no run holds
 // it and reports whether it did. rootDev is root's device: a workspace on
 // another device is the run's own filesystem, mounted on the folder
-// (sandbox.go, mountWorkspace), which a worker that died mid-run left.
+// (wsfs.go, runFS.mount), which a worker that died mid-run left.
 func sweepWorkspace(root, name string, rootDev uint64, procs func() map[string][]int, log *slog.Logger) bool {
 	ws := filepath.Join(root, name)
 	top := lockAbandoned(ws)
@@ -204,7 +204,7 @@ func sweepWorkspace(root, name string, rootDev uint64, procs func() map[string][
 
 // detachEmptyMount lets go of the filesystem mounted on the workspace
 // name under root when a worker was killed between mounting it and making
-// .agora on it (mountWorkspace), and reports whether it did: the
+// .agora on it (runFS.mount), and reports whether it did: the
 // filesystem is an empty tmpfs whose lock is free, and the folder under it
 // holds .agora and its lock is free too. A live worker holds the folder's
 // lock from the folder's creation until its filesystem is let go, so a

@@ -11,7 +11,7 @@ import (
 )
 
 // mountTmpfs mounts a tmpfs with opts on dir (the workspace's own
-// filesystem, sandbox.go).
+// filesystem, wsfs.go).
 func mountTmpfs(dir, opts string) error {
 	return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
 }
