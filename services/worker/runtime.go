@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/runtime"
@@ -87,7 +88,7 @@ func runCommand(ctx context.Context, inv Invocation, argv []string) Result {
 		return Result{ExitCode: -1, Err: err}
 	}
 	stdout, stderr := newTail(tailSize), newTail(tailSize)
-	cmd := contain.Command{
+	cmd := sandbox.Spec{
 		Path: path, Args: argv, Env: inv.Env, Dir: inv.Workspace,
 		Stdout: stdout, Stderr: stderr, KillGrace: inv.KillGrace, Hold: inv.fs.launcherHold(inv.hold),
 		Workspace: inv.fs.setView,

@@ -96,7 +96,7 @@ func (f *runFS) launcherHold(dir *os.File) *os.File {
 }
 
 // setView takes the root of the workspace's own filesystem the launcher
-// made (contain.Command.Workspace).
+// made (sandbox.Spec.Workspace, through the run's box).
 func (f *runFS) setView(root *os.File) {
 	if old := f.view.Swap(root); old != nil {
 		old.Close()

@@ -17,7 +17,6 @@ package contain
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -150,7 +149,7 @@ const (
 	WorkspaceMount
 	// WorkspaceLauncher: the launcher makes that tmpfs inside the run's
 	// mount namespace (a worker that is not root) and hands its root over
-	// through Command.Workspace.
+	// through the run's Spec.Workspace.
 	WorkspaceLauncher
 )
 
@@ -283,28 +282,6 @@ func (b *Box) EgressStats() (egress.Stats, bool) {
 	return b.proxy.Stats(), true
 }
 
-// Command is the runtime a Box runs.
-type Command struct {
-	// Path is the executable, already resolved; Args is its argv
-	// (Args[0] included).
-	Path string
-	Args []string
-	// Env is the runtime's complete environment; Dir its working
-	// directory (the workspace).
-	Env []string
-	Dir string
-	// Stdout and Stderr receive the runtime's output.
-	Stdout, Stderr io.Writer
-	// KillGrace is the time between SIGTERM and SIGKILL when ctx ends.
-	KillGrace time.Duration
-	// Hold is the workspace's lock, which the launcher keeps until the
-	// run's whole tree is gone (sandbox.Spec.Hold).
-	Hold *os.File
-	// Workspace is given the root of the workspace's own filesystem the
-	// launcher made (WorkspaceLauncher); the callee owns the file.
-	Workspace func(root *os.File)
-}
-
 // Result is how a contained run ended.
 type Result struct {
 	// ExitCode is the runtime's exit code, or -1 when a signal ended it
@@ -318,28 +295,31 @@ type Result struct {
 	Exceeded string
 }
 
-// Run runs c in the box through the sandbox launcher, which owns the
-// runtime's whole process tree: when ctx ends the runtime's process group
-// gets SIGTERM and everything is killed after c.KillGrace. It blocks until
-// the tree is gone.
-func (b *Box) Run(ctx context.Context, c Command) Result {
+// Run runs the runtime cmd names — its Path, Args, Env, Dir, Stdout,
+// Stderr, KillGrace, Hold and Workspace; the box sets the rest of the
+// spec — in the box through the sandbox launcher, which owns the runtime's
+// whole process tree: when ctx ends the runtime's process group gets
+// SIGTERM and everything is killed after cmd.KillGrace. cmd.Workspace is
+// given the root of the workspace's own filesystem when the launcher makes
+// it (WorkspaceLauncher). Run blocks until the tree is gone.
+func (b *Box) Run(ctx context.Context, cmd sandbox.Spec) Result {
 	spec := sandbox.Spec{
-		Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir,
-		Stdout: c.Stdout, Stderr: c.Stderr, KillGrace: c.KillGrace, Hold: c.Hold,
+		Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
+		Stdout: cmd.Stdout, Stderr: cmd.Stderr, KillGrace: cmd.KillGrace, Hold: cmd.Hold,
 		Unconfined: b.Off(),
 	}
 	if !spec.Unconfined {
 		spec.Policy, spec.Cgroups = b.policy, b.cgroups
-		spec.Binds = append(slices.Clone(b.binds), sandbox.Bind{Host: c.Path, Target: c.Path})
+		spec.Binds = append(slices.Clone(b.binds), sandbox.Bind{Host: cmd.Path, Target: cmd.Path})
 		if spec.Policy.Landlock {
 			// The runtime's own executable, wherever the definition put it.
-			spec.Policy.ReadFiles = append(slices.Clone(spec.Policy.ReadFiles), c.Path)
+			spec.Policy.ReadFiles = append(slices.Clone(spec.Policy.ReadFiles), cmd.Path)
 		}
 		if px := b.proxy; px != nil {
 			spec.Proxy = func(ctx context.Context, ln net.Listener) { _ = px.Serve(ctx, ln) }
 		}
 		if b.fs == WorkspaceLauncher {
-			spec.Workspace = c.Workspace
+			spec.Workspace = cmd.Workspace
 		}
 	}
 	r := b.host.launcher.Run(ctx, spec)
