@@ -39,6 +39,9 @@ type Config struct {
 	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
 	// StreamMaxBytes bounds each history stream; -1: unlimited.
 	StreamMaxBytes int64 `envconfig:"STREAM_MAX_BYTES" default:"-1"`
+	// AuditMaxAge is how long the decision log is kept (docs/audit.md);
+	// empty: 180 days, or the retention when longer.
+	AuditMaxAge time.Duration `envconfig:"AUDIT_MAX_AGE"`
 }
 
 func main() { os.Exit(run()) }
@@ -74,7 +77,7 @@ func run() int {
 		return 1
 	}
 	pc := provision.Config{Replicas: cfg.Replicas, Retention: cfg.Retention, MaxBytes: cfg.StreamMaxBytes,
-		Changed: func(what string) { log.Info("provisioned: " + what) }}
+		AuditMaxAge: cfg.AuditMaxAge, Changed: func(what string) { log.Info("provisioned: " + what) }}
 	// A cluster that is still electing its meta leader refuses requests:
 	// retry until the deadline.
 	// Each attempt gets its own short deadline: a request sent before the

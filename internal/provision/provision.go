@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/retention"
+	"github.com/agora-dispatch/agora/pkg/audit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -40,6 +41,11 @@ type Config struct {
 	// retention, at least the duplicate window: an answerer down for less
 	// than that still finds the questions asked meanwhile.
 	QuestionsMaxAge time.Duration
+	// AuditMaxAge is how long the decision log (AGORA_AUDIT,
+	// docs/audit.md) is kept: default 180 days, and never shorter than
+	// the retention, so the log outlives the work it records. Keeping it
+	// for years is a larger value (AGORA_AUDIT_MAX_AGE, e.g. 87600h).
+	AuditMaxAge time.Duration
 	// MaxBytes bounds each of AGORA_LIFECYCLE, AGORA_QUESTIONS and
 	// AGORA_PROGRESS (AGORA_STREAM_MAX_BYTES); the oldest messages are
 	// discarded to make room. Default unlimited.
@@ -75,6 +81,9 @@ func (c Config) withDefaults() Config {
 	if c.QuestionsMaxAge == 0 {
 		c.QuestionsMaxAge = max(c.Retention, c.Duplicates)
 	}
+	if c.AuditMaxAge == 0 {
+		c.AuditMaxAge = max(DefaultAuditMaxAge, c.Retention, c.Duplicates)
+	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = -1
 	}
@@ -109,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if c.QuestionsMaxAge < c.Duplicates {
 		errs = append(errs, fmt.Errorf("questions max age %s: want at least the duplicate window (%s)", c.QuestionsMaxAge, c.Duplicates))
+	}
+	if c.AuditMaxAge < c.Retention || c.AuditMaxAge < c.Duplicates {
+		errs = append(errs, fmt.Errorf("audit max age %s: want at least the retention (%s) and the duplicate window (%s)", c.AuditMaxAge, c.Retention, c.Duplicates))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("provision: %w", err)
@@ -150,7 +162,21 @@ func Streams(cfg Config) []jetstream.StreamConfig {
 		base(lifecycle.StreamQuestions, "Agora question CloudEvents for answerers", lifecycle.SubjectQuestionsAll, jetstream.LimitsPolicy, cfg.QuestionsMaxAge),
 		base(lifecycle.StreamAnswers, "Agora answers from answerers", lifecycle.SubjectAnswersAll, jetstream.WorkQueuePolicy, 0),
 		progressStream(base(lifecycle.StreamProgress, "Agora progress reports of running sub-agents", lifecycle.SubjectProgressAll, jetstream.LimitsPolicy, cfg.LifecycleMaxAge)),
+		auditStream(base(audit.Stream, "Agora decision log: hash-chained entries (docs/audit.md)", audit.Subject, jetstream.LimitsPolicy, cfg.AuditMaxAge)),
 	}
+}
+
+// DefaultAuditMaxAge is how long the decision log is kept by default.
+const DefaultAuditMaxAge = 180 * 24 * time.Hour
+
+// auditStream keeps the decision log as written: no message can be
+// deleted and the stream cannot be purged (only its age limit removes
+// entries, oldest first), and it is bounded by age alone, never by size,
+// so no burst of entries pushes old ones out.
+func auditStream(c jetstream.StreamConfig) jetstream.StreamConfig {
+	c.DenyDelete, c.DenyPurge = true, true
+	c.MaxBytes = -1
+	return c
 }
 
 // lifecycleStream answers reads of AGORA_LIFECYCLE (a dispatch's last
@@ -325,6 +351,9 @@ func streamDiff(have, want jetstream.StreamConfig) string {
 	if have.AllowDirect != want.AllowDirect {
 		d = append(d, fmt.Sprintf("direct get %t → %t", have.AllowDirect, want.AllowDirect))
 	}
+	if have.DenyDelete != want.DenyDelete || have.DenyPurge != want.DenyPurge {
+		d = append(d, fmt.Sprintf("deny delete/purge %t/%t → %t/%t", have.DenyDelete, have.DenyPurge, want.DenyDelete, want.DenyPurge))
+	}
 	if len(d) == 0 {
 		return "description, subjects or policy"
 	}
@@ -335,7 +364,7 @@ func streamMatches(have, want jetstream.StreamConfig) bool {
 	return reflect.DeepEqual(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
 		have.MaxAge == want.MaxAge && have.Storage == want.Storage && have.Replicas == want.Replicas &&
 		have.Duplicates == want.Duplicates && have.Description == want.Description && have.Discard == want.Discard &&
-		have.AllowDirect == want.AllowDirect &&
+		have.AllowDirect == want.AllowDirect && have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge &&
 		(have.MaxBytes == want.MaxBytes || (want.MaxBytes == 0 && have.MaxBytes == -1))
 }
 

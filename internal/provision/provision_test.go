@@ -16,12 +16,13 @@ import (
 	"github.com/agora-dispatch/agora/internal/natstest"
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/audit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 var (
 	wantStreams = []string{lifecycle.StreamRequests, lifecycle.StreamDispatch, lifecycle.StreamLifecycle,
-		lifecycle.StreamQuestions, lifecycle.StreamAnswers, lifecycle.StreamProgress}
+		lifecycle.StreamQuestions, lifecycle.StreamAnswers, lifecycle.StreamProgress, audit.Stream}
 	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates,
 		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages, lifecycle.BucketDecisions, lifecycle.BucketRuntimes}
 )
@@ -320,8 +321,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 					t.Errorf("streams %d→%d, consumers %d→%d", len(before.streams), len(after.streams), len(before.consumers), len(after.consumers))
 				}
 			}
-			if len(before.streams) != 17 { // 6 streams, 9 KV buckets, 2 object stores
-				t.Errorf("%d streams, want 17", len(before.streams))
+			if len(before.streams) != 18 { // 7 streams, 9 KV buckets, 2 object stores
+				t.Errorf("%d streams, want 18", len(before.streams))
 			}
 		})
 	}
@@ -387,8 +388,8 @@ func TestEnsureMemory(t *testing.T) {
 			t.Errorf("stream %s storage = %v, want memory", name, got)
 		}
 	}
-	if n != 17 {
-		t.Errorf("%d streams, want 17", n)
+	if n != 18 {
+		t.Errorf("%d streams, want 18", n)
 	}
 }
 
@@ -411,6 +412,7 @@ func TestValidate(t *testing.T) {
 		{name: "duplicates below ack wait × max deliver", cfg: provision.Config{Duplicates: time.Minute}, want: []string{"duplicate window 1m0s"}},
 		{name: "duplicates just above", cfg: provision.Config{WorkAckWait: time.Minute, WorkMaxDeliver: 5, Duplicates: 5*time.Minute + time.Second}},
 		{name: "lifecycle max age below duplicate window", cfg: provision.Config{LifecycleMaxAge: 5 * time.Minute}, want: []string{"lifecycle max age 5m0s"}},
+		{name: "audit max age below the retention", cfg: provision.Config{Retention: 400 * 24 * time.Hour, AuditMaxAge: 200 * 24 * time.Hour}, want: []string{"audit max age 4800h0m0s: want at least the retention"}},
 		{name: "questions max age below duplicate window", cfg: provision.Config{QuestionsMaxAge: time.Minute}, want: []string{"questions max age 1m0s"}},
 		{name: "everything at once", cfg: provision.Config{Replicas: 9, WorkAckWait: 10 * time.Millisecond, WorkMaxDeliver: -2, Duplicates: -time.Second, LifecycleMaxAge: -time.Hour},
 			want: []string{"replicas 9", "ack wait 10ms", "max deliver -2", "duplicate window -1s", "lifecycle max age -1h0m0s"}},
@@ -609,5 +611,37 @@ func TestRetentionReconciles(t *testing.T) {
 	ensure(t, js, provision.Config{Retention: 24 * time.Hour, MaxBytes: 64 << 20, Changed: func(s string) { changes = append(changes, s) }})
 	if len(changes) > 0 {
 		t.Errorf("a second Ensure changed %q", changes)
+	}
+}
+
+// The decision log refuses deletes and purges, is bounded by age alone
+// (180 days, or the retention when longer) and follows a changed setting.
+func TestAuditStream(t *testing.T) {
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := t.Context()
+	ensure(t, js, provision.Config{})
+	c := streamInfo(t, js, audit.Stream).Config
+	if !c.DenyDelete || !c.DenyPurge || c.MaxAge != 180*24*time.Hour || c.MaxBytes != -1 || !slices.Equal(c.Subjects, []string{audit.Subject}) {
+		t.Fatalf("AGORA_AUDIT config = %+v", c)
+	}
+	ack, err := js.Publish(ctx, audit.Subject, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustStream(t, js, audit.Stream)
+	if err := s.DeleteMsg(ctx, ack.Sequence); err == nil {
+		t.Error("deleting an entry succeeded")
+	}
+	if err := s.Purge(ctx); err == nil {
+		t.Error("purging the log succeeded")
+	}
+	ensure(t, js, provision.Config{Retention: 365 * 24 * time.Hour})
+	if got := streamInfo(t, js, audit.Stream).Config.MaxAge; got != 365*24*time.Hour {
+		t.Errorf("with a retention of a year, audit MaxAge = %s, want the retention", got)
+	}
+	ensure(t, js, provision.Config{AuditMaxAge: 10 * 365 * 24 * time.Hour})
+	if got := streamInfo(t, js, audit.Stream).Config.MaxAge; got != 10*365*24*time.Hour {
+		t.Errorf("audit MaxAge = %s, want ten years", got)
 	}
 }

@@ -177,3 +177,9 @@ func (e *Entry) Link(prev *Entry) {
 	}
 	e.Seq, e.PrevHash = prev.Seq+1, prev.Hash
 }
+
+// The log's stream and subject (provisioned by Agora; docs/audit.md).
+const (
+	Stream  = "AGORA_AUDIT"
+	Subject = "agora.audit"
+)
