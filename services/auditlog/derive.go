@@ -1,0 +1,174 @@
+package auditlog
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agora-dispatch/agora/pkg/audit"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+)
+
+// record is what an entry takes from the question record (the value under
+// the question id in agora_questions) beside the event's snapshot: the
+// fields question events do not carry.
+type record struct {
+	Comment         string          `json:"comment"`
+	NextDispatchID  string          `json:"next_dispatch_id"`
+	Outcome         string          `json:"outcome"`
+	OnExpiry        string          `json:"on_expiry"`
+	PartialState    json.RawMessage `json:"partial_state"`
+	PartialStateRef string          `json:"partial_state_ref"`
+	History         []struct {
+		Via    string `json:"via"`
+		Door   string `json:"door"`
+		Result string `json:"result"`
+	} `json:"history"`
+}
+
+// Answerers Agora itself names (services/router).
+const (
+	defaultAnsweredBy = "agora:default"
+	memoryPrefix      = "memory:"
+	suggestedPrefix   = "suggested:"
+)
+
+// derive makes the entry for a source message and returns it with the
+// id its append carries (the source event's id).
+func (w *writer) derive(ctx context.Context, src source) (*audit.Entry, string, error) {
+	ev, err := lifecycle.DecodeMsg(src.msg)
+	if err != nil {
+		return nil, "", err
+	}
+	d, err := lifecycle.Parse(ev)
+	if err != nil {
+		return nil, "", err
+	}
+	e := &audit.Entry{At: ev.Time().UTC().Format(time.RFC3339Nano), Source: src.stream, SourceSeq: int64(src.seq), SourceID: ev.ID()}
+	switch d := d.(type) {
+	case *lifecycle.Question:
+		w.question(ctx, e, d)
+	case *lifecycle.Cancelled:
+		e.Kind = audit.KindCancelled
+		e.DispatchID, e.ThreadID, e.Subagent, e.Round = d.DispatchID, d.ThreadID, d.Subagent, d.Round
+		e.By, e.Reason = d.By, d.Reason
+	default:
+		return nil, "", fmt.Errorf("unexpected %s event", ev.Type())
+	}
+	return e, ev.ID(), nil
+}
+
+// question fills e from a question event and its record.
+func (w *writer) question(ctx context.Context, e *audit.Entry, q *lifecycle.Question) {
+	e.Kind = string(q.Event)
+	e.QuestionID, e.Route, e.Subagent, e.ThreadID, e.DispatchID = q.QuestionID, q.Route, q.Subagent, q.ThreadID, q.DispatchID
+	e.Round, e.Escalation, e.Detail, e.JoinedTo = q.Round, q.Escalation, q.Detail, q.JoinedTo
+	rec, found := w.record(ctx, q.QuestionID)
+	e.RecordMissing = !found
+	switch q.Event {
+	case lifecycle.QuestionAsked, lifecycle.QuestionEscalated:
+		if found {
+			e.PartialStateDigest = w.partialState(ctx, rec)
+		}
+		e.ShownDigest = audit.ShownDigest(q.Question, q.Context, q.Kind, q.Options, e.PartialStateDigest)
+	case lifecycle.QuestionAnswered:
+		e.AnsweredBy, e.Answer, e.Decision = q.AnsweredBy, q.Answer, q.Decision
+		e.Door = door(q, rec)
+		if q.Reused != nil {
+			e.ReusedQuestionID, e.ReusedAnsweredBy = q.Reused.QuestionID, q.Reused.AnsweredBy
+		}
+		if s := q.Suggestion; s != nil && s.Accepted {
+			e.SuggestionBy, e.SuggestionConfidence = s.By, strconv.FormatFloat(s.Confidence, 'f', -1, 64)
+		}
+		e.Comment, e.Outcome, e.NextDispatchID = rec.Comment, rec.Outcome, rec.NextDispatchID
+	case lifecycle.QuestionExpired:
+		// A timeout: never an answer, whatever its action.
+		e.Action, e.Outcome, e.NextDispatchID = rec.OnExpiry, rec.Outcome, rec.NextDispatchID
+		if e.Action == "" && found {
+			e.Action = "fail"
+		}
+		if q.AnsweredBy == defaultAnsweredBy {
+			e.Answer, e.Decision = q.Answer, q.Decision
+		}
+	case lifecycle.QuestionWithdrawn:
+		e.Outcome, e.NextDispatchID = rec.Outcome, rec.NextDispatchID
+	}
+	if e.JoinedTo != "" && q.Event == lifecycle.QuestionAnswered {
+		e.Door = "join:" + q.JoinedTo
+	}
+}
+
+// door names the way an accepted answer came: memory, suggestion, or the
+// door of the accepted attempt in the record's history (api, api-route,
+// stream, with its subject).
+func door(q *lifecycle.Question, rec record) string {
+	switch {
+	case strings.HasPrefix(q.AnsweredBy, memoryPrefix):
+		return "memory"
+	case strings.HasPrefix(q.AnsweredBy, suggestedPrefix):
+		return "suggestion"
+	}
+	for i := len(rec.History) - 1; i >= 0; i-- {
+		if a := rec.History[i]; a.Result == "accepted" {
+			if a.Door != "" {
+				return a.Via + " " + a.Door
+			}
+			return a.Via
+		}
+	}
+	return ""
+}
+
+// record reads the question record; false when it is gone (expired with
+// its thread's retention before the writer read its event).
+func (w *writer) record(ctx context.Context, qid string) (record, bool) {
+	var r record
+	if w.questions == nil {
+		kv, err := w.js.KeyValue(ctx, lifecycle.BucketQuestions)
+		if err != nil {
+			return r, false
+		}
+		w.questions = kv
+	}
+	kve, err := w.questions.Get(ctx, qid)
+	if err != nil {
+		return r, false
+	}
+	if json.Unmarshal(kve.Value(), &r) != nil {
+		return r, false
+	}
+	return r, true
+}
+
+// partialState is the digest of the question's partial state: of its JSON
+// as the record holds it, or, for a large state kept in agora_state, the
+// object's own SHA-256. Never the state itself.
+func (w *writer) partialState(ctx context.Context, rec record) string {
+	switch {
+	case len(rec.PartialState) > 0 && string(rec.PartialState) != "null":
+		return audit.Digest(rec.PartialState)
+	case rec.PartialStateRef == "":
+		return ""
+	}
+	obs, err := w.js.ObjectStore(ctx, lifecycle.BucketState)
+	if err != nil {
+		return "unavailable:" + rec.PartialStateRef
+	}
+	info, err := obs.GetInfo(ctx, rec.PartialStateRef)
+	if errors.Is(err, jetstream.ErrObjectNotFound) || err != nil {
+		return "unavailable:" + rec.PartialStateRef
+	}
+	// The object store names it SHA-256=<base64url>.
+	if b, err := base64.URLEncoding.DecodeString(strings.TrimPrefix(info.Digest, "SHA-256=")); err == nil {
+		return "sha256:" + hex.EncodeToString(b)
+	}
+	return "unavailable:" + rec.PartialStateRef
+}
