@@ -32,6 +32,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/mcpserver"
 	"github.com/agora-dispatch/agora/services/router"
@@ -64,9 +65,11 @@ type Options struct {
 	// of its Config are not used.
 	Dispatcher *dispatcher.Config
 	Router     *router.Config
-	Workers    []worker.Config // a worker service per entry
-	Inbox      *inbox.Config
-	Slack      *slack.Config
+	// Audit runs the decision log's writer (docs/audit.md).
+	Audit   *auditlog.Config
+	Workers []worker.Config // a worker service per entry
+	Inbox   *inbox.Config
+	Slack   *slack.Config
 	// MCP, when set, serves the MCP server at /mcp on Handler, acting
 	// through the stack's client.
 	MCP *mcpserver.Config
@@ -244,6 +247,17 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 			return nil, nil, err
 		}
 		svcs, health["router"] = append(svcs, service{"router", s.router.Run, s.router.Ready()}), s.router.Handler()
+	}
+	if o.Audit != nil {
+		nc, err := s.connect("agora-auditlog")
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := auditlog.New(*o.Audit, auditlog.Deps{Conn: nc, Logger: s.log, Registerer: o.Registerer})
+		if err != nil {
+			return nil, nil, err
+		}
+		svcs, health["auditlog"] = append(svcs, service{"auditlog", a.Run, a.Ready()}), a.Handler()
 	}
 	if o.Inbox != nil {
 		nc, err := s.connect("agora-inbox")

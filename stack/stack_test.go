@@ -22,6 +22,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
 	"github.com/agora-dispatch/agora/services/worker"
@@ -45,6 +46,7 @@ func TestStartRunsAWholeAgora(t *testing.T) {
 		Subagents:  []subagent.Definition{quick},
 		Dispatcher: &dispatcher.Config{},
 		Router:     &router.Config{},
+		Audit:      &auditlog.Config{},
 		Workers:    []worker.Config{{Concurrency: 2, WorkspaceRoot: t.TempDir(), PullExpiry: 500 * time.Millisecond}},
 		Inbox:      &inbox.Config{DevToken: true},
 		InProcess:  map[string]worker.InProcess{subagent.RuntimeExec: done{}},
@@ -77,7 +79,7 @@ func TestStartRunsAWholeAgora(t *testing.T) {
 		Services map[string]map[string]any `json:"services"`
 	}
 	getJSON(t, web.URL+"/healthz", http.StatusOK, &h)
-	for _, name := range []string{"dispatcher", "router", "worker", "inbox"} {
+	for _, name := range []string{"dispatcher", "router", "worker", "inbox", "auditlog"} {
 		if h.Services[name]["status"] != "ok" {
 			t.Errorf("/healthz services[%s] = %v", name, h.Services[name])
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/seal"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/mcpserver"
 	"github.com/agora-dispatch/agora/services/router"
@@ -249,6 +250,10 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 	wcfg.SandboxFloor, wcfg.SandboxAllowPaths, wcfg.SandboxAllowHosts = floor.Mode, floor.Paths, floor.Hosts
 	rcfg := set.router
 	rcfg.RoutesFile, rcfg.ID, rcfg.Retention, rcfg.HTTPAddr = o.routes, "dev", o.retention, ""
+	// The decision log (docs/audit.md): signed checkpoints when
+	// AGORA_AUDIT_SIGNING_KEY_FILE names a key.
+	acfg := set.audit
+	acfg.HTTPAddr = ""
 	// The inbox: a users file when AGORA_INBOX_USERS is set, else one dev
 	// login token printed in the banner. Its public URL is announced over
 	// NATS, so links the CLI prints in other shells point here whatever
@@ -279,6 +284,7 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 		Workers:    []worker.Config{wcfg},
 		Dispatcher: &dcfg,
 		Router:     &rcfg,
+		Audit:      &acfg,
 		Inbox:      &icfg,
 		MCP:        &mcfg,
 		Logger:     log,
@@ -394,6 +400,7 @@ type devSettings struct {
 	dispatcher dispatcher.Config
 	worker     worker.Config
 	router     router.Config
+	audit      auditlog.Config
 	mcp        mcpserver.Config
 }
 
@@ -404,7 +411,7 @@ func loadDevSettings() (devSettings, error) {
 	var s devSettings
 	seen := map[string]bool{}
 	var errs []error
-	for _, spec := range []any{&s.dispatcher, &s.worker, &s.router, &s.mcp} {
+	for _, spec := range []any{&s.dispatcher, &s.worker, &s.router, &s.audit, &s.mcp} {
 		err := config.Read(spec)
 		if err == nil {
 			continue
