@@ -237,6 +237,29 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 	})
 
 	thread := strings.TrimPrefix(qid, "q-") // the root dispatch id is the thread id
+	t.Run("audit trail", func(t *testing.T) {
+		// The decision log holds the question and its answer; the
+		// thread's export and the whole log verify, a tampered copy not.
+		var trail string
+		testkit.Eventually(t, 20*time.Second, "the answered entry of "+qid, func() bool {
+			trail = mustAgora(t, "audit", "export", "--thread", thread).stdout
+			return strings.Contains(trail, `"kind":"answered"`) && strings.Contains(trail, `"question_id":"`+qid+`"`)
+		})
+		if r := mustAgora(t, "audit", "verify", writeFile(t, "trail.jsonl", trail)); !strings.Contains(r.stdout, "ok: filtered export (thread="+thread+")") {
+			t.Errorf("verify the thread's trail: %s", r)
+		}
+		full := mustAgora(t, "audit", "export").stdout
+		if r := mustAgora(t, "audit", "verify", writeFile(t, "log.jsonl", full)); !strings.Contains(r.stdout, "ok: complete export") {
+			t.Errorf("verify the log: %s", r)
+		}
+		tampered := strings.Replace(full, `"answered_by":"cli:local"`, `"answered_by":"someone else"`, 1)
+		if tampered == full {
+			t.Fatalf("no answer by cli:local in the log:\n%s", full)
+		}
+		if r := agora(t, "audit", "verify", writeFile(t, "tampered.jsonl", tampered)); r.code != 1 || !strings.Contains(r.stderr, "altered") {
+			t.Errorf("verify a tampered log: %s", r)
+		}
+	})
 	t.Run("events", func(t *testing.T) {
 		r := mustAgora(t, "events", "--thread", thread)
 		var kinds []string

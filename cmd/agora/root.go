@@ -27,7 +27,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoAgentCmd(), newChaosCmd(), newServiceCmd(), newNeedsInputCmd(), newProgressCmd())
 	g := addGlobalFlags(root)
 	root.AddCommand(newInboxCmd(g), newDispatchCmd(g), newEventsCmd(g), newQuestionsCmd(g), newAnswerCmd(g),
-		newCancelCmd(g), newStatusCmd(g), newSubagentCmd(g), newMCPCmd(g), newArtifactsCmd(g), newDecisionsCmd(g))
+		newCancelCmd(g), newStatusCmd(g), newSubagentCmd(g), newMCPCmd(g), newArtifactsCmd(g), newDecisionsCmd(g), newAuditCmd(g))
 	return root
 }
 
