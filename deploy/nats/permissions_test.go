@@ -34,10 +34,12 @@ import (
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/answerer"
+	"github.com/agora-dispatch/agora/pkg/audit"
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/seal"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/mcpserver"
 	"github.com/agora-dispatch/agora/services/router"
@@ -905,6 +907,54 @@ func TestWebhookUser(t *testing.T) {
 	}
 	if err := e.jsPublish("answerer-webhook", "$KV."+lifecycle.BucketQuestions+".q-1"); err == nil {
 		t.Error("answerer-webhook wrote a question record")
+	}
+}
+
+// TestAuditLogUser: the decision log's writer runs on its own user
+// without a permission violation and records a question event the router
+// publishes, yet may neither publish events, pull the router's durable,
+// nor write a question record.
+func TestAuditLogUser(t *testing.T) {
+	e := start(t, "agora.conf")
+	w, err := auditlog.New(auditlog.Config{}, auditlog.Deps{Conn: e.conn("auditlog"),
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("auditlog", w.Run, w.Ready())
+	q := &lifecycle.Question{Common: lifecycle.Common{DispatchID: "d1", ThreadID: "t1", Subagent: "coder"}, QuestionID: "q-d1",
+		Event: lifecycle.QuestionAsked, Status: "asked", Route: "human", Question: "?", AskedAt: time.Now().UTC()}
+	_, m, err := lifecycle.Message(lifecycle.Source("router", "test"), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rjs, err := jetstream.New(e.conn("router"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rjs.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the asked entry", func() bool {
+		st, err := e.js.Stream(t.Context(), audit.Stream)
+		return err == nil && st.CachedInfo().State.Msgs == 1
+	})
+	if v := e.seen("auditlog"); len(v) > 0 {
+		t.Errorf("auditlog was told of permission violations: %q", v)
+	}
+	nc := e.conn("auditlog")
+	for _, subj := range []string{"agora.questions.human.q-d1.answered", "agora.lifecycle.cancelled.t1.d1",
+		"$JS.API.CONSUMER.MSG.NEXT.AGORA_LIFECYCLE.router", "$JS.API.CONSUMER.MSG.NEXT.AGORA_QUESTIONS.answerer-human",
+		"$JS.API.STREAM.PURGE.AGORA_AUDIT", "$JS.API.STREAM.MSG.DELETE.AGORA_AUDIT"} {
+		if err := nc.Publish(subj, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if !e.sawViolation("auditlog", subj) {
+			t.Errorf("auditlog may publish %s", subj)
+		}
+	}
+	if err := e.jsPublish("auditlog", "$KV."+lifecycle.BucketQuestions+".q-1"); err == nil {
+		t.Error("auditlog wrote a question record")
 	}
 }
 
