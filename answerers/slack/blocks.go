@@ -136,7 +136,7 @@ func (s *Server) questionBlocks(q *lifecycle.Question, now time.Time, open bool)
 	facts := []string{"sub-agent *" + escape(q.Subagent) + "*", "thread `" + escape(q.ThreadID) + "`", "route *" + escape(q.Route) + "*"}
 	if n := threadsWaiting(q); open && n > 1 {
 		// One answer resumes every thread waiting on the question
-		// (docs/slack.md, "Asked once").
+		// (docs/inbox.md, "Asked once").
 		facts = append([]string{fmt.Sprintf(":busts_in_silhouette: *asked by %d threads*", n)}, facts...)
 	}
 	if q.Kind != "" {

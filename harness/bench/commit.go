@@ -16,7 +16,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// The acceptance commit (docs/performance.md, "One commit for acceptance"):
+// The acceptance commit (docs/performance.md, "Fewer round trips, steps 2 and 3"):
 // the dispatcher stores two messages per dispatch, its accepted event and
 // the work message. Today they go to two streams, published back to back
 // and acknowledged together; JetStream's atomic batch (ADR-50) could commit

@@ -47,7 +47,7 @@ type CommitReport struct {
 
 // Commit measures the ways of storing the acceptance's pair on one
 // embedded server and on a three-node cluster in this process (docs/
-// performance.md, "One commit for acceptance").
+// performance.md, "Fewer round trips, steps 2 and 3").
 func Commit(ctx context.Context, cfg CommitConfig, progress io.Writer) (CommitReport, error) {
 	mc := Config{Serial: cfg.Serial, Throughput: cfg.Throughput, Concurrency: cfg.Concurrency, Quick: cfg.Quick}.withDefaults()
 	if cfg.Deadline <= 0 {

@@ -53,7 +53,7 @@ func (f Filter) keeps(e audit.Entry) bool {
 // every entry f selects as stored, up to the entry that was last when
 // Export started. Each entry carries its seq, prev_hash and hash, so a
 // filtered export is still checked link by link where its entries are
-// consecutive (docs/audit.md, "What an export proves"). It reads the
+// consecutive (docs/audit.md, "What an export is"). It reads the
 // stream with an ordered consumer and blocks until done or ctx ends.
 func Export(ctx context.Context, js jetstream.JetStream, f Filter, w io.Writer) (int, error) {
 	st, err := js.Stream(ctx, audit.Stream)

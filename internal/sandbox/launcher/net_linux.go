@@ -9,8 +9,8 @@ import (
 )
 
 // loopbackUp brings up lo in the launcher's network namespace, the only
-// interface a run's namespace has (docs/sandbox.md, "A network of its
-// own").
+// interface a run's namespace has (docs/sandbox.md, "Namespaces: a box of
+// its own").
 func loopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
