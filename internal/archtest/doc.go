@@ -12,5 +12,6 @@
 // graph from `go list`. A file rule keeps `agora subagent check` free of
 // services: a file of cmd/ that imports internal/sandbox/contain imports
 // no service. Another test keeps every init from taking over a process
-// but the sandbox launcher's.
+// but the sandbox launcher's, and one that every docs page and heading a
+// comment cites exists.
 package archtest
