@@ -147,6 +147,11 @@ func pending(ctx context.Context, cfg PendingConfig, l *lost, progress io.Writer
 	// Every question asked, recorded by the router and shown by the inbox.
 	for {
 		n, _, err := inboxList(ctx, web.URL, st.DevToken(), 1)
+		if err != nil && ctx.Err() != nil {
+			// The deadline (or a lost dispatch) cut the request: say what
+			// was still missing, as the wait below does.
+			return rep, stopped(ctx, "%d of %d asked%s", k.count(), cfg.Questions, k.notAsked())
+		}
 		if err != nil {
 			return rep, err
 		}
