@@ -30,8 +30,9 @@ func TestExec(t *testing.T) {
 
 // cli is the Subject of a CLI runtime run against a stand-in of its CLI
 // that runs its last argument (where the runtime puts the prompt), less
-// prefix, with /bin/sh; setBin points the worker at the stand-in.
-func cli(t *testing.T, name, prefix string, setBin func(*worker.Config, string), taught ...string) runtimetest.Subject {
+// prefix, with /bin/sh; the worker runs the stand-in as the runtime's
+// CLI.
+func cli(t *testing.T, name, prefix string, taught ...string) runtimetest.Subject {
 	dir := t.TempDir()
 	// The run's user is not the test's: it reads the stand-in through
 	// read_paths.
@@ -47,24 +48,24 @@ func cli(t *testing.T, name, prefix string, setBin func(*worker.Config, string),
 		Define: func(def, script string) subagent.Definition {
 			return subagent.Definition{Name: def, Runtime: name, Prompt: script, Sandbox: subagent.Sandbox{ReadPaths: []string{dir}}}
 		},
-		Worker: func(c *worker.Config) { setBin(c, bin) },
+		Worker: func(c *worker.Config) { c.Runtimes.Bins = map[string]string{name: bin} },
 		Taught: taught,
 		MCP:    true,
 	}
 }
 
 func TestClaudeCode(t *testing.T) {
-	runtimetest.Run(t, cli(t, subagent.RuntimeClaudeCode, "", func(c *worker.Config, bin string) { c.ClaudeBin = bin },
+	runtimetest.Run(t, cli(t, subagent.RuntimeClaudeCode, "",
 		runtimes.SkillPath, runtimes.MCPConfigPath))
 }
 
 func TestCodex(t *testing.T) {
-	runtimetest.Run(t, cli(t, subagent.RuntimeCodex, "", func(c *worker.Config, bin string) { c.CodexBin = bin },
+	runtimetest.Run(t, cli(t, subagent.RuntimeCodex, "",
 		runtimes.CodexInstructionsPath))
 }
 
 func TestGeminiCLI(t *testing.T) {
 	// The prompt is --prompt=<prompt>, the last argument.
-	runtimetest.Run(t, cli(t, subagent.RuntimeGeminiCLI, "--prompt=", func(c *worker.Config, bin string) { c.GeminiBin = bin },
+	runtimetest.Run(t, cli(t, subagent.RuntimeGeminiCLI, "--prompt=",
 		runtimes.GeminiInstructionsPath, runtimes.GeminiSettingsPath))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -20,6 +21,15 @@ const Prefix = "AGORA"
 
 // Validator is implemented by configs that check their values after loading.
 type Validator interface{ Validate() error }
+
+// Loader is implemented by a setting whose variables are not known from
+// its field alone (the CLIs of the built-in runtimes, one variable each,
+// named by their registry): Load and Read hand a field whose pointer is a
+// Loader the environment's lookup instead of decoding one variable, and
+// report its error among the others.
+type Loader interface {
+	LoadEnv(lookup func(string) (string, bool)) error
+}
 
 // Load fills spec, a pointer to a flat struct with envconfig tags, from
 // AGORA_* variables. The fields of an embedded struct count as spec's own
@@ -40,6 +50,12 @@ func load(spec any, validate bool) error {
 	var errs []error
 	for f, fv := range fields(v.Elem()) {
 		if isTrue(f.Tag.Get("ignored")) {
+			continue
+		}
+		if l, ok := fv.Addr().Interface().(Loader); ok {
+			if err := l.LoadEnv(os.LookupEnv); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		// Process one field at a time through a one-field struct, so

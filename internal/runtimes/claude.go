@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"cmp"
 	"errors"
 	"path/filepath"
 
@@ -18,6 +19,9 @@ type ClaudeCode struct {
 	Bin string
 }
 
+// claudeCodeSpec is the claude-code runtime's entry in the registry.
+var claudeCodeSpec = Spec{Name: subagent.RuntimeClaudeCode, Bin: "claude", New: func(bin string) runtime.Runtime { return ClaudeCode{Bin: bin} }}
+
 // MCPConfigPath is where the claude-code runtime writes its MCP
 // configuration, relative to the workspace.
 const MCPConfigPath = ".agora/mcp.json"
@@ -32,10 +36,7 @@ func (c ClaudeCode) Command(inv runtime.Invocation) (runtime.Command, error) {
 		return runtime.Command{}, err
 	}
 	var cmd runtime.Command
-	bin := c.Bin
-	if bin == "" {
-		bin = "claude"
-	}
+	bin := cmp.Or(c.Bin, claudeCodeSpec.Bin)
 	cmd.Args = []string{bin, "--print", "--output-format", "json"}
 	if inv.Definition.Model != "" {
 		cmd.Args = append(cmd.Args, "--model", inv.Definition.Model)

@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -29,6 +30,9 @@ type Codex struct {
 	Bin string
 }
 
+// codexSpec is the codex runtime's entry in the registry.
+var codexSpec = Spec{Name: subagent.RuntimeCodex, Bin: "codex", New: func(bin string) runtime.Runtime { return Codex{Bin: bin} }}
+
 // CodexInstructionsPath is where the codex runtime writes the needs-input
 // convention, relative to the workspace.
 const CodexInstructionsPath = "AGENTS.md"
@@ -43,10 +47,7 @@ func (c Codex) Command(inv runtime.Invocation) (runtime.Command, error) {
 		// codex exec then reads the prompt from stdin: /dev/null in a run.
 		return runtime.Command{}, errors.New(`the prompt renders to "-", which codex exec takes as "read the prompt from stdin"`)
 	}
-	bin := c.Bin
-	if bin == "" {
-		bin = "codex"
-	}
+	bin := cmp.Or(c.Bin, codexSpec.Bin)
 	cmd := runtime.Command{Args: []string{bin, "exec", "--skip-git-repo-check"}}
 	if inv.Definition.Model != "" {
 		cmd.Args = append(cmd.Args, "--model", inv.Definition.Model)

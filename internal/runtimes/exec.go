@@ -8,6 +8,10 @@ import (
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
+// execSpec is the exec runtime's entry in the registry: it runs no CLI of
+// its own.
+var execSpec = Spec{Name: subagent.RuntimeExec, New: func(string) runtime.Runtime { return Exec{} }}
+
 // Exec runs the definition's command line as it is; the run learns the
 // convention from its environment (AGORA_NEEDS_INPUT_FILE and the rest).
 type Exec struct{}

@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,9 @@ type GeminiCLI struct {
 	Bin string
 }
 
+// geminiCLISpec is the gemini-cli runtime's entry in the registry.
+var geminiCLISpec = Spec{Name: subagent.RuntimeGeminiCLI, Bin: "gemini", New: func(bin string) runtime.Runtime { return GeminiCLI{Bin: bin} }}
+
 // Where the gemini-cli runtime writes its files, relative to the
 // workspace.
 const (
@@ -44,10 +48,7 @@ func (g GeminiCLI) Command(inv runtime.Invocation) (runtime.Command, error) {
 	if err != nil {
 		return runtime.Command{}, err
 	}
-	bin := g.Bin
-	if bin == "" {
-		bin = "gemini"
-	}
+	bin := cmp.Or(g.Bin, geminiCLISpec.Bin)
 	if strings.Contains(bin, "=") {
 		return runtime.Command{}, fmt.Errorf("gemini CLI %q: env(1) would take a name with '=' for a variable", bin)
 	}

@@ -196,7 +196,7 @@ func TestClaudeCodeRuntime(t *testing.T) {
 	}
 }
 
-// TestClaudeCodeBinAndHelperOptOut: Config.ClaudeBin names the executable
+// TestClaudeCodeBinAndHelperOptOut: Config.Runtimes' claude-code entry names the executable
 // by absolute path; DisableNeedsInputHelper "true" writes no skill.
 func TestClaudeCodeBinAndHelperOptOut(t *testing.T) {
 	cases := []struct {
@@ -213,7 +213,7 @@ func TestClaudeCodeBinAndHelperOptOut(t *testing.T) {
 			claude := writeExecutable(t, t.TempDir(), "my-claude", standInClaude)
 			h := newHarness(t, provision.Config{})
 			cfg := h.workerConfig()
-			cfg.ClaudeBin = claude
+			cfg.Runtimes.Bins = map[string]string{subagent.RuntimeClaudeCode: claude}
 			cfg.DisableNeedsInputHelper = c.disable
 			h.startWorker(cfg, worker.Deps{})
 			h.define(subagent.Definition{Name: "coder", Runtime: subagent.RuntimeClaudeCode, Prompt: "Fix {{.Input.bug}}",

@@ -292,8 +292,8 @@ func testCLIRuntime(t *testing.T, spec cliSpec, cases []cliCase) {
 	}
 }
 
-// TestCLIRuntimesBinAndHelperOptOut: the worker's CodexBin and GeminiBin
-// name the executable by absolute path; DisableNeedsInputHelper "true"
+// TestCLIRuntimesBinAndHelperOptOut: the worker's codex and gemini-cli
+// executables (Config.Runtimes) name the executable by absolute path; DisableNeedsInputHelper "true"
 // lays down no instruction file and configures no MCP server.
 func TestCLIRuntimesBinAndHelperOptOut(t *testing.T) {
 	for _, spec := range []cliSpec{codexSpec, geminiSpec} {
@@ -302,7 +302,7 @@ func TestCLIRuntimesBinAndHelperOptOut(t *testing.T) {
 				cli := writeExecutable(t, t.TempDir(), "my-"+spec.bin, spec.script)
 				h := newHarness(t, provision.Config{})
 				cfg := h.workerConfig()
-				cfg.CodexBin, cfg.GeminiBin = cli, cli
+				cfg.Runtimes.Bins = map[string]string{subagent.RuntimeCodex: cli, subagent.RuntimeGeminiCLI: cli}
 				cfg.DisableNeedsInputHelper = disable
 				h.startWorker(cfg, worker.Deps{})
 				h.define(subagent.Definition{Name: "coder", Runtime: spec.runtime, Prompt: "Fix {{.Input.bug}}",

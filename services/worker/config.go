@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
-	"github.com/agora-dispatch/agora/internal/sandbox/contain"
+	"github.com/agora-dispatch/agora/internal/runtimes"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
 
@@ -68,10 +68,11 @@ type Config struct {
 	// memory) or "watch" (the size checked once a second; always so without
 	// namespaces) (docs/sandbox.md).
 	SandboxWorkspace string `envconfig:"SANDBOX_WORKSPACE"`
-	// Config holds the executables of the CLI runtimes (ClaudeBin,
-	// CodexBin, GeminiBin: AGORA_WORKER_CLAUDE_BIN, …), which
-	// `agora subagent check` reads too.
-	contain.Config
+	// Runtimes holds the executable of each CLI runtime, read from the
+	// variable its registry entry names (runtimes.Spec.BinVar:
+	// AGORA_WORKER_CLAUDE_BIN, AGORA_WORKER_CODEX_BIN,
+	// AGORA_WORKER_GEMINI_BIN), which `agora subagent check` reads too.
+	Runtimes runtimes.Config
 	// ArtifactMaxFile, ArtifactMaxTotal and ArtifactMaxCount cap the files
 	// of one dispatch uploaded from .agora/artifacts/ (sizes as in 64MiB);
 	// files past a cap are skipped and listed as skipped

@@ -137,7 +137,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.runtimes = runtimes.Builtin(cfg.Runtimes())
+	s.runtimes = runtimes.Builtin(cfg.Runtimes)
 	for k, v := range deps.Runtimes {
 		s.runtimes[k] = v
 	}

@@ -85,8 +85,9 @@ func (r CheckReport) Missing() bool {
 // that would show the ones it does not. env is the environment the worker
 // runs with, as os.Environ returns it; the sub-agent's PATH is taken from
 // it as the worker passes it on (DefaultPath when it has none), and a CLI
-// runtime's executable from its Config variable (AGORA_WORKER_CLAUDE_BIN,
-// default claude on PATH, and the codex and gemini ones). It reads this
+// runtime's executable from its variable (runtimes.Spec.BinVar:
+// AGORA_WORKER_CLAUDE_BIN, default claude on PATH, and the codex and
+// gemini ones). It reads this
 // host's filesystem and runs nothing; a worker on another host, or with
 // another PATH, may resolve the command differently.
 func CheckDefinition(def subagent.Definition, env []string) CheckReport {
@@ -114,13 +115,10 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 	if c.mode == subagent.SandboxOff {
 		c.note("mode off: the run sees the worker's whole filesystem")
 	}
-	cfg := Config{
-		ClaudeBin: vars[cliVar(subagent.RuntimeClaudeCode)],
-		CodexBin:  vars[cliVar(subagent.RuntimeCodex)],
-		GeminiBin: vars[cliVar(subagent.RuntimeGeminiCLI)],
-	}
-	rts := runtimes.Builtin(cfg.Runtimes())
-	switch rt, ok := rts[def.Runtime]; {
+	var cfg runtimes.Config
+	_ = cfg.LoadEnv(func(k string) (string, bool) { v, ok := vars[k]; return v, ok }) // it reports no error
+	spec, ok := runtimes.Lookup(def.Runtime)
+	switch rt := runtimes.Builtin(cfg)[def.Runtime]; {
 	case def.Runtime == subagent.RuntimeExec || !ok:
 		if !ok {
 			c.note("runtime %q is not built in: its command is checked as the definition's", def.Runtime)
@@ -143,7 +141,7 @@ func CheckDefinition(def subagent.Definition, env []string) CheckReport {
 			break
 		}
 		why := fmt.Sprintf("the %s runtime's CLI", def.Runtime)
-		if name := cliVar(def.Runtime); name != "" && vars[name] != "" {
+		if name := spec.BinVar(); name != "" && vars[name] != "" {
 			why += " (" + name + ")"
 		}
 		args := cmd.Args

@@ -24,49 +24,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/egress"
-	"github.com/agora-dispatch/agora/internal/runtimes"
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
-
-// Config holds the settings a contained run shares with the worker that
-// starts it: the executables of the CLI runtimes, which the worker runs and
-// CheckDefinition follows. The worker's Config embeds it, so each variable
-// is declared once. The zero value of every field means its default.
-type Config struct {
-	// ClaudeBin is the claude CLI the claude-code runtime runs.
-	ClaudeBin string `envconfig:"WORKER_CLAUDE_BIN" default:"claude"`
-	// CodexBin is the codex CLI the codex runtime runs.
-	CodexBin string `envconfig:"WORKER_CODEX_BIN" default:"codex"`
-	// GeminiBin is the gemini CLI the gemini-cli runtime runs.
-	GeminiBin string `envconfig:"WORKER_GEMINI_BIN" default:"gemini"`
-}
-
-// Runtimes is the configuration of the built-in runtimes these settings
-// make.
-func (c Config) Runtimes() runtimes.Config {
-	return runtimes.Config{ClaudeBin: c.ClaudeBin, CodexBin: c.CodexBin, GeminiBin: c.GeminiBin}
-}
-
-// cliFields names the Config field that sets each CLI runtime's
-// executable.
-var cliFields = map[string]string{
-	subagent.RuntimeClaudeCode: "ClaudeBin",
-	subagent.RuntimeCodex:      "CodexBin",
-	subagent.RuntimeGeminiCLI:  "GeminiBin",
-}
-
-// cliVar is the variable that sets runtime's CLI (AGORA_WORKER_CLAUDE_BIN,
-// …); "" for a runtime without one.
-func cliVar(runtime string) string {
-	if f, ok := cliFields[runtime]; ok {
-		return config.Var(Config{}, f)
-	}
-	return ""
-}
 
 // Options configure a Host. Every field but Launcher is optional.
 type Options struct {
