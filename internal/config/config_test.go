@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -333,5 +334,38 @@ func TestEmbeddedStruct(t *testing.T) {
 		if got := config.Var(embedding{}, field); got != want {
 			t.Errorf("Var(%s) = %q, want %q", field, got, want)
 		}
+	}
+}
+
+// tools is a setting whose variables its own type knows.
+type tools struct{ got map[string]string }
+
+func (t *tools) LoadEnv(lookup func(string) (string, bool)) error {
+	v, ok := lookup("AGORA_TOOL_A_BIN")
+	if !ok {
+		return errors.New("AGORA_TOOL_A_BIN: required")
+	}
+	t.got = map[string]string{"a": v}
+	return nil
+}
+
+// A field that is a config.Loader reads the environment itself; its
+// error is reported among the others.
+func TestLoader(t *testing.T) {
+	type spec struct {
+		Name  string `envconfig:"NAME"`
+		Tools tools
+	}
+	setEnv(t, map[string]string{"AGORA_NAME": "n", "AGORA_TOOL_A_BIN": "/opt/a"})
+	var c spec
+	if err := config.Load(&c); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if c.Name != "n" || c.Tools.got["a"] != "/opt/a" {
+		t.Errorf("Load = %+v", c)
+	}
+	os.Unsetenv("AGORA_TOOL_A_BIN")
+	if err := config.Load(&spec{}); err == nil || !strings.Contains(err.Error(), "AGORA_TOOL_A_BIN: required") {
+		t.Errorf("Load without the variable = %v", err)
 	}
 }
