@@ -110,6 +110,7 @@ in flight, each figure's ratio to the baseline, and the peak memory.`,
 	f.IntVar(&ccfg.Threads, "threads-waiting", 1000, "--scale coalesce: threads asking the same question")
 	f.IntVar(&hcfg.Threads, "threads", 20000, "--scale history: threads to push through")
 	f.DurationVar(&hcfg.Retention, "retention", 30*time.Second, "--scale history: the retention of finished work")
+	f.StringVar(&hcfg.HeapProfiles, "heap-profiles", "", "--scale history: write a heap profile at each point (start, peak, after_retention, settled) to this directory, as <point>.pb.gz (go tool pprof -base start.pb.gz settled.pb.gz shows what stays)")
 	f.DurationVar(&hcfg.Settle, "settle", 0, "--scale history: wait this much longer after the retention and measure again (the streams' duplicate windows last 10m)")
 	return cmd
 }
