@@ -42,12 +42,7 @@ func (s *Service) startProjection(ctx context.Context, b *bindings) (*projection
 		ch := make(chan jetstream.Msg, 16)
 		p.shards[i] = ch
 		p.wg.Go(func() {
-			batch := make([]jetstream.Msg, 0, maxProjectBatch)
-			for m := range ch {
-				batch = append(batch[:0], m)
-				batch = takeWaiting(ch, batch)
-				s.projectBatch(ctx, b, batch)
-			}
+			runShard(ch, func(batch []jetstream.Msg) { s.projectBatch(ctx, b, batch) })
 		})
 	}
 	cc, err := b.projection.Consume(func(m jetstream.Msg) {
@@ -60,6 +55,19 @@ func (s *Service) startProjection(ctx context.Context, b *bindings) (*projection
 	}
 	p.cc = cc
 	return p, nil
+}
+
+// runShard applies the messages of ch a batch at a time until ch is
+// closed. The batch's array is reused, and cleared after each batch: an
+// idle shard holds none of the messages (and their data) it applied.
+func runShard(ch <-chan jetstream.Msg, apply func([]jetstream.Msg)) {
+	batch := make([]jetstream.Msg, 0, maxProjectBatch)
+	for m := range ch {
+		batch = takeWaiting(ch, append(batch, m))
+		apply(batch)
+		clear(batch)
+		batch = batch[:0]
+	}
 }
 
 // takeWaiting adds to batch the messages already waiting on ch, up to

@@ -144,3 +144,30 @@ func TestProjectionWritesOnlyThreadEnds(t *testing.T) {
 		}
 	})
 }
+
+// An idle projection shard holds none of the messages it applied: the
+// batch array it reuses is cleared after each batch.
+func TestShardHoldsNoAppliedMessages(t *testing.T) {
+	type msg struct{ jetstream.Msg }
+	ch := make(chan jetstream.Msg, 3*maxProjectBatch)
+	for range cap(ch) {
+		ch <- msg{}
+	}
+	close(ch)
+	var batches [][]jetstream.Msg
+	n := 0
+	runShard(ch, func(batch []jetstream.Msg) {
+		n += len(batch)
+		batches = append(batches, batch)
+	})
+	if n != cap(ch) {
+		t.Fatalf("applied %d messages, want %d", n, cap(ch))
+	}
+	for _, b := range batches {
+		for i, m := range b[:cap(b)] {
+			if m != nil {
+				t.Fatalf("the shard still holds message %d of a batch it applied", i)
+			}
+		}
+	}
+}
