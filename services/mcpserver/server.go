@@ -225,13 +225,15 @@ func (c *sessionCount) add(principal string, srv *mcp.Server) {
 }
 
 // live returns how many sessions principal has open, forgetting servers
-// that have none.
+// that have none: the slice keeps only those that do, its tail cleared so
+// that a forgotten server (and what it holds) can be collected.
 func (c *sessionCount) live(principal string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	kept := c.m[principal][:0]
+	all := c.m[principal]
+	kept := all[:0]
 	n := 0
-	for _, srv := range c.m[principal] {
+	for _, srv := range all {
 		k := 0
 		for range srv.Sessions() {
 			k++
@@ -241,6 +243,7 @@ func (c *sessionCount) live(principal string) int {
 			n += k
 		}
 	}
+	clear(all[len(kept):])
 	if len(kept) == 0 {
 		delete(c.m, principal)
 	} else {
