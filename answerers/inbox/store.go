@@ -135,9 +135,19 @@ func (s *store) put(q *Question) {
 		s.qs[q.QuestionID] = q
 		s.orderLocked(q)
 	} else {
-		delete(s.qs, q.QuestionID)
+		s.forgetLocked(q.QuestionID)
 	}
 	s.broadcast(change{id: q.QuestionID, q: q})
+}
+
+// forgetLocked deletes id from s.qs. A map keeps the table of the most it
+// ever held: once nothing is pending, the store starts again from an
+// empty one, so memory follows what waits now, not what waited at most.
+func (s *store) forgetLocked(id string) {
+	delete(s.qs, id)
+	if len(s.qs) == 0 {
+		s.qs, s.order = map[string]*Question{}, nil
+	}
 }
 
 // remove forgets a deleted record.
@@ -148,8 +158,8 @@ func (s *store) remove(id string) {
 	if !ok {
 		return
 	}
-	delete(s.qs, id)
 	s.unorderLocked(old)
+	s.forgetLocked(id)
 	s.broadcast(change{id: id})
 }
 
