@@ -98,6 +98,11 @@ func (x *index) set(qid string, r *record) {
 	joined := r != nil && r.Status == lifecycle.StatusJoined
 	if r == nil || (r.Status != statusAsked && !joined && len(r.Pending) == 0 && !r.owes()) {
 		delete(x.m, qid)
+		if len(x.m) == 0 {
+			// A map keeps the table of the most it ever held: once
+			// nothing waits, start again from an empty one.
+			x.m, x.order = map[string]entry{}, nil
+		}
 		return
 	}
 	e := entry{due: r.due(), pending: len(r.Pending) > 0, seen: time.Now(), thread: r.ThreadID, asked: r.Status == statusAsked && !r.Left,
