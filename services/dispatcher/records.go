@@ -88,6 +88,11 @@ func (c *recordCache) drop(id string) {
 		delete(c.cur, id)
 	}
 	delete(c.old, id)
+	// A map keeps the table of the most it ever held: once every
+	// dispatch has ended, start again from empty ones.
+	if len(c.cur) == 0 && len(c.old) == 0 {
+		c.cur, c.old, c.curBytes = map[string]cachedRecord{}, map[string]cachedRecord{}, 0
+	}
 	c.mu.Unlock()
 }
 
