@@ -1,6 +1,9 @@
 package bench_test
 
 import (
+	"compress/gzip"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -16,7 +19,8 @@ func TestHistoryScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 40-second scenario")
 	}
-	rep, err := bench.History(t.Context(), bench.HistoryConfig{Threads: 40, Retention: 15 * time.Second, InFlight: 8, Slots: 4}, t.Output())
+	profiles := t.TempDir()
+	rep, err := bench.History(t.Context(), bench.HistoryConfig{Threads: 40, Retention: 15 * time.Second, InFlight: 8, Slots: 4, HeapProfiles: profiles}, t.Output())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +59,23 @@ func TestHistoryScenario(t *testing.T) {
 			t.Errorf("storage of %s at the peak: %v bytes per thread (all: %+v)", stream, perThread[stream], rep.Storage)
 		}
 	}
-	if rep.ThreadsPerSecond <= 0 || after.RSSMiB <= 0 || after.HeapMiB <= 0 {
+	if rep.ThreadsPerSecond <= 0 || after.RSSMiB <= 0 || after.HeapMiB <= 0 || after.LiveMiB <= 0 || after.LiveMiB > after.HeapMiB {
 		t.Errorf("report %+v", rep)
+	}
+	// A heap profile of each point, for `go tool pprof -base`.
+	for _, p := range rep.Points {
+		f, err := os.Open(filepath.Join(profiles, p.Point+".pb.gz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("the heap profile of %s: %v", p.Point, err)
+		}
+		if n, err := io.Copy(io.Discard, zr); err != nil || n == 0 {
+			t.Errorf("the heap profile of %s: %d bytes, %v", p.Point, n, err)
+		}
+		f.Close()
 	}
 }
 
