@@ -3,6 +3,7 @@ module github.com/agora-dispatch/agora
 go 1.26.0
 
 require (
+	github.com/a2aproject/a2a-go/v2 v2.3.1
 	github.com/chromedp/chromedp v0.23.0
 	github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2 v2.16.2
 	github.com/cloudevents/sdk-go/v2 v2.16.2
