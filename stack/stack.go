@@ -32,6 +32,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/runtime"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/a2aserver"
 	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/mcpserver"
@@ -73,6 +74,12 @@ type Options struct {
 	// MCP, when set, serves the MCP server at /mcp on Handler, acting
 	// through the stack's client.
 	MCP *mcpserver.Config
+	// A2A, when set, serves the sub-agents as an A2A agent at /a2a and its
+	// card at /.well-known/agent-card.json on Handler (docs/a2a.md),
+	// acting through the stack's client. Without tokens or a principals
+	// file of its own it takes the dispatcher's, so /a2a asks what /v1
+	// asks.
+	A2A *a2aserver.Config
 
 	// Runtimes add or replace the runtimes of every worker
 	// (worker.Deps.Runtimes).
@@ -289,6 +296,21 @@ func (s *Stack) build(ctx context.Context, o Options) ([]service, http.Handler, 
 		}
 		mux.Handle("/mcp", ms.Handler())
 	}
+	if o.A2A != nil {
+		cfg := *o.A2A
+		if len(cfg.APITokens) == 0 && cfg.PrincipalsFile == "" && o.Dispatcher != nil {
+			cfg.APITokens, cfg.PrincipalsFile = o.Dispatcher.APITokens, o.Dispatcher.PrincipalsFile
+		}
+		as, err := a2aserver.New(cfg, a2aserver.Deps{Client: s.client, Logger: s.log})
+		if err != nil {
+			return nil, nil, err
+		}
+		svcs = append(svcs, service{name: "a2a", run: as.Run})
+		h := as.Handler()
+		mux.Handle(a2aserver.Path, h)
+		mux.Handle(a2aserver.Path+"/", h)
+		mux.Handle(a2aserver.CardPath, h)
+	}
 	mux.Handle("GET /healthz", healthOf(health, map[string]string{"inbox": inbox.Prefix + "/healthz"}))
 	return svcs, mux, nil
 }
@@ -448,7 +470,8 @@ func (s *Stack) Server() *server.Server { return s.srv }
 
 // Handler serves every running service on one listener: the dispatcher's
 // API and /metrics at /, the inbox under /inbox/, Slack's interactivity
-// under /slack/, MCP at /mcp, and /healthz, which reports every service
+// under /slack/, MCP at /mcp, A2A at /a2a with its agent card at
+// /.well-known/agent-card.json, and /healthz, which reports every service
 // (healthOf). Nothing is served until Start returned.
 func (s *Stack) Handler() http.Handler { return s.handler }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/telemetry"
 	"github.com/agora-dispatch/agora/pkg/seal"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/a2aserver"
 	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/mcpserver"
@@ -287,6 +288,7 @@ func devStackOptions(o devOptions, state, httpURL string, log *slog.Logger) (sta
 		Audit:      &acfg,
 		Inbox:      &icfg,
 		MCP:        &mcfg,
+		A2A:        &set.a2a,
 		Logger:     log,
 		Registerer: reg,
 	}
@@ -348,6 +350,7 @@ Agora dev is running.
   API       %s/v1/…   %s/healthz   %s/metrics
   NATS      %s   (other shells: export AGORA_NATS_URL=%s)
   MCP       %s/mcp   (claude mcp add --transport http agora %s/mcp)
+  A2A       %s/a2a   (agent card: %s/.well-known/agent-card.json)
   data      %s
 
 Try it (another shell):
@@ -356,7 +359,7 @@ Try it (another shell):
   curl -sN %s/v1/events
 Press Ctrl-C to stop.
 
-`, login, httpURL, httpURL, httpURL, natsURL, natsURL, httpURL, httpURL, where, httpURL, httpURL)
+`, login, httpURL, httpURL, httpURL, natsURL, natsURL, httpURL, httpURL, httpURL, httpURL, where, httpURL, httpURL)
 }
 
 // loadDefinitions parses every *.yaml definition in dir, refusing those
@@ -402,6 +405,7 @@ type devSettings struct {
 	router     router.Config
 	audit      auditlog.Config
 	mcp        mcpserver.Config
+	a2a        a2aserver.Config
 }
 
 // loadDevSettings reads devSettings and reports every bad variable with
@@ -411,7 +415,7 @@ func loadDevSettings() (devSettings, error) {
 	var s devSettings
 	seen := map[string]bool{}
 	var errs []error
-	for _, spec := range []any{&s.dispatcher, &s.worker, &s.router, &s.audit, &s.mcp} {
+	for _, spec := range []any{&s.dispatcher, &s.worker, &s.router, &s.audit, &s.mcp, &s.a2a} {
 		err := config.Read(spec)
 		if err == nil {
 			continue
