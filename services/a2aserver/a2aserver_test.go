@@ -1,0 +1,368 @@
+package a2aserver_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+
+	"github.com/agora-dispatch/agora/harness/systemtest"
+	"github.com/agora-dispatch/agora/internal/testkit"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/services/a2aserver"
+)
+
+// A sub-agent that asks which of A or B on round 0 and writes its choice
+// on round 1.
+const chooser = `if grep -q '"answer"' "$AGORA_INPUT_FILE"; then
+  sed -n 's/.*"answer": *"\([^"]*\)".*/{"chose":"\1"}/p' "$AGORA_INPUT_FILE" > "$AGORA_OUTPUT_FILE"
+else
+  echo '{"question":"Rewrite A or B?","options":["A","B"],"kind":"decision","context":"Same signature.","partial_state":{"seen":2}}' > "$AGORA_NEEDS_INPUT_FILE"
+fi`
+
+type env struct {
+	sys *systemtest.System
+	url string
+	// paths are the request lines the A2A server was sent.
+	mu    sync.Mutex
+	paths map[string]bool
+}
+
+// saw reports whether the server was sent a request for line.
+func (e *env) saw(line string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.paths[line]
+}
+
+func hashOf(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// newEnv starts Agora with the chooser sub-agent, and the A2A server on
+// a test listener for two principals, team-a and team-b.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	sys := systemtest.Start(t, systemtest.Options{})
+	sys.Shell("chooser", chooser)
+	sys.Shell("echo", `cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"`)
+	f := filepath.Join(t.TempDir(), "principals.yaml")
+	body := fmt.Sprintf("principals:\n  - {name: team-a, token_sha256: %s}\n  - {name: team-b, token_sha256: %s}\n", hashOf("token-a"), hashOf("token-b"))
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := a2aserver.New(a2aserver.Config{PrincipalsFile: f}, a2aserver.Deps{Client: sys.Client, Logger: systemtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys.Go("a2a", svc.Run)
+	e := &env{sys: sys, paths: map[string]bool{}}
+	h := svc.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		e.paths[r.Method+" "+r.URL.Path] = true
+		e.mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.url = srv.URL
+	return e
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// connect resolves the agent card and makes a2a-go's client for token,
+// speaking binding.
+func (e *env) connect(t *testing.T, token string, binding a2a.TransportProtocol) *a2aclient.Client {
+	t.Helper()
+	hc := &http.Client{Transport: bearer{token, http.DefaultTransport}, Timeout: time.Minute}
+	card, err := agentcard.NewResolver(hc).Resolve(t.Context(), e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a2aclient.NewFromCard(t.Context(), card, a2aclient.WithJSONRPCTransport(hc), a2aclient.WithRESTTransport(hc),
+		a2aclient.WithConfig(a2aclient.Config{PreferredTransports: []a2a.TransportProtocol{binding}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	return c
+}
+
+// start sends a message that starts skill with text.
+func start(skill, text string) *a2a.SendMessageRequest {
+	m := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(text))
+	m.Metadata = map[string]any{"skill": skill}
+	return &a2a.SendMessageRequest{Message: m}
+}
+
+// reply sends text on task.
+func reply(task *a2a.Task, text string) *a2a.SendMessageRequest {
+	m := a2a.NewMessageForTask(a2a.MessageRoleUser, task, a2a.NewTextPart(text))
+	return &a2a.SendMessageRequest{Message: m}
+}
+
+// send sends req and wants a task back.
+func send(t *testing.T, c *a2aclient.Client, req *a2a.SendMessageRequest) *a2a.Task {
+	t.Helper()
+	res, err := c.SendMessage(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, ok := res.(*a2a.Task)
+	if !ok {
+		t.Fatalf("result %T, want a task", res)
+	}
+	return task
+}
+
+// checkQuestion wants task input-required with the chooser's question:
+// its text, context and options (a data part), the question id in the
+// message's metadata. It returns the question id.
+func checkQuestion(t *testing.T, task *a2a.Task) string {
+	t.Helper()
+	if task.Status.State != a2a.TaskStateInputRequired || task.Status.Message == nil {
+		t.Fatalf("task %s: %s, want input-required with a message", task.ID, task.Status.State)
+	}
+	m := task.Status.Message
+	if m.Role != a2a.MessageRoleAgent || len(m.Parts) != 3 {
+		t.Fatalf("question message: role %s, %d parts, want the agent's, 3 parts", m.Role, len(m.Parts))
+	}
+	if got := m.Parts[0].Text(); got != "Rewrite A or B?" {
+		t.Errorf("question text %q", got)
+	}
+	if got := m.Parts[1].Text(); got != "Same signature." {
+		t.Errorf("context text %q", got)
+	}
+	data, ok := m.Parts[2].Data().(map[string]any)
+	if !ok || !reflect.DeepEqual(data["options"], []any{"A", "B"}) || data["kind"] != "decision" {
+		t.Errorf("options part %#v, want options [A B], kind decision", m.Parts[2].Data())
+	}
+	qid, _ := m.Metadata["question_id"].(string)
+	if qid == "" || data["question_id"] != qid {
+		t.Errorf("question id: metadata %v, data part %v", m.Metadata["question_id"], data["question_id"])
+	}
+	return qid
+}
+
+var bindings = []a2a.TransportProtocol{a2a.TransportProtocolJSONRPC, a2a.TransportProtocolHTTPJSON}
+
+// Over both bindings, with a2a-go's own client: a message with
+// metadata.skill starts the sub-agent, its question comes back as
+// input-required, a message on the task answers it through the router
+// as the caller's principal, and the task completes with the output. The
+// task is the thread, the caller's own.
+func TestAskAnswerComplete(t *testing.T) {
+	e := newEnv(t)
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			c := e.connect(t, "token-a", b)
+			task := send(t, c, start("chooser", "pick one"))
+			qid := checkQuestion(t, task)
+			rec, err := e.sys.Client.Status(t.Context(), string(task.ID))
+			if err != nil || rec.ThreadID != string(task.ID) || rec.Principal != "team-a" {
+				t.Fatalf("the task's thread: %+v %v, want thread %s of team-a", rec, err, task.ID)
+			}
+			if rec.Request == nil || string(rec.Request.Input) != `{"task":"pick one"}` {
+				t.Errorf("the sub-agent's input: %+v", rec.Request)
+			}
+
+			done := send(t, c, reply(task, "B"))
+			if done.ID != task.ID || done.ContextID != task.ContextID {
+				t.Errorf("ids changed across rounds: %s/%s, then %s/%s", task.ID, task.ContextID, done.ID, done.ContextID)
+			}
+			if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 || len(done.Artifacts[0].Parts) != 1 {
+				t.Fatalf("after the answer: %s with %d artifacts, want completed with the output", done.Status.State, len(done.Artifacts))
+			}
+			if out := done.Artifacts[0].Parts[0].Data(); !reflect.DeepEqual(out, map[string]any{"chose": "B"}) {
+				t.Errorf("output %#v, want {chose: B}", out)
+			}
+			q, err := e.sys.Client.Question(t.Context(), qid)
+			if err != nil || q.AnsweredBy != "a2a:team-a" || q.Answer != "B" {
+				t.Errorf("question %s: answered %q by %q (%v), want B by a2a:team-a", qid, q.Answer, q.AnsweredBy, err)
+			}
+			got, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID})
+			if err != nil || got.Status.State != a2a.TaskStateCompleted {
+				t.Errorf("tasks/get: %v %v, want completed", got, err)
+			}
+		})
+	}
+	for _, line := range []string{"POST /a2a", "POST /a2a/message:send"} {
+		if !e.saw(line) {
+			t.Errorf("no %s: the client did not speak both bindings", line)
+		}
+	}
+}
+
+// SendStreamingMessage starts a thread too: the stream ends on
+// input-required with the question, and an answer streams to completed.
+func TestStreaming(t *testing.T) {
+	e := newEnv(t)
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			c := e.connect(t, "token-a", b)
+			last := func(req *a2a.SendMessageRequest) (*a2a.TaskStatusUpdateEvent, *a2a.Task) {
+				var st *a2a.TaskStatusUpdateEvent
+				var first *a2a.Task
+				for ev, err := range c.SendStreamingMessage(t.Context(), req) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch v := ev.(type) {
+					case *a2a.Task:
+						first = v
+					case *a2a.TaskStatusUpdateEvent:
+						st = v
+					}
+				}
+				if st == nil {
+					t.Fatal("no status update streamed")
+				}
+				return st, first
+			}
+			st, task := last(start("chooser", "pick one"))
+			if task == nil {
+				t.Fatal("the stream did not start with the task")
+			}
+			checkQuestion(t, &a2a.Task{ID: st.TaskID, Status: st.Status})
+			st, _ = last(reply(task, "A"))
+			if st.Status.State != a2a.TaskStateCompleted {
+				t.Fatalf("after the answer: %s, want completed", st.Status.State)
+			}
+		})
+	}
+}
+
+// tasks/cancel cancels the thread as its principal; the task ends
+// canceled, and so does the thread.
+func TestCancel(t *testing.T) {
+	e := newEnv(t)
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			c := e.connect(t, "token-a", b)
+			task := send(t, c, start("chooser", "pick one"))
+			checkQuestion(t, task)
+			got, err := c.CancelTask(t.Context(), &a2a.CancelTaskRequest{ID: task.ID, Metadata: map[string]any{"reason": "not needed"}})
+			if err != nil || got.Status.State != a2a.TaskStateCanceled {
+				t.Fatalf("tasks/cancel: %+v %v, want canceled", got, err)
+			}
+			testkit.Eventually(t, 30*time.Second, "the thread ends cancelled", func() bool {
+				th, err := e.sys.Client.Thread(t.Context(), string(task.ID))
+				return err == nil && th.Status == lifecycle.KindCancelled
+			})
+			got, err = c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID})
+			if err != nil || got.Status.State != a2a.TaskStateCanceled {
+				t.Fatalf("tasks/get after the cancel: %+v %v, want canceled", got, err)
+			}
+			if _, err := c.CancelTask(t.Context(), &a2a.CancelTaskRequest{ID: task.ID}); err != nil {
+				t.Errorf("a second cancel: %v, want the canceled task", err)
+			}
+		})
+	}
+}
+
+// A task is its principal's: another principal's get, cancel and message
+// on it are the protocol's task-not-found, as for an id that does not
+// exist. A bad skill and a file part are the protocol's errors, and start
+// nothing.
+func TestRefusals(t *testing.T) {
+	e := newEnv(t)
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			a, other := e.connect(t, "token-a", b), e.connect(t, "token-b", b)
+			task := send(t, a, start("chooser", "pick one"))
+			checkQuestion(t, task)
+			for _, id := range []a2a.TaskID{task.ID, "no-such-task"} {
+				if _, err := other.GetTask(t.Context(), &a2a.GetTaskRequest{ID: id}); !errors.Is(err, a2a.ErrTaskNotFound) {
+					t.Errorf("team-b tasks/get %s: %v, want task not found", id, err)
+				}
+				if _, err := other.CancelTask(t.Context(), &a2a.CancelTaskRequest{ID: id}); !errors.Is(err, a2a.ErrTaskNotFound) {
+					t.Errorf("team-b tasks/cancel %s: %v, want task not found", id, err)
+				}
+			}
+			if _, err := other.SendMessage(t.Context(), reply(task, "A")); !errors.Is(err, a2a.ErrTaskNotFound) {
+				t.Errorf("team-b's answer on team-a's task: %v, want task not found", err)
+			}
+			if q, err := e.sys.Client.Question(t.Context(), checkQuestion(t, task)); err != nil || q.Status != "asked" {
+				t.Errorf("the question after team-b's tries: %s %v, want asked", q.Status, err)
+			}
+			if _, err := a.SendMessage(t.Context(), reply(task, "C")); !errors.Is(err, a2a.ErrInvalidParams) {
+				t.Errorf("an answer that is not an option: %v, want invalid params", err)
+			}
+			if got, err := a.GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID}); err != nil || got.Status.State != a2a.TaskStateInputRequired {
+				t.Errorf("the task after a refused answer: %+v %v, want input-required still", got, err)
+			}
+
+			if _, err := a.SendMessage(t.Context(), start("no-such-agent", "hi")); !errors.Is(err, a2a.ErrInvalidParams) {
+				t.Errorf("unknown skill: %v, want invalid params", err)
+			}
+			if _, err := a.SendMessage(t.Context(), start("", "hi")); !errors.Is(err, a2a.ErrInvalidParams) {
+				t.Errorf("no skill among several: %v, want invalid params", err)
+			}
+			file := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewRawPart([]byte("binary")))
+			file.Metadata = map[string]any{"skill": "echo"}
+			if _, err := a.SendMessage(t.Context(), &a2a.SendMessageRequest{Message: file}); !errors.Is(err, a2a.ErrUnsupportedContentType) {
+				t.Errorf("a file part: %v, want content type not supported", err)
+			}
+		})
+	}
+}
+
+// The agent card lists every sub-agent as a skill, both bindings at
+// /a2a, streaming, and the bearer scheme; /a2a itself wants a token.
+func TestAgentCard(t *testing.T) {
+	e := newEnv(t)
+	card, err := agentcard.NewResolver(http.DefaultClient).Resolve(t.Context(), e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skills []string
+	for _, s := range card.Skills {
+		skills = append(skills, s.ID)
+	}
+	if !reflect.DeepEqual(skills, []string{"chooser", "echo"}) {
+		t.Errorf("skills %v, want chooser and echo", skills)
+	}
+	if !card.Capabilities.Streaming {
+		t.Error("the card does not announce streaming")
+	}
+	if len(card.SupportedInterfaces) != 2 || card.SupportedInterfaces[0].URL != e.url+"/a2a" || card.SupportedInterfaces[1].URL != e.url+"/a2a" {
+		t.Errorf("interfaces %+v, want JSON-RPC and HTTP+JSON at %s/a2a", card.SupportedInterfaces, e.url)
+	}
+	if s, ok := card.SecuritySchemes["bearerAuth"].(a2a.HTTPAuthSecurityScheme); !ok || s.Scheme != "Bearer" || len(card.SecurityRequirements) != 1 {
+		t.Errorf("security %+v %+v, want the bearer scheme required", card.SecuritySchemes, card.SecurityRequirements)
+	}
+	for _, path := range []string{"/a2a", "/a2a/tasks/x"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST %s without a token: %s, want 401", path, resp.Status)
+		}
+	}
+}
