@@ -33,8 +33,9 @@ else
 fi`
 
 type env struct {
-	sys *systemtest.System
-	url string
+	sys        *systemtest.System
+	url        string
+	principals string // the principals file
 	// paths are the request lines the A2A server was sent.
 	mu    sync.Mutex
 	paths map[string]bool
@@ -64,12 +65,20 @@ func newEnv(t *testing.T) *env {
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := a2aserver.New(a2aserver.Config{PrincipalsFile: f}, a2aserver.Deps{Client: sys.Client, Logger: systemtest.Logger()})
+	e := &env{sys: sys, principals: f, paths: map[string]bool{}}
+	e.url = e.serve(t)
+	return e
+}
+
+// serve starts another A2A server on the same Agora and returns its URL:
+// what a restarted process would be.
+func (e *env) serve(t *testing.T) string {
+	t.Helper()
+	svc, err := a2aserver.New(a2aserver.Config{PrincipalsFile: e.principals}, a2aserver.Deps{Client: e.sys.Client, Logger: systemtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys.Go("a2a", svc.Run)
-	e := &env{sys: sys, paths: map[string]bool{}}
+	e.sys.Go("a2a", svc.Run)
 	h := svc.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
@@ -78,8 +87,7 @@ func newEnv(t *testing.T) *env {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	e.url = srv.URL
-	return e
+	return srv.URL
 }
 
 type bearer struct {
@@ -97,8 +105,14 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // speaking binding.
 func (e *env) connect(t *testing.T, token string, binding a2a.TransportProtocol) *a2aclient.Client {
 	t.Helper()
+	return connectTo(t, e.url, token, binding)
+}
+
+// connectTo is connect for the server at url.
+func connectTo(t *testing.T, url, token string, binding a2a.TransportProtocol) *a2aclient.Client {
+	t.Helper()
 	hc := &http.Client{Transport: bearer{token, http.DefaultTransport}, Timeout: time.Minute}
-	card, err := agentcard.NewResolver(hc).Resolve(t.Context(), e.url)
+	card, err := agentcard.NewResolver(hc).Resolve(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +227,29 @@ func TestAskAnswerComplete(t *testing.T) {
 		if !e.saw(line) {
 			t.Errorf("no %s: the client did not speak both bindings", line)
 		}
+	}
+}
+
+// A task is read from Agora's records, not from the process that started
+// it: another server (a restart) reads the waiting task with its
+// question, takes the answer on it and completes it.
+func TestTaskOutlivesTheServer(t *testing.T) {
+	e := newEnv(t)
+	task := send(t, e.connect(t, "token-a", a2a.TransportProtocolJSONRPC), start("chooser", "pick one"))
+	checkQuestion(t, task)
+	c := connectTo(t, e.serve(t), "token-a", a2a.TransportProtocolHTTPJSON)
+	got, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkQuestion(t, got)
+	if got.ContextID != task.ContextID {
+		t.Errorf("context id %s, was %s", got.ContextID, task.ContextID)
+	}
+	done := send(t, c, reply(got, "A"))
+	if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 ||
+		!reflect.DeepEqual(done.Artifacts[0].Parts[0].Data(), map[string]any{"chose": "A"}) {
+		t.Fatalf("after the answer on the new server: %+v", done)
 	}
 }
 
