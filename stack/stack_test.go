@@ -22,6 +22,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
+	"github.com/agora-dispatch/agora/services/a2aserver"
 	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/dispatcher"
 	"github.com/agora-dispatch/agora/services/router"
@@ -98,6 +99,57 @@ func TestStartRunsAWholeAgora(t *testing.T) {
 	if nc, err := nats.Connect(url, nats.MaxReconnects(0)); err == nil {
 		nc.Close()
 		t.Fatalf("the server still answers at %s after Close", url)
+	}
+}
+
+// The A2A door is served beside /v1 behind the same tokens: the agent
+// card is public and lists the sub-agents, /a2a wants the token /v1
+// wants.
+func TestStartServesA2A(t *testing.T) {
+	st, err := stack.Start(t.Context(), stack.Options{
+		Server:     natsserver.Config{Port: -1},
+		Provision:  &provision.Config{},
+		Subagents:  []subagent.Definition{quick},
+		Dispatcher: &dispatcher.Config{APITokens: []string{"secret"}},
+		A2A:        &a2aserver.Config{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	web := httptest.NewServer(st.Handler())
+	defer web.Close()
+	var card struct {
+		Skills          []struct{ ID string }      `json:"skills"`
+		SecuritySchemes map[string]json.RawMessage `json:"securitySchemes"`
+	}
+	getJSON(t, web.URL+a2aserver.CardPath, http.StatusOK, &card)
+	if len(card.Skills) != 1 || card.Skills[0].ID != quick.Name || card.SecuritySchemes["bearerAuth"] == nil {
+		t.Errorf("agent card %+v, want skill %s and the bearer scheme", card, quick.Name)
+	}
+	rpc := `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}`
+	for _, tc := range []struct {
+		path, token string
+		code        int
+	}{
+		{"/a2a", "", http.StatusUnauthorized},
+		{"/a2a", "wrong", http.StatusUnauthorized},
+		{"/v1/dispatches", "", http.StatusUnauthorized},
+		{"/a2a", "secret", http.StatusOK},
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, web.URL+tc.path, strings.NewReader(rpc))
+		req.Header.Set("Content-Type", "application/json")
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("POST %s with token %q: %s, want %d", tc.path, tc.token, resp.Status, tc.code)
+		}
 	}
 }
 
