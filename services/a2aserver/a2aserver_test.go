@@ -60,6 +60,7 @@ func newEnv(t *testing.T) *env {
 	sys := systemtest.Start(t, systemtest.Options{})
 	sys.Shell("chooser", chooser)
 	sys.Shell("echo", `cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"`)
+	sys.Shell("silent", "true")
 	f := filepath.Join(t.TempDir(), "principals.yaml")
 	body := fmt.Sprintf("principals:\n  - {name: team-a, token_sha256: %s}\n  - {name: team-b, token_sha256: %s}\n", hashOf("token-a"), hashOf("token-b"))
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
@@ -230,6 +231,25 @@ func TestAskAnswerComplete(t *testing.T) {
 	}
 }
 
+// A data part is the sub-agent's input, with the text as its task; a run
+// that asks nothing completes at once, and one that writes no output
+// completes with an empty object.
+func TestInputAndOutput(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(t, "token-a", a2a.TransportProtocolJSONRPC)
+	m := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("go"), a2a.NewDataPart(map[string]any{"n": 1.0, "tags": []any{"x"}}))
+	m.Metadata = map[string]any{"skill": "echo"}
+	done := send(t, c, &a2a.SendMessageRequest{Message: m})
+	want := map[string]any{"n": 1.0, "tags": []any{"x"}, "task": "go"}
+	if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 || !reflect.DeepEqual(done.Artifacts[0].Parts[0].Data(), want) {
+		t.Errorf("echo: %s %+v, want completed with %v", done.Status.State, done.Artifacts, want)
+	}
+	done = send(t, c, start("silent", "anything"))
+	if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 || !reflect.DeepEqual(done.Artifacts[0].Parts[0].Data(), map[string]any{}) {
+		t.Errorf("silent: %s %+v, want completed with {}", done.Status.State, done.Artifacts)
+	}
+}
+
 // A task is read from Agora's records, not from the process that started
 // it: another server (a restart) reads the waiting task with its
 // question, takes the answer on it and completes it.
@@ -379,8 +399,8 @@ func TestAgentCard(t *testing.T) {
 	for _, s := range card.Skills {
 		skills = append(skills, s.ID)
 	}
-	if !reflect.DeepEqual(skills, []string{"chooser", "echo"}) {
-		t.Errorf("skills %v, want chooser and echo", skills)
+	if !reflect.DeepEqual(skills, []string{"chooser", "echo", "silent"}) {
+		t.Errorf("skills %v, want chooser, echo and silent", skills)
 	}
 	if !card.Capabilities.Streaming {
 		t.Error("the card does not announce streaming")

@@ -176,13 +176,17 @@ func questionMessage(info a2a.TaskInfoProvider, q lifecycle.Question) *a2a.Messa
 }
 
 // outputArtifact is a finished round's output as an artifact of one data
-// part; the same dispatch always gives the same artifact id.
+// part (an empty object when the sub-agent wrote none); the same dispatch
+// always gives the same artifact id.
 func outputArtifact(dispatchID string, output json.RawMessage) *a2a.Artifact {
-	var v any = map[string]any{}
+	var v any
 	if len(output) > 0 {
 		if err := json.Unmarshal(output, &v); err != nil {
 			v = string(output)
 		}
+	}
+	if v == nil {
+		v = map[string]any{}
 	}
 	p := a2a.NewDataPart(v)
 	p.MediaType = mediaJSON
