@@ -639,6 +639,29 @@ func TestDevHealthzReportsEveryService(t *testing.T) {
 	}
 }
 
+// agora dev serves the A2A agent card on its listener, the demo among
+// its skills, and /a2a beside it.
+func TestDevServesA2A(t *testing.T) {
+	t.Parallel()
+	d := devServer(t)
+	resp, err := http.Get(d.httpURL + "/.well-known/agent-card.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var card struct {
+		Skills     []struct{ ID string }  `json:"skills"`
+		Interfaces []struct{ URL string } `json:"supportedInterfaces"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&card); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("agent card: %s %v", resp.Status, err)
+	}
+	if !slices.ContainsFunc(card.Skills, func(s struct{ ID string }) bool { return s.ID == "demo" }) ||
+		len(card.Interfaces) == 0 || card.Interfaces[0].URL != d.httpURL+"/a2a" {
+		t.Errorf("agent card %+v, want the demo skill at %s/a2a", card, d.httpURL)
+	}
+}
+
 // A missing argument is named in words, with an example; the global
 // request timeout and dispatch's sub-agent time limit have their own names.
 func TestMissingArgumentsAndFlagNames(t *testing.T) {
