@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,12 @@ const chooser = `if grep -q '"answer"' "$AGORA_INPUT_FILE"; then
 else
   echo '{"question":"Rewrite A or B?","options":["A","B"],"kind":"decision","context":"Same signature.","partial_state":{"seen":2}}' > "$AGORA_NEEDS_INPUT_FILE"
 fi`
+
+// Asks for an approval on round 0, then writes what it was given.
+const approver = `case "$AGORA_ROUND" in
+0) echo '{"question":"Deploy now?","kind":"approval"}' > "$AGORA_NEEDS_INPUT_FILE" ;;
+*) cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE" ;;
+esac`
 
 type env struct {
 	sys        *systemtest.System
@@ -61,6 +68,7 @@ func newEnv(t *testing.T) *env {
 	sys.Shell("chooser", chooser)
 	sys.Shell("echo", `cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"`)
 	sys.Shell("silent", "true")
+	sys.Shell("approver", approver)
 	f := filepath.Join(t.TempDir(), "principals.yaml")
 	body := fmt.Sprintf("principals:\n  - {name: team-a, token_sha256: %s}\n  - {name: team-b, token_sha256: %s}\n", hashOf("token-a"), hashOf("token-b"))
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
@@ -247,6 +255,34 @@ func TestInputAndOutput(t *testing.T) {
 	done = send(t, c, start("silent", "anything"))
 	if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 || !reflect.DeepEqual(done.Artifacts[0].Parts[0].Data(), map[string]any{}) {
 		t.Errorf("silent: %s %+v, want completed with {}", done.Status.State, done.Artifacts)
+	}
+}
+
+// An approval is answered with approve or reject, as text or as the
+// data part's decision; anything else is refused and leaves it waiting.
+func TestApproval(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(t, "token-a", a2a.TransportProtocolHTTPJSON)
+	task := send(t, c, start("approver", "ship it"))
+	if task.Status.State != a2a.TaskStateInputRequired || task.Status.Message.Metadata["kind"] != "approval" {
+		t.Fatalf("task %s: %+v, want input-required for an approval", task.ID, task.Status)
+	}
+	qid, _ := task.Status.Message.Metadata["question_id"].(string)
+	if _, err := c.SendMessage(t.Context(), reply(task, "maybe")); !errors.Is(err, a2a.ErrInvalidParams) {
+		t.Errorf("an approval answered maybe: %v, want invalid params", err)
+	}
+	m := a2a.NewMessageForTask(a2a.MessageRoleUser, task, a2a.NewDataPart(map[string]any{"decision": "approve", "comment": "go ahead"}))
+	m.Metadata = map[string]any{"question_id": qid}
+	done := send(t, c, &a2a.SendMessageRequest{Message: m})
+	if done.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("after approving: %s, want completed", done.Status.State)
+	}
+	q, err := e.sys.Client.Question(t.Context(), qid)
+	if err != nil || q.Decision != "approve" || q.AnsweredBy != "a2a:team-a" {
+		t.Errorf("question %s: %+v %v, want approved by a2a:team-a", qid, q, err)
+	}
+	if out := fmt.Sprint(done.Artifacts[0].Parts[0].Data()); !strings.Contains(out, "go ahead") {
+		t.Errorf("the next round's input (its output) %s lacks the comment", out)
 	}
 }
 
