@@ -69,6 +69,7 @@ func newEnv(t *testing.T) *env {
 	sys.Shell("echo", `cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"`)
 	sys.Shell("silent", "true")
 	sys.Shell("approver", approver)
+	sys.Shell("sleeper", "sleep 60")
 	f := filepath.Join(t.TempDir(), "principals.yaml")
 	body := fmt.Sprintf("principals:\n  - {name: team-a, token_sha256: %s}\n  - {name: team-b, token_sha256: %s}\n", hashOf("token-a"), hashOf("token-b"))
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
@@ -376,6 +377,31 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// A running task cancelled while a2a-go still follows it ends canceled,
+// and so does its thread (the worker stops the run).
+func TestCancelWhileRunning(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(t, "token-a", a2a.TransportProtocolJSONRPC)
+	req := start("sleeper", "wait")
+	req.Config = &a2a.SendMessageConfig{ReturnImmediately: true}
+	task := send(t, c, req)
+	testkit.Eventually(t, 30*time.Second, "the task is working", func() bool {
+		got, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID})
+		return err == nil && got.Status.State == a2a.TaskStateWorking
+	})
+	got, err := c.CancelTask(t.Context(), &a2a.CancelTaskRequest{ID: task.ID})
+	if err != nil || got.Status.State != a2a.TaskStateCanceled {
+		t.Fatalf("tasks/cancel of a running task: %+v %v, want canceled", got, err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the thread ends cancelled", func() bool {
+		th, err := e.sys.Client.Thread(t.Context(), string(task.ID))
+		return err == nil && th.Status == lifecycle.KindCancelled
+	})
+	if got, err := c.GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID}); err != nil || got.Status.State != a2a.TaskStateCanceled {
+		t.Errorf("tasks/get after the run stopped: %+v %v, want canceled", got, err)
+	}
+}
+
 // A task is its principal's: another principal's get, cancel and message
 // on it are the protocol's task-not-found, as for an id that does not
 // exist. A bad skill and a file part are the protocol's errors, and start
@@ -435,8 +461,8 @@ func TestAgentCard(t *testing.T) {
 	for _, s := range card.Skills {
 		skills = append(skills, s.ID)
 	}
-	if !reflect.DeepEqual(skills, []string{"chooser", "echo", "silent"}) {
-		t.Errorf("skills %v, want chooser, echo and silent", skills)
+	if want := []string{"approver", "chooser", "echo", "silent", "sleeper"}; !reflect.DeepEqual(skills, want) {
+		t.Errorf("skills %v, want %v", skills, want)
 	}
 	if !card.Capabilities.Streaming {
 		t.Error("the card does not announce streaming")

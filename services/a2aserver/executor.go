@@ -275,6 +275,15 @@ func (e *executor) follow(ctx context.Context, ec *a2asrv.ExecutorContext, after
 			yield(status(ec, a2a.TaskStateFailed, c.Round, endMessage(ec, "end-"+d.DispatchID, failedText(d.Reason, d.Detail))), nil)
 			return
 		case *lifecycle.Cancelled:
+			if written, ok := e.s.cancels.Load(ec.TaskID); ok {
+				// This door's own cancel writes the canceled event, into
+				// this execution's queue: keep it open until then.
+				select {
+				case <-written.(chan struct{}):
+				case <-ctx.Done():
+				}
+				return
+			}
 			yield(status(ec, a2a.TaskStateCanceled, c.Round, endMessage(ec, "end-"+d.DispatchID, cancelledText(d.By, d.Reason))), nil)
 			return
 		}
@@ -307,6 +316,14 @@ func (e *executor) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.
 			yield(nil, a2a.NewError(a2a.ErrUnauthorized, fmt.Sprintf("principal %s may see task %s but not cancel it: only the principal that started it or an admin may", who.Name, ec.TaskID)))
 			return
 		}
+		// An execution following the task sees the thread end cancelled
+		// and waits for this event, which a2a-go writes into its queue.
+		written := make(chan struct{})
+		e.s.cancels.Store(ec.TaskID, written)
+		defer func() {
+			e.s.cancels.Delete(ec.TaskID)
+			close(written)
+		}()
 		reason, _ := ec.Metadata["reason"].(string)
 		by := answeredBy(who)
 		res, err := e.s.c.CancelThread(ctx, th.ThreadID, client.CancelBy(by, reason))

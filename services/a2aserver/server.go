@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
@@ -56,6 +57,9 @@ type Service struct {
 	// ends then (the thread runs on; tasks/get still reads it).
 	base context.Context
 	stop context.CancelFunc
+	// cancels holds, per task this door is cancelling, a channel closed
+	// once its canceled event is written (executor.Cancel).
+	cancels sync.Map
 }
 
 // New checks cfg and builds the server on deps.Client.
