@@ -310,6 +310,45 @@ func TestTaskOutlivesTheServer(t *testing.T) {
 	}
 }
 
+// Each sub-agent is an agent of its own too: its card at
+// /a2a/agents/<name> lists it alone, and a message sent there starts it
+// with no metadata at all, over both bindings; an unknown one has no card.
+func TestCardPerSubagent(t *testing.T) {
+	e := newEnv(t)
+	card, err := agentcard.NewResolver(http.DefaultClient).Resolve(t.Context(), e.url+"/a2a/agents/chooser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(card.Skills) != 1 || card.Skills[0].ID != "chooser" || card.SupportedInterfaces[0].URL != e.url+"/a2a/agents/chooser" {
+		t.Fatalf("chooser's card: skills %+v at %+v", card.Skills, card.SupportedInterfaces)
+	}
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			c := connectTo(t, e.url+"/a2a/agents/chooser", "token-a", b)
+			m := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("pick one"))
+			task := send(t, c, &a2a.SendMessageRequest{Message: m})
+			checkQuestion(t, task)
+			done := send(t, c, reply(task, "A"))
+			if done.Status.State != a2a.TaskStateCompleted {
+				t.Fatalf("after the answer: %s, want completed", done.Status.State)
+			}
+			other := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("hi"))
+			other.Metadata = map[string]any{"skill": "echo"}
+			if _, err := c.SendMessage(t.Context(), &a2a.SendMessageRequest{Message: other}); !errors.Is(err, a2a.ErrInvalidParams) {
+				t.Errorf("another skill at chooser's endpoint: %v, want invalid params", err)
+			}
+		})
+	}
+	resp, err := http.Get(e.url + "/a2a/agents/nobody/.well-known/agent-card.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("an unknown sub-agent's card: %s, want 404", resp.Status)
+	}
+}
+
 // SendStreamingMessage starts a thread too: the stream ends on
 // input-required with the question, and an answer streams to completed.
 func TestStreaming(t *testing.T) {

@@ -24,15 +24,25 @@ const (
 )
 
 // cardHandler serves the public agent card, read afresh from the
-// registered sub-agents on every request.
-func (s *Service) cardHandler() http.Handler {
+// registered sub-agents on every request: Agora's, or with one (the
+// request's {name}), that sub-agent's alone.
+func (s *Service) cardHandler(one bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		card, err := s.card(r.Context(), s.publicURL(r)+Path)
+		endpoint, name := s.publicURL(r)+Path, ""
+		if one {
+			name = r.PathValue("name")
+			endpoint += agentsPath + name
+		}
+		card, err := s.card(r.Context(), endpoint, name)
+		if errors.Is(err, errNoSkill) {
+			http.Error(w, "no sub-agent "+name+": "+CardPath+" lists them", http.StatusNotFound)
+			return
+		}
 		if err != nil {
 			s.log.Error("a2a agent card", "err", err)
 			http.Error(w, "the sub-agents could not be read: is NATS reachable?", http.StatusServiceUnavailable)
@@ -49,10 +59,14 @@ func (s *Service) cardHandler() http.Handler {
 	})
 }
 
+// errNoSkill is card's error for a sub-agent that is not registered.
+var errNoSkill = errors.New("a2aserver: no such skill")
+
 // card is the agent card for an agent reached at endpoint: every
-// registered sub-agent a skill, both bindings at the same URL, and the
-// bearer scheme when callers authenticate.
-func (s *Service) card(ctx context.Context, endpoint string) (*a2a.AgentCard, error) {
+// registered sub-agent a skill (or only the one called only, when set),
+// both bindings at the same URL, and the bearer scheme when callers
+// authenticate.
+func (s *Service) card(ctx context.Context, endpoint, only string) (*a2a.AgentCard, error) {
 	subs, err := s.c.Subagents(ctx)
 	var ue *client.UndecodableError
 	if err != nil && !errors.As(err, &ue) {
@@ -73,6 +87,9 @@ func (s *Service) card(ctx context.Context, endpoint string) (*a2a.AgentCard, er
 		Skills:             []a2a.AgentSkill{},
 	}
 	for _, sa := range subs {
+		if only != "" && sa.Name != only {
+			continue
+		}
 		d := sa.Definition
 		card.Skills = append(card.Skills, a2a.AgentSkill{
 			ID:          sa.Name,
@@ -82,6 +99,12 @@ func (s *Service) card(ctx context.Context, endpoint string) (*a2a.AgentCard, er
 			InputModes:  []string{mediaText, mediaJSON},
 			OutputModes: []string{mediaJSON},
 		})
+	}
+	if only != "" {
+		if len(card.Skills) == 0 {
+			return nil, errNoSkill
+		}
+		card.Name, card.Description = "Agora: "+only, card.Skills[0].Description+" (an Agora sub-agent: a question it asks comes as input-required; answer on the same task.)"
 	}
 	if s.owned() {
 		card.SecuritySchemes = a2a.NamedSecuritySchemes{bearerScheme: a2a.HTTPAuthSecurityScheme{

@@ -53,7 +53,8 @@ func (s *Service) plan(ctx context.Context, who *principal.Principal, m *a2a.Sen
 }
 
 // skillOf is the sub-agent a message picks: metadata.skill of the message,
-// else of the request; without either, the only sub-agent there is.
+// else of the request, else the sub-agent whose endpoint it was sent to;
+// without any, the only sub-agent there is.
 func (s *Service) skillOf(ctx context.Context, m *a2a.SendMessageRequest) (string, error) {
 	raw, ok := m.Message.Metadata[metaSkill]
 	if !ok {
@@ -62,6 +63,12 @@ func (s *Service) skillOf(ctx context.Context, m *a2a.SendMessageRequest) (strin
 	name, isString := raw.(string)
 	if ok && !isString {
 		return "", invalid("metadata.skill must be a string: a skill id of the agent card")
+	}
+	if at, _ := ctx.Value(skillKey{}).(string); at != "" {
+		if name != "" && name != at {
+			return "", invalid("metadata.skill %q, sent to the endpoint of skill %q: leave it out, or send it to %s", name, at, Path)
+		}
+		name = at
 	}
 	subs, err := s.c.Subagents(ctx)
 	var ue *client.UndecodableError

@@ -32,6 +32,9 @@ const (
 	Path = "/a2a"
 	// CardPath is the public agent card.
 	CardPath = "/.well-known/agent-card.json"
+	// agentsPath + <sub-agent> (under Path) is one sub-agent's own
+	// endpoint, with its card at CardPath below it.
+	agentsPath = "/agents/"
 )
 
 // Deps are the A2A server's collaborators.
@@ -111,17 +114,41 @@ func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFun
 
 // Handler serves the agent card at CardPath (no token needed) and the A2A
 // bindings at Path: JSON-RPC on POST Path, HTTP+JSON under Path + "/".
-// With APITokens or PrincipalsFile set, every A2A request needs a bearer
-// token, which names its principal as on /v1; else it is "local".
+// Each sub-agent is also an agent of its own at Path/agents/<name>, with
+// its card at Path/agents/<name>/.well-known/agent-card.json: a message
+// there starts that sub-agent without metadata.skill. With APITokens or
+// PrincipalsFile set, every A2A request needs a bearer token, which names
+// its principal as on /v1; else it is "local".
 func (s *Service) Handler() http.Handler {
 	jsonrpc := a2asrv.NewJSONRPCHandler(s.handler)
-	rest := http.StripPrefix(Path, a2asrv.NewRESTHandler(s.handler))
+	rest := a2asrv.NewRESTHandler(s.handler)
 	mux := http.NewServeMux()
-	mux.Handle(CardPath, s.cardHandler())
+	mux.Handle(CardPath, s.cardHandler(false))
 	mux.Handle(Path, s.authenticated(jsonrpc))
-	mux.Handle(Path+"/", s.authenticated(rest))
+	mux.Handle(Path+"/", s.authenticated(http.StripPrefix(Path, rest)))
+	agent := Path + agentsPath + "{name}"
+	mux.Handle(agent+CardPath, s.cardHandler(true))
+	mux.Handle(agent, s.authenticated(withSkill(jsonrpc, false)))
+	mux.Handle(agent+"/", s.authenticated(withSkill(rest, true)))
 	return mux
 }
+
+// withSkill serves h for the sub-agent the path names: a message that
+// starts a task there starts it. strip removes the sub-agent's prefix
+// (for the HTTP+JSON binding's paths).
+func withSkill(h http.Handler, strip bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		r = r.WithContext(context.WithValue(r.Context(), skillKey{}, name))
+		next := h
+		if strip {
+			next = http.StripPrefix(Path+agentsPath+name, h)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type skillKey struct{}
 
 // authenticated lets through requests that carry a token of a principal,
 // with the principal in their context.
