@@ -21,20 +21,26 @@ import (
 // it survives a restart and follows answers given through other doors.
 // What a2a-go writes (the history of messages, and states the executor
 // saw on the lifecycle stream before the dispatcher's records show them)
-// is kept in memory while the task runs in this process; a read takes
+// is kept in memory for keepFor after its last change; a read takes
 // whichever of the two is further along (rank). Its methods are safe for
 // concurrent use.
 type store struct {
 	s     *Service
 	mu    sync.Mutex
 	tasks map[a2a.TaskID]*kept
+	swept time.Time // the last sweep of tasks past keepFor
 }
 
-// kept is what a2a-go last wrote of a task.
+// kept is what a2a-go last wrote of a task, and when.
 type kept struct {
 	task    *a2a.Task
 	version taskstore.TaskVersion
+	at      time.Time
 }
+
+// keepFor is how long what a2a-go wrote of a task is kept after its last
+// change: long past the moment the dispatcher's records show as much.
+const keepFor = 10 * time.Minute
 
 var _ taskstore.Store = (*store)(nil)
 
@@ -48,7 +54,16 @@ func (st *store) Create(_ context.Context, task *a2a.Task) (taskstore.TaskVersio
 	if _, ok := st.tasks[task.ID]; ok {
 		return 0, taskstore.ErrTaskAlreadyExists
 	}
-	st.tasks[task.ID] = &kept{task: task, version: 1}
+	now := time.Now()
+	if now.Sub(st.swept) > time.Minute {
+		for id, k := range st.tasks {
+			if now.Sub(k.at) > keepFor {
+				delete(st.tasks, id)
+			}
+		}
+		st.swept = now
+	}
+	st.tasks[task.ID] = &kept{task: task, version: 1, at: now}
 	return 1, nil
 }
 
@@ -60,13 +75,13 @@ func (st *store) Update(_ context.Context, u *taskstore.UpdateRequest) (taskstor
 	defer st.mu.Unlock()
 	k := st.tasks[u.Task.ID]
 	if k == nil {
-		st.tasks[u.Task.ID] = &kept{task: u.Task, version: 1}
+		st.tasks[u.Task.ID] = &kept{task: u.Task, version: 1, at: time.Now()}
 		return 1, nil
 	}
 	if u.PrevVersion != taskstore.TaskVersionMissing && u.PrevVersion != k.version {
 		return 0, taskstore.ErrConcurrentModification
 	}
-	k.task, k.version = u.Task, k.version+1
+	k.task, k.version, k.at = u.Task, k.version+1, time.Now()
 	return k.version, nil
 }
 
