@@ -127,6 +127,10 @@ func (s *Service) answer(ctx context.Context, who *principal.Principal, msg *a2a
 	if err != nil {
 		return resume{}, err
 	}
+	before, err := s.taskOf(ctx, th)
+	if err != nil {
+		return resume{}, err
+	}
 	a.AnsweredBy = answeredBy(who)
 	_, err = s.c.Answer(ctx, q.QuestionID, a, via...)
 	var ae *client.AnswerError
@@ -141,6 +145,7 @@ func (s *Service) answer(ctx context.Context, who *principal.Principal, msg *a2a
 	default:
 		return resume{}, unavailable(err)
 	}
+	s.store.hold(before)
 	return resume{after: last.Round + 1}, nil
 }
 

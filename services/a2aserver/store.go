@@ -29,7 +29,20 @@ type store struct {
 	mu    sync.Mutex
 	tasks map[a2a.TaskID]*kept
 	swept time.Time // the last sweep of tasks past keepFor
+	// held are tasks just answered, read as they were before the answer
+	// until a2a-go writes to them (hold).
+	held map[a2a.TaskID]heldTask
 }
+
+// heldTask is a task as it was before its answer, until a time.
+type heldTask struct {
+	task  *a2a.Task
+	until time.Time
+}
+
+// holdFor bounds how long a task is held: past it, a2a-go has long
+// started following the task again, or given up.
+const holdFor = 30 * time.Second
 
 // kept is what a2a-go last wrote of a task, and when.
 type kept struct {
@@ -44,7 +57,19 @@ const keepFor = 10 * time.Minute
 
 var _ taskstore.Store = (*store)(nil)
 
-func newStore(s *Service) *store { return &store{s: s, tasks: map[a2a.TaskID]*kept{}} }
+func newStore(s *Service) *store {
+	return &store{s: s, tasks: map[a2a.TaskID]*kept{}, held: map[a2a.TaskID]heldTask{}}
+}
+
+// hold makes task (as it was before the answer just given) the task's
+// state until a2a-go next writes to it: a thread that runs its next round
+// to its end before a2a-go loads the task would otherwise have a2a-go
+// refuse the message that answered it, as one on an ended task.
+func (st *store) hold(task *a2a.Task) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.held[task.ID] = heldTask{task: task, until: time.Now().Add(holdFor)}
+}
 
 // Create implements taskstore.Store; the thread exists already (the
 // executor dispatched it).
@@ -73,6 +98,7 @@ func (st *store) Create(_ context.Context, task *a2a.Task) (taskstore.TaskVersio
 func (st *store) Update(_ context.Context, u *taskstore.UpdateRequest) (taskstore.TaskVersion, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	delete(st.held, u.Task.ID)
 	k := st.tasks[u.Task.ID]
 	if k == nil {
 		st.tasks[u.Task.ID] = &kept{task: u.Task, version: 1, at: time.Now()}
@@ -103,6 +129,13 @@ func (st *store) Get(ctx context.Context, id a2a.TaskID) (*taskstore.StoredTask,
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if h, ok := st.held[id]; ok {
+		if time.Now().Before(h.until) {
+			derived = h.task
+		} else {
+			delete(st.held, id)
+		}
+	}
 	k := st.tasks[id]
 	if k == nil {
 		return &taskstore.StoredTask{Task: derived, Version: taskstore.TaskVersionMissing}, nil
