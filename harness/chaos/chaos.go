@@ -323,7 +323,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		// The services' log is what explains an anomaly: kept beside the
+		// folder, which goes, when the audit found any.
+		if len(rep.Anomalies) > 0 {
+			kept := dir + ".log"
+			if os.Rename(filepath.Join(dir, "services.log"), kept) == nil {
+				say("the services' log is kept in %s", kept)
+			}
+		}
+		os.RemoveAll(dir)
+	}()
 	// The sub-agent's side folder is a write_path: the run's own host user
 	// (unprivileged under a root worker, docs/sandbox.md) must reach and
 	// write it, nothing else of dir.
