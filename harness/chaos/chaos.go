@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -98,12 +99,16 @@ func (c Config) withDefaults() Config {
 
 // Report is what the audit found.
 type Report struct {
-	Threads    int            `json:"threads"`
-	Dispatches int            `json:"dispatches"`
-	Questions  int            `json:"questions"`
-	Answers    int            `json:"answers_sent"`
-	Events     int            `json:"events_audited"`
-	Faults     map[string]int `json:"faults"`
+	Threads    int `json:"threads"`
+	Dispatches int `json:"dispatches"`
+	Questions  int `json:"questions"`
+	Answers    int `json:"answers_sent"`
+	// AnswerErrors counts the answerer's failed listings of the asked
+	// questions and its answers refused or not delivered, by error text
+	// (clipped): a soak whose questions went unanswered says why.
+	AnswerErrors map[string]int `json:"answer_errors,omitempty"`
+	Events       int            `json:"events_audited"`
+	Faults       map[string]int `json:"faults"`
 	// Ask once (docs/design.md §3.5): questions that joined one already
 	// waiting, the groups they made (an asked question with threads
 	// joined) and each group's size in threads, largest first; resumes is
@@ -444,9 +449,20 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	var answering sync.WaitGroup
 	var amu sync.Mutex
 	answered := map[string]time.Time{} // when its answers were last sent
+	answerErr := func(what string, err error) {
+		amu.Lock()
+		defer amu.Unlock()
+		if rep.AnswerErrors == nil {
+			rep.AnswerErrors = map[string]int{}
+		}
+		rep.AnswerErrors[what+": "+lifecycle.Clip(err.Error(), 160)]++
+	}
 	answering.Go(func() {
 		for soak.Err() == nil {
 			qs, err := c.Questions(soak, client.QuestionFilter{Status: "asked"})
+			if err != nil && soak.Err() == nil {
+				answerErr("list the asked questions", err)
+			}
 			if err == nil {
 				for _, q := range qs {
 					// A person takes a moment: meanwhile threads asking the
@@ -475,7 +491,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 					var once sync.Once
 					for range n {
 						go func() {
-							_, err := c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
+							reply, err := c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
+							switch {
+							case err != nil && soak.Err() == nil:
+								answerErr("answer", err)
+							case err == nil && reply.Status != client.AnswerAccepted && reply.Status != client.AnswerAlreadyAnswered:
+								answerErr("answer", fmt.Errorf("%s: %s", reply.Status, reply.Reason))
+							}
 							if kill && err == nil {
 								once.Do(func() { procs[1].restart(300 * time.Millisecond) })
 							}
@@ -1073,6 +1095,9 @@ func Print(w io.Writer, r Report) {
 	fmt.Fprintf(tw, "dispatches\t%d\n", r.Dispatches)
 	fmt.Fprintf(tw, "questions asked\t%d\n", r.Questions)
 	fmt.Fprintf(tw, "answers sent (1-3 per question)\t%d\n", r.Answers)
+	for _, k := range slices.Sorted(maps.Keys(r.AnswerErrors)) {
+		fmt.Fprintf(tw, "answerer: %s\t%d\n", k, r.AnswerErrors[k])
+	}
 	fmt.Fprintf(tw, "events audited\t%d\n", r.Events)
 	fmt.Fprintf(tw, "questions joined to one already asked\t%d\n", r.Coalesced)
 	fmt.Fprintf(tw, "groups (threads waiting on each)\t%d %v\n", r.Groups, r.GroupSizes)
