@@ -54,6 +54,14 @@ func (quiet) Tracef(string, ...any)  {}
 // configuration JetStream started with; restarted, when set, is told of
 // each restart.
 func recoverStore(s *server.Server, failed *atomic.Bool, dir string, jsc server.JetStreamConfig, restarted func()) {
+	// Every restart keeps the store's size as JetStream took it at its
+	// start. Measured again at a restart, it would be three quarters of
+	// what is free at that moment (more may be filling again), and every
+	// write past it would be refused as insufficient resources — no write
+	// error, so no restart would ever mend it.
+	if cur := s.JetStreamConfig(); jsc.MaxStore <= 0 && cur != nil && cur.MaxStore > 0 {
+		jsc.MaxStore = cur.MaxStore
+	}
 	tick := time.NewTicker(storeCheckEvery)
 	defer tick.Stop()
 	for range tick.C {

@@ -83,3 +83,67 @@ func TestFullStoreRecovers(t *testing.T) {
 		t.Errorf("the stream holds %d messages after recovery, want at least the %d stored before and the new one", got, stored)
 	}
 }
+
+// TestFullStoreKeepsItsSize: JetStream restarted while the store's
+// filesystem has only a little more than StoreRoom free keeps the size it
+// started with; sized from the free space of that moment, it would refuse
+// every write past three quarters of it as insufficient resources, for
+// good, once the space was back.
+func TestFullStoreKeepsItsSize(t *testing.T) {
+	dir := testkit.SmallFS(t, "128m")
+	restarted := make(chan struct{}, 8)
+	s, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "store"), StoreRestarted: func() { restarted <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func() error {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := js.Publish(pctx, "s.x", make([]byte, 64<<10))
+		return err
+	}
+	filler := filepath.Join(dir, "filler")
+	testkit.Fill(t, filler)
+	for i := 0; publish() == nil; i++ {
+		if i > 100 {
+			t.Fatal("the store took 100 messages on a full filesystem")
+		}
+	}
+	// A little more than StoreRoom comes back: JetStream restarts then.
+	fi, err := os.Stat(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filler, fi.Size()-natsserver.StoreRoom-(8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-restarted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("JetStream was not restarted once the store had room")
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	// 60 MiB: more than three quarters of the 72 MiB free at the restart,
+	// less than three quarters of the 128 MiB the store started with.
+	for i := range 960 {
+		if err := publish(); err != nil {
+			t.Fatalf("message %d (%d MiB) after the store had room again: %v", i+1, (i+1)/16, err)
+		}
+	}
+}
