@@ -491,12 +491,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 					var once sync.Once
 					for range n {
 						go func() {
-							reply, err := c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
+							_, err := c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
+							var ae *client.AnswerError
 							switch {
+							case errors.As(err, &ae) && ae.Reply.Status == client.AnswerAlreadyAnswered:
+								// Another of its concurrent answers won.
+							case errors.As(err, &ae):
+								answerErr("answer", errors.New(string(ae.Reply.Status)))
 							case err != nil && soak.Err() == nil:
 								answerErr("answer", err)
-							case err == nil && reply.Status != client.AnswerAccepted && reply.Status != client.AnswerAlreadyAnswered:
-								answerErr("answer", fmt.Errorf("%s: %s", reply.Status, reply.Reason))
 							}
 							if kill && err == nil {
 								once.Do(func() { procs[1].restart(300 * time.Millisecond) })
