@@ -255,7 +255,7 @@ func (e *executor) follow(ctx context.Context, ec *a2asrv.ExecutorContext, after
 			}
 			return
 		}
-		c := commonOf(it.Data)
+		c := it.Data.Base()
 		if c.Round < after {
 			continue
 		}
@@ -383,23 +383,4 @@ func (s *Service) openQuestion(ctx context.Context, d *lifecycle.NeedsInput) (li
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// commonOf returns the common fields of a lifecycle event's data.
-func commonOf(d lifecycle.Lifecycle) lifecycle.Common {
-	switch v := d.(type) {
-	case *lifecycle.Accepted:
-		return v.Common
-	case *lifecycle.Started:
-		return v.Common
-	case *lifecycle.Finished:
-		return v.Common
-	case *lifecycle.NeedsInput:
-		return v.Common
-	case *lifecycle.Failed:
-		return v.Common
-	case *lifecycle.Cancelled:
-		return v.Common
-	}
-	return lifecycle.Common{}
 }

@@ -262,7 +262,7 @@ func (t *tools) follow(ctx context.Context, req *mcp.CallToolRequest, threadID, 
 			}
 			return nil, nil, t.explain(err)
 		}
-		c := commonOf(it.Data)
+		c := it.Data.Base()
 		last.DispatchID, last.Round, last.Subagent = c.DispatchID, c.Round, c.Subagent
 		p.set(fmt.Sprintf("%s round %d: %s", c.Subagent, c.Round, it.Kind()))
 		switch d := it.Data.(type) {
@@ -1130,25 +1130,6 @@ func (p *progress) set(msg string) {
 }
 
 func (p *progress) stop() { p.once.Do(func() { close(p.done) }) }
-
-// commonOf returns the common fields of a lifecycle event's data.
-func commonOf(d lifecycle.Lifecycle) lifecycle.Common {
-	switch v := d.(type) {
-	case *lifecycle.Accepted:
-		return v.Common
-	case *lifecycle.Started:
-		return v.Common
-	case *lifecycle.Finished:
-		return v.Common
-	case *lifecycle.NeedsInput:
-		return v.Common
-	case *lifecycle.Failed:
-		return v.Common
-	case *lifecycle.Cancelled:
-		return v.Common
-	}
-	return lifecycle.Common{}
-}
 
 // summary is a one-line account of an event.
 func summary(d lifecycle.Data) string {
