@@ -21,31 +21,8 @@ import (
 // the embedded server restarts JetStream by itself: what was stored is
 // all there and new messages are stored again.
 func TestFullStoreRecovers(t *testing.T) {
-	dir := testkit.SmallFS(t, "128m")
-	s, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "store")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, js, publish := smallStore(t, nil)
 	ctx := t.Context()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	publish := func(timeout time.Duration) error {
-		pctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		_, err := js.Publish(pctx, "s.x", make([]byte, 64<<10))
-		return err
-	}
 	for range 10 {
 		if err := publish(5 * time.Second); err != nil {
 			t.Fatal(err)
@@ -90,32 +67,9 @@ func TestFullStoreRecovers(t *testing.T) {
 // every write past three quarters of it as insufficient resources, for
 // good, once the space was back.
 func TestFullStoreKeepsItsSize(t *testing.T) {
-	dir := testkit.SmallFS(t, "128m")
 	restarted := make(chan struct{}, 8)
-	s, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "store"), StoreRestarted: func() { restarted <- struct{}{} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	publish := func() error {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_, err := js.Publish(pctx, "s.x", make([]byte, 64<<10))
-		return err
-	}
+	dir, _, publishIn := smallStore(t, func() { restarted <- struct{}{} })
+	publish := func() error { return publishIn(5 * time.Second) }
 	filler := filepath.Join(dir, "filler")
 	testkit.Fill(t, filler)
 	for i := 0; publish() == nil; i++ {
@@ -146,4 +100,36 @@ func TestFullStoreKeepsItsSize(t *testing.T) {
 			t.Fatalf("message %d (%d MiB) after the store had room again: %v", i+1, (i+1)/16, err)
 		}
 	}
+}
+
+// smallStore starts the embedded server with its store on a 128 MiB
+// filesystem of its own (dir) and a stream S on it; publish stores a
+// 64 KiB message within timeout. restarted, when set, is told of each
+// restart of JetStream.
+func smallStore(t *testing.T, restarted func()) (dir string, js jetstream.JetStream, publish func(timeout time.Duration) error) {
+	t.Helper()
+	dir = testkit.SmallFS(t, "128m")
+	s, err := natsserver.Start(natsserver.Config{Port: -1, StoreDir: filepath.Join(dir, "store"), StoreRestarted: restarted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	publish = func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		defer cancel()
+		_, err := js.Publish(ctx, "s.x", make([]byte, 64<<10))
+		return err
+	}
+	return dir, js, publish
 }
