@@ -98,8 +98,8 @@ func TestDocsCitationsResolve(t *testing.T) {
 		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(p, ".go") || d.Name() == "citations_test.go" {
-			return nil // this file's cases cite pages that are not there on purpose
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || d.Name() == "citations_test.go" || d.Name() == "links_test.go" {
+			return nil // these files' cases cite pages that are not there on purpose
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {

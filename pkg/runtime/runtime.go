@@ -8,8 +8,8 @@
 // runtime").
 //
 // A runtime reads its end as every sub-agent's is read: the sentinel file,
-// the output file, the exit status (docs/design.md §1.2). What a CLI
-// prints is kept as the run's stdout and stderr tails.
+// the output file, the exit status (docs/wire.md, "The sentinel file").
+// What a CLI prints is kept as the run's stdout and stderr tails.
 package runtime
 
 import (
