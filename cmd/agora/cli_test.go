@@ -154,7 +154,7 @@ func TestDispatchWaitAcrossAQuestion(t *testing.T) {
 		// of a question through its watch a moment after the record. The
 		// demo asks every thread the same question, so another test's
 		// demo may have asked it first: then qid joined that one and is
-		// listed among its waiting threads (docs/design.md §3.5).
+		// listed among its waiting threads (docs/router.md, "Ask once").
 		testkit.Eventually(t, 10*time.Second, "questions --json to list "+qid, func() bool {
 			for _, q := range jsonLines(t, mustAgora(t, "questions", "--json").stdout) {
 				if q["question_id"] == qid || waitsOn(q, qid) {

@@ -21,7 +21,7 @@ func newDecisionsCmd(g *globals) *cobra.Command {
 		Long: `A route with remember: in the routing file keeps each answer that long, and a
 later question that matches it (same route, and the same dedupe_key, or else
 the same sub-agent, question, options and kind) is answered with it at once,
-answered_by memory:<question id> (docs/design.md §3.5).
+answered_by memory:<question id> (docs/router.md, "Ask once").
 
   agora decisions list [--route R]   the remembered decisions, newest answer first
   agora decisions forget ID          forget one: later matching questions are asked again

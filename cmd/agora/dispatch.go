@@ -353,7 +353,7 @@ func questionBlock(cli, inbox string, q question) string {
 }
 
 // askedOnceNote says how the router took the question qid, from its
-// record (docs/design.md §3.5): answered at once from a remembered
+// record (docs/router.md, "Ask once"): answered at once from a remembered
 // decision (reused), joined to one already waiting, or asked once for
 // several threads, and a suggestion waiting for a person. It waits up to 3 s for
 // the record, which the router writes a moment after the needs_input; ""

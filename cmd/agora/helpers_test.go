@@ -142,7 +142,7 @@ func startDev() (*devProcess, error) {
 	natsAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	// The tests sharing this server run side by side and each answers its
 	// own demo question: the demo asks every thread the same one, which
-	// would be asked once (docs/design.md §3.5). TestAskOnceEndToEnd runs
+	// would be asked once (docs/router.md, "Ask once"). TestAskOnceEndToEnd runs
 	// a server of its own with ask once on.
 	routes := filepath.Join(dir, "routes.yaml")
 	if err := os.WriteFile(routes, []byte("routes:\n  - name: human\n    coalesce: false\n"), 0o600); err != nil {

@@ -50,7 +50,7 @@ type questionLine struct {
 	AnsweredBy string     `json:"answered_by,omitempty"`
 	AnsweredAt *time.Time `json:"answered_at,omitempty"`
 	Detail     string     `json:"detail,omitempty"`
-	// The question asked once (docs/design.md §3.5): the threads waiting
+	// The question asked once (docs/router.md, "Ask once"): the threads waiting
 	// on it, the question a joined one waits on, the remembered decision
 	// that answered it, and an answerer's suggestion.
 	WaitingThreads []lifecycle.WaitingThread `json:"waiting_threads,omitempty"`

@@ -285,7 +285,7 @@ func TestRouterRestartWithPendingQuestions(t *testing.T) {
 	ctx := t.Context()
 
 	// Three threads of the demo ask the same question: one question waits
-	// for all three (ask once, docs/design.md §3.5), and survives the
+	// for all three (ask once, docs/router.md, "Ask once"), and survives the
 	// router's restart with every thread listed.
 	var ds []*agora.Dispatch
 	for i := range 3 {

@@ -35,7 +35,7 @@ type Config struct {
 	// Timeout bounds the whole run, including waiting for the cluster.
 	Timeout time.Duration `envconfig:"PROVISION_TIMEOUT" default:"2m"`
 	// Retention is how long finished work stays readable (the streams'
-	// limits follow it; docs/design.md §2, "Retention").
+	// limits follow it; docs/storage.md, "Retention").
 	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
 	// StreamMaxBytes bounds each history stream; -1: unlimited.
 	StreamMaxBytes int64 `envconfig:"STREAM_MAX_BYTES" default:"-1"`

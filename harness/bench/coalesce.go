@@ -23,7 +23,7 @@ import (
 
 // CoalesceConfig sizes `agora bench --scale coalesce`: Threads threads
 // ask the same question, which must make one waiting question
-// (docs/design.md §3.5, ask once); one answer then resumes them all.
+// (docs/router.md, "Ask once"); one answer then resumes them all.
 type CoalesceConfig struct {
 	Threads  int // default 1000
 	InFlight int // threads asking at once; default 64

@@ -31,7 +31,7 @@ import (
 
 // HistoryConfig sizes `agora bench --scale history`: Threads threads go
 // through ask → answer → finish, then the run waits for the retention to
-// pass (docs/design.md §2, "Retention").
+// pass (docs/storage.md, "Retention").
 type HistoryConfig struct {
 	Threads   int           // default 20000
 	Retention time.Duration // default 30s

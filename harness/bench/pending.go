@@ -25,7 +25,7 @@ import (
 
 // PendingConfig sizes `agora bench --scale pending`: Questions threads
 // ask and wait, unanswered; then the scenario measures what that many
-// waiting questions cost (docs/design.md §2, "Retention": memory follows
+// waiting questions cost (docs/storage.md, "Retention": memory follows
 // pending work).
 type PendingConfig struct {
 	Questions int // default 10000

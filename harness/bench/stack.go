@@ -30,7 +30,7 @@ const askingSubagent = "bench-asker"
 
 // askingRuntime asks on round 0 and finishes on round 1, in process.
 // Each thread asks its own question: the same one from every thread would
-// be asked once for all of them (docs/design.md §3.5), which is what
+// be asked once for all of them (docs/router.md, "Ask once"), which is what
 // coalesceRuntime measures, not these scenarios.
 type askingRuntime struct{}
 

@@ -29,7 +29,7 @@ const statusDispatches = 64
 
 // statusRead measures a dispatch's status as the doors answer it — its
 // record and its chain's last events, read beside the record for a root
-// (docs/design.md §2, "The dispatch record and the reconciler") — through
+// (docs/storage.md, "The dispatch record and the reconciler") — through
 // agora.api.status, against its raw baseline: a get of the same records
 // from agora_dispatches; and through GET /v1/dispatches/{id}, as an
 // operator's token and as the principal that owns the dispatch, whose

@@ -109,7 +109,7 @@ type Report struct {
 	AnswerErrors map[string]int `json:"answer_errors,omitempty"`
 	Events       int            `json:"events_audited"`
 	Faults       map[string]int `json:"faults"`
-	// Ask once (docs/design.md §3.5): questions that joined one already
+	// Ask once (docs/router.md, "Ask once"): questions that joined one already
 	// waiting, the groups they made (an asked question with threads
 	// joined) and each group's size in threads, largest first; resumes is
 	// how many re-dispatches the audit matched to an answered question.
@@ -634,7 +634,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 // define registers the chaos sub-agent. It asks on half of its first
 // rounds: a quarter of its questions are its thread's own, half one
 // shared text and a quarter one dedupe_key under differing texts; threads
-// asking while one of those waits join it (docs/design.md §3.5).
+// asking while one of those waits join it (docs/router.md, "Ask once").
 //
 // One run in ten works for long (longRun) before it goes on: longer than
 // every housekeeping interval of the soak's services.
@@ -920,7 +920,7 @@ func checkEnd(id, thread string, t lifecycle.Data, side string, bad func(string,
 }
 
 // auditAskOnce checks every question record against the re-dispatches
-// (docs/design.md §3.5): each answered question, asked or joined, resumed
+// (docs/router.md, "Ask once"): each answered question, asked or joined, resumed
 // its own dispatch exactly once and has one answered event; none is left
 // asked or joined; each group's asked question lists exactly the threads
 // whose questions joined it, and every one of them was resumed once.

@@ -1,5 +1,5 @@
 // Package archtest holds no code, only tests that keep the module's floors
-// true (docs/design.md §1). Top-down: cmd/, agoratest/,
+// true (docs/design.md, "Components"). Top-down: cmd/, agoratest/,
 // stack/ and harness/ assemble or drive a whole Agora; services/ and
 // answerers/ below them; the runtime helpers of internal/ below those; pkg/
 // at the bottom. Nothing imports a floor above its own: no service,

@@ -1,6 +1,6 @@
 // Package buildinfo is Agora's one version: every service's NATS micro
 // endpoint, the MCP servers, the inbox's announcement, the served OpenAPI
-// document and `agora version` report it (docs/design.md, §7 "Versions").
+// document and `agora version` report it (docs/settings.md, "Versions").
 package buildinfo
 
 import (

@@ -1,5 +1,5 @@
 // Package chain reads a dispatch's status from its chain of lifecycle
-// events (docs/design.md §2, "The dispatch record and the reconciler"):
+// events (docs/storage.md, "The dispatch record and the reconciler"):
 // the last event of each kind on agora.lifecycle.*.<thread_id>.<dispatch_id>,
 // read with one batched direct get (multi_last, ADR-31) by a Reader,
 // applied to the part of a record the events do not carry.

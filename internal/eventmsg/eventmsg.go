@@ -1,5 +1,5 @@
 // Package eventmsg reads the lifecycle event a consumer's handler was
-// given, with the verdict for a message it cannot read (docs/design.md §2,
+// given, with the verdict for a message it cannot read (docs/storage.md,
 // "Consuming a stream").
 package eventmsg
 

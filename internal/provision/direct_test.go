@@ -16,7 +16,7 @@ import (
 // A lifecycle stream provisioned before direct gets is updated in place to
 // allow them, keeping its events; afterwards a stream handle reads a
 // dispatch's last event by direct get — by the fence's wildcard filter too —
-// and never through the leader's STREAM.MSG.GET API (docs/design.md §2,
+// and never through the leader's STREAM.MSG.GET API (docs/wire.md,
 // "Reads by direct get").
 func TestLifecycleReadsByDirectGet(t *testing.T) {
 	srv := natstest.Start(t)

@@ -1,5 +1,5 @@
 // Package provision creates Agora's streams, consumers, key-value buckets and
-// object store (docs/design.md §2). Ensure is idempotent: run against a server that
+// object store (docs/storage.md, "Provisioning"). Ensure is idempotent: run against a server that
 // already has them with the same settings, it changes nothing.
 package provision
 
@@ -29,7 +29,7 @@ type Config struct {
 	// WorkMaxDeliver bounds deliveries of one dispatch. Default 5.
 	WorkMaxDeliver int
 	// Retention is how long finished work stays readable
-	// (AGORA_RETENTION; docs/design.md §2, "Retention"). Default 7 days.
+	// (AGORA_RETENTION; docs/storage.md, "Retention"). Default 7 days.
 	// It sets the defaults of LifecycleMaxAge and QuestionsMaxAge: every
 	// stream and bucket Agora writes is bounded by it or by what waits.
 	Retention time.Duration
@@ -150,7 +150,7 @@ func Streams(cfg Config) []jetstream.StreamConfig {
 		}
 		if ret == jetstream.LimitsPolicy {
 			// History: bounded by age and, when set, size, the oldest
-			// going first (docs/design.md §2, "Retention").
+			// going first (docs/storage.md, "Retention").
 			c.MaxBytes = cfg.MaxBytes
 		}
 		return c
@@ -182,7 +182,7 @@ func auditStream(c jetstream.StreamConfig) jetstream.StreamConfig {
 // lifecycleStream answers reads of AGORA_LIFECYCLE (a dispatch's last
 // event: the fence, cancel, acceptance's and the router's checks) by direct
 // get, served inline by any replica instead of the leader's JetStream API
-// queue. Why each read stays safe when a replica lags: docs/design.md §2,
+// queue. Why each read stays safe when a replica lags: docs/wire.md,
 // "Reads by direct get".
 func lifecycleStream(c jetstream.StreamConfig) jetstream.StreamConfig {
 	c.AllowDirect = true
@@ -255,7 +255,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// nats-server then recounts every consumer's pending messages over
 		// every key of the bucket, in the stream's write path: at 100,000
 		// waiting questions each thread's end held the bucket for tens of
-		// milliseconds (docs/design.md §2).
+		// milliseconds (docs/wire.md, "Buckets").
 		{Bucket: lifecycle.BucketQuestions, Description: "Agora question records", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		// Used MCP request states; every state expires long before its
 		// record does (docs/mcp.md).
@@ -269,7 +269,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// outliving this is a question that never closed (docs/slack.md).
 		// The router's open questions by match and remembered decisions;
 		// each remembered decision carries its route's remember as its
-		// own TTL (docs/design.md §3.5).
+		// own TTL (docs/router.md, "Decision memory").
 		{Bucket: lifecycle.BucketDecisions, Description: "Agora open questions by match and remembered decisions", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
 		{Bucket: lifecycle.BucketSlackMessages, Description: "Slack messages of open Agora questions: <route>.<question_id> → channel and ts", History: 1, TTL: 90 * 24 * time.Hour, Storage: st, Replicas: cfg.Replicas},
 	}

@@ -1,5 +1,5 @@
 // Package resume derives a thread's next round from its answered question
-// record (docs/design.md §3.4, "Re-dispatch"). The router publishes the
+// record (docs/wire.md, "Re-dispatch"). The router publishes the
 // round this derivation makes; the dispatcher accepts a later round only
 // as the same derivation of the record makes it, so no request — whatever
 // door or credentials it comes with — can resume a thread with an answer

@@ -1,5 +1,5 @@
 // Package retention keeps finished work readable for a while and then
-// lets JetStream forget it (docs/design.md §2, "Retention"): a record that
+// lets JetStream forget it (docs/storage.md, "Retention"): a record that
 // closes is written again with a per-message TTL (nats-server 2.11+
 // message TTLs, enabled on the buckets by their LimitMarkerTTL), so the
 // server removes it after the retention without any sweeper; a record
@@ -59,7 +59,7 @@ func Update(ctx context.Context, js jetstream.JetStream, bucket, key string, val
 
 // histories caches each bucket's history setting (revisions per key), read
 // once per JetStream context and bucket: provisioning only ever lowers it
-// (docs/design.md §2).
+// (docs/storage.md, "Provisioning").
 var histories sync.Map // historyKey → int64
 
 type historyKey struct {

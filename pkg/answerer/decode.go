@@ -9,7 +9,7 @@ import (
 )
 
 // DecodeQuestion reads the question event a message of AGORA_QUESTIONS
-// carries (docs/design.md §3.4), with the traceparent of the span that
+// carries (docs/wire.md, "Questions and answers"), with the traceparent of the span that
 // published it ("" when none). It fails for a message that is not a
 // CloudEvent of Agora's vocabulary, whose data does not parse, or that is
 // not a question event: such a message can never be handled, and the

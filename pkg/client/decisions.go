@@ -12,7 +12,7 @@ import (
 // answer to a question for that long, and a later question that matches it
 // (same route, same dedupe_key or the same sub-agent, question, options
 // and kind) is answered with it at once, answered_by memory:<QuestionID>
-// (docs/design.md §3.5).
+// (docs/router.md, "Ask once").
 type Decision struct {
 	// ID names the decision: a digest of the matching rule's fields.
 	ID        string   `json:"id"`

@@ -13,7 +13,7 @@ import (
 // returns) and answers every call with the dispatch's status read from
 // its lifecycle events: Status, Attempt, WorkerID, Result, StartedAt,
 // EndedAt and Events come from the last event of each kind on the
-// dispatch's chain (docs/design.md §2, "The dispatch record and the
+// dispatch's chain (docs/storage.md, "The dispatch record and the
 // reconciler"). In the bucket those fields stay as the record was created.
 type Record struct {
 	DispatchID       string `json:"dispatch_id"`

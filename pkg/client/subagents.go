@@ -18,7 +18,7 @@ import (
 )
 
 // Subagent is a registered sub-agent definition (the agora_subagents
-// bucket, docs/design.md §5).
+// bucket, docs/subagents.md, "Definition rules").
 type Subagent struct {
 	Name string `json:"name"`
 	// Revision is the bucket's sequence at the definition's last write:

@@ -1,6 +1,6 @@
 // Package consume pulls messages from a JetStream consumer, hands each to
 // a handler, and settles it by the verdict the handler returns: ack, nak
-// with a delay, or term (docs/design.md §2, "Consuming a stream").
+// with a delay, or term (docs/storage.md, "Consuming a stream").
 //
 // [Run] is the loop: each of its slots pulls one message at a time
 // (nats.go buffers hundreds of messages otherwise, and their AckWait runs

@@ -9,7 +9,7 @@ import (
 )
 
 // binaryHeader writes a CloudEvents 1.0 event's attributes and extensions
-// as the headers of binary content mode (docs/design.md §3): ce-<name> for
+// as the headers of binary content mode (docs/wire.md, "CloudEvents"): ce-<name> for
 // each attribute that is set, content-type for datacontenttype, ce-time in
 // RFC 3339 with nanoseconds, each extension's value as fmt.Sprint gives it.
 // These are the headers the CloudEvents SDK's NATS JetStream binding

@@ -135,7 +135,7 @@ type NeedsInput struct {
 	PartialStateRef string          `json:"partial_state_ref,omitempty"`
 	// DedupeKey and Reuse are the sentinel's: what makes questions the
 	// same one, and whether a remembered decision may answer this one
-	// (nil: yes, where the route remembers). docs/design.md §3.5.
+	// (nil: yes, where the route remembers). docs/router.md, "Ask once".
 	DedupeKey  string `json:"dedupe_key,omitempty"`
 	Reuse      *bool  `json:"reuse,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
@@ -189,7 +189,7 @@ type Question struct {
 
 	// WaitingThreads lists the threads waiting on an asked question, the
 	// asking thread first, then those whose questions joined it
-	// (docs/design.md §3.5); absent when the asking thread alone waits.
+	// (docs/router.md, "Ask once"); absent when the asking thread alone waits.
 	WaitingThreads []WaitingThread `json:"waiting_threads,omitempty"`
 	// JoinedTo is, on a question that joined another (status joined,
 	// then the joined question's outcome), the question asked for it.
@@ -204,7 +204,7 @@ type Question struct {
 }
 
 // StatusJoined is the status of a question that joined another, asked
-// earlier on the same route and matching it (docs/design.md §3.5): it is
+// earlier on the same route and matching it (docs/router.md, "Ask once"): it is
 // not asked on its own, and ends as the question it joined does.
 const StatusJoined = "joined"
 

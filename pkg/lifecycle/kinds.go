@@ -3,7 +3,7 @@ package lifecycle
 // Kind is one of the six lifecycle kinds of a dispatch. The set is closed.
 type Kind string
 
-// The six lifecycle kinds (docs/design.md §3.1).
+// The six lifecycle kinds (docs/wire.md, "Lifecycle kinds").
 const (
 	KindAccepted   Kind = "accepted"    // the dispatcher validated and queued the request
 	KindStarted    Kind = "started"     // a worker began a delivery
@@ -43,7 +43,7 @@ func (k Kind) Type() string { return typePrefixDispatch + string(k) }
 // Reason is why a dispatch failed. The set is closed.
 type Reason string
 
-// The failure reasons (docs/design.md §3.1).
+// The failure reasons (docs/wire.md, "Lifecycle kinds").
 const (
 	ReasonRejected            Reason = "rejected"             // the dispatcher refused the request
 	ReasonWorkerFailed        Reason = "worker-failed"        // malformed or oversized sentinel, workspace or adapter error
@@ -76,7 +76,7 @@ func (r Reason) Valid() bool {
 // asked → answered | expired | withdrawn, plus escalated steps.
 type QuestionEvent string
 
-// The question events (docs/design.md §3.4).
+// The question events (docs/wire.md, "Questions and answers").
 const (
 	QuestionAsked     QuestionEvent = "asked"
 	QuestionAnswered  QuestionEvent = "answered"

@@ -7,7 +7,7 @@ import (
 	"unicode"
 )
 
-// Stream, bucket and subject names (docs/design.md §2).
+// Stream, bucket and subject names (docs/wire.md).
 const (
 	StreamRequests  = "AGORA_REQUESTS"
 	StreamDispatch  = "AGORA_DISPATCH"
@@ -32,7 +32,7 @@ const (
 	// (docs/slack.md).
 	BucketSlackMessages = "agora_slack_messages"
 	// BucketDecisions holds what makes the router ask once
-	// (docs/design.md §3.5): open.<match> names the question waiting for
+	// (docs/router.md, "Ask once"): open.<match> names the question waiting for
 	// a match, memory.<match> a remembered decision (expiring by itself).
 	BucketDecisions = "agora_decisions"
 	// BucketRuntimes holds, under each runtime's name, the last worker that
@@ -57,7 +57,7 @@ const (
 	// APIQuestions pages the questions waiting for an answer (the
 	// router's index), oldest first.
 	APIQuestions = "agora.api.questions"
-	// APIDecisions lists the remembered decisions (docs/design.md §3.5);
+	// APIDecisions lists the remembered decisions (docs/router.md, "Ask once");
 	// APIDecisionsForget forgets one.
 	APIDecisions       = "agora.api.decisions"
 	APIDecisionsForget = "agora.api.decisions.forget"
@@ -211,7 +211,7 @@ func CancelSubject(dispatchID string) (string, error) {
 // CancelThreadPrefix prefixes the core subject on which the dispatcher asks
 // the routers to end a thread paused on a question:
 // agora.control.cancel-thread.<thread_id>, with the body of a dispatch's
-// cancel whose dispatch_id is the paused dispatch (docs/design.md §2).
+// cancel whose dispatch_id is the paused dispatch (docs/wire.md, "Core subjects and micro services").
 const CancelThreadPrefix = "agora.control.cancel-thread."
 
 // AcceptedHeader is a NATS header of a work message on

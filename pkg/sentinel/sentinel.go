@@ -1,4 +1,4 @@
-// Package sentinel implements the needs_input sentinel contract (docs/design.md §3.3).
+// Package sentinel implements the needs_input sentinel contract (docs/wire.md, "The sentinel file").
 //
 // A sub-agent that must ask a question instead of guessing writes a JSON
 // object to <workspace>/.agora/needs_input.json and exits. After the runtime
@@ -80,7 +80,7 @@ type Request struct {
 	// DedupeKey, when set, is what makes two questions the same one: a
 	// question joins one still waiting on the same route with the same
 	// key, and a remembered decision with that key answers it
-	// (docs/design.md §3.5). Without it, questions match on sub-agent,
+	// (docs/router.md, "Ask once"). Without it, questions match on sub-agent,
 	// question, options and kind. At most [MaxDedupeKey] bytes of
 	// printable text.
 	DedupeKey string `json:"dedupe_key,omitempty"`

@@ -1,5 +1,5 @@
 // Package subagent defines a sub-agent: what a worker runs for a dispatch
-// (docs/design.md §5). Definitions are written as YAML or JSON, validated here, and
+// (docs/subagents.md, "Definition rules"). Definitions are written as YAML or JSON, validated here, and
 // stored as JSON in the agora_subagents key-value bucket under their name.
 package subagent
 
@@ -170,7 +170,7 @@ func ParseFile(path string) (d Definition, resolved []string, err error) {
 // relative path when it contains a '/', does not start with '-', and names
 // a file that exists under dir; others (a program found on PATH such as
 // "sh", flags, a file the definition's files lay down in the workspace) are
-// left as they are. See docs/design.md §5.
+// left as they are. See docs/subagents.md, "Definition rules".
 func (d Definition) ResolveCommand(dir string) (Definition, []string) {
 	var resolved []string
 	cmd := slices.Clone(d.Command)

@@ -202,7 +202,7 @@ func resultOf(err error) string {
 // then either publish failed max-rounds, or emit accepted and queue the
 // request. Every step is idempotent, so finish runs again safely when a
 // retry or the reconciler finds a record whose dispatch has not started:
-// nothing marks the record queued (docs/design.md §2, "The dispatch
+// nothing marks the record queued (docs/storage.md, "The dispatch
 // record and the reconciler"), and the work message's Nats-Msg-Id, the
 // dispatch id, makes a second one a duplicate. created is the revision of
 // a record created just now, already indexed (nothing was published for

@@ -6,7 +6,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/chain"
 )
 
-// A dispatch's status is read from its chain (docs/design.md §2, "The
+// A dispatch's status is read from its chain (docs/storage.md, "The
 // dispatch record and the reconciler"): the record keeps what the events
 // do not carry, and every door that answers a record applies to it the
 // last event of each kind (internal/chain), one batched direct get.

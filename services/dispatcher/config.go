@@ -60,7 +60,7 @@ type Config struct {
 	ReconcileLookback time.Duration `envconfig:"DISPATCHER_RECONCILE_LOOKBACK" default:"168h"`
 	// Retention is how long finished work stays readable: when a thread
 	// ends, its dispatch records, thread index, question records and
-	// partial-state objects expire after it (docs/design.md §2,
+	// partial-state objects expire after it (docs/storage.md,
 	// "Retention"). Nothing that waits or runs expires.
 	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
 	// SandboxFloor, SandboxAllowPaths and SandboxAllowHosts are the

@@ -126,7 +126,7 @@ type projected struct {
 // run's `started` and its terminal event, when the projection is behind —
 // are applied in stream order and written in one compare-and-set, so the
 // record goes from what it was to what all of them make it with one write
-// (docs/design.md §2, "The dispatch record and the reconciler").
+// (docs/storage.md, "The dispatch record and the reconciler").
 func (s *Service) projectBatch(ctx context.Context, b *bindings, msgs []jetstream.Msg) {
 	items := make([]*projected, len(msgs))
 	var order []string // dispatch ids, in the order their first event came

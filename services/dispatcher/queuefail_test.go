@@ -125,7 +125,7 @@ func TestReconcilerReadsEveryBatch(t *testing.T) {
 
 // Past the work stream's duplicate window, completing an acceptance again
 // (a retry, the reconciler) looks for its work message on AGORA_DISPATCH
-// first (docs/design.md §2, "The dispatch record and the reconciler"): a
+// first (docs/storage.md, "The dispatch record and the reconciler"): a
 // dispatch still waiting in the queue is not queued twice, and one whose
 // work is missing is queued.
 func TestCompletingAnOldAcceptanceLooksForItsWork(t *testing.T) {

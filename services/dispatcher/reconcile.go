@@ -9,7 +9,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// The reconciler (docs/design.md §2). An acceptance interrupted
+// The reconciler (docs/storage.md, "The dispatch record and the reconciler"). An acceptance interrupted
 // between the record's creation and the queue publish (a dispatcher killed,
 // a stream electing its leader) leaves a record whose dispatch never
 // starts, that no retry may ever come for. Every dispatcher, at start and

@@ -14,7 +14,7 @@ const (
 // dispatcher wrote last: the record as written and its revision, so that
 // the status projection applies an event to it and writes with
 // compare-and-set at that revision without reading it first
-// (docs/design.md §2, "The dispatch record and the reconciler"). It is
+// (docs/storage.md, "The dispatch record and the reconciler"). It is
 // only ever a guess: a record someone else wrote since (another
 // dispatcher, a cancel) fails the compare-and-set, the entry is forgotten
 // and the writer reads it again. A dispatch's entry goes when its terminal

@@ -34,7 +34,7 @@ func (k *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 }
 
 // The projection writes no status (every door derives it from the
-// chain: docs/design.md §2, "The dispatch record and the reconciler"): a
+// chain: docs/storage.md, "The dispatch record and the reconciler"): a
 // dispatch this dispatcher accepted costs it no read and no write until
 // its thread ends, and then one write, its expiry, from its own copy.
 // Counting reads needs the bucket's handle, which the black-box tests

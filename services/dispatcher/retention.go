@@ -14,7 +14,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// Retention of finished work (docs/design.md §2, "Retention"). When a
+// Retention of finished work (docs/storage.md, "Retention"). When a
 // thread ends — a dispatch ends finished, failed or cancelled: nothing
 // re-dispatches after those — the projection writes the thread's index,
 // every dispatch record of it and its closed question records again with a

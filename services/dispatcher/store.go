@@ -40,10 +40,10 @@ type record struct {
 }
 
 // store is the one home of the dispatch records and thread indexes in
-// agora_dispatches (docs/design.md §2, "The dispatch record and the
+// agora_dispatches (docs/storage.md, "The dispatch record and the
 // reconciler"): every read and write of that bucket goes through it, and
 // so does the dispatcher's one write to agora_questions, the retention of a
-// closed question (docs/design.md §2, "Retention"). A record is the value
+// closed question (docs/storage.md, "Retention"). A record is the value
 // under its dispatch id; a thread's index, its dispatches in round order,
 // is the value under thread.<thread_id>. Writes over a revision are
 // compare-and-set; a record set to expire is written with its TTL.
@@ -155,7 +155,7 @@ func (st store) put(ctx context.Context, rec *record, rev uint64) (uint64, error
 
 // write updates a key of agora_dispatches over rev: with a TTL when the
 // value is set to expire, so a late write (a redelivered event) keeps it
-// expiring (docs/design.md §2, "Retention"). A lost compare-and-set is
+// expiring (docs/storage.md, "Retention"). A lost compare-and-set is
 // jetstream.ErrKeyExists or jetstream.ErrKeyRevisionMismatch (conflict).
 func (st store) write(ctx context.Context, key string, data []byte, rev uint64, expires *time.Time) (uint64, error) {
 	if expires == nil {
@@ -391,7 +391,7 @@ func (st store) expireIndex(ctx context.Context, threadID string, expires time.T
 
 // expireQuestion writes a closed question record again with its TTL and
 // expires_at, which the router keeps on its own later writes. A question
-// still asked, or joined to one asked (docs/design.md §3.5), is left
+// still asked, or joined to one asked (docs/router.md, "Ask once"), is left
 // alone: nothing that waits expires.
 func (st store) expireQuestion(ctx context.Context, qid string, expires time.Time) error {
 	for range maxCAS {
@@ -431,7 +431,7 @@ func (st store) expireQuestion(ctx context.Context, qid string, expires time.Tim
 // since `since` as an acceptance still to run, created before
 // `createdBefore`: a request, not created ended (refused, over its round
 // limit) and not set to expire. These are
-// the reconciler's candidates (docs/design.md §2, "The dispatch record
+// the reconciler's candidates (docs/storage.md, "The dispatch record
 // and the reconciler"); it reads their chains. It reads the records
 // written since then from the bucket's own stream, not every key: the
 // scan is bounded by what changed.

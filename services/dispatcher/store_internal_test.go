@@ -52,7 +52,7 @@ func lastWrite(t *testing.T, js jetstream.JetStream, bucket, key string) nats.He
 	return raw.Header
 }
 
-// The store is the records' one home (docs/design.md §2, "The dispatch
+// The store is the records' one home (docs/storage.md, "The dispatch
 // record and the reconciler"): these check what it promises against a
 // real JetStream, two stores standing for two dispatchers.
 func TestStore(t *testing.T) {
@@ -260,7 +260,7 @@ func TestStore(t *testing.T) {
 }
 
 // Put keeps a record that is set to expire expiring: it is written with
-// its TTL (docs/design.md §2, "Retention").
+// its TTL (docs/storage.md, "Retention").
 func TestStorePutKeepsTheTTL(t *testing.T) {
 	a, _, js := newTestStores(t)
 	ctx := t.Context()
@@ -286,7 +286,7 @@ func TestStorePutKeepsTheTTL(t *testing.T) {
 
 // A closed question is written again with its TTL and expires_at; a
 // question still asked or joined to one asked, one already expiring, a missing one and a value
-// the router did not write are left alone (docs/design.md §2, "Retention").
+// the router did not write are left alone (docs/storage.md, "Retention").
 func TestStoreExpireQuestion(t *testing.T) {
 	a, _, js := newTestStores(t)
 	ctx := t.Context()

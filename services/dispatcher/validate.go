@@ -28,7 +28,7 @@ import (
 
 // Decoding and validating a dispatch request, the first step of every
 // door's acceptance (docs/dispatcher.md, "Three doors, one path";
-// docs/design.md §3.2).
+// docs/wire.md, "The dispatch request").
 
 // Limits on a dispatch request.
 const (

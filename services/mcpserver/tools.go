@@ -612,7 +612,7 @@ type QuestionItem struct {
 	AskedAt    string   `json:"asked_at"`
 	Answer     string   `json:"answer,omitempty"`
 	AnsweredBy string   `json:"answered_by,omitempty"`
-	// The question asked once (docs/design.md §3.5).
+	// The question asked once (docs/router.md, "Ask once").
 	ThreadsWaiting int             `json:"threads_waiting,omitempty" jsonschema:"an asked question: how many threads wait on it; one answer resumes them all"`
 	WaitingThreads []WaitingThread `json:"waiting_threads,omitempty" jsonschema:"the threads waiting on it, the asking thread first; absent when only the asking thread waits"`
 	JoinedTo       string          `json:"joined_to,omitempty" jsonschema:"a joined question: the question it waits on and is answered with"`
@@ -837,7 +837,7 @@ type RoundStatus struct {
 	QuestionID string `json:"question_id,omitempty"`
 	Question   string `json:"question,omitempty"`
 	// WaitsOn is, for a round paused on a question that joined another,
-	// the question asked for both (docs/design.md §3.5).
+	// the question asked for both (docs/router.md, "Ask once").
 	WaitsOn string `json:"waits_on,omitempty" jsonschema:"the round's question joined this one, asked once for every thread waiting on it: answer it with agora_answer"`
 	Reason  string `json:"reason,omitempty"`
 	Detail  string `json:"detail,omitempty"`

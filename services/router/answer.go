@@ -116,7 +116,7 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 	// The paused dispatch's record, which may carry a cancel mark, is read
 	// beside the question's: its id is in the question id. A mark written
 	// after this read is caught by the dispatcher, which cancels a
-	// re-dispatch of a cancelled thread on acceptance (docs/design.md §3.4).
+	// re-dispatch of a cancelled thread on acceptance (docs/wire.md, "Questions and answers").
 	marked := s.prefetchDispatch(ctx, qid)
 	r, rev, changed, err := s.store.updateFrom(ctx, qid, nil, 0, traced(telemetry.Or(ctx, ""), func(r *record) (bool, error) {
 		now := time.Now().UTC()
@@ -124,7 +124,7 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 			Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32)}
 		outcome, joinedTo = "", ""
 		if r.Status == lifecycle.StatusJoined && r.JoinedTo != "" {
-			// Answered through the question it joined (docs/design.md §3.5).
+			// Answered through the question it joined (docs/router.md, "Ask once").
 			joinedTo = r.JoinedTo
 			return false, nil
 		}
@@ -521,7 +521,7 @@ func (s *Service) unknown(ctx context.Context, qid string) client.AnswerReply {
 	// dispatcher may still be waiting for the router. Read from the
 	// stream leader (the older JetStream API's STREAM.MSG.GET, not a
 	// direct get): a lagging replica's "none" would be answered as final
-	// (docs/design.md §2, "Reads by direct get").
+	// (docs/wire.md, "Reads by direct get").
 	ljs, err := s.js.Conn().JetStream()
 	if err == nil {
 		_, err = ljs.GetLastMsg(lifecycle.StreamLifecycle, lifecycle.LifecycleFilter(lifecycle.KindNeedsInput, "", did), nats.Context(ctx))

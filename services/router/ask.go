@@ -155,7 +155,7 @@ func (s *Service) endTooLarge(ctx context.Context, r *record, at time.Time, caus
 	return err
 }
 
-// How a new question is settled by ask once (docs/design.md §3.5).
+// How a new question is settled by ask once (docs/router.md, "Ask once").
 const (
 	askAsked  = iota // asked on its own
 	askJoined        // joined a matching question already waiting

@@ -19,7 +19,7 @@ type Config struct {
 	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
 	// NATSCreds is a NATS credentials file.
 	NATSCreds string `envconfig:"NATS_CREDS"`
-	// RoutesFile is the routing file (docs/design.md §6). Empty: every question
+	// RoutesFile is the routing file (docs/router.md, "The routing file"). Empty: every question
 	// goes to the route `human` (DefaultRoutes).
 	RoutesFile string `envconfig:"ROUTER_CONFIG"`
 	// HTTPAddr serves /metrics and /healthz when set.
@@ -48,7 +48,7 @@ type Config struct {
 	// Retention is how long finished work stays readable (the dispatcher's
 	// AGORA_RETENTION): the delete markers the router leaves in
 	// agora_decisions, when a question ends or a decision is forgotten,
-	// expire after it (docs/design.md §2, "Retention").
+	// expire after it (docs/storage.md, "Retention").
 	Retention time.Duration `envconfig:"RETENTION" default:"168h"`
 }
 

@@ -232,7 +232,7 @@ type questionRecord struct {
 		Reason     string `json:"reason"`
 	} `json:"history"`
 	Pending []json.RawMessage `json:"pending"`
-	// Ask once (docs/design.md §3.5).
+	// Ask once (docs/router.md, "Ask once").
 	Left    bool     `json:"thread_left"`
 	Fanout  []string `json:"fanout"`
 	Release bool     `json:"release"`

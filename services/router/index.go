@@ -41,7 +41,7 @@ type askedRef struct {
 	askedKey
 	route, thread, dispatch, subagent string
 	// joined are the threads and dispatches that joined the question
-	// (docs/design.md §3.5), so a filter by thread finds it for them too.
+	// (docs/router.md, "Ask once"), so a filter by thread finds it for them too.
 	joined []lifecycle.WaitingThread
 }
 
@@ -65,7 +65,7 @@ type entry struct {
 	seen    time.Time // when this replica saw the record's revision
 	thread  string
 	asked   bool      // asked, and its own thread waits on it
-	joined  bool      // joined another question (docs/design.md §3.5)
+	joined  bool      // joined another question (docs/router.md, "Ask once")
 	listed  bool      // in order: asked, waiting for an answer
 	askedAt time.Time // when the question was asked, while it waits
 }

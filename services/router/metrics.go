@@ -13,7 +13,7 @@ type metrics struct {
 	questions    *prometheus.CounterVec
 	answers      *prometheus.CounterVec
 	timeToAnswer *prometheus.HistogramVec
-	// Ask once (docs/design.md §3.5).
+	// Ask once (docs/router.md, "Ask once").
 	coalesced   *prometheus.CounterVec
 	threads     *prometheus.HistogramVec
 	reused      *prometheus.CounterVec

@@ -26,7 +26,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// Ask once (docs/design.md §3.5): a question that matches one still
+// Ask once (docs/router.md, "Ask once"): a question that matches one still
 // waiting on the same route joins it instead of being asked again, one
 // answer resumes every waiting thread, and a route may remember its
 // answers for later questions that match.
@@ -383,7 +383,7 @@ func (s *Service) followUp(ctx context.Context, qid string) error {
 		n, w := len(r.Fanout), len(r.WaitingThreads)
 		r.Fanout = slices.DeleteFunc(r.Fanout, func(id string) bool { return slices.Contains(done, id) })
 		// A thread this answer did not end is not one it answered: the
-		// record lists only the threads it resumed (docs/design.md §3.5).
+		// record lists only the threads it resumed (docs/router.md, "Ask once").
 		r.WaitingThreads = slices.DeleteFunc(r.WaitingThreads, func(t lifecycle.WaitingThread) bool { return slices.Contains(elsewise, t.QuestionID) })
 		for _, mid := range elsewise {
 			r.addHistory(attempt{At: time.Now().UTC(), Via: "join", Result: "unlisted",

@@ -118,7 +118,7 @@ func withdraw(r *record, cr client.CancelRequest, via string) error {
 // question event it queued, if any: a question that joined another is
 // withdrawn (the caller then takes it off that one with unjoin); the asking
 // thread of a question others joined leaves it, which stays asked for
-// them; any other question is withdrawn (docs/design.md §3.5).
+// them; any other question is withdrawn (docs/router.md, "Ask once").
 func (s *Service) cancelThread(r *record, cr client.CancelRequest, via string) (lifecycle.QuestionEvent, error) {
 	switch {
 	case r.Left:

@@ -54,7 +54,7 @@ type record struct {
 	// Declined lists the routes whose answerers declined the question.
 	Declined []string `json:"declined,omitempty"`
 	// ExpiresAt is set by the dispatcher when the question's thread has
-	// ended (docs/design.md §2, "Retention"); every later write keeps the
+	// ended (docs/storage.md, "Retention"); every later write keeps the
 	// record expiring then.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
@@ -65,7 +65,7 @@ type record struct {
 	Dropped int       `json:"history_dropped,omitempty"`
 
 	// MatchKey names what the question asks, when its route coalesces or
-	// remembers (docs/design.md §3.5); DedupeKey is the sentinel's.
+	// remembers (docs/router.md, "Ask once"); DedupeKey is the sentinel's.
 	MatchKey  string `json:"match_key,omitempty"`
 	DedupeKey string `json:"dedupe_key,omitempty"`
 	// OpenRev is the revision of open.<match> this question claimed.
@@ -74,7 +74,7 @@ type record struct {
 	// while joined threads still wait on it: the question stays asked for
 	// them, and its answer resumes only them.
 	Left bool `json:"thread_left,omitempty"`
-	// What an ended question still owes (docs/design.md §3.5), done after
+	// What an ended question still owes (docs/router.md, "Ask once"), done after
 	// the compare-and-set that ended it and again by the scanner after a
 	// crash: Fanout, the joined questions to end as this one did; Release,
 	// removing open.<match>; Memorize, writing memory.<match>.

@@ -16,7 +16,7 @@ import (
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
 
-// Routes is a parsed and validated routing file (docs/design.md §6). A Routes value
+// Routes is a parsed and validated routing file (docs/router.md, "The routing file"). A Routes value
 // is immutable and safe for concurrent use.
 type Routes struct {
 	source   string
@@ -51,7 +51,7 @@ type Route struct {
 	// answerer declines it; empty for none.
 	Fallback string
 	// Coalesce joins a question to one still waiting on this route that
-	// matches it (docs/design.md §3.5); on unless the file says
+	// matches it (docs/router.md, "Ask once"); on unless the file says
 	// coalesce: false.
 	Coalesce bool
 	// ShareAcrossSubagents lets a dedupe_key join and remember questions

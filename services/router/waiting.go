@@ -21,8 +21,8 @@ import (
 )
 
 // microQuestions serves agora.api.questions: a page of the waiting
-// questions from the index, oldest first (docs/design.md, the subjects
-// table), and agora.api.questions.<route>, the same for one route's
+// questions from the index, oldest first (docs/wire.md, "Core subjects
+// and micro services"), and agora.api.questions.<route>, the same for one route's
 // questions only (docs/security.md, "What answerers read"). Only the
 // page's records are read; question_id reads that one record.
 func (s *Service) microQuestions(ctx context.Context, req micro.Request) {

@@ -506,7 +506,7 @@ type CloudEvent struct {
 // CloudEventSpecversion defines model for CloudEvent.Specversion.
 type CloudEventSpecversion string
 
-// Decision A remembered decision (pkg/client.Decision): a route with remember keeps an answer that long, and a later question that matches it (same route, same dedupe_key, or the same sub-agent, question, options and kind) is answered with it at once, answered_by memory:<question_id> (docs/design.md §3.5).
+// Decision A remembered decision (pkg/client.Decision): a route with remember keeps an answer that long, and a later question that matches it (same route, same dedupe_key, or the same sub-agent, question, options and kind) is answered with it at once, answered_by memory:<question_id> (docs/router.md#ask-once).
 type Decision struct {
 	Answer     string    `json:"answer"`
 	AnsweredAt time.Time `json:"answered_at"`
@@ -625,7 +625,7 @@ type InboxQuestion struct {
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
 
-	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
+	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/router.md#ask-once).
 	Status InboxQuestionStatus `json:"status"`
 
 	// Subagent The sub-agent's name.
@@ -658,7 +658,7 @@ type InboxQuestion_Reused struct {
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
-// InboxQuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
+// InboxQuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/router.md#ask-once).
 type InboxQuestionStatus string
 
 // InboxQuestion_Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.
@@ -1038,7 +1038,7 @@ type Question struct {
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
 
-	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
+	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/router.md#ask-once).
 	Status QuestionStatus `json:"status"`
 
 	// Subagent The sub-agent's name.
@@ -1067,7 +1067,7 @@ type Question_Reused struct {
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
-// QuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
+// QuestionStatus The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/router.md#ask-once).
 type QuestionStatus string
 
 // Question_Suggestion An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by suggested:<by>, accepted true), otherwise shown preselected on the fallback route.

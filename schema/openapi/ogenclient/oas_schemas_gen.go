@@ -813,8 +813,8 @@ func (*CreateAnswerLinksUnprocessableEntity) createAnswerLinksRes() {}
 
 // A remembered decision (pkg/client.Decision): a route with remember keeps an answer that long, and a
 // later question that matches it (same route, same dedupe_key, or the same sub-agent, question,
-// options and kind) is answered with it at once, answered_by memory:<question_id> (docs/design.md
-// §3.5).
+// options and kind) is answered with it at once, answered_by memory:<question_id>
+// (docs/router.md#ask-once).
 // Ref: #/components/schemas/Decision
 type Decision struct {
 	Answer     string    `json:"answer"`
@@ -1902,7 +1902,8 @@ type InboxQuestion struct {
 	// The route the question travels on.
 	Route CommonToken `json:"route"`
 	// The record's status after the step; an escalation leaves it asked. joined: the question joined one
-	// asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
+	// asked earlier on the same route that matches it, and ends as that one does
+	// (docs/router.md#ask-once).
 	Status InboxQuestionStatus `json:"status"`
 	// An answerer's suggested answer: the answer at or above the route's auto_accept (answered_by
 	// suggested:, accepted true), otherwise shown preselected on the fallback route.
@@ -2423,7 +2424,8 @@ func (s *InboxQuestionReusedAdditional) init() InboxQuestionReusedAdditional {
 }
 
 // The record's status after the step; an escalation leaves it asked. joined: the question joined one
-// asked earlier on the same route that matches it, and ends as that one does (docs/design.md §3.5).
+// asked earlier on the same route that matches it, and ends as that one does
+// (docs/router.md#ask-once).
 type InboxQuestionStatus string
 
 const (
