@@ -16,11 +16,11 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// The acceptance commit (docs/performance.md, "Fewer round trips, steps 2 and 3"):
+// The acceptance commit (docs/performance.md, "The acceptance's commit"):
 // the dispatcher stores two messages per dispatch, its accepted event and
-// the work message. Today they go to two streams, published back to back
-// and acknowledged together; JetStream's atomic batch (ADR-50) could commit
-// both to one stream in one round trip. These rows measure the raw cost of
+// the work message, on two streams, the work after accepted is
+// acknowledged; JetStream's atomic batch (ADR-50) could commit both to one
+// stream in one round trip. These rows measure the raw cost of
 // each way on this run's server, with payloads of an accepted event's and a
 // work message's size, so the choice rests on figures.
 

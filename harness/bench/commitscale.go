@@ -46,8 +46,8 @@ type CommitReport struct {
 }
 
 // Commit measures the ways of storing the acceptance's pair on one
-// embedded server and on a three-node cluster in this process (docs/
-// performance.md, "Fewer round trips, steps 2 and 3").
+// embedded server and on a three-node cluster in this process
+// (docs/performance.md, "The acceptance's commit").
 func Commit(ctx context.Context, cfg CommitConfig, progress io.Writer) (CommitReport, error) {
 	mc := Config{Serial: cfg.Serial, Throughput: cfg.Throughput, Concurrency: cfg.Concurrency, Quick: cfg.Quick}.withDefaults()
 	if cfg.Deadline <= 0 {
