@@ -2,9 +2,9 @@
 // JetStream (or joins a running one), provisions it, registers sub-agents
 // and runs the services its Options ask for, each on a NATS connection of
 // its own, behind one HTTP handler. It is the one place that wires the
-// system (docs/design.md, "Components"): `agora dev`, the benchmark, the chaos audit,
-// the system tests and agoratest all start Agora through it, while each
-// service's own main runs that service alone (internal/svc).
+// system (docs/design.md, "Components"): `agora dev`, the benchmark, the
+// chaos audit, the system tests and agoratest all start Agora through it,
+// while each service's own main runs that service alone (internal/svc).
 package stack
 
 import (

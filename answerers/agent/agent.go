@@ -13,10 +13,10 @@
 // number from 0 to 1, and optionally "rationale"), its answer is a
 // suggestion (answerer.Suggest): the route takes it at or above its
 // auto_accept, and otherwise hands the question to its fallback with the
-// suggestion preselected (docs/router.md, "Ask once"). When it finishes without an
-// answer, with a confidence outside 0 to 1, needs input itself, fails or is
-// cancelled, the question is declined, so the route's fallback (typically a
-// human) gets it.
+// suggestion preselected (docs/router.md, "Ask once"). When it finishes
+// without an answer, with a confidence outside 0 to 1, needs input itself,
+// fails or is cancelled, the question is declined, so the route's fallback
+// (typically a human) gets it.
 //
 // Serve it with pkg/answerer:
 //

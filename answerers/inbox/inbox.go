@@ -1,5 +1,6 @@
 // Package inbox is Agora's answerer for people: a web inbox where they read
-// the questions sub-agents ask and answer them (docs/wire.md, "Questions and answers"; docs/inbox.md).
+// the questions sub-agents ask and answer them (docs/wire.md, "Questions and
+// answers"; docs/inbox.md).
 //
 // The inbox reads the agora_questions bucket directly: a watch keeps an
 // in-memory view of every question record current, renders the pages from

@@ -920,12 +920,12 @@ func checkEnd(id, thread string, t lifecycle.Data, side string, bad func(string,
 }
 
 // auditAskOnce checks every question record against the re-dispatches
-// (docs/router.md, "Ask once"): each answered question, asked or joined, resumed
-// its own dispatch exactly once and has one answered event; none is left
-// asked or joined; each group's asked question lists exactly the threads
-// whose questions joined it, and every one of them was resumed once.
-// children counts the dispatches resuming each dispatch, answered the
-// answered events of each question.
+// (docs/router.md, "Ask once"): each answered question, asked or joined,
+// resumed its own dispatch exactly once and has one answered event; none is
+// left asked or joined; each group's asked question lists exactly the threads
+// whose questions joined it, and every one of them was resumed once. children
+// counts the dispatches resuming each dispatch, answered the answered events
+// of each question.
 func auditAskOnce(ctx context.Context, js jetstream.JetStream, children, answered map[string]int, rep *Report, bad func(string, ...any)) {
 	c, err := client.New(js.Conn())
 	if err != nil {

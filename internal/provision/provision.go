@@ -1,6 +1,7 @@
 // Package provision creates Agora's streams, consumers, key-value buckets and
-// object store (docs/storage.md, "Provisioning"). Ensure is idempotent: run against a server that
-// already has them with the same settings, it changes nothing.
+// object store (docs/storage.md, "Provisioning"). Ensure is idempotent: run
+// against a server that already has them with the same settings, it changes
+// nothing.
 package provision
 
 import (

@@ -1,5 +1,6 @@
 // Package answerer is the SDK for Agora answerers: programs that answer the
-// questions sub-agents ask (docs/wire.md, "Questions and answers"; docs/router.md).
+// questions sub-agents ask (docs/wire.md, "Questions and answers";
+// docs/router.md).
 //
 // The router publishes every question on
 // agora.questions.<route>.<question_id>.asked, the route being chosen by its

@@ -9,15 +9,15 @@ import (
 )
 
 // binaryHeader writes a CloudEvents 1.0 event's attributes and extensions
-// as the headers of binary content mode (docs/wire.md, "CloudEvents"): ce-<name> for
-// each attribute that is set, content-type for datacontenttype, ce-time in
-// RFC 3339 with nanoseconds, each extension's value as fmt.Sprint gives it.
-// These are the headers the CloudEvents SDK's NATS JetStream binding
-// writes, written directly: the SDK's generic binding walks every
-// attribute through interfaces and costs several times the encoding
-// itself on the dispatch path (docs/performance.md). A test holds the two
-// equal for every event Agora publishes. An event of another spec version
-// answers false and is left to the SDK.
+// as the headers of binary content mode (docs/wire.md, "CloudEvents"):
+// ce-<name> for each attribute that is set, content-type for datacontenttype,
+// ce-time in RFC 3339 with nanoseconds, each extension's value as fmt.Sprint
+// gives it. These are the headers the CloudEvents SDK's NATS JetStream
+// binding writes, written directly: the SDK's generic binding walks every
+// attribute through interfaces and costs several times the encoding itself on
+// the dispatch path (docs/performance.md). A test holds the two equal for
+// every event Agora publishes. An event of another spec version answers false
+// and is left to the SDK.
 func binaryHeader(e Event) (nats.Header, bool) {
 	ec, ok := e.Context.(*event.EventContextV1)
 	if !ok || ec == nil {

@@ -17,8 +17,8 @@ import (
 )
 
 // sdkEncode is what the CloudEvents SDK's NATS JetStream binding writes for
-// e in binary mode, with the two changes Encode makes (docs/wire.md, "CloudEvents"):
-// the data content type as content-type, and Nats-Msg-Id.
+// e in binary mode, with the two changes Encode makes (docs/wire.md,
+// "CloudEvents"): the data content type as content-type, and Nats-Msg-Id.
 func sdkEncode(t *testing.T, e lifecycle.Event) (nats.Header, []byte) {
 	t.Helper()
 	var buf bytes.Buffer

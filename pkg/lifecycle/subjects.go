@@ -211,7 +211,8 @@ func CancelSubject(dispatchID string) (string, error) {
 // CancelThreadPrefix prefixes the core subject on which the dispatcher asks
 // the routers to end a thread paused on a question:
 // agora.control.cancel-thread.<thread_id>, with the body of a dispatch's
-// cancel whose dispatch_id is the paused dispatch (docs/wire.md, "Core subjects and micro services").
+// cancel whose dispatch_id is the paused dispatch (docs/wire.md, "Core
+// subjects and micro services").
 const CancelThreadPrefix = "agora.control.cancel-thread."
 
 // AcceptedHeader is a NATS header of a work message on

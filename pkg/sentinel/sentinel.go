@@ -1,4 +1,5 @@
-// Package sentinel implements the needs_input sentinel contract (docs/wire.md, "The sentinel file").
+// Package sentinel implements the needs_input sentinel contract
+// (docs/wire.md, "The sentinel file").
 //
 // A sub-agent that must ask a question instead of guessing writes a JSON
 // object to <workspace>/.agora/needs_input.json and exits. After the runtime

@@ -1,6 +1,7 @@
 // Package subagent defines a sub-agent: what a worker runs for a dispatch
-// (docs/subagents.md, "Definition rules"). Definitions are written as YAML or JSON, validated here, and
-// stored as JSON in the agora_subagents key-value bucket under their name.
+// (docs/subagents.md, "Definition rules"). Definitions are written as YAML or
+// JSON, validated here, and stored as JSON in the agora_subagents key-value
+// bucket under their name.
 package subagent
 
 import (

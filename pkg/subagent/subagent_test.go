@@ -249,7 +249,7 @@ func TestTimeoutDuration(t *testing.T) {
 		}
 	}
 	if subagent.DefaultTimeout != 30*time.Minute {
-		t.Errorf("DefaultTimeout = %v, want 30m (docs/subagents.md, "Definition rules")", subagent.DefaultTimeout)
+		t.Errorf("DefaultTimeout = %v, want 30m (docs/subagents.md#definition-rules)", subagent.DefaultTimeout)
 	}
 }
 

@@ -287,8 +287,9 @@ func (h *harness) queued(id string) []lifecycle.Request {
 // agora_dispatches, and whether its work is queued.
 type stored struct {
 	client.Record
-	// Queued is not stored (docs/storage.md, "The dispatch record and the reconciler"): record sets it when the
-	// dispatch's work message is on AGORA_DISPATCH.
+	// Queued is not stored (docs/storage.md, "The dispatch record and the
+	// reconciler"): record sets it when the dispatch's work message is on
+	// AGORA_DISPATCH.
 	Queued bool `json:"-"`
 }
 

@@ -9,18 +9,18 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// The reconciler (docs/storage.md, "The dispatch record and the reconciler"). An acceptance interrupted
-// between the record's creation and the queue publish (a dispatcher killed,
-// a stream electing its leader) leaves a record whose dispatch never
-// starts, that no retry may ever come for. Every dispatcher, at start and
-// then every ReconcileGrace, reads the records written since its last pass
-// from the bucket's own stream (not every key: the scan is bounded by what
-// changed) and completes each one older than the grace period whose chain
-// has not gone past `accepted`, with the same idempotent steps a retry
-// takes: the work message's Nats-Msg-Id is the dispatch id, so work queued
-// already — by the acceptance, or by another replica reconciling at once —
-// is a duplicate, and past the duplicate window finish looks for it on the
-// work stream first (queuedAlready).
+// The reconciler (docs/storage.md, "The dispatch record and the reconciler").
+// An acceptance interrupted between the record's creation and the queue
+// publish (a dispatcher killed, a stream electing its leader) leaves a record
+// whose dispatch never starts, that no retry may ever come for. Every
+// dispatcher, at start and then every ReconcileGrace, reads the records
+// written since its last pass from the bucket's own stream (not every key:
+// the scan is bounded by what changed) and completes each one older than the
+// grace period whose chain has not gone past `accepted`, with the same
+// idempotent steps a retry takes: the work message's Nats-Msg-Id is the
+// dispatch id, so work queued already — by the acceptance, or by another
+// replica reconciling at once — is a duplicate, and past the duplicate window
+// finish looks for it on the work stream first (queuedAlready).
 
 // reconcileLoop runs passes until ctx ends.
 func (s *Service) reconcileLoop(ctx context.Context, b *bindings) {

@@ -1,4 +1,5 @@
-// Package dispatcher is Agora's front door (docs/design.md; docs/dispatcher.md).
+// Package dispatcher is Agora's front door (docs/design.md;
+// docs/dispatcher.md).
 //
 // It takes dispatch requests through three doors that share one code path:
 // the AGORA_REQUESTS stream (durable consumer `dispatcher`), the NATS micro

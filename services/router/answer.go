@@ -116,7 +116,8 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 	// The paused dispatch's record, which may carry a cancel mark, is read
 	// beside the question's: its id is in the question id. A mark written
 	// after this read is caught by the dispatcher, which cancels a
-	// re-dispatch of a cancelled thread on acceptance (docs/wire.md, "Questions and answers").
+	// re-dispatch of a cancelled thread on acceptance (docs/wire.md,
+	// "Questions and answers").
 	marked := s.prefetchDispatch(ctx, qid)
 	r, rev, changed, err := s.store.updateFrom(ctx, qid, nil, 0, traced(telemetry.Or(ctx, ""), func(r *record) (bool, error) {
 		now := time.Now().UTC()
@@ -124,7 +125,8 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 			Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32)}
 		outcome, joinedTo = "", ""
 		if r.Status == lifecycle.StatusJoined && r.JoinedTo != "" {
-			// Answered through the question it joined (docs/router.md, "Ask once").
+			// Answered through the question it joined (docs/router.md, "Ask
+			// once").
 			joinedTo = r.JoinedTo
 			return false, nil
 		}

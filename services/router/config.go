@@ -19,8 +19,8 @@ type Config struct {
 	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
 	// NATSCreds is a NATS credentials file.
 	NATSCreds string `envconfig:"NATS_CREDS"`
-	// RoutesFile is the routing file (docs/router.md, "The routing file"). Empty: every question
-	// goes to the route `human` (DefaultRoutes).
+	// RoutesFile is the routing file (docs/router.md, "The routing file").
+	// Empty: every question goes to the route `human` (DefaultRoutes).
 	RoutesFile string `envconfig:"ROUTER_CONFIG"`
 	// HTTPAddr serves /metrics and /healthz when set.
 	HTTPAddr string `envconfig:"ROUTER_HTTP_ADDR"`

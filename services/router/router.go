@@ -1,5 +1,6 @@
 // Package router turns a sub-agent's question into an answer and the
-// answer into the thread's next round (docs/wire.md, "Questions and answers"; docs/router.md).
+// answer into the thread's next round (docs/wire.md, "Questions and answers";
+// docs/router.md).
 //
 // The router consumes `needs_input` events (durable consumer `router` on
 // AGORA_LIFECYCLE). For each it creates a question record in the
@@ -50,11 +51,11 @@
 // question.withdrawn and ends the thread cancelled, with the canceller's
 // name and reason, so a client waiting on the thread sees it end.
 //
-// Questions are asked once (docs/router.md, "Ask once"): a question that matches
-// one still waiting on its route joins it (status joined), one answer
+// Questions are asked once (docs/router.md, "Ask once"): a question that
+// matches one still waiting on its route joins it (status joined), one answer
 // resumes every waiting thread, each with its own re-dispatch, and a route
-// may remember its answers (agora_decisions) or take an answerer's
-// suggestion at its auto_accept.
+// may remember its answers (agora_decisions) or take an answerer's suggestion
+// at its auto_accept.
 //
 // The question record is JSON: the fields of lifecycle.Question plus
 // traceparent, origin, ladder, step, on_expiry, asks, declined,

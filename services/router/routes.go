@@ -16,8 +16,8 @@ import (
 	"github.com/agora-dispatch/agora/pkg/sentinel"
 )
 
-// Routes is a parsed and validated routing file (docs/router.md, "The routing file"). A Routes value
-// is immutable and safe for concurrent use.
+// Routes is a parsed and validated routing file (docs/router.md, "The routing
+// file"). A Routes value is immutable and safe for concurrent use.
 type Routes struct {
 	source   string
 	list     []*Route

@@ -16,10 +16,11 @@ import (
 )
 
 // TestEnvironmentFirewall runs a real sub-agent that dumps its environment
-// and checks the default-deny rule of docs/worker.md, "The runtime contract, step by step" end to end: the base names,
-// the allowed name, the request's env and the documented AGORA_* run
-// variables pass; the worker's own settings, NATS credentials, tokens and
-// secrets, and reserved names smuggled in through the request, do not.
+// and checks the default-deny rule of docs/worker.md, "The runtime contract,
+// step by step" end to end: the base names, the allowed name, the request's
+// env and the documented AGORA_* run variables pass; the worker's own
+// settings, NATS credentials, tokens and secrets, and reserved names smuggled
+// in through the request, do not.
 func TestEnvironmentFirewall(t *testing.T) {
 	home := t.TempDir()
 	secrets := map[string]string{

@@ -151,9 +151,9 @@ func (s *Service) recordFit(j *job, d lifecycle.Lifecycle, eventSize, limit int,
 const recordOverhead = 32 << 10
 
 // questionRecordSize estimates the router's record of a question
-// (docs/wire.md, "Questions and answers") from what the worker has measured already: the
-// needs_input event, which holds what the question shows and its inline
-// state, the work message, which holds the request to resume with, and
+// (docs/wire.md, "Questions and answers") from what the worker has measured
+// already: the needs_input event, which holds what the question shows and its
+// inline state, the work message, which holds the request to resume with, and
 // recordOverhead.
 func questionRecordSize(eventSize, requestSize int) int {
 	return eventSize + requestSize + recordOverhead

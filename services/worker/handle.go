@@ -274,7 +274,8 @@ wait:
 	return o
 }
 
-// resolve turns a finished run into its one terminal event (docs/wire.md, "The sentinel file").
+// resolve turns a finished run into its one terminal event (docs/wire.md,
+// "The sentinel file").
 func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, ws string, res Result, cause error, cancelBy, cancelReason string) Outcome {
 	if st, ok := j.box.EgressStats(); ok {
 		s.metrics.egressOf(def.Name, st) // the run's proxy serves nothing more

@@ -14,7 +14,8 @@ import (
 const validSentinel = `{"question":"Rename parse or load?","options":["parse","load"],"context":"both read config","kind":"decision","partial_state":{"big":1e400,"considered":["parse","load"]}}`
 
 // TestResolutionRule runs every row of the sentinel resolution rule
-// (docs/wire.md, "The sentinel file") through a real exec sub-agent and a real worker.
+// (docs/wire.md, "The sentinel file") through a real exec sub-agent and a
+// real worker.
 func TestResolutionRule(t *testing.T) {
 	h := newHarness(t, provision.Config{})
 	cfg := h.workerConfig()
