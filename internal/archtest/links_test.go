@@ -288,7 +288,9 @@ func TestSourceDocProblems(t *testing.T) {
 }
 
 // TestSourceDocReferencesResolve reads the module's Go, shell, YAML and
-// configuration files for anchors and section numbers of docs pages.
+// configuration files for anchors and section numbers of docs pages, and
+// the files other than Go (which TestDocsCitationsResolve reads) for the
+// pages and headings they cite.
 func TestSourceDocReferencesResolve(t *testing.T) {
 	_, root := moduleRoot(t)
 	mds, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
@@ -296,12 +298,16 @@ func TestSourceDocReferencesResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	anchors := map[string]map[string]bool{}
+	headings := map[string][]string{} // as TestDocsCitationsResolve reads them
 	for _, p := range mds {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		anchors[filepath.Base(p)] = parsePage(string(b)).anchors
+		for _, m := range heading.FindAllStringSubmatch(string(b), -1) {
+			headings[filepath.Base(p)] = append(headings[filepath.Base(p)], norm(m[1]+m[2]))
+		}
 	}
 	exts := []string{".go", ".sh", ".yaml", ".yml", ".conf", ".tmpl", ".mk"}
 	files := 0
@@ -324,6 +330,11 @@ func TestSourceDocReferencesResolve(t *testing.T) {
 		files++
 		for _, problem := range sourceDocProblems(rel(root, p), string(b), anchors) {
 			t.Error(problem)
+		}
+		if filepath.Ext(name) != ".go" { // TestDocsCitationsResolve reads Go files
+			for _, problem := range citationProblems(rel(root, p), strings.ReplaceAll(string(b), "#", "//"), headings) {
+				t.Error(problem)
+			}
 		}
 		return nil
 	})
