@@ -160,6 +160,7 @@ const crashChance = "0.05"
 var crashFaults = map[string]string{
 	crashpoint.DispatcherAccepted: "dispatcher killed at a crash point: accepted stored, work not published",
 	crashpoint.WorkerPickup:       "worker killed at a crash point: delivery taken, started not sent",
+	crashpoint.RouterJoined:       "router killed at a crash point: joined question written, not listed",
 }
 
 // countCrashPoints counts the crash points the services' log names as hit
@@ -397,7 +398,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	// Housekeeping (docs/chaos.md): every periodic pass runs often, so
 	// the long runs outlive many of each.
 	procs := []*proc{mk("dispatcher", "AGORA_DISPATCHER_RECONCILE_GRACE=2s", crashpoint.Env+"="+crashpoint.DispatcherAccepted+":"+crashChance),
-		mk("router", "AGORA_ROUTER_TICK=500ms", "AGORA_ROUTER_CANCEL_SWEEP=1s")}
+		mk("router", "AGORA_ROUTER_TICK=500ms", "AGORA_ROUTER_CANCEL_SWEEP=1s", crashpoint.Env+"="+crashpoint.RouterJoined+":"+crashChance)}
 	var workers []*proc
 	// Each worker reaches NATS through a blackhole of its own, which the
 	// soak holds past AckWait and releases.

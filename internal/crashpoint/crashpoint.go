@@ -28,10 +28,13 @@ const (
 	// WorkerPickup is passed once a worker has decoded a delivery and
 	// before it learns the fence or publishes `started`.
 	WorkerPickup = "worker.pickup"
+	// RouterJoined is passed once a joined question's record is written
+	// and before its thread is listed on the question it joined.
+	RouterJoined = "router.joined"
 )
 
 // Names lists every point.
-var Names = []string{DispatcherAccepted, WorkerPickup}
+var Names = []string{DispatcherAccepted, WorkerPickup, RouterJoined}
 
 // Env is the variable that arms points.
 const Env = "AGORA_CRASH_POINTS"

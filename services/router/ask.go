@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"time"
 
@@ -49,13 +50,10 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 
 	defer s.lock(qid)()
 
-	if _, _, err := s.store.get(ctx, qid); err == nil {
-		// Asked before (a redelivery, or another replica): finish publishing.
-		if err := s.flush(ctx, qid); err != nil {
-			log.Warn("publish pending question events: redelivering", "err", err)
-			return retryIn(time.Second)
-		}
-		return ack
+	if r, rev, err := s.store.get(ctx, qid); err == nil {
+		// Asked before (a redelivery, or another replica): finish seating
+		// a joined question and publishing.
+		return s.finish(ctx, log, r, rev)
 	} else if !errors.Is(err, errNoQuestion) {
 		log.Warn("read question: redelivering", "err", err)
 		return retryIn(time.Second)
@@ -94,8 +92,11 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return retryIn(time.Second)
 	}
 	flush := func() error { return s.flush(ctx, qid) }
-	if _, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
+	if rev, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
 		log.Debug("question created by another router")
+		if r, rev, err := s.store.get(ctx, qid); err == nil {
+			return s.finish(ctx, log, r, rev)
+		}
 	} else if jserr.TooLarge(err) {
 		// The record can never be stored: the question can never be
 		// asked. The thread ends, saying why, instead of waiting forever.
@@ -109,6 +110,14 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		log.Warn("create question: redelivering", "err", err)
 		return retryIn(time.Second)
 	} else {
+		if how == askJoined {
+			if r, err = s.seat(ctx, r, rev); err != nil {
+				return s.seatFailed(log, r, err)
+			}
+			if r.Status != lifecycle.StatusJoined {
+				how = askAsked
+			}
+		}
 		switch how {
 		case askJoined:
 			s.metrics.coalesced.WithLabelValues(r.Origin).Inc()
@@ -129,6 +138,31 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		return retryIn(time.Second)
 	}
 	return ack
+}
+
+// finish completes a question recorded already (a redelivery, or one
+// another router created): a joined one is seated on the question it
+// joined, then its pending events are published.
+func (s *Service) finish(ctx context.Context, log *slog.Logger, r *record, rev uint64) verdict {
+	if r.Status == lifecycle.StatusJoined {
+		var err error
+		if r, err = s.seat(ctx, r, rev); err != nil {
+			return s.seatFailed(log, r, err)
+		}
+	}
+	if err := s.flushRecord(ctx, r); err != nil {
+		log.Warn("publish pending question events: redelivering", "err", err)
+		return retryIn(time.Second)
+	}
+	return ack
+}
+
+// seatFailed redelivers a joined question that could not be seated yet.
+func (s *Service) seatFailed(log *slog.Logger, r *record, err error) verdict {
+	if !errors.Is(err, errJoinLater) {
+		log.Warn("list the question on the one it joined: redelivering", "joined_to", r.JoinedTo, "err", err)
+	}
+	return retryIn(time.Second)
 }
 
 // endTooLarge ends the thread of r, a question whose record cannot be
@@ -188,11 +222,11 @@ func (s *Service) askOnce(ctx context.Context, r *record, ni *lifecycle.NeedsInp
 	if !rt.Coalesce {
 		return askAsked, nil
 	}
-	lid, err := s.join(ctx, r)
+	lid, err := s.holder(ctx, r)
 	if err != nil || lid == "" {
 		return askAsked, err
 	}
-	r.asJoined(lid)
+	r.asJoined(lid) // listed there once written (seat)
 	return askJoined, nil
 }
 

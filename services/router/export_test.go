@@ -12,3 +12,9 @@ func SetMaxWaitingThreads(n int) int {
 	maxWaitingThreads = n
 	return old
 }
+
+// SetSeatStep sets the function called as a joined question is about to
+// be listed on the question it joined (nil: none); an error it returns
+// fails the listing. Call it before starting routers, and again with nil
+// after they stopped.
+func SetSeatStep(f func(qid string) error) { seatStep = f }

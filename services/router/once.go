@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/crashpoint"
 	"github.com/agora-dispatch/agora/internal/jserr"
 	"github.com/agora-dispatch/agora/internal/problem"
 	"github.com/agora-dispatch/agora/pkg/client"
@@ -129,13 +130,11 @@ var maxWaitingThreads = 2000
 // yet: the joiner waits for it (a redelivery) rather than ask twice.
 var errJoinLater = errors.New("router: the matching question is being recorded")
 
-// join finds the question r joins, or makes r the one later questions
-// join. It returns the id of the question joined, or "" when r is to be
-// asked itself. r is not written yet; when join returns an id, r's thread
-// is already listed on that question, so its record must be written
-// joined (a crash before that is repaired by the redelivery, which finds
-// the thread listed).
-func (s *Service) join(ctx context.Context, r *record) (string, error) {
+// holder finds the question r would join: the one holding r's match. It
+// returns "" when r holds the match itself (claimed now, or by an earlier
+// delivery of r), so r is asked. r is not written yet: it is listed on the
+// question it joins only after its record names it (seat).
+func (s *Service) holder(ctx context.Context, r *record) (string, error) {
 	key := openPrefix + r.MatchKey
 	for range maxCAS {
 		// Most questions are new: claim first, read only when taken.
@@ -154,33 +153,107 @@ func (s *Service) join(ctx context.Context, r *record) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("router: read %s: %w", key, err)
 		}
-		lid := string(e.Value())
-		if lid == r.QuestionID {
-			r.OpenRev = e.Revision()
-			return "", nil // a redelivery of the question that holds the key
-		}
-		joined, err := s.joinQuestion(ctx, lid, r)
-		switch {
-		case errors.Is(err, errNoQuestion):
-			if time.Since(e.Created()) < s.cfg.RecordWait {
-				return "", errJoinLater
-			}
-			// Its router never wrote it: take its place.
-		case err != nil:
-			return "", err
-		case joined:
+		if lid := string(e.Value()); lid != r.QuestionID {
 			return lid, nil
 		}
-		rev, err = s.decisions.Update(ctx, key, []byte(r.QuestionID), e.Revision())
-		if err == nil {
-			r.OpenRev = rev
-			return "", nil
-		}
-		if !isStale(err) {
-			return "", fmt.Errorf("router: claim %s: %w", key, err)
-		}
+		r.OpenRev = e.Revision()
+		return "", nil // a redelivery of the question that holds the match
 	}
 	return "", fmt.Errorf("router: %s: %d conflicting writers", key, maxCAS)
+}
+
+// seat lists r, recorded as joined to question r.JoinedTo at revision rev,
+// among that question's waiting threads. When that question cannot take r
+// (it ended without r, its match changed, it is full, or its record never
+// came), r moves: to the question that holds the match now, or, claiming
+// the match, it is asked on its own. It returns r as recorded at the end.
+//
+// A thread is written joined before it is listed, so a question lists
+// only threads whose records name it: a crash between the two leaves a
+// joined record that no question lists, which the redelivery of its
+// needs_input seats (docs/router.md, "Ask once"). Listed first, a crash
+// would leave a thread listed on a question that, once answered, keeps no
+// hold on the match, and the redelivery would find another holder.
+func (s *Service) seat(ctx context.Context, r *record, rev uint64) (*record, error) {
+	crashpoint.Here(crashpoint.RouterJoined) // docs/chaos.md
+	if seatStep != nil {
+		if err := seatStep(r.QuestionID); err != nil {
+			return r, err
+		}
+	}
+	for range maxCAS {
+		lid := r.JoinedTo
+		joined, err := s.joinQuestion(ctx, lid, r)
+		switch {
+		case err == nil && joined:
+			return r, nil
+		case err != nil && !errors.Is(err, errNoQuestion):
+			return r, err
+		}
+		next, openRev, err := s.moveOn(ctx, r, lid, errors.Is(err, errNoQuestion))
+		if err != nil || (next == "" && openRev == 0) {
+			return r, err // errJoinLater, a failure, or a conflict to read again
+		}
+		now := time.Now().UTC()
+		w, wrev, _, err := s.store.updateFrom(ctx, r.QuestionID, r, rev, func(x *record) (bool, error) {
+			if x.Status != lifecycle.StatusJoined || x.JoinedTo != lid {
+				return false, nil // cancelled, ended or moved meanwhile
+			}
+			if next != "" {
+				x.JoinedTo = next
+				x.addHistory(attempt{At: now, Via: "join", Result: "joined", Reason: "question " + lid + " ended without this thread; asked already by question " + next + ", which answers it too"})
+				return true, nil
+			}
+			x.Status, x.JoinedTo, x.OpenRev, x.AskedAt = statusAsked, "", openRev, now
+			x.addHistory(attempt{At: now, Via: "join", Result: "asked", Reason: "question " + lid + " ended without this thread: asked on its own"})
+			return true, x.queueQuestion(lifecycle.QuestionAsked, "question "+lid+" it joined ended without it")
+		})
+		if err != nil {
+			return r, err
+		}
+		r, rev = w, wrev
+		if r.Status != lifecycle.StatusJoined {
+			return r, nil
+		}
+	}
+	return r, fmt.Errorf("router: seat question %s: %d conflicting writers", r.QuestionID, maxCAS)
+}
+
+// seatStep, when set (by tests only, before any router starts), is
+// called as a joined question, written already, is about to be listed: a
+// test fails the listing there to show the redelivery seats it.
+var seatStep func(qid string) error
+
+// moveOn finds where r goes when question lid would not list it: next,
+// the question now holding r's match, or r itself, having claimed the
+// match at openRev. Both zero: read again (the match changed meanwhile).
+// missing reports that lid has no record; while it is young, its router
+// may still be writing it (errJoinLater).
+func (s *Service) moveOn(ctx context.Context, r *record, lid string, missing bool) (next string, openRev uint64, err error) {
+	key := openPrefix + r.MatchKey
+	e, err := s.decisions.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		openRev, err = s.decisions.Create(ctx, key, []byte(r.QuestionID))
+	case err != nil:
+		return "", 0, fmt.Errorf("router: read %s: %w", key, err)
+	case string(e.Value()) == r.QuestionID:
+		return "", e.Revision(), nil // claimed by an earlier try
+	case string(e.Value()) != lid:
+		return string(e.Value()), 0, nil
+	case missing && time.Since(e.Created()) < s.cfg.RecordWait:
+		return "", 0, errJoinLater
+	default:
+		// lid holds the match but cannot take r: take its place.
+		openRev, err = s.decisions.Update(ctx, key, []byte(r.QuestionID), e.Revision())
+	}
+	if isStale(err) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("router: claim %s: %w", key, err)
+	}
+	return "", openRev, nil
 }
 
 // joinQueues gathers the joins to one question that arrive while its

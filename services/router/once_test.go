@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -633,4 +634,114 @@ func TestAskOnceListedButAskedAlone(t *testing.T) {
 	}
 	e.waitStatus(alone, "answered")
 	testkit.Eventually(t, waitFor, "the second thread's re-dispatch", func() bool { return len(e.requests(sameQuestion.Subagent)) == 2 })
+}
+
+// TestAskOnceSeatedWhereItsRecordSays: a joined question is written
+// before it is listed on the question it joined. When the listing fails
+// (a full store, a crash) the redelivery of its needs_input lists it: on
+// that question while it is still asked, else on the question holding the
+// match by then. No question lists a thread whose record names another,
+// and every thread is resumed once, by the answer of the question it was
+// listed on.
+func TestAskOnceSeatedWhereItsRecordSays(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		leadAnswered bool // answered while the listing is held
+	}{
+		{name: "the question it joined still asked"},
+		{name: "the question it joined answered, a third holds the match", leadAnswered: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, "routes:\n  - name: default\n")
+			held := make(chan string, 1)
+			release := make(chan struct{})
+			var first sync.Once
+			router.SetSeatStep(func(qid string) error {
+				hold := false
+				first.Do(func() { hold = true })
+				if !hold {
+					return nil
+				}
+				held <- qid
+				<-release
+				return errors.New("listing refused, as by a full store")
+			})
+			t.Cleanup(func() { router.SetSeatStep(nil) })
+			e.startRouter(e.config())
+
+			lead := e.askFrom(sameQuestion, 0)
+			e.waitQuestionEvents(lead, 1)
+			late := e.askFrom(sameQuestion, 1)
+			select {
+			case q := <-held:
+				if q != late {
+					t.Fatalf("listing held for %s, want %s", q, late)
+				}
+			case <-time.After(waitFor):
+				t.Fatal("the joined question was never about to be listed")
+			}
+			if rec, _ := e.record(late); rec.Status != lifecycle.StatusJoined || rec.JoinedTo != lead {
+				t.Fatalf("before its listing the question is %s joined to %q, want joined to %s", rec.Status, rec.JoinedTo, lead)
+			}
+			if rec, _ := e.record(lead); len(rec.WaitingThreads) != 0 {
+				t.Fatalf("the question joined lists %+v before the listing", rec.WaitingThreads)
+			}
+
+			holderOf, answer := lead, "readConfig"
+			threads := []string{lead, late}
+			if c.leadAnswered {
+				if rep := e.answer(router.Submission{QuestionID: lead, Answer: "readConfig", AnsweredBy: "alice"}); rep.Status != client.AnswerAccepted {
+					t.Fatalf("answer = %+v", rep)
+				}
+				e.waitRecord(lead, "answered, its match released", func(r questionRecord) bool {
+					return r.Status == "answered" && len(r.Fanout) == 0 && !r.Release
+				})
+				third := e.askFrom(sameQuestion, 2)
+				e.waitQuestionEvents(third, 1)
+				holderOf, answer = third, "parseConfig"
+				threads = []string{third, late}
+			}
+			close(release)
+
+			e.waitRecord(holderOf, "both threads listed", func(r questionRecord) bool { return len(r.WaitingThreads) == 2 })
+			if rec := e.waitRecord(late, "joined", func(r questionRecord) bool { return r.JoinedTo == holderOf }); rec.Status != lifecycle.StatusJoined {
+				t.Fatalf("the late question is %s, want joined to %s", rec.Status, holderOf)
+			}
+			if rep := e.answer(router.Submission{QuestionID: holderOf, Answer: answer, AnsweredBy: "bob"}); rep.Status != client.AnswerAccepted {
+				t.Fatalf("answer = %+v", rep)
+			}
+			for _, q := range threads {
+				e.waitStatus(q, "answered")
+			}
+			testkit.Eventually(t, waitFor, "one re-dispatch per thread", func() bool { return len(e.requests(sameQuestion.Subagent)) == 2+boolInt(c.leadAnswered) })
+			for _, q := range []string{lead, holderOf} {
+				rec, _ := e.record(q)
+				for _, h := range rec.History {
+					if h.Result == "unlisted" {
+						t.Errorf("question %s unlisted a thread: %s", q, h.Reason)
+					}
+				}
+			}
+			if rec, _ := e.record(lead); c.leadAnswered && len(rec.WaitingThreads) > 1 {
+				t.Errorf("the question answered without it lists %+v", rec.WaitingThreads)
+			}
+			reqs := e.requests(sameQuestion.Subagent)
+			late1, _ := e.record(late)
+			for _, ev := range reqs {
+				r := ev.Data.(*lifecycle.Request)
+				if r.ParentID == late1.DispatchID {
+					if got := jsonString(t, inputOf(t, r)["answer"]); got != answer {
+						t.Errorf("the late thread resumed with %q, want %q", got, answer)
+					}
+				}
+			}
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
