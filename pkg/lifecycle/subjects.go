@@ -39,6 +39,10 @@ const (
 	// announced it offers that runtime (docs/subagents.md, "Writing a
 	// runtime").
 	BucketRuntimes = "agora_runtimes"
+	// BucketA2APush holds, under each A2A task (thread) id, the push
+	// notification configs registered on it and their owner
+	// (docs/a2a.md, "Push notifications").
+	BucketA2APush = "agora_a2a_push"
 
 	// Durable consumer names.
 	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS

@@ -81,14 +81,23 @@ func newEnv(t *testing.T) *env {
 }
 
 // serve starts another A2A server on the same Agora and returns its URL:
-// what a restarted process would be.
-func (e *env) serve(t *testing.T) string {
+// what a restarted process would be. Each of opts changes its config.
+func (e *env) serve(t *testing.T, opts ...func(*a2aserver.Config)) string {
 	t.Helper()
-	svc, err := a2aserver.New(a2aserver.Config{PrincipalsFile: e.principals}, a2aserver.Deps{Client: e.sys.Client, Logger: systemtest.Logger()})
+	cfg := a2aserver.Config{PrincipalsFile: e.principals}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := a2aserver.New(cfg, a2aserver.Deps{Client: e.sys.Client, Logger: systemtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.sys.Go("a2a", svc.Run)
+	select {
+	case <-svc.Ready():
+	case <-t.Context().Done():
+		t.Fatal("the A2A server never got ready")
+	}
 	h := svc.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
@@ -443,8 +452,8 @@ func TestCancelWhileRunning(t *testing.T) {
 
 // A task is its principal's: another principal's get, cancel and message
 // on it are the protocol's task-not-found, as for an id that does not
-// exist. A bad skill and a file part are the protocol's errors, and start
-// nothing.
+// exist. A bad skill, a data part that is not an object, two data parts
+// and a file part are the protocol's errors, and start nothing.
 func TestRefusals(t *testing.T) {
 	e := newEnv(t)
 	for _, b := range bindings {
@@ -478,6 +487,16 @@ func TestRefusals(t *testing.T) {
 			}
 			if _, err := a.SendMessage(t.Context(), start("", "hi")); !errors.Is(err, a2a.ErrInvalidParams) {
 				t.Errorf("no skill among several: %v, want invalid params", err)
+			}
+			for name, parts := range map[string][]*a2a.Part{
+				"a data part that is not an object": {a2a.NewDataPart([]any{1.0, 2.0})},
+				"two data parts":                    {a2a.NewDataPart(map[string]any{"a": 1.0}), a2a.NewDataPart(map[string]any{"b": 2.0})},
+			} {
+				m := a2a.NewMessage(a2a.MessageRoleUser, parts...)
+				m.Metadata = map[string]any{"skill": "echo"}
+				if _, err := a.SendMessage(t.Context(), &a2a.SendMessageRequest{Message: m}); !errors.Is(err, a2a.ErrInvalidParams) {
+					t.Errorf("%s: %v, want invalid params", name, err)
+				}
 			}
 			file := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewRawPart([]byte("binary")))
 			file.Metadata = map[string]any{"skill": "echo"}
