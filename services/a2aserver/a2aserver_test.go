@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/a2aserver"
 )
 
@@ -312,11 +314,107 @@ func TestTaskOutlivesTheServer(t *testing.T) {
 	if got.ContextID != task.ContextID {
 		t.Errorf("context id %s, was %s", got.ContextID, task.ContextID)
 	}
+	if len(got.History) != 2 || got.History[0].Role != a2a.MessageRoleUser || got.History[0].Parts[0].Text() != "pick one" ||
+		got.History[1].Role != a2a.MessageRoleAgent || got.History[1].Parts[0].Text() != "Rewrite A or B?" {
+		t.Errorf("history on the new server %+v, want the input, then the question", got.History)
+	}
 	done := send(t, c, reply(got, "A"))
 	if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 ||
 		!reflect.DeepEqual(done.Artifacts[0].Parts[0].Data(), map[string]any{"chose": "A"}) {
 		t.Fatalf("after the answer on the new server: %+v", done)
 	}
+}
+
+// SubscribeToTask on a server that never saw the task (a restart) streams
+// it from Agora's records and the lifecycle stream: the task, then its
+// events to completed with the output; an ended task is
+// UnsupportedOperation, another principal's not found. tasks/get has the
+// whole history there: the input, the question, the answer.
+func TestSubscribeAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	later := e.serve(t)
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Chmod(dir, 0o755); err != nil { // the run may be another user
+				t.Fatal(err)
+			}
+			gate := filepath.Join(dir, "go")
+			name := "gated-" + strings.ToLower(strings.ReplaceAll(string(b), "+", "-"))
+			d := subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Timeout: "1m", Sandbox: subagent.Sandbox{ReadPaths: []string{dir}},
+				Command: []string{"sh", "-c", fmt.Sprintf(`while [ ! -e %q ]; do sleep 0.05; done; echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"`, gate)}}
+			if _, err := e.sys.Client.ApplySubagent(t.Context(), d); err != nil {
+				t.Fatal(err)
+			}
+			req := start(name, "go")
+			req.Config = &a2a.SendMessageConfig{ReturnImmediately: true}
+			task := send(t, e.connect(t, "token-a", b), req)
+
+			c := connectTo(t, later, "token-a", b)
+			var states []a2a.TaskState
+			var output any
+			for ev, err := range c.SubscribeToTask(t.Context(), &a2a.SubscribeToTaskRequest{ID: task.ID}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch v := ev.(type) {
+				case *a2a.Task:
+					if v.ID != task.ID {
+						t.Fatalf("streamed task %s, want %s", v.ID, task.ID)
+					}
+					if err := os.WriteFile(gate, nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				case *a2a.TaskArtifactUpdateEvent:
+					output = v.Artifact.Parts[0].Data()
+				case *a2a.TaskStatusUpdateEvent:
+					states = append(states, v.Status.State)
+				}
+			}
+			if len(states) == 0 || states[len(states)-1] != a2a.TaskStateCompleted || !reflect.DeepEqual(output, map[string]any{"ok": true}) {
+				t.Fatalf("subscribed: states %v, output %v; want to completed with {ok: true}", states, output)
+			}
+			if _, err := collect(c.SubscribeToTask(t.Context(), &a2a.SubscribeToTaskRequest{ID: task.ID})); !errors.Is(err, a2a.ErrUnsupportedOperation) {
+				t.Errorf("subscribing to an ended task: %v, want unsupported operation", err)
+			}
+			other := connectTo(t, later, "token-b", b)
+			if _, err := collect(other.SubscribeToTask(t.Context(), &a2a.SubscribeToTaskRequest{ID: task.ID})); !errors.Is(err, a2a.ErrTaskNotFound) {
+				t.Errorf("team-b subscribing to team-a's task: %v, want task not found", err)
+			}
+		})
+	}
+
+	// The whole history of an answered task, from the records alone.
+	task := send(t, e.connect(t, "token-a", a2a.TransportProtocolJSONRPC), start("chooser", "pick one"))
+	send(t, e.connect(t, "token-a", a2a.TransportProtocolJSONRPC), reply(task, "B"))
+	got, err := connectTo(t, later, "token-a", a2a.TransportProtocolHTTPJSON).GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, m := range got.History {
+		texts = append(texts, string(m.Role)+": "+m.Parts[0].Text())
+	}
+	if want := []string{"ROLE_USER: pick one", "ROLE_AGENT: Rewrite A or B?", "ROLE_USER: B"}; !reflect.DeepEqual(texts, want) {
+		t.Errorf("history %q, want %q", texts, want)
+	}
+	one := 1
+	got, err = connectTo(t, later, "token-a", a2a.TransportProtocolJSONRPC).GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID, HistoryLength: &one})
+	if err != nil || len(got.History) != 1 || got.History[0].Parts[0].Text() != "B" {
+		t.Errorf("historyLength 1: %+v %v, want the answer alone", got, err)
+	}
+}
+
+// collect reads a stream to its end and returns its events and its error.
+func collect(seq iter.Seq2[a2a.Event, error]) ([]a2a.Event, error) {
+	var evs []a2a.Event
+	for ev, err := range seq {
+		if err != nil {
+			return evs, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
 }
 
 // Each sub-agent is an agent of its own too: its card at

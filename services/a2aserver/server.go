@@ -62,6 +62,7 @@ type Service struct {
 	// ends then (the thread runs on; tasks/get still reads it).
 	base  context.Context
 	stop  context.CancelFunc
+	// ready is closed once Run delivers push notifications.
 	ready chan struct{}
 	// cancels holds, per task this door is cancelling, a channel closed
 	// once its canceled event is written (executor.Cancel).
@@ -98,7 +99,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if s.pushOn() {
 		opts = append(opts, a2asrv.WithPushNotifications(pushStore{s}, noSender{}))
 	}
-	s.handler = a2asrv.NewHandler(&executor{s: s}, opts...)
+	s.handler = handler{RequestHandler: a2asrv.NewHandler(&executor{s: s}, opts...), s: s}
 	return s, nil
 }
 
