@@ -60,8 +60,8 @@ type Service struct {
 
 	// base ends when Run returns: every execution following a thread
 	// ends then (the thread runs on; tasks/get still reads it).
-	base  context.Context
-	stop  context.CancelFunc
+	base context.Context
+	stop context.CancelFunc
 	// ready is closed once Run delivers push notifications.
 	ready chan struct{}
 	// cancels holds, per task this door is cancelling, a channel closed
