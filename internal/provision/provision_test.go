@@ -24,7 +24,7 @@ var (
 	wantStreams = []string{lifecycle.StreamRequests, lifecycle.StreamDispatch, lifecycle.StreamLifecycle,
 		lifecycle.StreamQuestions, lifecycle.StreamAnswers, lifecycle.StreamProgress, audit.Stream}
 	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates,
-		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages, lifecycle.BucketDecisions, lifecycle.BucketRuntimes, lifecycle.BucketA2APush}
+		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages, lifecycle.BucketDecisions, lifecycle.BucketRuntimes, lifecycle.BucketA2A}
 )
 
 // ensure runs provision.Ensure and fails the test on error.

@@ -39,10 +39,11 @@ const (
 	// announced it offers that runtime (docs/subagents.md, "Writing a
 	// runtime").
 	BucketRuntimes = "agora_runtimes"
-	// BucketA2APush holds, under each A2A task (thread) id, the push
-	// notification configs registered on it and their owner
-	// (docs/a2a.md, "Push notifications").
-	BucketA2APush = "agora_a2a_push"
+	// BucketA2A is the A2A server's own state: push.<task id>, the push
+	// notification configs of a task and their owner, and
+	// task.<principal>.<task id>, the tasks a principal started through it
+	// (docs/a2a.md, "Push notifications" and "Listing tasks").
+	BucketA2A = "agora_a2a"
 
 	// Durable consumer names.
 	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -639,5 +640,59 @@ func TestAgentCard(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("POST %s without a token: %s, want 401", path, resp.Status)
 		}
+	}
+}
+
+// ListTasks lists the caller's tasks only, newest first, filtered by
+// state and context and paged; artifacts only when asked for. Over both
+// bindings.
+func TestListTasks(t *testing.T) {
+	e := newEnv(t)
+	a := e.connect(t, "token-a", a2a.TransportProtocolJSONRPC)
+	var mine []a2a.TaskID
+	for _, req := range []*a2a.SendMessageRequest{start("echo", "one"), start("chooser", "pick one"), start("echo", "three")} {
+		mine = append(mine, send(t, a, req).ID)
+	}
+	slices.Reverse(mine)
+	theirs := send(t, e.connect(t, "token-b", a2a.TransportProtocolJSONRPC), start("echo", "theirs")).ID
+	ids := func(ts []*a2a.Task) []a2a.TaskID {
+		var out []a2a.TaskID
+		for _, t := range ts {
+			out = append(out, t.ID)
+		}
+		return out
+	}
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			c := e.connect(t, "token-a", b)
+			all, err := c.ListTasks(t.Context(), &a2a.ListTasksRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(all.Tasks); !reflect.DeepEqual(got, mine) || all.TotalSize != 3 || all.NextPageToken != "" {
+				t.Errorf("team-a's tasks %v (total %d, next %q), want %v", got, all.TotalSize, all.NextPageToken, mine)
+			}
+			for _, task := range all.Tasks {
+				if len(task.Artifacts) != 0 {
+					t.Errorf("task %s listed with artifacts it was not asked for", task.ID)
+				}
+			}
+			waiting, err := c.ListTasks(t.Context(), &a2a.ListTasksRequest{Status: a2a.TaskStateInputRequired})
+			if err != nil || !reflect.DeepEqual(ids(waiting.Tasks), mine[1:2]) {
+				t.Errorf("input-required: %v %v, want %v", ids(waiting.Tasks), err, mine[1:2])
+			}
+			page, err := c.ListTasks(t.Context(), &a2a.ListTasksRequest{PageSize: 2, IncludeArtifacts: true})
+			if err != nil || !reflect.DeepEqual(ids(page.Tasks), mine[:2]) || page.NextPageToken == "" || len(page.Tasks[0].Artifacts) != 1 {
+				t.Fatalf("first page: %v (next %q) %v, want %v with the artifacts", ids(page.Tasks), page.NextPageToken, err, mine[:2])
+			}
+			page, err = c.ListTasks(t.Context(), &a2a.ListTasksRequest{PageSize: 2, PageToken: page.NextPageToken})
+			if err != nil || !reflect.DeepEqual(ids(page.Tasks), mine[2:]) || page.NextPageToken != "" {
+				t.Errorf("second page: %v (next %q) %v, want %v", ids(page.Tasks), page.NextPageToken, err, mine[2:])
+			}
+			other, err := e.connect(t, "token-b", b).ListTasks(t.Context(), &a2a.ListTasksRequest{})
+			if err != nil || !reflect.DeepEqual(ids(other.Tasks), []a2a.TaskID{theirs}) {
+				t.Errorf("team-b's tasks %v %v, want only %s", ids(other.Tasks), err, theirs)
+			}
+		})
 	}
 }

@@ -29,7 +29,7 @@ import (
 
 // Push notifications (docs/a2a.md, "Push notifications"): a2a-go serves
 // the protocol's config methods on pushStore, which keeps each task's
-// configs in the KV bucket agora_a2a_push under the task id, with the
+// configs in the KV bucket agora_a2a under push.<task id>, with the
 // principal that owns the task. Delivery does not ride on a2a-go's
 // executions (none follows a task answered through the inbox): the
 // durable consumer pushDurable reads every lifecycle event, and each one
@@ -68,14 +68,15 @@ type noSender struct{}
 
 func (noSender) SendPush(context.Context, *a2a.PushConfig, a2a.Event) error { return nil }
 
-func (s *Service) pushKV(ctx context.Context) (jetstream.KeyValue, error) {
+// bucket is the A2A server's KV bucket.
+func (s *Service) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	js, err := jetstream.New(s.c.Conn())
 	if err != nil {
 		return nil, fmt.Errorf("a2aserver: jetstream: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, lifecycle.BucketA2APush)
+	kv, err := js.KeyValue(ctx, lifecycle.BucketA2A)
 	if err != nil {
-		return nil, fmt.Errorf("a2aserver: bucket %s (is JetStream provisioned?): %w", lifecycle.BucketA2APush, err)
+		return nil, fmt.Errorf("a2aserver: bucket %s (is JetStream provisioned?): %w", lifecycle.BucketA2A, err)
 	}
 	return kv, nil
 }
@@ -102,9 +103,12 @@ func (ps pushStore) owner(ctx context.Context, id a2a.TaskID) (*principal.Princi
 	return who, owner, nil
 }
 
+// pushKey is the key of task id's configs.
+func pushKey(id a2a.TaskID) string { return "push." + string(id) }
+
 // read is the record of task id, with its revision (0: none).
 func (ps pushStore) read(ctx context.Context, kv jetstream.KeyValue, id a2a.TaskID) (pushRecord, uint64, error) {
-	e, err := kv.Get(ctx, string(id))
+	e, err := kv.Get(ctx, pushKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return pushRecord{}, 0, nil
 	}
@@ -121,7 +125,7 @@ func (ps pushStore) read(ctx context.Context, kv jetstream.KeyValue, id a2a.Task
 // change applies f to task id's record with compare-and-set, again on a
 // concurrent write; a record f leaves without configs is deleted.
 func (ps pushStore) change(ctx context.Context, id a2a.TaskID, owner string, f func(*pushRecord) error) error {
-	kv, err := ps.s.pushKV(ctx)
+	kv, err := ps.s.bucket(ctx)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -140,16 +144,16 @@ func (ps pushStore) change(ctx context.Context, id a2a.TaskID, owner string, f f
 		case len(r.Configs) == 0 && rev == 0:
 			return nil
 		case len(r.Configs) == 0:
-			err = kv.Delete(ctx, string(id), jetstream.LastRevision(rev))
+			err = kv.Delete(ctx, pushKey(id), jetstream.LastRevision(rev))
 		default:
 			b, merr := json.Marshal(r)
 			if merr != nil {
 				return unavailable(merr)
 			}
 			if rev == 0 {
-				_, err = kv.Create(ctx, string(id), b)
+				_, err = kv.Create(ctx, pushKey(id), b)
 			} else {
-				_, err = kv.Update(ctx, string(id), b, rev)
+				_, err = kv.Update(ctx, pushKey(id), b, rev)
 			}
 		}
 		if err == nil {
@@ -227,7 +231,7 @@ func (ps pushStore) List(ctx context.Context, id a2a.TaskID) ([]*a2a.PushConfig,
 	if _, _, err := ps.owner(ctx, id); err != nil {
 		return nil, err
 	}
-	kv, err := ps.s.pushKV(ctx)
+	kv, err := ps.s.bucket(ctx)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -364,7 +368,7 @@ func (s *Service) pushEvent(ctx context.Context, hc *http.Client, m jetstream.Ms
 		return consume.Ack()
 	}
 	c := l.Base()
-	kv, err := s.pushKV(ctx)
+	kv, err := s.bucket(ctx)
 	if err != nil {
 		log.Warn("a2a push: bucket", "err", err)
 		return consume.Nak(2 * time.Second)

@@ -157,11 +157,6 @@ func (st *store) Get(ctx context.Context, id a2a.TaskID) (*taskstore.StoredTask,
 	return &taskstore.StoredTask{Task: &t, Version: k.version}, nil
 }
 
-// List implements taskstore.Store: listing is not offered (docs/a2a.md).
-func (st *store) List(context.Context, *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
-	return nil, a2a.NewError(a2a.ErrUnsupportedOperation, "tasks/list is not offered: keep the task ids SendMessage returns, or list threads with GET /v1/events")
-}
-
 // rank orders the states a task passes through: round by round,
 // submitted, working, input-required, then an end.
 func rank(t *a2a.Task) int {
