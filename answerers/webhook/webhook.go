@@ -257,8 +257,12 @@ func (s *Server) backoff(attempt int) time.Duration { return hook.Backoff(s.cfg.
 // post sends one signed POST. It reports a Retry-After the receiver asked
 // for, and whether the failure is one a retry cannot fix.
 func (s *Server) post(ctx context.Context, qid string, body []byte) (retryAfter time.Duration, permanent bool, err error) {
-	return hook.Post(ctx, s.http, hook.Request{URL: s.cfg.URL, Secret: s.cfg.Secret, EventID: qid, Body: body,
+	retryAfter, permanent, err = hook.Post(ctx, s.http, hook.Request{URL: s.cfg.URL, Secret: s.cfg.Secret, EventID: qid, Body: body,
 		Header: http.Header{"User-Agent": {"agora-webhook"}}})
+	if errors.Is(err, hook.ErrRedirect) {
+		err = fmt.Errorf("%w; set AGORA_WEBHOOK_URL to the receiver's own URL", err)
+	}
+	return retryAfter, permanent, err
 }
 
 // waiting reports whether the question still waits on route, as the

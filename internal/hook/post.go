@@ -3,6 +3,7 @@ package hook
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,10 @@ import (
 
 // MaxBackoff bounds the wait between two attempts.
 const MaxBackoff = 30 * time.Second
+
+// ErrRedirect is Post's error, wrapped, for a receiver that answered with
+// a redirect.
+var ErrRedirect = errors.New("redirects are never followed (the signed body would go to another URL)")
 
 // Request is one signed POST.
 type Request struct {
@@ -66,7 +71,7 @@ func Post(ctx context.Context, hc *http.Client, r Request) (retryAfter time.Dura
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
 		retryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"))
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
-		return 0, true, fmt.Errorf("%s answered %s to %s: redirects are never followed (the signed body would go to another URL)", r.URL, resp.Status, clip.String(resp.Header.Get("Location"), 200))
+		return 0, true, fmt.Errorf("%s answered %s to %s: %w", r.URL, resp.Status, clip.String(resp.Header.Get("Location"), 200), ErrRedirect)
 	}
 	permanent = resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests
 	return retryAfter, permanent, fmt.Errorf("%s answered %s: %s", r.URL, resp.Status, strings.TrimSpace(clip.String(string(msg), 200)))
