@@ -23,6 +23,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/egress"
 	"github.com/agora-dispatch/agora/internal/hook"
 	"github.com/agora-dispatch/agora/internal/principal"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -340,6 +341,9 @@ func (s *Service) runPush(ctx context.Context, ready func()) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       pushAckWait,
 		MaxAckPending: 64,
+		// An event whose task cannot be read keeps being retried for a
+		// while, never for ever.
+		MaxDeliver: 30,
 	})
 	if err != nil {
 		return fmt.Errorf("a2aserver: consumer %s on %s: %w", pushDurable, lifecycle.StreamLifecycle, err)
@@ -381,7 +385,10 @@ func (s *Service) pushEvent(ctx context.Context, hc *http.Client, m jetstream.Ms
 		return consume.Ack()
 	}
 	th, err := s.c.Thread(ctx, c.ThreadID)
-	if err != nil || len(th.Rounds) == 0 {
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		return consume.Ack() // its records expired: nothing to tell
+	case err != nil || len(th.Rounds) == 0:
 		return consume.Nak(time.Second)
 	}
 	ev := pushedEvent(a2a.TaskInfo{TaskID: a2a.TaskID(c.ThreadID), ContextID: contextOf(th)}, l)
