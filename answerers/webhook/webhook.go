@@ -14,16 +14,13 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/hook"
 	"github.com/agora-dispatch/agora/internal/svc"
 	"github.com/agora-dispatch/agora/pkg/answerer"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
@@ -78,16 +76,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("webhook: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: svc.Logger(deps.Logger, "service", "webhook"), http: deps.HTTPClient, ready: make(chan struct{})}
-	if s.http == nil {
-		s.http = &http.Client{Timeout: cfg.Timeout}
-	} else {
-		c := *s.http
-		s.http = &c
-	}
 	// A redirect is never followed: it would send the signed body and its
 	// signature to a URL nobody configured (docs/webhook.md).
-	s.http.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	s := &Server{cfg: cfg, log: svc.Logger(deps.Logger, "service", "webhook"), http: hook.NoRedirects(deps.HTTPClient, cfg.Timeout), ready: make(chan struct{})}
 	if cfg.LinkKey != "" {
 		m, err := answerlink.New(cfg.LinkKey)
 		if err != nil {
@@ -261,56 +252,17 @@ func (s *Server) deliver(ctx context.Context, route string, q *lifecycle.Questio
 	}
 }
 
-func (s *Server) backoff(attempt int) time.Duration {
-	d := s.cfg.Backoff
-	for i := 1; i < attempt && d < 30*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 30*time.Second)
-}
+func (s *Server) backoff(attempt int) time.Duration { return hook.Backoff(s.cfg.Backoff, attempt) }
 
 // post sends one signed POST. It reports a Retry-After the receiver asked
 // for, and whether the failure is one a retry cannot fix.
 func (s *Server) post(ctx context.Context, qid string, body []byte) (retryAfter time.Duration, permanent bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(body))
-	if err != nil {
-		return 0, true, err
+	retryAfter, permanent, err = hook.Post(ctx, s.http, hook.Request{URL: s.cfg.URL, Secret: s.cfg.Secret, EventID: qid, Body: body,
+		Header: http.Header{"User-Agent": {"agora-webhook"}}})
+	if errors.Is(err, hook.ErrRedirect) {
+		err = fmt.Errorf("%w; set AGORA_WEBHOOK_URL to the receiver's own URL", err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "agora-webhook")
-	req.Header.Set(EventIDHeader, qid)
-	req.Header.Set(SignatureHeader, Sign(s.cfg.Secret, body, time.Now()))
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return 0, false, err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return 0, false, nil
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
-	case resp.StatusCode >= 300 && resp.StatusCode < 400:
-		return 0, true, fmt.Errorf("%s answered %s to %s: redirects are never followed (the signed body would go to another URL); set AGORA_WEBHOOK_URL to the receiver's own URL", s.cfg.URL, resp.Status, clip.String(resp.Header.Get("Location"), 200))
-	}
-	permanent = resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests
-	return retryAfter, permanent, fmt.Errorf("%s answered %s: %s", s.cfg.URL, resp.Status, strings.TrimSpace(clip.String(string(msg), 200)))
-}
-
-// parseRetryAfter reads Retry-After in seconds or as an HTTP date, capped
-// at 5 minutes.
-func parseRetryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
-		return min(time.Duration(n)*time.Second, 5*time.Minute)
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(time.Until(t), 0), 5*time.Minute)
-	}
-	return 0
+	return retryAfter, permanent, err
 }
 
 // waiting reports whether the question still waits on route, as the
@@ -345,13 +297,4 @@ func (s *Server) decline(ctx context.Context, route string, q *lifecycle.Questio
 	return resultDeclined
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return hook.Sleep(ctx, d) }

@@ -59,6 +59,12 @@ func own(a netip.Addr) bool {
 	return false
 }
 
+// Refused names the class of a destination address the proxy refuses
+// unless AllowPrivate is set ("loopback", "private", …), or returns "" for
+// one it may dial. Doors that POST to URLs their callers name apply the
+// same rule (docs/a2a.md, "Push notifications").
+func Refused(a netip.Addr) string { return refusal(a) }
+
 // refusal names the class of a destination address the proxy refuses unless
 // AllowPrivate is set, or returns "" for an address it may dial.
 func refusal(a netip.Addr) string {

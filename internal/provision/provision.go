@@ -272,6 +272,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// each remembered decision carries its route's remember as its
 		// own TTL (docs/router.md, "Decision memory").
 		{Bucket: lifecycle.BucketDecisions, Description: "Agora open questions by match and remembered decisions", History: 1, Storage: st, Replicas: cfg.Replicas, LimitMarkerTTL: time.Second},
+		// The A2A server's push notification configs and task index; an
+		// entry lives as long as the lifecycle history of its task
+		// (docs/a2a.md).
+		{Bucket: lifecycle.BucketA2A, Description: "Agora A2A server: push.<task id> configs, task.<principal>.<task id> index", History: 1, TTL: cfg.LifecycleMaxAge, Storage: st, Replicas: cfg.Replicas},
 		{Bucket: lifecycle.BucketSlackMessages, Description: "Slack messages of open Agora questions: <route>.<question_id> → channel and ts", History: 1, TTL: 90 * 24 * time.Hour, Storage: st, Replicas: cfg.Replicas},
 	}
 	for _, kc := range kvs {

@@ -24,7 +24,7 @@ var (
 	wantStreams = []string{lifecycle.StreamRequests, lifecycle.StreamDispatch, lifecycle.StreamLifecycle,
 		lifecycle.StreamQuestions, lifecycle.StreamAnswers, lifecycle.StreamProgress, audit.Stream}
 	wantKV = []string{lifecycle.BucketSubagents, lifecycle.BucketDispatches, lifecycle.BucketQuestions, lifecycle.BucketMCPStates,
-		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages, lifecycle.BucketDecisions, lifecycle.BucketRuntimes}
+		lifecycle.BucketInboxSessions, lifecycle.BucketAnswerLinks, lifecycle.BucketSlackMessages, lifecycle.BucketDecisions, lifecycle.BucketRuntimes, lifecycle.BucketA2A}
 )
 
 // ensure runs provision.Ensure and fails the test on error.
@@ -321,8 +321,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 					t.Errorf("streams %d→%d, consumers %d→%d", len(before.streams), len(after.streams), len(before.consumers), len(after.consumers))
 				}
 			}
-			if len(before.streams) != 18 { // 7 streams, 9 KV buckets, 2 object stores
-				t.Errorf("%d streams, want 18", len(before.streams))
+			if len(before.streams) != 19 { // 7 streams, 10 KV buckets, 2 object stores
+				t.Errorf("%d streams, want 19", len(before.streams))
 			}
 		})
 	}
@@ -388,8 +388,8 @@ func TestEnsureMemory(t *testing.T) {
 			t.Errorf("stream %s storage = %v, want memory", name, got)
 		}
 	}
-	if n != 18 {
-		t.Errorf("%d streams, want 18", n)
+	if n != 19 {
+		t.Errorf("%d streams, want 19", n)
 	}
 }
 

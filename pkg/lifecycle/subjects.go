@@ -39,6 +39,11 @@ const (
 	// announced it offers that runtime (docs/subagents.md, "Writing a
 	// runtime").
 	BucketRuntimes = "agora_runtimes"
+	// BucketA2A is the A2A server's own state: push.<task id>, the push
+	// notification configs of a task and their owner, and
+	// task.<principal>.<task id>, the tasks a principal started through it
+	// (docs/a2a.md, "Push notifications" and "Listing tasks").
+	BucketA2A = "agora_a2a"
 
 	// Durable consumer names.
 	ConsumerDispatcher = "dispatcher" // AGORA_REQUESTS

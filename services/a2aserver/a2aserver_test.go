@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/agora-dispatch/agora/harness/systemtest"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
+	"github.com/agora-dispatch/agora/pkg/subagent"
 	"github.com/agora-dispatch/agora/services/a2aserver"
 )
 
@@ -81,14 +84,23 @@ func newEnv(t *testing.T) *env {
 }
 
 // serve starts another A2A server on the same Agora and returns its URL:
-// what a restarted process would be.
-func (e *env) serve(t *testing.T) string {
+// what a restarted process would be. Each of opts changes its config.
+func (e *env) serve(t *testing.T, opts ...func(*a2aserver.Config)) string {
 	t.Helper()
-	svc, err := a2aserver.New(a2aserver.Config{PrincipalsFile: e.principals}, a2aserver.Deps{Client: e.sys.Client, Logger: systemtest.Logger()})
+	cfg := a2aserver.Config{PrincipalsFile: e.principals}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := a2aserver.New(cfg, a2aserver.Deps{Client: e.sys.Client, Logger: systemtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.sys.Go("a2a", svc.Run)
+	select {
+	case <-svc.Ready():
+	case <-t.Context().Done():
+		t.Fatal("the A2A server never got ready")
+	}
 	h := svc.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
@@ -303,11 +315,107 @@ func TestTaskOutlivesTheServer(t *testing.T) {
 	if got.ContextID != task.ContextID {
 		t.Errorf("context id %s, was %s", got.ContextID, task.ContextID)
 	}
+	if len(got.History) != 2 || got.History[0].Role != a2a.MessageRoleUser || got.History[0].Parts[0].Text() != "pick one" ||
+		got.History[1].Role != a2a.MessageRoleAgent || got.History[1].Parts[0].Text() != "Rewrite A or B?" {
+		t.Errorf("history on the new server %+v, want the input, then the question", got.History)
+	}
 	done := send(t, c, reply(got, "A"))
 	if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 ||
 		!reflect.DeepEqual(done.Artifacts[0].Parts[0].Data(), map[string]any{"chose": "A"}) {
 		t.Fatalf("after the answer on the new server: %+v", done)
 	}
+}
+
+// SubscribeToTask on a server that never saw the task (a restart) streams
+// it from Agora's records and the lifecycle stream: the task, then its
+// events to completed with the output; an ended task is
+// UnsupportedOperation, another principal's not found. tasks/get has the
+// whole history there: the input, the question, the answer.
+func TestSubscribeAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	later := e.serve(t)
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Chmod(dir, 0o755); err != nil { // the run may be another user
+				t.Fatal(err)
+			}
+			gate := filepath.Join(dir, "go")
+			name := "gated-" + strings.ToLower(strings.ReplaceAll(string(b), "+", "-"))
+			d := subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Timeout: "1m", Sandbox: subagent.Sandbox{ReadPaths: []string{dir}},
+				Command: []string{"sh", "-c", fmt.Sprintf(`while [ ! -e %q ]; do sleep 0.05; done; echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"`, gate)}}
+			if _, err := e.sys.Client.ApplySubagent(t.Context(), d); err != nil {
+				t.Fatal(err)
+			}
+			req := start(name, "go")
+			req.Config = &a2a.SendMessageConfig{ReturnImmediately: true}
+			task := send(t, e.connect(t, "token-a", b), req)
+
+			c := connectTo(t, later, "token-a", b)
+			var states []a2a.TaskState
+			var output any
+			for ev, err := range c.SubscribeToTask(t.Context(), &a2a.SubscribeToTaskRequest{ID: task.ID}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch v := ev.(type) {
+				case *a2a.Task:
+					if v.ID != task.ID {
+						t.Fatalf("streamed task %s, want %s", v.ID, task.ID)
+					}
+					if err := os.WriteFile(gate, nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				case *a2a.TaskArtifactUpdateEvent:
+					output = v.Artifact.Parts[0].Data()
+				case *a2a.TaskStatusUpdateEvent:
+					states = append(states, v.Status.State)
+				}
+			}
+			if len(states) == 0 || states[len(states)-1] != a2a.TaskStateCompleted || !reflect.DeepEqual(output, map[string]any{"ok": true}) {
+				t.Fatalf("subscribed: states %v, output %v; want to completed with {ok: true}", states, output)
+			}
+			if _, err := collect(c.SubscribeToTask(t.Context(), &a2a.SubscribeToTaskRequest{ID: task.ID})); !errors.Is(err, a2a.ErrUnsupportedOperation) {
+				t.Errorf("subscribing to an ended task: %v, want unsupported operation", err)
+			}
+			other := connectTo(t, later, "token-b", b)
+			if _, err := collect(other.SubscribeToTask(t.Context(), &a2a.SubscribeToTaskRequest{ID: task.ID})); !errors.Is(err, a2a.ErrTaskNotFound) {
+				t.Errorf("team-b subscribing to team-a's task: %v, want task not found", err)
+			}
+		})
+	}
+
+	// The whole history of an answered task, from the records alone.
+	task := send(t, e.connect(t, "token-a", a2a.TransportProtocolJSONRPC), start("chooser", "pick one"))
+	send(t, e.connect(t, "token-a", a2a.TransportProtocolJSONRPC), reply(task, "B"))
+	got, err := connectTo(t, later, "token-a", a2a.TransportProtocolHTTPJSON).GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, m := range got.History {
+		texts = append(texts, string(m.Role)+": "+m.Parts[0].Text())
+	}
+	if want := []string{"ROLE_USER: pick one", "ROLE_AGENT: Rewrite A or B?", "ROLE_USER: B"}; !reflect.DeepEqual(texts, want) {
+		t.Errorf("history %q, want %q", texts, want)
+	}
+	one := 1
+	got, err = connectTo(t, later, "token-a", a2a.TransportProtocolJSONRPC).GetTask(t.Context(), &a2a.GetTaskRequest{ID: task.ID, HistoryLength: &one})
+	if err != nil || len(got.History) != 1 || got.History[0].Parts[0].Text() != "B" {
+		t.Errorf("historyLength 1: %+v %v, want the answer alone", got, err)
+	}
+}
+
+// collect reads a stream to its end and returns its events and its error.
+func collect(seq iter.Seq2[a2a.Event, error]) ([]a2a.Event, error) {
+	var evs []a2a.Event
+	for ev, err := range seq {
+		if err != nil {
+			return evs, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
 }
 
 // Each sub-agent is an agent of its own too: its card at
@@ -443,8 +551,8 @@ func TestCancelWhileRunning(t *testing.T) {
 
 // A task is its principal's: another principal's get, cancel and message
 // on it are the protocol's task-not-found, as for an id that does not
-// exist. A bad skill and a file part are the protocol's errors, and start
-// nothing.
+// exist. A bad skill, a data part that is not an object, two data parts
+// and a file part are the protocol's errors, and start nothing.
 func TestRefusals(t *testing.T) {
 	e := newEnv(t)
 	for _, b := range bindings {
@@ -478,6 +586,16 @@ func TestRefusals(t *testing.T) {
 			}
 			if _, err := a.SendMessage(t.Context(), start("", "hi")); !errors.Is(err, a2a.ErrInvalidParams) {
 				t.Errorf("no skill among several: %v, want invalid params", err)
+			}
+			for name, parts := range map[string][]*a2a.Part{
+				"a data part that is not an object": {a2a.NewDataPart([]any{1.0, 2.0})},
+				"two data parts":                    {a2a.NewDataPart(map[string]any{"a": 1.0}), a2a.NewDataPart(map[string]any{"b": 2.0})},
+			} {
+				m := a2a.NewMessage(a2a.MessageRoleUser, parts...)
+				m.Metadata = map[string]any{"skill": "echo"}
+				if _, err := a.SendMessage(t.Context(), &a2a.SendMessageRequest{Message: m}); !errors.Is(err, a2a.ErrInvalidParams) {
+					t.Errorf("%s: %v, want invalid params", name, err)
+				}
 			}
 			file := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewRawPart([]byte("binary")))
 			file.Metadata = map[string]any{"skill": "echo"}
@@ -522,5 +640,59 @@ func TestAgentCard(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("POST %s without a token: %s, want 401", path, resp.Status)
 		}
+	}
+}
+
+// ListTasks lists the caller's tasks only, newest first, filtered by
+// state and context and paged; artifacts only when asked for. Over both
+// bindings.
+func TestListTasks(t *testing.T) {
+	e := newEnv(t)
+	a := e.connect(t, "token-a", a2a.TransportProtocolJSONRPC)
+	var mine []a2a.TaskID
+	for _, req := range []*a2a.SendMessageRequest{start("echo", "one"), start("chooser", "pick one"), start("echo", "three")} {
+		mine = append(mine, send(t, a, req).ID)
+	}
+	slices.Reverse(mine)
+	theirs := send(t, e.connect(t, "token-b", a2a.TransportProtocolJSONRPC), start("echo", "theirs")).ID
+	ids := func(ts []*a2a.Task) []a2a.TaskID {
+		var out []a2a.TaskID
+		for _, t := range ts {
+			out = append(out, t.ID)
+		}
+		return out
+	}
+	for _, b := range bindings {
+		t.Run(string(b), func(t *testing.T) {
+			c := e.connect(t, "token-a", b)
+			all, err := c.ListTasks(t.Context(), &a2a.ListTasksRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(all.Tasks); !reflect.DeepEqual(got, mine) || all.TotalSize != 3 || all.NextPageToken != "" {
+				t.Errorf("team-a's tasks %v (total %d, next %q), want %v", got, all.TotalSize, all.NextPageToken, mine)
+			}
+			for _, task := range all.Tasks {
+				if len(task.Artifacts) != 0 {
+					t.Errorf("task %s listed with artifacts it was not asked for", task.ID)
+				}
+			}
+			waiting, err := c.ListTasks(t.Context(), &a2a.ListTasksRequest{Status: a2a.TaskStateInputRequired})
+			if err != nil || !reflect.DeepEqual(ids(waiting.Tasks), mine[1:2]) {
+				t.Errorf("input-required: %v %v, want %v", ids(waiting.Tasks), err, mine[1:2])
+			}
+			page, err := c.ListTasks(t.Context(), &a2a.ListTasksRequest{PageSize: 2, IncludeArtifacts: true})
+			if err != nil || !reflect.DeepEqual(ids(page.Tasks), mine[:2]) || page.NextPageToken == "" || len(page.Tasks[0].Artifacts) != 1 {
+				t.Fatalf("first page: %v (next %q) %v, want %v with the artifacts", ids(page.Tasks), page.NextPageToken, err, mine[:2])
+			}
+			page, err = c.ListTasks(t.Context(), &a2a.ListTasksRequest{PageSize: 2, PageToken: page.NextPageToken})
+			if err != nil || !reflect.DeepEqual(ids(page.Tasks), mine[2:]) || page.NextPageToken != "" {
+				t.Errorf("second page: %v (next %q) %v, want %v", ids(page.Tasks), page.NextPageToken, err, mine[2:])
+			}
+			other, err := e.connect(t, "token-b", b).ListTasks(t.Context(), &a2a.ListTasksRequest{})
+			if err != nil || !reflect.DeepEqual(ids(other.Tasks), []a2a.TaskID{theirs}) {
+				t.Errorf("team-b's tasks %v %v, want only %s", ids(other.Tasks), err, theirs)
+			}
+		})
 	}
 }

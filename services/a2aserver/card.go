@@ -80,7 +80,7 @@ func (s *Service) card(ctx context.Context, endpoint, only string) (*a2a.AgentCa
 			a2a.NewAgentInterface(endpoint, a2a.TransportProtocolJSONRPC),
 			a2a.NewAgentInterface(endpoint, a2a.TransportProtocolHTTPJSON),
 		},
-		Capabilities:       capabilities,
+		Capabilities:       s.capabilities(),
 		DefaultInputModes:  []string{mediaText, mediaJSON},
 		DefaultOutputModes: []string{mediaJSON, mediaText},
 		DocumentationURL:   "https://github.com/agora-dispatch/agora/blob/main/docs/a2a.md",

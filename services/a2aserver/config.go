@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
 	"github.com/agora-dispatch/agora/internal/principal"
@@ -24,6 +25,22 @@ type Config struct {
 	// https://agora.example.com; the agent card names
 	// <PublicURL>/a2a. Empty: the URL of the request that read the card.
 	PublicURL string `envconfig:"A2A_PUBLIC_URL"`
+	// PushSecret signs every push notification (X-Agora-Signature, as the
+	// webhook notifier signs its POSTs); at least 16 bytes. Empty: push
+	// notifications are not offered (docs/a2a.md, "Push notifications").
+	PushSecret string `envconfig:"A2A_PUSH_SECRET"`
+	// PushAllowPrivate lets push notifications go to loopback, private,
+	// link-local and other non-public addresses. For tests and trusted
+	// set-ups only.
+	PushAllowPrivate bool `envconfig:"A2A_PUSH_ALLOW_PRIVATE"`
+	// PushAttempts is how many times one notification is POSTed before it
+	// is dropped.
+	PushAttempts int `envconfig:"A2A_PUSH_ATTEMPTS" default:"5"`
+	// PushBackoff is the wait after the first failed POST; it doubles up
+	// to 30s. A 429 or 503 with Retry-After waits what it says.
+	PushBackoff time.Duration `envconfig:"A2A_PUSH_BACKOFF" default:"1s"`
+	// PushTimeout bounds one POST.
+	PushTimeout time.Duration `envconfig:"A2A_PUSH_TIMEOUT" default:"10s"`
 }
 
 // withDefaults trims APITokens.
@@ -46,6 +63,18 @@ func (c Config) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("%s=%q: want an http or https URL, as in https://agora.example.com", v("PublicURL"), c.PublicURL))
 		}
+	}
+	if c.PushSecret != "" && len(c.PushSecret) < 16 {
+		errs = append(errs, fmt.Errorf("%s: want a secret of at least 16 bytes (it signs every push notification)", v("PushSecret")))
+	}
+	if c.PushAttempts < 1 || c.PushAttempts > 100 {
+		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 100", v("PushAttempts"), c.PushAttempts))
+	}
+	if c.PushBackoff < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 10ms", v("PushBackoff"), c.PushBackoff))
+	}
+	if c.PushTimeout < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("PushTimeout"), c.PushTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -230,6 +230,10 @@ func (s *Service) dispatch(ctx context.Context, who *principal.Principal, ec *a2
 	var tl *client.TooLargeError
 	switch {
 	case err == nil:
+		if err := s.index(ctx, who, ec.TaskID); err != nil {
+			// The task runs; only ListTasks misses it.
+			s.log.Warn("a2a: the task is not listed", "thread_id", ec.TaskID, "err", err)
+		}
 		return nil
 	case errors.As(err, &tl):
 		return invalid("%v", tl)

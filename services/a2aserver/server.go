@@ -7,7 +7,9 @@
 // A task is a thread: its id is the thread id, and a message on it
 // answers the question the thread waits on, through the router like any
 // other door. Task state is read from Agora's own records through
-// pkg/client, so a task outlives this process. See docs/a2a.md.
+// pkg/client, so a task outlives this process. With a push secret, a
+// client may register webhooks on its tasks: every state change of the
+// task is POSTed to them, signed. See docs/a2a.md.
 package a2aserver
 
 import (
@@ -60,6 +62,8 @@ type Service struct {
 	// ends then (the thread runs on; tasks/get still reads it).
 	base context.Context
 	stop context.CancelFunc
+	// ready is closed once Run delivers push notifications.
+	ready chan struct{}
 	// cancels holds, per task this door is cancelling, a channel closed
 	// once its canceled event is written (executor.Cancel).
 	cancels sync.Map
@@ -84,25 +88,42 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("a2aserver: %w", err)
 	}
 	s.store = newStore(s)
-	s.handler = a2asrv.NewHandler(&executor{s: s},
+	s.ready = make(chan struct{})
+	caps := s.capabilities()
+	opts := []a2asrv.RequestHandlerOption{
 		a2asrv.WithTaskStore(s.store),
 		a2asrv.WithLogger(s.log),
-		a2asrv.WithCapabilityChecks(&capabilities),
+		a2asrv.WithCapabilityChecks(&caps),
 		a2asrv.WithCallInterceptors(&interceptor{s: s}),
-	)
+	}
+	if s.pushOn() {
+		opts = append(opts, a2asrv.WithPushNotifications(pushStore{s}, noSender{}))
+	}
+	s.handler = handler{RequestHandler: a2asrv.NewHandler(&executor{s: s}, opts...), s: s}
 	return s, nil
 }
 
 // capabilities are what the agent card announces and the handler holds
-// requests to.
-var capabilities = a2a.AgentCapabilities{Streaming: true}
+// requests to: push notifications when a secret signs them.
+func (s *Service) capabilities() a2a.AgentCapabilities {
+	return a2a.AgentCapabilities{Streaming: true, PushNotifications: s.pushOn()}
+}
 
-// Run blocks until ctx ends, then ends every execution still following a
-// thread. The threads themselves run on.
+// Ready is closed once Run delivers push notifications (at once when
+// they are not offered).
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run delivers push notifications, when offered, and blocks until ctx
+// ends; then it ends every execution still following a thread. The
+// threads themselves run on.
 func (s *Service) Run(ctx context.Context) error {
-	<-ctx.Done()
-	s.stop()
-	return nil
+	defer s.stop()
+	if !s.pushOn() {
+		close(s.ready)
+		<-ctx.Done()
+		return nil
+	}
+	return s.runPush(ctx, func() { close(s.ready) })
 }
 
 // bound returns ctx, ended also when Run returns.

@@ -1,7 +1,9 @@
 package a2aserver
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -155,11 +157,6 @@ func (st *store) Get(ctx context.Context, id a2a.TaskID) (*taskstore.StoredTask,
 	return &taskstore.StoredTask{Task: &t, Version: k.version}, nil
 }
 
-// List implements taskstore.Store: listing is not offered (docs/a2a.md).
-func (st *store) List(context.Context, *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
-	return nil, a2a.NewError(a2a.ErrUnsupportedOperation, "tasks/list is not offered: keep the task ids SendMessage returns, or list threads with GET /v1/events")
-}
-
 // rank orders the states a task passes through: round by round,
 // submitted, working, input-required, then an end.
 func rank(t *a2a.Task) int {
@@ -256,7 +253,60 @@ func (s *Service) taskOf(ctx context.Context, th *client.Thread) (*a2a.Task, err
 	default:
 		t.Status.State = a2a.TaskStateWorking
 	}
+	h, err := s.historyOf(ctx, info, th)
+	if err != nil {
+		return nil, err
+	}
+	t.History = h
 	return t, nil
+}
+
+// historyOf derives a task's messages from its thread's records: the
+// input that started it, then for each round that asked, the question
+// and the answer that resumed it. It is what a task's history is after
+// a restart of the door, or in another process.
+func (s *Service) historyOf(ctx context.Context, info a2a.TaskInfo, th *client.Thread) ([]*a2a.Message, error) {
+	var h []*a2a.Message
+	if r := th.Rounds[0].Request; r != nil && len(r.Input) > 0 {
+		h = append(h, inputMessage(info, th.ThreadID, r.Input))
+	}
+	for _, rd := range th.Rounds {
+		if rd.Result == nil || rd.Result.QuestionID == "" {
+			continue
+		}
+		q, err := s.waitedOn(ctx, rd.Result.QuestionID)
+		if err != nil {
+			return nil, err
+		}
+		if q.QuestionID == "" {
+			q = lifecycle.Question{Common: rd.Common(), QuestionID: rd.Result.QuestionID, Question: rd.Result.Question}
+		}
+		h = append(h, questionMessage(info, q))
+		if a := cmp.Or(q.Decision, q.Answer); a != "" {
+			m := a2a.NewMessageForTask(a2a.MessageRoleUser, info, a2a.NewTextPart(a))
+			m.ID = "answer-" + q.QuestionID
+			m.Metadata = map[string]any{metaQuestionID: q.QuestionID, "answered_by": q.AnsweredBy}
+			h = append(h, m)
+		}
+	}
+	return h, nil
+}
+
+// inputMessage is the message that started a thread, from its input: the
+// text of an input that holds only a task, else the input as a data part.
+func inputMessage(info a2a.TaskInfo, threadID string, input json.RawMessage) *a2a.Message {
+	var obj map[string]any
+	_ = json.Unmarshal(input, &obj)
+	var p *a2a.Part
+	if task, ok := obj["task"].(string); ok && len(obj) == 1 {
+		p = a2a.NewTextPart(task)
+	} else {
+		p = a2a.NewDataPart(obj)
+		p.MediaType = mediaJSON
+	}
+	m := a2a.NewMessageForTask(a2a.MessageRoleUser, info, p)
+	m.ID = "input-" + threadID
+	return m
 }
 
 // waitedOn is the question a paused round waits on: its own, or the one
