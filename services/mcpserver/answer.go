@@ -29,23 +29,15 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 		return nil, nil, fmt.Errorf("decision %q: want approve or reject", in.Decision)
 	}
 	var via []client.AnswerOption
-	if !t.who.Admin && (!t.who.SeeAll || t.who.Answer != nil) {
+	if t.checksAnswers() {
 		q, err := t.s.c.Question(ctx, in.QuestionID)
 		if errors.Is(err, client.ErrNotFound) {
 			return nil, nil, fmt.Errorf("no question %s: agora_questions lists them", in.QuestionID)
 		} else if err != nil {
 			return nil, nil, t.explain(err)
 		}
-		if err := t.seeQuestion(ctx, &q); err != nil {
+		if via, err = t.mayAnswer(ctx, q); err != nil {
 			return nil, nil, err
-		}
-		if !t.who.MayAnswer(q.Route) {
-			return nil, nil, fmt.Errorf("principal %s may not answer question %s: it is on route %s, and its answer scope is %v (AGORA_PRINCIPALS_FILE)", t.who.Name, in.QuestionID, q.Route, t.who.Answer)
-		}
-		if t.who.Answer != nil {
-			// Through the route's door: the router refuses the answer
-			// if the question moved off the route meanwhile.
-			via = append(via, client.AnswerVia(q.Route))
 		}
 	}
 	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy()}, via...)
@@ -73,4 +65,28 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 	}
 	return nil, &Result{Status: "answered", ThreadID: threadID, QuestionID: in.QuestionID,
 		Next: fmt.Sprintf("answered as %s at %s; the thread resumes as a new round: call agora_dispatch with thread_id %q to follow it", rep.AnsweredBy, rep.AnsweredAt.UTC().Format(time.RFC3339), threadID)}, nil
+}
+
+// checksAnswers reports whether the caller's answers are checked against
+// its scope (mayAnswer): everyone's but an admin's, and a see-all
+// principal's without an answer scope.
+func (t *tools) checksAnswers() bool { return !t.who.Admin && (!t.who.SeeAll || t.who.Answer != nil) }
+
+// mayAnswer decides whether the caller may answer q, as every door does:
+// it must see every thread the answer resumes, and its answer scope must
+// hold q's route. It returns the options that make the router check the
+// route again.
+func (t *tools) mayAnswer(ctx context.Context, q lifecycle.Question) ([]client.AnswerOption, error) {
+	if err := t.seeQuestion(ctx, &q); err != nil {
+		return nil, err
+	}
+	if !t.who.MayAnswer(q.Route) {
+		return nil, fmt.Errorf("principal %s may not answer question %s: it is on route %s, and its answer scope is %v (AGORA_PRINCIPALS_FILE)", t.who.Name, q.QuestionID, q.Route, t.who.Answer)
+	}
+	if t.who.Answer != nil {
+		// Through the route's door: the router refuses the answer if the
+		// question moved off the route meanwhile.
+		return []client.AnswerOption{client.AnswerVia(q.Route)}, nil
+	}
+	return nil, nil
 }

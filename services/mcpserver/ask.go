@@ -30,15 +30,7 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	if !canElicit {
 		return withLinks(r), r, nil
 	}
-	params := elicitFor(q, note)
-	if len(r.Artifacts) > 0 {
-		// What the person is asked about, e.g. the change to approve.
-		var names []string
-		for _, a := range r.Artifacts {
-			names = append(names, a.Name+" ("+a.URI+")")
-		}
-		params.Message += "\n\nThe sub-agent left: " + strings.Join(names, ", ")
-	}
+	params := askFor(q, note, r.Artifacts)
 	if ip.ProtocolVersion >= mrtrProtocol {
 		st, err := t.s.seal.seal(state{ID: newStateID(), Principal: t.principal, ThreadID: d.ThreadID, QuestionID: q.QuestionID,
 			Kind: q.Kind, Expires: time.Now().Add(t.s.cfg.StateTTL)})
@@ -105,6 +97,21 @@ func (t *tools) answered(ctx context.Context, req *mcp.CallToolRequest, threadID
 		return nil, nil, t.explain(err)
 	}
 	return t.follow(ctx, req, threadID, "")
+}
+
+// askFor is the elicitation that asks q (elicitFor), naming the
+// artifacts the asking round left: what the person is asked about, e.g.
+// the change to approve.
+func askFor(q lifecycle.Question, note string, artifacts []ArtifactRef) *mcp.ElicitParams {
+	params := elicitFor(q, note)
+	if len(artifacts) > 0 {
+		var names []string
+		for _, a := range artifacts {
+			names = append(names, a.Name+" ("+a.URI+")")
+		}
+		params.Message += "\n\nThe sub-agent left: " + strings.Join(names, ", ")
+	}
+	return params
 }
 
 // elicitFor builds the form that asks q: its options as a titled

@@ -53,46 +53,55 @@ func (t *tools) dispatch(ctx context.Context, req *mcp.CallToolRequest, in Dispa
 	if req.Params.RequestState != "" {
 		return t.resume(ctx, req)
 	}
-	threadID := in.ThreadID
-	switch {
-	case threadID != "" && in.Subagent != "":
-		return nil, nil, errors.New("give either subagent (to dispatch) or thread_id (to keep following a thread), not both")
-	case threadID != "":
-		if err := lifecycle.ValidToken(threadID); err != nil {
-			return nil, nil, fmt.Errorf("thread_id %q is not a thread id", threadID)
-		}
-		if err := t.seeThread(ctx, threadID, false); err != nil {
-			return nil, nil, err
-		}
-	case in.Subagent == "":
-		return nil, nil, errors.New("subagent is required: agora_subagents lists the sub-agents you can dispatch")
-	default:
-		input := json.RawMessage(`{}`)
-		if in.Input != nil {
-			b, err := json.Marshal(in.Input)
-			if err != nil {
-				return nil, nil, fmt.Errorf("input: %v", err)
-			}
-			input = b
-		}
-		if !t.who.MayDispatch(in.Subagent) {
-			return nil, nil, fmt.Errorf("principal %s may not dispatch sub-agent %q: its dispatch scope in AGORA_PRINCIPALS_FILE is %v", t.who.Name, in.Subagent, t.who.Dispatch)
-		}
-		var opts []client.DispatchOption
-		if t.owned {
-			opts = append(opts, client.OnBehalfOf(t.principal))
-		}
-		d, err := t.s.c.Dispatch(ctx, lifecycle.Request{Subagent: in.Subagent, Input: input, Labels: in.Labels, Timeout: in.Timeout, MaxRounds: in.MaxRounds}, opts...)
-		if err != nil {
-			return nil, nil, t.explain(err)
-		}
-		threadID = d.ThreadID
-		if in.Wait != nil && !*in.Wait {
-			return nil, &Result{Status: "queued", ThreadID: threadID, DispatchID: threadID, Subagent: in.Subagent,
-				Next: "call agora_dispatch with this thread_id to follow it, or agora_status to check on it"}, nil
-		}
+	threadID, err := t.begin(ctx, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.ThreadID == "" && in.Wait != nil && !*in.Wait {
+		return nil, &Result{Status: "queued", ThreadID: threadID, DispatchID: threadID, Subagent: in.Subagent,
+			Next: "call agora_dispatch with this thread_id to follow it, or agora_status to check on it"}, nil
 	}
 	return t.follow(ctx, req, threadID, "")
+}
+
+// begin checks agora_dispatch's arguments and returns the thread to
+// follow: thread_id's, when the caller may see it, or that of a new
+// dispatch of the sub-agent. Its errors are tool errors.
+func (t *tools) begin(ctx context.Context, in DispatchArgs) (string, error) {
+	switch {
+	case in.ThreadID != "" && in.Subagent != "":
+		return "", errors.New("give either subagent (to dispatch) or thread_id (to keep following a thread), not both")
+	case in.ThreadID != "":
+		if err := lifecycle.ValidToken(in.ThreadID); err != nil {
+			return "", fmt.Errorf("thread_id %q is not a thread id", in.ThreadID)
+		}
+		if err := t.seeThread(ctx, in.ThreadID, false); err != nil {
+			return "", err
+		}
+		return in.ThreadID, nil
+	case in.Subagent == "":
+		return "", errors.New("subagent is required: agora_subagents lists the sub-agents you can dispatch")
+	}
+	input := json.RawMessage(`{}`)
+	if in.Input != nil {
+		b, err := json.Marshal(in.Input)
+		if err != nil {
+			return "", fmt.Errorf("input: %v", err)
+		}
+		input = b
+	}
+	if !t.who.MayDispatch(in.Subagent) {
+		return "", fmt.Errorf("principal %s may not dispatch sub-agent %q: its dispatch scope in AGORA_PRINCIPALS_FILE is %v", t.who.Name, in.Subagent, t.who.Dispatch)
+	}
+	var opts []client.DispatchOption
+	if t.owned {
+		opts = append(opts, client.OnBehalfOf(t.principal))
+	}
+	d, err := t.s.c.Dispatch(ctx, lifecycle.Request{Subagent: in.Subagent, Input: input, Labels: in.Labels, Timeout: in.Timeout, MaxRounds: in.MaxRounds}, opts...)
+	if err != nil {
+		return "", t.explain(err)
+	}
+	return d.ThreadID, nil
 }
 
 // follow reads the thread from its start until it ends, pauses on an open
@@ -142,21 +151,10 @@ func (t *tools) follow(ctx context.Context, req *mcp.CallToolRequest, threadID, 
 				p.stop()
 				return t.ask(ctx, req, d, q, note)
 			}
-		case *lifecycle.Finished:
-			r := *last
-			r.Status, r.Output, r.Next = "finished", rawToAny(d.Output), "the thread is done"
-			r.Artifacts = artifactRefs(d.DispatchID, d)
-			return withLinks(&r), &r, nil
-		case *lifecycle.Failed:
-			r := *last
-			r.Status, r.Reason, r.Detail = "failed", string(d.Reason), d.Detail
-			r.Next = "the thread ended failed; agora_events shows its history"
-			r.Artifacts = artifactRefs(d.DispatchID, d)
-			return withLinks(&r), &r, nil
-		case *lifecycle.Cancelled:
-			r := *last
-			r.Status, r.Detail, r.Next = "cancelled", strings.TrimSpace(d.By+": "+d.Reason), "the thread was cancelled"
-			return nil, &r, nil
+		default:
+			if res, r, ok := ended(d); ok {
+				return res, r, nil
+			}
 		}
 	}
 	if ctx.Err() != nil {
@@ -165,6 +163,27 @@ func (t *tools) follow(ctx context.Context, req *mcp.CallToolRequest, threadID, 
 	last.Status = "running"
 	last.Next = fmt.Sprintf("still running after this call's wait cap (%s): call agora_dispatch with thread_id %q to keep following it", t.s.cfg.WaitCap, threadID)
 	return nil, last, nil
+}
+
+// ended is agora_dispatch's result for the event that ended a thread
+// (finished, failed or cancelled); ok is false for any other event.
+func ended(d lifecycle.Lifecycle) (*mcp.CallToolResult, *Result, bool) {
+	c := d.Base()
+	r := &Result{ThreadID: c.ThreadID, DispatchID: c.DispatchID, Round: c.Round, Subagent: c.Subagent}
+	switch d := d.(type) {
+	case *lifecycle.Finished:
+		r.Status, r.Output, r.Next = "finished", rawToAny(d.Output), "the thread is done"
+	case *lifecycle.Failed:
+		r.Status, r.Reason, r.Detail = "failed", string(d.Reason), d.Detail
+		r.Next = "the thread ended failed; agora_events shows its history"
+	case *lifecycle.Cancelled:
+		r.Status, r.Detail, r.Next = "cancelled", strings.TrimSpace(d.By+": "+d.Reason), "the thread was cancelled"
+		return nil, r, true
+	default:
+		return nil, nil, false
+	}
+	r.Artifacts = artifactRefs(c.DispatchID, d)
+	return withLinks(r), r, true
 }
 
 // openQuestion reads the question of a needs_input: open reports that it
@@ -176,25 +195,14 @@ func (t *tools) openQuestion(ctx context.Context, d *lifecycle.NeedsInput) (life
 	if rec, err := t.s.c.Status(ctx, d.DispatchID); err == nil && rec.CancelRequested != nil {
 		return lifecycle.Question{}, false, nil
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(questionGrace)
 	for {
-		q, err := t.s.c.Question(ctx, d.QuestionID)
-		if err == nil && q.Status == lifecycle.StatusJoined && q.JoinedTo != "" {
-			// The thread waits on the question its own joined: that one
-			// is asked, and its answer resumes this thread too.
-			if q, err = t.s.c.Question(ctx, q.JoinedTo); err != nil {
-				return lifecycle.Question{}, false, err
-			}
-		}
-		if err == nil {
-			return q, q.Status == "asked", nil
-		}
-		if !errors.Is(err, client.ErrNotFound) {
-			return lifecycle.Question{}, false, err
+		q, found, err := t.waitedOn(ctx, d.QuestionID)
+		if err != nil || found {
+			return q, err == nil && q.Status == "asked", err
 		}
 		if time.Now().After(deadline) {
-			return lifecycle.Question{Common: d.Common, QuestionID: d.QuestionID, Status: "asked", Question: d.Question,
-				Options: d.Options, Context: d.Context, Kind: d.Kind}, true, nil
+			return eventQuestion(d), true, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -202,6 +210,38 @@ func (t *tools) openQuestion(ctx context.Context, d *lifecycle.NeedsInput) (life
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// questionGrace is how long the router may take to record a question
+// after its needs_input event; past it the event stands for the record.
+const questionGrace = 5 * time.Second
+
+// waitedOn reads the question a paused round waits on: its own, or the
+// one it joined (asked once for every thread waiting on it, whose answer
+// resumes this thread too). found is false while the router has not
+// recorded it.
+func (t *tools) waitedOn(ctx context.Context, qid string) (q lifecycle.Question, found bool, err error) {
+	q, err = t.s.c.Question(ctx, qid)
+	if err == nil && q.Status == lifecycle.StatusJoined && q.JoinedTo != "" {
+		q, err = t.s.c.Question(ctx, q.JoinedTo)
+		if err != nil {
+			return lifecycle.Question{}, false, err
+		}
+	}
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		return lifecycle.Question{}, false, nil
+	case err != nil:
+		return lifecycle.Question{}, false, err
+	}
+	return q, true, nil
+}
+
+// eventQuestion is the question a needs_input event asked, standing for
+// its record while the router has none.
+func eventQuestion(d *lifecycle.NeedsInput) lifecycle.Question {
+	return lifecycle.Question{Common: d.Common, QuestionID: d.QuestionID, Status: "asked", Question: d.Question,
+		Options: d.Options, Context: d.Context, Kind: d.Kind}
 }
 
 // progress sends MCP progress notifications while a call follows a
