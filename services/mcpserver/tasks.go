@@ -185,11 +185,16 @@ func (t *tools) createTask(ctx context.Context, params json.RawMessage) (any, er
 		return toolError(err), nil
 	}
 	th, err := t.taskThread(ctx, "create", threadID)
+	if err != nil && in.ThreadID != "" {
+		return toolError(t.explainTarget(client.ErrNotFound, "thread", threadID)), nil
+	}
 	if err != nil {
-		if in.ThreadID != "" {
-			return toolError(t.explainTarget(client.ErrNotFound, "thread", threadID)), nil
+		// The dispatcher records a thread before it answers the dispatch;
+		// the handle goes out only once tasks/get finds it, as the
+		// extension asks.
+		if th, err = t.settled(ctx, threadID); err != nil {
+			return nil, err
 		}
-		return nil, err
 	}
 	tk, err := t.taskOf(ctx, th)
 	if err != nil {
@@ -198,6 +203,23 @@ func (t *tools) createTask(ctx context.Context, params json.RawMessage) (any, er
 	tk.ResultType = "task"
 	t.s.log.Info("mcp task", "thread_id", threadID, "principal", t.principal, "status", tk.Status)
 	return tk, nil
+}
+
+// settled reads the thread of a task just created until its records are
+// found, for at most questionGrace.
+func (t *tools) settled(ctx context.Context, id string) (*client.Thread, error) {
+	deadline := time.Now().Add(questionGrace)
+	for {
+		th, err := t.taskThread(ctx, "create", id)
+		if err == nil || time.Now().After(deadline) {
+			return th, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, internalError(ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // toolError is the result of a tool call that failed.

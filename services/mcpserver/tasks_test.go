@@ -538,3 +538,38 @@ func TestTaskBadRequests(t *testing.T) {
 		t.Errorf("after the bad requests the question is %+v, want it still asked", q)
 	}
 }
+
+// A task asks its question with the very form agora_dispatch's
+// input-required result asks it with.
+func TestTaskAsksAsAgoraDispatchAsks(t *testing.T) {
+	e := newTaskEnv(t)
+	// Two sub-agents, lest the second question join the first.
+	e.sys.Shell("chooser", chooser)
+	e.sys.Shell("chooser-too", chooser)
+	url, _ := e.mcp(t, mcpserver.Config{APITokens: []string{"s3cret"}})
+	plain := &rawClient{t: t, url: url, token: "s3cret", version: "2026-07-28", meta: newMeta()}
+	args := map[string]any{"subagent": "chooser", "input": map[string]any{"task": "x"}}
+	m, _ := plain.call("tools/call", map[string]any{"name": "agora_dispatch", "arguments": args}, nil)
+	ir := result(t, m)
+	if ir["resultType"] != "input_required" {
+		t.Fatalf("agora_dispatch without the extension: %v, want today's input-required result", ir)
+	}
+	tc := sessionless(t, url, "s3cret")
+	args["subagent"] = "chooser-too"
+	r := result(t, tc("tools/call", map[string]any{"name": "agora_dispatch", "arguments": args}))
+	id, _ := r["taskId"].(string)
+	tk := pollTask(t, tc, id, "input_required")
+	// The same form, but for the thread's own ids.
+	form := func(reqs any) string {
+		var qid string
+		for k := range reqs.(map[string]any) {
+			qid = k
+		}
+		b, _ := json.Marshal(reqs.(map[string]any)[qid])
+		return strings.ReplaceAll(string(b), strings.TrimPrefix(qid, "q-"), "<thread>")
+	}
+	got := strings.ReplaceAll(form(tk["inputRequests"]), "chooser-too", "chooser")
+	if want := form(ir["inputRequests"]); got != want {
+		t.Errorf("the task asks\n%s\nagora_dispatch asks\n%s", got, want)
+	}
+}
