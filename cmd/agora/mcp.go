@@ -21,7 +21,10 @@ func newMCPCmd(g *globals) *cobra.Command {
 dispatch sub-agents and follow their threads (agora_dispatch), answer and list
 questions (agora_answer, agora_questions), and read status and events, cancel,
 and list sub-agents. When a thread asks a question, the client's user is
-asked for the answer (MCP input-required results, or elicitation).
+asked for the answer (MCP input-required results, or elicitation). A client
+that declares the MCP Tasks extension gets agora_dispatch's thread as a task
+instead: tasks/get polls it, tasks/update answers its question, tasks/cancel
+cancels it, across connections and restarts (docs/mcp.md, "Tasks").
 
 Without --http it serves one session on stdin/stdout, answering as
 mcp:<who the NATS credentials prove> (the creds file's user name, the URL's

@@ -79,8 +79,13 @@ func (c *rawClient) post(msg map[string]any) *http.Response {
 	set("Mcp-Session-Id", c.session)
 	if m, _ := msg["method"].(string); m != "" && c.meta != nil {
 		set("Mcp-Method", m)
-		if p, _ := msg["params"].(map[string]any); m == "tools/call" {
+		p, _ := msg["params"].(map[string]any)
+		switch {
+		case m == "tools/call":
 			set("Mcp-Name", fmt.Sprint(p["name"]))
+		case strings.HasPrefix(m, "tasks/"): // the Tasks extension names the task
+			id, _ := p["taskId"].(string)
+			set("Mcp-Name", id)
 		}
 	}
 	c.t.Logf("→ POST [%s] %s", strings.Join(hdrs, "; "), body)

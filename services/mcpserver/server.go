@@ -6,7 +6,10 @@
 // answer: as an input-required result (protocol 2026-07-28, with a sealed,
 // bound, expiring and single-use requestState), through elicitation for
 // older clients, or as a needs_input result the model answers with
-// agora_answer. It talks to Agora only through pkg/client. See docs/mcp.md.
+// agora_answer. A client that declares the MCP Tasks extension gets
+// agora_dispatch's thread as a task instead, read with tasks/get,
+// answered with tasks/update and cancelled with tasks/cancel. It talks
+// to Agora only through pkg/client. See docs/mcp.md.
 package mcpserver
 
 import (
@@ -109,16 +112,25 @@ func (s *Service) Close() {
 	}
 }
 
-// server builds the MCP server for one principal: every tool call through
-// it acts, answers and is recorded as that principal, and sees, follows
-// and cancels what its scope allows (owner.go). owned records the threads
-// it dispatches as the principal's (an authenticated HTTP caller's).
-func (s *Service) server(who *principal.Principal, owned bool) *mcp.Server {
+// newTools returns the tool handlers of one principal: every tool call
+// through them acts, answers and is recorded as that principal, and sees,
+// follows and cancels what its scope allows (owner.go). owned records the
+// threads it dispatches as the principal's (an authenticated HTTP
+// caller's).
+func (s *Service) newTools(who *principal.Principal, owned bool) *tools {
+	return &tools{s: s, principal: who.Name, who: who, owned: owned}
+}
+
+// server builds the MCP server of t's principal. It declares the Tasks
+// extension, whose requests reach t before the server (taskwire.go).
+func (s *Service) server(t *tools) *mcp.Server {
+	caps := &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}
+	caps.AddExtension(tasksExtension, nil)
 	srv := mcp.NewServer(&mcp.Implementation{Name: "agora", Title: "Agora", Version: buildinfo.Version()}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       s.log,
+		Capabilities: caps,
 	})
-	t := &tools{s: s, principal: who.Name, who: who, owned: owned}
 	t.register(srv)
 	return srv
 }
@@ -127,7 +139,8 @@ func (s *Service) server(who *principal.Principal, owned bool) *mcp.Server {
 // disconnects or ctx ends. principal names the user behind the session
 // (answers are recorded as "mcp:<principal>").
 func (s *Service) ServeStdio(ctx context.Context, principal string) error {
-	err := s.server(local(principal), false).Run(ctx, &mcp.StdioTransport{})
+	t := s.newTools(local(principal), false)
+	err := s.server(t).Run(ctx, taskTransport{Transport: &mcp.StdioTransport{}, t: t})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -137,7 +150,8 @@ func (s *Service) ServeStdio(ctx context.Context, principal string) error {
 // Serve serves one MCP session on transport (tests use in-memory
 // transports); see ServeStdio.
 func (s *Service) Serve(ctx context.Context, transport mcp.Transport, principal string) (*mcp.ServerSession, error) {
-	return s.server(local(principal), false).Connect(ctx, transport, nil)
+	t := s.newTools(local(principal), false)
+	return s.server(t).Connect(ctx, taskTransport{Transport: transport, t: t}, nil)
 }
 
 // local is the principal of a session its own user runs (stdio, or a
@@ -160,14 +174,17 @@ const sessionlessProtocol = "2026-07-28"
 // request needs a bearer token, which names its principal
 // (internal/principal: "token-<first 8 hex of its SHA-256>" for
 // AGORA_API_TOKENS, the file's name otherwise), else it is "local".
+// Requests of the Tasks extension (tasks.go) are answered before either
+// handler sees them: of 2026-07-28, or on a session of their principal.
 func (s *Service) Handler() http.Handler {
+	owned := !s.principals.Open()
 	getServer := func(r *http.Request) *mcp.Server {
-		return s.server(principalOf(r.Context()), !s.principals.Open())
+		return s.server(s.newTools(principalOf(r.Context()), owned))
 	}
 	open := &sessionCount{m: map[string][]*mcp.Server{}}
 	getSessionServer := func(r *http.Request) *mcp.Server {
 		p := principalOf(r.Context())
-		srv := s.server(p, !s.principals.Open())
+		srv := s.server(s.newTools(p, owned))
 		if r.Header.Get("Mcp-Session-Id") == "" {
 			open.add(p.Name, srv) // it may start a session
 		}
@@ -186,9 +203,14 @@ func (s *Service) Handler() http.Handler {
 			return
 		}
 		principal := who.Name
-		var h http.Handler = sessions
 		// Versions are dates, so they compare as strings (as the SDK does).
-		if v := r.Header.Get("MCP-Protocol-Version"); v >= sessionlessProtocol {
+		v := r.Header.Get("MCP-Protocol-Version")
+		if req, ok := peekTaskCall(r); ok && (v == sessionlessProtocol || v < sessionlessProtocol && open.has(principal, r.Header.Get("Mcp-Session-Id"))) {
+			s.serveTaskHTTP(w, r, s.newTools(who, owned), req, v)
+			return
+		}
+		var h http.Handler = sessions
+		if v >= sessionlessProtocol {
 			h = sessionless
 		} else if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
 			if n := open.live(principal); n >= s.cfg.MaxSessions {
@@ -197,7 +219,7 @@ func (s *Service) Handler() http.Handler {
 				return
 			}
 		}
-		if !s.principals.Open() {
+		if owned {
 			// The SDK binds a session to the user of the request that made
 			// it and refuses the session to a request of another user (403
 			// "session user mismatch"); it learns the user from the token
@@ -222,6 +244,23 @@ func (c *sessionCount) add(principal string, srv *mcp.Server) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m[principal] = append(c.m[principal], srv)
+}
+
+// has reports whether session id is one principal has open.
+func (c *sessionCount) has(principal, id string) bool {
+	if id == "" {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, srv := range c.m[principal] {
+		for ss := range srv.Sessions() {
+			if ss.ID() == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // live returns how many sessions principal has open, forgetting servers
