@@ -48,8 +48,9 @@ const batch = 256
 
 // Read returns the value of every key of bucket that matches keys (a KV
 // key filter, ">" for all) and is not deleted, in revision order. Each
-// page of the answer must come within ctx's deadline or, without one,
-// the connection's request timeout. The
+// message of the answer must come within the connection's request
+// timeout of the one before (a request the server lost, restarting, is
+// not waited on until ctx ends), and all of it within ctx. The
 // bucket's stream must allow direct gets (nats.go makes KV buckets so);
 // the caller needs the grant $JS.API.DIRECT.GET.KV_<bucket>.
 func Read(ctx context.Context, js jetstream.JetStream, bucket, keys string) ([]Entry, error) {
@@ -98,17 +99,12 @@ func page(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, subject, i
 	if err != nil {
 		return 0, false, err
 	}
-	if _, ok := ctx.Deadline(); !ok { // each page in the connection's request timeout
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, nc.Opts.Timeout)
-		defer cancel()
-	}
 	if err := nc.PublishRequest(subject, inbox, req); err != nil {
 		return 0, false, err
 	}
 	next = seq
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		m, err := nextMsg(ctx, sub, nc.Opts.Timeout)
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, false, ErrNoStream
 		}
@@ -146,6 +142,13 @@ func page(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, subject, i
 		}
 		put(key, &Entry{Key: key, Value: m.Data, Revision: s, Created: created})
 	}
+}
+
+// nextMsg waits for sub's next message for at most idle, and not past ctx.
+func nextMsg(ctx context.Context, sub *nats.Subscription, idle time.Duration) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, idle)
+	defer cancel()
+	return sub.NextMsgWithContext(ctx)
 }
 
 // deleted reports a KV delete or purge marker, or a limit's marker.

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agora-dispatch/agora/internal/natstest"
@@ -143,5 +145,37 @@ func TestReadErrors(t *testing.T) {
 	cancel()
 	if _, err := kvsnap.Read(ctx, js, "snap", ">"); err == nil {
 		t.Error("a read with a cancelled context succeeded")
+	}
+}
+
+// A direct get whose answer never comes (the server lost it, restarting)
+// fails within the connection's request timeout, even under a context
+// that would wait for much longer.
+func TestReadGivesUpOnALostAnswer(t *testing.T) {
+	srv := natstest.Start(t)
+	// Something takes the request and never answers it.
+	swallow := srv.Conn(t)
+	if _, err := swallow.Subscribe("$JS.API.DIRECT.GET.KV_lost", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := swallow.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(srv.Conn(t, nats.Timeout(300*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = kvsnap.Read(ctx, js, "lost", ">")
+	if err == nil {
+		t.Fatal("a listing nobody answered succeeded")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("gave up after %s, want about the request timeout (300ms)", d)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("waited until the caller's context ended: %v", ctx.Err())
 	}
 }
