@@ -211,7 +211,8 @@ type proc struct {
 	// reachable, when set, blocks while the process could not reach NATS
 	// (its blackhole is held): it is started again once it can, as a
 	// supervisor restarts a service that exited for want of its server
-	// (a service fails fast when its first connection does).
+	// (a service exits when its first connection does not come within
+	// internal/svc's patience for a slow server).
 	reachable func()
 }
 

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -40,10 +42,29 @@ func Connect(service, id, url, creds string, log *slog.Logger) (*nats.Conn, erro
 		opts = append(opts, o)
 	}
 	nc, err := nats.Connect(url, opts...)
+	// A server that is there but slow to answer (busy, restarting its
+	// JetStream) gets a few more tries; nothing listening fails at once.
+	for deadline := time.Now().Add(connectPatience); timedOut(err) && time.Now().Before(deadline); {
+		if log != nil {
+			log.Warn("NATS is slow to answer: connecting again", "url", url, "err", err)
+		}
+		nc, err = nats.Connect(url, opts...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot reach NATS at %s (AGORA_NATS_URL): %w — is `agora dev` or a NATS server running?", service, url, err)
 	}
 	return nc, nil
+}
+
+// connectPatience is how long Connect keeps trying a server whose
+// connection times out.
+const connectPatience = 15 * time.Second
+
+// timedOut reports a connection attempt that timed out, as opposed to one
+// refused.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, nats.ErrTimeout) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // InboxPrefixVar names the setting of the prefix of a connection's reply

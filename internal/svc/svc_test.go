@@ -2,7 +2,9 @@ package svc_test
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,5 +151,58 @@ func TestConnectInboxPrefix(t *testing.T) {
 		} else if !strings.Contains(err.Error(), svc.InboxPrefixVar) {
 			t.Errorf("%q: error %v does not name the setting", bad, err)
 		}
+	}
+}
+
+// A server that takes the connection but is slow to answer (busy,
+// restarting its JetStream) is tried again; one where nothing listens
+// fails at once, naming the setting.
+func TestConnectWaitsOutASlowServer(t *testing.T) {
+	srv := natstest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	target := strings.TrimPrefix(srv.URL, "nats://")
+	go func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if n == 0 {
+				t.Cleanup(func() { c.Close() }) // held, never answered
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() { _, _ = io.Copy(c, s); c.Close() }()
+		}
+	}()
+	logs := &strings.Builder{}
+	nc, err := svc.Connect("test", "1", "nats://"+ln.Addr().String(), "", slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatalf("a server slow to answer once: %v", err)
+	}
+	nc.Close()
+	if !strings.Contains(logs.String(), "NATS is slow to answer: connecting again") {
+		t.Errorf("the second try is not logged: %s", logs)
+	}
+
+	// Nothing listens there now.
+	addr := ln.Addr().String()
+	ln.Close()
+	start := time.Now()
+	_, err = svc.Connect("test", "1", "nats://"+addr, "", nil)
+	if err == nil || !strings.Contains(err.Error(), "AGORA_NATS_URL") {
+		t.Fatalf("nothing listening: %v, want an error naming AGORA_NATS_URL", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("nothing listening: failed after %s, want at once", d)
 	}
 }
