@@ -1,6 +1,6 @@
 // Package auditlog writes Agora's decision log: one hash-chained entry
 // (pkg/audit) for every step a person's attention touches — a question
-// asked, escalated, answered, expired, withdrawn, and every cancel —
+// asked, escalated, joined, answered, expired, withdrawn, and every cancel —
 // derived from the question events the router publishes on
 // AGORA_QUESTIONS and the cancelled events on AGORA_LIFECYCLE, appended
 // to the AGORA_AUDIT stream. It never changes what it reads.

@@ -299,3 +299,40 @@ func TestGapEntry(t *testing.T) {
 	}
 	testkit.Eventually(t, 20*time.Second, "the events around the gap", func() bool { return len(entries(t, js)) == 3 })
 }
+
+// A question that joins one already asked is in the log when it joins,
+// before any answer: a joined entry naming the question it joined. The
+// answer then ends it through that question's door.
+func TestJoinLoggedWhenItHappens(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	rt, err := router.New(router.Config{RecordWait: time.Millisecond, Tick: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: srv.Conn(t), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Go(t, "router", rt.Run)
+	testkit.WaitReady(t, 20*time.Second, "router", rt.Ready())
+	startWriter(t, srv, auditlog.Config{})
+
+	ask := func() string {
+		id := lifecycle.NewID()
+		publish(t, js, &lifecycle.NeedsInput{Common: lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "coder"},
+			QuestionID: lifecycle.QuestionID(id), Question: "Name the loader?", Options: []string{"readConfig", "parseConfig"}, Kind: "decision"})
+		return lifecycle.QuestionID(id)
+	}
+	first := ask()
+	waitEntry(t, js, "the asked entry", func(e audit.Entry) bool { return e.Kind == audit.KindAsked && e.QuestionID == first })
+	second := ask()
+	joined := waitEntry(t, js, "the joined entry", func(e audit.Entry) bool { return e.QuestionID == second && e.Kind != audit.KindAnswered })
+	if joined.Kind != audit.KindJoined || joined.JoinedTo != first || joined.Route != "human" || joined.Source != lifecycle.StreamQuestions {
+		t.Fatalf("entry of the joining question = %+v, want joined to %s", joined, first)
+	}
+	if _, err := srv.Client(t).Answer(t.Context(), first, lifecycle.Answer{Answer: "parseConfig", AnsweredBy: "dana"}); err != nil {
+		t.Fatal(err)
+	}
+	ans := waitEntry(t, js, "the joined question's answer", func(e audit.Entry) bool { return e.Kind == audit.KindAnswered && e.QuestionID == second })
+	if ans.Door != "join:"+first || ans.Seq <= joined.Seq {
+		t.Fatalf("answered entry = %+v, want door join:%s after seq %d", ans, first, joined.Seq)
+	}
+}
