@@ -23,6 +23,7 @@ const (
 	KindExpired    = "expired"   // its deadline passed; action says what followed
 	KindWithdrawn  = "withdrawn" // its thread was cancelled while it waited
 	KindCancelled  = "cancelled" // a dispatch was cancelled (lifecycle event)
+	KindRefused    = "refused"   // a worker refused a dispatch below the operator's sandbox floor
 	KindGap        = "gap"       // source events were removed before the log read them
 	KindCheckpoint = "checkpoint"
 )

@@ -151,6 +151,11 @@ type Failed struct {
 	Detail     string `json:"detail"`
 	ExitCode   *int   `json:"exit_code"` // null when the runtime never exited with a code
 	DurationMS int64  `json:"duration_ms"`
+	// BelowFloor is set on a dispatch a worker refused (reason rejected)
+	// because its definition is below the operator's sandbox floor: each
+	// setting that would allow it (docs/sandbox.md, "The operator's
+	// floor"). The decision log makes a refused entry of it.
+	BelowFloor []string `json:"below_floor,omitempty"`
 }
 
 // Cancelled is the data of dev.agora.dispatch.cancelled.

@@ -336,3 +336,40 @@ func TestJoinLoggedWhenItHappens(t *testing.T) {
 		t.Fatalf("answered entry = %+v, want door join:%s after seq %d", ans, first, joined.Seq)
 	}
 }
+
+// A dispatch a worker refused below the operator's sandbox floor is a
+// refused entry naming who refused it and each setting; any other failure
+// is no step of the log.
+func TestFloorRefusalEntry(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	startWriter(t, srv, auditlog.Config{})
+	common := func() lifecycle.Common {
+		id := lifecycle.NewID()
+		return lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "boxed"}
+	}
+	plain, refused := common(), common()
+	publish(t, js, &lifecycle.Failed{Common: plain, Reason: lifecycle.ReasonProviderFailed, Detail: "exit 1"})
+	publish(t, js, &lifecycle.Failed{Common: refused, Producer: lifecycle.Producer{WorkerID: "worker-7", Attempt: 1}, Reason: lifecycle.ReasonRejected,
+		Detail:     `sub-agent "boxed" (revision 3) is below the operator's sandbox floor: sandbox.mode "off" is below the operator's floor "standard" (AGORA_SANDBOX_FLOOR)`,
+		BelowFloor: []string{`sandbox.mode "off" is below the operator's floor "standard" (AGORA_SANDBOX_FLOOR)`}})
+	last := common()
+	publish(t, js, &lifecycle.Cancelled{Common: last, By: "cli:erin"})
+	waitEntry(t, js, "the cancel after both", func(e audit.Entry) bool { return e.Kind == audit.KindCancelled && e.DispatchID == last.DispatchID })
+	var got []audit.Entry
+	for _, e := range entries(t, js) {
+		if e.DispatchID == plain.DispatchID || e.DispatchID == refused.DispatchID {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("entries of the two failures = %+v, want the refusal only", got)
+	}
+	if e := got[0]; e.Kind != audit.KindRefused || e.DispatchID != refused.DispatchID || e.By != "worker:worker-7" ||
+		!strings.Contains(e.Detail, `sandbox.mode "off"`) || !strings.Contains(e.Reason, "revision 3") || e.Source != lifecycle.StreamLifecycle {
+		t.Fatalf("refused entry = %+v", e)
+	}
+	if out, ok := verifyPy(t, export(t, js, auditlog.Filter{})); !ok {
+		t.Fatalf("verify.py: %s", out)
+	}
+}
