@@ -939,6 +939,23 @@ func TestAuditLogUser(t *testing.T) {
 		st, err := e.js.Stream(t.Context(), audit.Stream)
 		return err == nil && st.CachedInfo().State.Msgs == 1
 	})
+	// A worker's refusal below the sandbox floor is read and logged too.
+	_, m, err = lifecycle.Message(lifecycle.Source("worker", "test"), &lifecycle.Failed{Common: lifecycle.Common{DispatchID: "d2", ThreadID: "d2", Subagent: "coder"},
+		Reason: lifecycle.ReasonRejected, Detail: "below the floor", BelowFloor: []string{`sandbox.mode "off"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wjs, err := jetstream.New(e.conn("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wjs.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the refused entry", func() bool {
+		st, err := e.js.Stream(t.Context(), audit.Stream)
+		return err == nil && st.CachedInfo().State.Msgs == 2
+	})
 	if v := e.seen("auditlog"); len(v) > 0 {
 		t.Errorf("auditlog was told of permission violations: %q", v)
 	}
