@@ -47,6 +47,9 @@ type Detail struct {
 	// Thread is the dispatcher's view of the thread; absent when the
 	// dispatcher did not answer in time.
 	Thread *Thread `json:"thread,omitempty"`
+	// Trail is the thread's decision trail (docs/inbox.md, "Decision
+	// trail"), oldest step first.
+	Trail []Step `json:"trail"`
 }
 
 // LoginRequest is the body of POST /inbox/api/login: a name and password
@@ -196,6 +199,7 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
 	if th != nil {
 		d.Thread = summarize(th)
 	}
+	d.Trail = append([]Step{}, s.trail(r.Context(), id.user, q, th)...)
 	writeJSON(w, http.StatusOK, d)
 }
 

@@ -206,6 +206,22 @@ type Question struct {
 	// at or above the route's auto_accept confidence (answered_by
 	// suggested:<by>), otherwise shown preselected on the fallback route.
 	Suggestion *Suggestion `json:"suggestion,omitempty"`
+	// Reversal is set once a person reversed the accepted suggestion that
+	// answered the question (docs/answering.md, "Reversing an accepted
+	// suggestion"): Answer, Decision and AnsweredBy are then the person's.
+	Reversal *Reversal `json:"reversal,omitempty"`
+}
+
+// Reversal records a person's reversal of an accepted suggestion: who,
+// when, what the suggestion answered, the resumed dispatch cancelled and
+// the dispatch that resumes the thread with the person's answer instead.
+type Reversal struct {
+	By                  string    `json:"by"`
+	At                  time.Time `json:"at"`
+	SuggestionBy        string    `json:"suggestion_by"`
+	SuggestionAnswer    string    `json:"suggestion_answer"`
+	CancelledDispatchID string    `json:"cancelled_dispatch_id"`
+	NextDispatchID      string    `json:"next_dispatch_id"`
 }
 
 // StatusJoined is the status of a question that joined another, asked

@@ -74,7 +74,8 @@ func (r Reason) Valid() bool {
 
 // QuestionEvent is a step in a question's lifecycle:
 // asked → answered | expired | withdrawn, plus escalated steps; a question
-// that joined a matching one already asked starts joined instead of asked.
+// that joined a matching one already asked starts joined instead of asked;
+// a person's reversal of an accepted suggestion is a reversed step.
 type QuestionEvent string
 
 // The question events (docs/wire.md, "Questions and answers").
@@ -85,11 +86,12 @@ const (
 	QuestionWithdrawn QuestionEvent = "withdrawn"
 	QuestionEscalated QuestionEvent = "escalated"
 	QuestionJoined    QuestionEvent = "joined"
+	QuestionReversed  QuestionEvent = "reversed"
 )
 
 // QuestionEvents returns every question event.
 func QuestionEvents() []QuestionEvent {
-	return []QuestionEvent{QuestionAsked, QuestionAnswered, QuestionExpired, QuestionWithdrawn, QuestionEscalated, QuestionJoined}
+	return []QuestionEvent{QuestionAsked, QuestionAnswered, QuestionExpired, QuestionWithdrawn, QuestionEscalated, QuestionJoined, QuestionReversed}
 }
 
 // Valid reports whether q is a known question event.

@@ -23,6 +23,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/audit"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/router"
@@ -370,6 +371,89 @@ func TestFloorRefusalEntry(t *testing.T) {
 		t.Fatalf("refused entry = %+v", e)
 	}
 	if out, ok := verifyPy(t, export(t, js, auditlog.Filter{})); !ok {
+		t.Fatalf("verify.py: %s", out)
+	}
+}
+
+// A person's reversal of an accepted suggestion is a reversed entry naming
+// who reversed it, the suggestion, the cancelled and the new dispatch,
+// after the cancelled entry of the resumed dispatch. Another route's door,
+// a reverser that is no person, and a reversal after the thread went on
+// are refused and log nothing.
+func TestReversalEntry(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: bots\n    match: {subagent: \"bot-*\"}\n    answerer: bot\n    auto_accept: 0.9\n  - name: human\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := router.New(router.Config{RoutesFile: routes, RecordWait: time.Millisecond, Tick: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: srv.Conn(t), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Go(t, "router", rt.Run)
+	testkit.WaitReady(t, 20*time.Second, "router", rt.Ready())
+	startWriter(t, srv, auditlog.Config{})
+	c := srv.Client(t)
+
+	suggested := func() (qid, resumed string) {
+		t.Helper()
+		id := lifecycle.NewID()
+		qid = lifecycle.QuestionID(id)
+		publish(t, js, &lifecycle.NeedsInput{Common: lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "bot-coder"},
+			QuestionID: qid, Question: "Name the loader?", Options: []string{"readConfig", "parseConfig"}, Kind: "decision"})
+		waitEntry(t, js, "the asked entry", func(e audit.Entry) bool { return e.Kind == audit.KindAsked && e.QuestionID == qid })
+		conf := 0.95
+		body, _ := json.Marshal(client.Submission{QuestionID: qid, Answer: "parseConfig", AnsweredBy: "bot", Suggest: true, Confidence: &conf})
+		if _, err := srv.Conn(t).Request("agora.api.answer.bots", body, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ans := waitEntry(t, js, "the suggestion's answer", func(e audit.Entry) bool { return e.Kind == audit.KindAnswered && e.QuestionID == qid })
+		if ans.Door != "suggestion" || ans.NextDispatchID == "" {
+			t.Fatalf("answered entry = %+v", ans)
+		}
+		return qid, ans.NextDispatchID
+	}
+	refused := func(route string, req client.ReverseRequest, status int) {
+		t.Helper()
+		var p *client.Problem
+		if _, err := c.Reverse(t.Context(), route, req); !errors.As(err, &p) || p.Status != status {
+			t.Fatalf("reverse %+v on %s = %v, want %d", req, route, err, status)
+		}
+	}
+
+	qid, resumed := suggested()
+	refused("human", client.ReverseRequest{QuestionID: qid, Answer: "readConfig", ReversedBy: "mallory"}, 404)
+	refused("bots", client.ReverseRequest{QuestionID: qid, Answer: "readConfig", ReversedBy: "suggested:bot"}, 422)
+	refused("bots", client.ReverseRequest{QuestionID: qid, Answer: "loadConfig", ReversedBy: "alice"}, 422)
+	rep, err := c.Reverse(t.Context(), "bots", client.ReverseRequest{QuestionID: qid, Answer: "readConfig", ReversedBy: "alice", Comment: "keep the old name"})
+	if err != nil || rep.CancelledDispatchID != resumed || rep.NextDispatchID == "" || rep.NextDispatchID == resumed {
+		t.Fatalf("Reverse = %+v, %v", rep, err)
+	}
+	rv := waitEntry(t, js, "the reversed entry", func(e audit.Entry) bool { return e.Kind == audit.KindReversed && e.QuestionID == qid })
+	if rv.By != "alice" || rv.AnsweredBy != "alice" || rv.Answer != "readConfig" || rv.ReversedAnswer != "parseConfig" || rv.SuggestionBy != "bot" ||
+		rv.SuggestionConfidence != "0.95" || rv.CancelledDispatchID != resumed || rv.NextDispatchID != rep.NextDispatchID || rv.Comment != "keep the old name" {
+		t.Fatalf("reversed entry = %+v", rv)
+	}
+	cancelled := waitEntry(t, js, "the cancel of the resumed dispatch", func(e audit.Entry) bool { return e.Kind == audit.KindCancelled && e.DispatchID == resumed })
+	if cancelled.By != "alice" {
+		t.Errorf("cancelled entry = %+v", cancelled)
+	}
+	refused("bots", client.ReverseRequest{QuestionID: qid, Answer: "parseConfig", ReversedBy: "alice"}, 422) // reversed already
+
+	// Too late: the resumed dispatch finished.
+	late, resumed2 := suggested()
+	publish(t, js, &lifecycle.Finished{Common: lifecycle.Common{DispatchID: resumed2, ThreadID: strings.TrimPrefix(late, "q-"), ParentID: strings.TrimPrefix(late, "q-"), Round: 1, Subagent: "bot-coder"}})
+	refused("bots", client.ReverseRequest{QuestionID: late, Answer: "readConfig", ReversedBy: "alice"}, 409)
+	for _, e := range entries(t, js) {
+		if e.QuestionID == late && e.Kind == audit.KindReversed {
+			t.Fatalf("a refused reversal was logged: %+v", e)
+		}
+	}
+	exp := export(t, js, auditlog.Filter{Thread: strings.TrimPrefix(qid, "q-")})
+	t.Logf("the reversed thread's trail:\n%s", exp)
+	if out, ok := verifyPy(t, exp); !ok {
 		t.Fatalf("verify.py: %s", out)
 	}
 }

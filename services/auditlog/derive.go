@@ -112,6 +112,18 @@ func (w *writer) question(ctx context.Context, e *audit.Entry, q *lifecycle.Ques
 		}
 	case lifecycle.QuestionWithdrawn:
 		e.Outcome, e.NextDispatchID = rec.Outcome, rec.NextDispatchID
+	case lifecycle.QuestionReversed:
+		// Who reversed which suggestion, and the dispatches: from the
+		// event's own snapshot, so a later change of the record cannot
+		// move them.
+		e.AnsweredBy, e.Answer, e.Decision, e.Comment = q.AnsweredBy, q.Answer, q.Decision, rec.Comment
+		if s := q.Suggestion; s != nil {
+			e.SuggestionBy, e.SuggestionConfidence = s.By, strconv.FormatFloat(s.Confidence, 'f', -1, 64)
+		}
+		if rv := q.Reversal; rv != nil {
+			e.By, e.ReversedAnswer, e.CancelledDispatchID, e.NextDispatchID = rv.By, rv.SuggestionAnswer, rv.CancelledDispatchID, rv.NextDispatchID
+		}
+		e.Outcome, e.Door = rec.Outcome, "api-route agora.api.reverse."+q.Route
 	}
 	if e.JoinedTo != "" && q.Event == lifecycle.QuestionAnswered {
 		e.Door = "join:" + q.JoinedTo
