@@ -47,8 +47,8 @@ type Detail struct {
 	// Thread is the dispatcher's view of the thread; absent when the
 	// dispatcher did not answer in time.
 	Thread *Thread `json:"thread,omitempty"`
-	// Trail is the thread's decision trail (docs/inbox.md, "Decision
-	// trail"), oldest step first.
+	// Trail is the thread's decision trail, oldest step first
+	// (docs/inbox.md, "Decision trail and machine-made answers").
 	Trail []Step `json:"trail"`
 }
 

@@ -15,12 +15,13 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// A thread's decision trail (docs/inbox.md, "Decision trail"): every step
-// its questions took, from the question records the router keeps — who
-// asked and answered, when, and how (a person, memory, an accepted
-// suggestion, a route's default, a timeout, the answer of a question it
-// joined, a person's reversal). Steps of a question on a route the viewer
-// may not see show only that a question was asked there, never what.
+// A thread's decision trail (docs/inbox.md, "Decision trail and
+// machine-made answers"): every step its questions took, from the
+// question records the router keeps — who asked and answered, when, and
+// how (a person, memory, an accepted suggestion, a route's default, a
+// timeout, the answer of a question it joined, a person's reversal).
+// Steps of a question on a route the viewer may not see show only that a
+// question was asked there, never what.
 
 // How a step came about (Step.How).
 const (
