@@ -136,16 +136,18 @@ const (
 )
 
 // Machine reports whether q was answered by an accepted suggestion that
-// stands (not reversed): an answer no person gave.
+// stands (not reversed): an answer no person gave. A question that joined
+// one a suggestion answered is answered by it too.
 func (q *Question) Machine() bool {
-	sg := q.Suggestion
-	return q.Status == StatusAnswered && sg != nil && sg.Accepted && q.Reversal == nil && strings.HasPrefix(q.AnsweredBy, suggestedPrefix)
+	return q.Status == StatusAnswered && q.Reversal == nil && strings.HasPrefix(q.AnsweredBy, suggestedPrefix)
 }
 
 // Reversible reports whether the page offers to reverse q's accepted
-// suggestion: the router decides whether it is still in time.
+// suggestion: its own, answering its thread alone (the router decides
+// whether it is still in time).
 func (q *Question) Reversible() bool {
-	return q.Machine() && q.Outcome == "redispatched" && q.NextDispatchID != "" && len(q.WaitingThreads) <= 1
+	sg := q.Suggestion
+	return q.Machine() && sg != nil && sg.Accepted && q.JoinedTo == "" && q.Outcome == "redispatched" && q.NextDispatchID != "" && len(q.WaitingThreads) <= 1
 }
 
 // trail is the decision trail of q's thread for u: the steps of every
@@ -312,8 +314,8 @@ func (s *Server) apiReverse(w http.ResponseWriter, r *http.Request, id *identity
 // machineText says who made a machine-made answer, for people.
 func machineText(q *Question) string {
 	sg := q.Suggestion
-	if sg == nil {
-		return ""
+	if sg == nil || !sg.Accepted {
+		return fmt.Sprintf("machine-made: the suggestion of %s, accepted by the route", clip.Line(strings.TrimPrefix(q.AnsweredBy, suggestedPrefix), 64))
 	}
 	return fmt.Sprintf("machine-made: suggested by %s at %.0f%% confidence and accepted by the route", clip.Line(sg.By, 64), sg.Confidence*100)
 }

@@ -173,4 +173,40 @@ func TestBrowserTrailAndReversal(t *testing.T) {
 	if m := c.text(`#machine-made`); m == "" {
 		t.Error("the refused reversal removed the machine-made mark")
 	}
+
+	// Two threads asking the same question wait on one; a suggestion
+	// answers both. Both are marked machine-made, and neither offers a
+	// reversal: it would change one thread of the two.
+	_, qA := s.ask("bot-slow", sentinel{Question: "Shared: which cache?", Options: []string{"lru", "lfu"}, Kind: "decision"}, 1)
+	dB, err := s.c.Dispatch(t.Context(), lifecycle.Request{Subagent: "bot-slow", Input: mustJSON(t, sentinel{Question: "Shared: which cache?", Options: []string{"lru", "lfu"}, Kind: "decision"}),
+		Target: "repo/agora", Labels: map[string]string{"team": "core"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qB := lifecycle.QuestionID(dB.DispatchID)
+	s.waitQuestion(qB, func(q *inbox.Question) bool { return q.JoinedTo == qA })
+	s.suggest(qA, "lfu", 0.99)
+	s.waitQuestion(qB, func(q *inbox.Question) bool { return q.Status == "answered" })
+	for _, q := range []string{qA, qB} {
+		c.do("open "+q,
+			chromedp.Navigate(s.web.URL+"/inbox/questions/"+q),
+			chromedp.WaitVisible(chromedp.CSS(`#machine-made`)),
+			chromedp.WaitVisible(chromedp.CSS(`#trail`)),
+		)
+		if n := c.eval(`String(document.querySelectorAll('#reverse-form').length)`); n != "0" {
+			t.Errorf("%s offers a reversal of an answer that resumed two threads", q)
+		}
+	}
+	if st, body := s.apiCall(http.MethodPost, "/inbox/api/questions/"+qA+"/reverse", map[string]string{"answer": "lru"}, map[string]string{"Authorization": "Bearer " + s.bearer}); st != http.StatusUnprocessableEntity {
+		t.Errorf("reversal of a shared answer: %d %s", st, body)
+	}
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
