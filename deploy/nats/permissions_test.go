@@ -295,6 +295,28 @@ func TestDenied(t *testing.T) {
 		}
 	})
 
+	t.Run("human answerer reverses route data's suggestions", func(t *testing.T) {
+		nc := e.conn("answerer-human")
+		for _, subj := range []string{"agora.api.reverse.data", "agora.api.reverse.agents"} {
+			if err := nc.Publish(subj, []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			if !e.sawViolation("answerer-human", subj) {
+				t.Errorf("answerer-human may request %s", subj)
+			}
+		}
+		// Its own route's door is granted.
+		if err := nc.Publish("agora.api.reverse.human", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if e.sawViolation("answerer-human", "agora.api.reverse.human") {
+			t.Error("answerer-human may not request agora.api.reverse.human")
+		}
+	})
+
 	t.Run("client takes over the router durable", func(t *testing.T) {
 		js, err := jetstream.New(e.conn("client"))
 		if err != nil {
