@@ -41,8 +41,8 @@ type List struct {
 // Detail is the body of GET /inbox/api/questions/{id}.
 type Detail struct {
 	Question *Question `json:"question"`
-	// Earlier are the questions of the same thread's earlier rounds, in
-	// round order, with their answers.
+	// Earlier are the questions of the same thread's earlier rounds on
+	// routes the caller may see, in round order, with their answers.
 	Earlier []*Question `json:"earlier"`
 	// Thread is the dispatcher's view of the thread; absent when the
 	// dispatcher did not answer in time.
@@ -195,7 +195,7 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
 	}
 	d := Detail{Question: q, Earlier: []*Question{}}
 	th := s.thread(r.Context(), q.ThreadID)
-	d.Earlier = append(d.Earlier, s.earlier(r.Context(), q, th)...)
+	d.Earlier = append(d.Earlier, s.earlier(r.Context(), id.user, q, th)...)
 	if th != nil {
 		d.Thread = summarize(th)
 	}

@@ -344,7 +344,7 @@ func (s *Server) questionData(ctx context.Context, id *identity, q *Question) qu
 	th := s.thread(ctx, q.ThreadID)
 	d.Trail = newStepViews(s.trail(ctx, id.user, q, th))
 	d.CanReverse = q.Reversible()
-	for _, e := range s.earlier(ctx, q, th) {
+	for _, e := range s.earlier(ctx, id.user, q, th) {
 		d.Earlier = append(d.Earlier, newQView(e, now))
 	}
 	if th != nil {

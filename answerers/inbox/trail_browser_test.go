@@ -210,3 +210,59 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 	}
 	return b
 }
+
+// approvalNext asks its input in round 0 and an approval in round 1, then
+// finishes: a thread whose questions go to two routes.
+const approvalNext = `case "$AGORA_ROUND" in
+0) cp "$AGORA_INPUT_FILE" "$AGORA_NEEDS_INPUT_FILE" ;;
+1) printf '{"question":"Ship the rename?","kind":"approval"}' > "$AGORA_NEEDS_INPUT_FILE" ;;
+*) cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE" ;;
+esac`
+
+// A thread's trail shows a person only the questions of the routes they
+// may see: carol (approvals only) sees the approval and its answer, and
+// that a question was asked in round 0 on a route she may not see — not
+// what, nor who answered it, nor how.
+func TestTrailHidesOtherRoutes(t *testing.T) {
+	s := start(t, options{})
+	s.shell("two-routes", approvalNext)
+	secret := "Which customer's data may we delete: acme or globex?"
+	d, q0 := s.ask("two-routes", sentinel{Question: secret, Options: []string{"acme", "globex"}, Kind: "decision"}, 1)
+	if st, body := s.apiCall(http.MethodPost, "/inbox/api/questions/"+q0+"/answer", map[string]string{"answer": "globex"}, map[string]string{"Authorization": "Bearer " + s.bearer}); st != http.StatusOK {
+		t.Fatalf("answer round 0: %d %s", st, body)
+	}
+	q1 := s.nextRoundQuestion(d.ThreadID, 1)
+	carol := s.apiLogin("carol", password)
+	var det inbox.Detail
+	testkit.Eventually(t, waitFor, "carol's view of the approval with its thread", func() bool {
+		st, body := s.apiCall(http.MethodGet, "/inbox/api/questions/"+q1, nil, map[string]string{"Authorization": "Bearer " + carol})
+		if st != http.StatusOK {
+			t.Fatalf("carol reads the approval: %d %s", st, body)
+		}
+		if strings.Contains(body, secret) || strings.Contains(body, "globex") {
+			t.Fatalf("carol's view of the approval shows the other route's question: %s", body)
+		}
+		det = inbox.Detail{}
+		return json.Unmarshal([]byte(body), &det) == nil && len(det.Trail) >= 2
+	})
+	var hidden, asked int
+	for _, st := range det.Trail {
+		switch {
+		case st.Hidden:
+			hidden++
+			if st.QuestionID != "" || st.Detail != "" || st.Who != "" || st.Route != "" || st.Round != 0 {
+				t.Errorf("hidden step shows %+v", st)
+			}
+		case st.How == inbox.HowAsked && st.QuestionID == q1:
+			asked++
+		}
+	}
+	if hidden != 1 || asked != 1 {
+		t.Errorf("carol's trail = %+v, want round 0 hidden and the approval asked", det.Trail)
+	}
+	// alice, on every route, sees both questions and the person's answer.
+	st, body := s.apiCall(http.MethodGet, "/inbox/api/questions/"+q1, nil, map[string]string{"Authorization": "Bearer " + s.bearer})
+	if st != http.StatusOK || !strings.Contains(body, secret) || !strings.Contains(body, `"how":"person"`) {
+		t.Errorf("alice's view: %d %s", st, body)
+	}
+}
