@@ -75,6 +75,13 @@ func goldenData() map[string]lifecycle.Data {
 			q.Detail = "deadline passed"
 		case lifecycle.QuestionWithdrawn:
 			q.Detail = "dispatch cancelled"
+		case lifecycle.QuestionJoined:
+			q.Status, q.JoinedTo = "joined", "q-01JD3Q7A1B2C3D4E5F6G7H8J9K"
+		case lifecycle.QuestionReversed:
+			q.Status, q.Answer, q.Decision, q.AnsweredBy, q.AnsweredAt = "answered", "A", "approve", "alice@example.com", &answered
+			q.Suggestion = &lifecycle.Suggestion{Answer: "B", Decision: "approve", Confidence: 0.95, By: "agent", At: answered, Accepted: true}
+			q.Reversal = &lifecycle.Reversal{By: "alice@example.com", At: answered, SuggestionBy: "agent", SuggestionAnswer: "B",
+				CancelledDispatchID: "01JD3Q9A1B2C3D4E5F6G7H8J9K", NextDispatchID: "01JD3Q9B1B2C3D4E5F6G7H8J9K"}
 		}
 		return q
 	}

@@ -41,12 +41,15 @@ type List struct {
 // Detail is the body of GET /inbox/api/questions/{id}.
 type Detail struct {
 	Question *Question `json:"question"`
-	// Earlier are the questions of the same thread's earlier rounds, in
-	// round order, with their answers.
+	// Earlier are the questions of the same thread's earlier rounds on
+	// routes the caller may see, in round order, with their answers.
 	Earlier []*Question `json:"earlier"`
 	// Thread is the dispatcher's view of the thread; absent when the
 	// dispatcher did not answer in time.
 	Thread *Thread `json:"thread,omitempty"`
+	// Trail is the thread's decision trail, oldest step first
+	// (docs/inbox.md, "Decision trail and machine-made answers").
+	Trail []Step `json:"trail"`
 }
 
 // LoginRequest is the body of POST /inbox/api/login: a name and password
@@ -192,10 +195,11 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, id *identity) {
 	}
 	d := Detail{Question: q, Earlier: []*Question{}}
 	th := s.thread(r.Context(), q.ThreadID)
-	d.Earlier = append(d.Earlier, s.earlier(r.Context(), q, th)...)
+	d.Earlier = append(d.Earlier, s.earlier(r.Context(), id.user, q, th)...)
 	if th != nil {
 		d.Thread = summarize(th)
 	}
+	d.Trail = append([]Step{}, s.trail(r.Context(), id.user, q, th)...)
 	writeJSON(w, http.StatusOK, d)
 }
 

@@ -49,9 +49,11 @@ func (s *Server) lookup(ctx context.Context, qid string) (*Question, bool) {
 	return decodeQuestion(e)
 }
 
-// earlier returns the questions of the thread's rounds before q's, in
-// round order: one read per earlier round (the thread view lists them).
-func (s *Server) earlier(ctx context.Context, q *Question, th *client.Thread) []*Question {
+// earlier returns the questions of the thread's rounds before q's that u
+// may see (those of routes u may not are left out: a thread's questions
+// may go to several routes), in round order: one read per earlier round
+// (the thread view lists them).
+func (s *Server) earlier(ctx context.Context, u *user, q *Question, th *client.Thread) []*Question {
 	if th == nil {
 		return nil
 	}
@@ -60,7 +62,7 @@ func (s *Server) earlier(ctx context.Context, q *Question, th *client.Thread) []
 		if r.Round >= q.Round || r.Result == nil || r.Result.Kind != lifecycle.KindNeedsInput {
 			continue
 		}
-		if e, ok := s.lookup(ctx, lifecycle.QuestionID(r.DispatchID)); ok && e.QuestionID != q.QuestionID {
+		if e, ok := s.lookup(ctx, lifecycle.QuestionID(r.DispatchID)); ok && e.QuestionID != q.QuestionID && s.visible(u, e) {
 			out = append(out, e)
 		}
 	}

@@ -21,14 +21,16 @@
 // mounted on a shared listener:
 //
 //	GET  /inbox/                            pending questions, newest first (query: route, kind, subagent)
-//	GET  /inbox/questions/{id}              one question, its earlier rounds and its thread
+//	GET  /inbox/questions/{id}              one question, its earlier rounds, its thread and its decision trail
 //	POST /inbox/questions/{id}/answer       the question page's form (answer, decision, comment, csrf)
+//	POST /inbox/questions/{id}/reverse      reverses an accepted suggestion (answer, decision, comment, csrf)
 //	GET  /inbox/history                     answered, expired and withdrawn questions (query: status, route, kind, subagent)
 //	GET  /inbox/events                      Server-Sent Events for the pages (query: route, kind, subagent, question)
 //	GET  /inbox/login, POST /inbox/login    sign in; POST /inbox/logout signs out
 //	GET  /inbox/api/questions               JSON list (query: status=pending|answered|expired|withdrawn|closed|all, route, kind, subagent, thread, limit, cursor)
-//	GET  /inbox/api/questions/{id}          JSON Detail: the question, its earlier rounds, its thread
+//	GET  /inbox/api/questions/{id}          JSON Detail: the question, its earlier rounds, its thread, its trail
 //	POST /inbox/api/questions/{id}/answer   JSON {"answer", "decision", "comment"} → client.AnswerReply
+//	POST /inbox/api/questions/{id}/reverse  JSON {"answer", "decision", "comment"} → client.ReverseReply
 //	POST /inbox/api/login                   JSON {"name", "password"} or {"token"} → a bearer token
 //	POST /inbox/api/questions/{id}/links    JSON {"audience", "ttl"} → the question's signed answer links
 //	GET  /inbox/decisions                   remembered decisions (query: route), each with a forget button

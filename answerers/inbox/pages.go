@@ -44,6 +44,7 @@ func (s *Server) routesHandler() http.Handler {
 	mux.Handle("GET "+Prefix+"/questions/{id}", s.page(s.questionPage))
 	mux.Handle("POST "+Prefix+"/questions/{id}/answer", s.form(s.answerForm))
 	mux.Handle("POST "+Prefix+"/questions/{id}/decline", s.form(s.declineForm))
+	mux.Handle("POST "+Prefix+"/questions/{id}/reverse", s.form(s.reverseForm))
 	mux.Handle("GET "+Prefix+"/questions/{id}/artifacts/{name...}", s.page(s.artifactFile))
 	mux.Handle("GET "+Prefix+"/history", s.page(s.historyPage))
 	mux.Handle("GET "+Prefix+"/decisions", s.page(s.decisionsPage))
@@ -58,6 +59,7 @@ func (s *Server) routesHandler() http.Handler {
 	mux.Handle("GET "+Prefix+"/api/questions", s.api(s.apiList))
 	mux.Handle("GET "+Prefix+"/api/questions/{id}", s.api(s.apiGet))
 	mux.Handle("POST "+Prefix+"/api/questions/{id}/answer", s.api(s.apiAnswer))
+	mux.Handle("POST "+Prefix+"/api/questions/{id}/reverse", s.api(s.apiReverse))
 	mux.HandleFunc("POST "+Prefix+"/api/login", s.apiLogin)
 	mux.Handle("POST "+Prefix+"/api/questions/{id}/links", s.api(s.apiLinks))
 	mux.Handle("GET "+Prefix+"/api/decisions", s.api(s.apiDecisions))
@@ -266,6 +268,10 @@ type questionData struct {
 	Form      answerInput
 	EventsURL string
 	APIURL    string
+	// Trail is the thread's decision trail; CanReverse offers to reverse
+	// the accepted suggestion that answered the question.
+	Trail      []stepView
+	CanReverse bool
 }
 
 // find looks a question up for u. The status is 200 when found, else 503
@@ -336,7 +342,9 @@ func (s *Server) questionData(ctx context.Context, id *identity, q *Question) qu
 		}
 	}
 	th := s.thread(ctx, q.ThreadID)
-	for _, e := range s.earlier(ctx, q, th) {
+	d.Trail = newStepViews(s.trail(ctx, id.user, q, th))
+	d.CanReverse = q.Reversible()
+	for _, e := range s.earlier(ctx, id.user, q, th) {
 		d.Earlier = append(d.Earlier, newQView(e, now))
 	}
 	if th != nil {
@@ -353,6 +361,9 @@ func (s *Server) questionPage(w http.ResponseWriter, r *http.Request, id *identi
 	d := s.questionData(r.Context(), id, q)
 	if r.URL.Query().Get("sent") == "1" && q.Status == StatusAnswered && q.AnsweredBy == id.user.name {
 		d.Notice, d.NoticeKind = "Your answer was sent. The sub-agent resumes with it.", "ok"
+	}
+	if r.URL.Query().Get("reversed") == "1" && q.Reversal != nil && q.Reversal.By == id.user.name {
+		d.Notice, d.NoticeKind = "The suggestion is reversed: its dispatch "+q.Reversal.CancelledDispatchID+" is cancelled and the thread resumes as "+q.Reversal.NextDispatchID+" with your answer.", "ok"
 	}
 	v := s.baseView(id, clip.Line(q.Question.Question, 60))
 	v.Data = d

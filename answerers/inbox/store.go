@@ -51,6 +51,9 @@ type Question struct {
 	// Declines are the declines in the record's history, oldest first:
 	// who declined the question on which route, and why.
 	Declines []Decline `json:"declines,omitempty"`
+	// history is the router's history of attempts, for the decision
+	// trail (trail.go).
+	history []historyEntry
 }
 
 // Decline is one refusal to answer a question, as the router recorded it
@@ -409,18 +412,14 @@ func decodeRecord(key string, value []byte, revision uint64) (*Question, bool) {
 		return nil, false
 	}
 	q.Revision = revision
-	// The router's history of attempts: only its declines are shown.
+	// The router's history of attempts: its declines, and the steps of
+	// the decision trail.
 	var rec struct {
-		History []struct {
-			At         time.Time `json:"at"`
-			Route      string    `json:"route"`
-			AnsweredBy string    `json:"answered_by"`
-			Result     string    `json:"result"`
-			Reason     string    `json:"reason"`
-		} `json:"history"`
+		History []historyEntry `json:"history"`
 	}
 	q.Declines = nil
 	if json.Unmarshal(value, &rec) == nil {
+		q.history = rec.History
 		for _, h := range rec.History {
 			if h.Result == "declined" {
 				q.Declines = append(q.Declines, Decline{At: h.At, Route: h.Route, DeclinedBy: h.AnsweredBy, Reason: h.Reason})

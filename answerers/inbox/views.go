@@ -293,6 +293,13 @@ type qview struct {
 	// Suggestion is an answerer's suggestion the question waits with
 	// (not accepted): the form shows it preselected.
 	Suggestion *suggestionView
+	// Machine says who made the answer when no person did (an accepted
+	// suggestion); Reversed who reversed such an answer, and the
+	// suggestion's answer.
+	Machine        string
+	Reversed       string
+	ReversedAnswer string
+	ReversedFromBy string
 }
 
 // waitingView is one thread waiting on a question.
@@ -393,6 +400,12 @@ func newQView(q *Question, now time.Time) qview {
 	if r := q.Reused; r != nil {
 		v.Reused = &reusedView{QuestionID: r.QuestionID, QuestionURL: questionURL(r.QuestionID), AnsweredBy: r.AnsweredBy,
 			ISO: isoTime(r.AnsweredAt), At: fmtTime(r.AnsweredAt)}
+	}
+	if q.Machine() {
+		v.Machine = machineText(q)
+	}
+	if rv := q.Reversal; rv != nil {
+		v.Reversed, v.ReversedAnswer, v.ReversedFromBy = rv.By, clip.Line(rv.SuggestionAnswer, answerSnippetRunes), rv.SuggestionBy
 	}
 	if sg := q.Suggestion; sg != nil && !sg.Accepted {
 		sv := &suggestionView{Answer: sg.Answer, Decision: sg.Decision, Text: answertext.Line(sg.Answer, sg.Decision),

@@ -295,6 +295,28 @@ func TestDenied(t *testing.T) {
 		}
 	})
 
+	t.Run("human answerer reverses route data's suggestions", func(t *testing.T) {
+		nc := e.conn("answerer-human")
+		for _, subj := range []string{"agora.api.reverse.data", "agora.api.reverse.agents"} {
+			if err := nc.Publish(subj, []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			if !e.sawViolation("answerer-human", subj) {
+				t.Errorf("answerer-human may request %s", subj)
+			}
+		}
+		// Its own route's door is granted.
+		if err := nc.Publish("agora.api.reverse.human", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if e.sawViolation("answerer-human", "agora.api.reverse.human") {
+			t.Error("answerer-human may not request agora.api.reverse.human")
+		}
+	})
+
 	t.Run("client takes over the router durable", func(t *testing.T) {
 		js, err := jetstream.New(e.conn("client"))
 		if err != nil {
@@ -938,6 +960,23 @@ func TestAuditLogUser(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "the asked entry", func() bool {
 		st, err := e.js.Stream(t.Context(), audit.Stream)
 		return err == nil && st.CachedInfo().State.Msgs == 1
+	})
+	// A worker's refusal below the sandbox floor is read and logged too.
+	_, m, err = lifecycle.Message(lifecycle.Source("worker", "test"), &lifecycle.Failed{Common: lifecycle.Common{DispatchID: "d2", ThreadID: "d2", Subagent: "coder"},
+		Reason: lifecycle.ReasonRejected, Detail: "below the floor", BelowFloor: []string{`sandbox.mode "off"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wjs, err := jetstream.New(e.conn("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wjs.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the refused entry", func() bool {
+		st, err := e.js.Stream(t.Context(), audit.Stream)
+		return err == nil && st.CachedInfo().State.Msgs == 2
 	})
 	if v := e.seen("auditlog"); len(v) > 0 {
 		t.Errorf("auditlog was told of permission violations: %q", v)

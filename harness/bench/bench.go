@@ -273,12 +273,22 @@ func run(ctx context.Context, cfg Config, l *lost, progress io.Writer) (Report, 
 		samples = 20
 	}
 	peak = mem.window()
-	row, err := resume(ctx, url, js, wsRoot, samples, nil)
+	row, err := resume(ctx, url, js, wsRoot, samples, nil, false)
 	if err != nil {
 		return Report{}, err
 	}
 	row.PeakRSSMiB = peak()
 	rep.Rows = append(rep.Rows, row)
+	// The same path with the decision log's writer running, compared
+	// with the row above (docs/audit.md, "Cost").
+	say("measuring resume latency with the decision log written")
+	peak = mem.window()
+	arow, err := resume(ctx, url, js, wsRoot, samples, nil, true)
+	if err != nil {
+		return Report{}, err
+	}
+	arow.PeakRSSMiB, arow.baseline = peak(), len(rep.Rows)-1
+	rep.Rows = append(rep.Rows, arow)
 	peak = mem.window()
 	pair, stopStatus, err := statusRead(ctx, url, js)
 	if err != nil {

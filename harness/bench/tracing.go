@@ -173,7 +173,7 @@ func traced(ctx context.Context, url string, js jetstream.JetStream, dir string,
 func tracedResume(ctx context.Context, url string, js jetstream.JetStream, dir string, samples int) ([]Stage, error) {
 	var from, to time.Time
 	sink, err := withTracing(ctx, func() error {
-		_, err := resume(ctx, url, js, dir, samples, window(&from, &to))
+		_, err := resume(ctx, url, js, dir, samples, window(&from, &to), false)
 		return err
 	})
 	if err != nil {

@@ -23,6 +23,8 @@ const (
 	KindExpired    = "expired"   // its deadline passed; action says what followed
 	KindWithdrawn  = "withdrawn" // its thread was cancelled while it waited
 	KindCancelled  = "cancelled" // a dispatch was cancelled (lifecycle event)
+	KindRefused    = "refused"   // a worker refused a dispatch below the operator's sandbox floor
+	KindReversed   = "reversed"  // a person reversed an accepted suggestion
 	KindGap        = "gap"       // source events were removed before the log read them
 	KindCheckpoint = "checkpoint"
 )
@@ -85,11 +87,15 @@ type Entry struct {
 	// Outcome: how the thread went on (redispatched, failed:unanswered,
 	// failed:max-rounds, cancelled, withdrawn). NextDispatchID: the
 	// dispatch the step resumed, or the one that records the thread's end.
-	JoinedTo       string `json:"joined_to,omitempty"`
-	Action         string `json:"action,omitempty"`
-	Outcome        string `json:"outcome,omitempty"`
-	NextDispatchID string `json:"next_dispatch_id,omitempty"`
-	Detail         string `json:"detail,omitempty"`
+	JoinedTo string `json:"joined_to,omitempty"`
+	// A reversal: the suggestion's answer it replaced and the resumed
+	// dispatch it cancelled (NextDispatchID is the new one).
+	ReversedAnswer      string `json:"reversed_answer,omitempty"`
+	CancelledDispatchID string `json:"cancelled_dispatch_id,omitempty"`
+	Action              string `json:"action,omitempty"`
+	Outcome             string `json:"outcome,omitempty"`
+	NextDispatchID      string `json:"next_dispatch_id,omitempty"`
+	Detail              string `json:"detail,omitempty"`
 	// RecordMissing is set when the question record the entry completes
 	// its event with (comment, door, outcome, partial state digest) had
 	// expired before the writer read it.
@@ -162,7 +168,7 @@ func cleanStrings(e *Entry) {
 	for _, p := range []*string{&e.Kind, &e.At, &e.PrevHash, &e.Source, &e.SourceID, &e.QuestionID, &e.Route,
 		&e.Subagent, &e.ThreadID, &e.DispatchID, &e.ShownDigest, &e.PartialStateDigest, &e.AnsweredBy, &e.Door,
 		&e.Answer, &e.Decision, &e.Comment, &e.ReusedQuestionID, &e.ReusedAnsweredBy, &e.SuggestionBy,
-		&e.SuggestionConfidence, &e.JoinedTo, &e.Action, &e.Outcome, &e.NextDispatchID, &e.Detail, &e.By,
+		&e.SuggestionConfidence, &e.JoinedTo, &e.ReversedAnswer, &e.CancelledDispatchID, &e.Action, &e.Outcome, &e.NextDispatchID, &e.Detail, &e.By,
 		&e.Reason, &e.HeadHash, &e.Signature, &e.KeyID} {
 		*p = clean(*p)
 	}

@@ -85,3 +85,41 @@ func (c *Client) ForgetDecision(ctx context.Context, id string) (Decision, error
 	}
 	return d, nil
 }
+
+// ReverseRequest is the body of agora.api.reverse.<route>: a person's
+// answer that reverses the accepted suggestion which answered a question
+// of that route (docs/answering.md, "Reversing an accepted suggestion").
+type ReverseRequest struct {
+	QuestionID string `json:"question_id"`
+	Answer     string `json:"answer"`
+	Decision   string `json:"decision,omitempty"`
+	Comment    string `json:"comment,omitempty"`
+	// ReversedBy is the person reversing it.
+	ReversedBy string `json:"reversed_by"`
+}
+
+// ReverseReply is the router's answer to a reversal it made.
+type ReverseReply struct {
+	QuestionID string `json:"question_id"`
+	// CancelledDispatchID is the dispatch the suggestion resumed, now
+	// cancelled; NextDispatchID the one that carries the person's answer.
+	CancelledDispatchID string `json:"cancelled_dispatch_id"`
+	NextDispatchID      string `json:"next_dispatch_id"`
+}
+
+// Reverse asks the router to reverse the accepted suggestion that
+// answered question req.QuestionID on route. A refusal is a *Problem: 409
+// (ProblemConflict) when the thread went on already, 404 when there is no
+// such question on route, 422 when it has nothing to reverse or the
+// answer is invalid.
+func (c *Client) Reverse(ctx context.Context, route string, req ReverseRequest) (ReverseReply, error) {
+	subj, err := lifecycle.APIReverseRoute(route)
+	if err != nil {
+		return ReverseReply{}, fmt.Errorf("client: reverse: %w", err)
+	}
+	var rep ReverseReply
+	if err := c.call(ctx, subj, nil, req, &rep); err != nil {
+		return ReverseReply{}, err
+	}
+	return rep, nil
+}

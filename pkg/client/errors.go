@@ -41,6 +41,9 @@ const (
 	ProblemTooLarge       = "urn:agora:problem:too-large"
 	ProblemUnavailable    = "urn:agora:problem:unavailable"
 	ProblemInternal       = "urn:agora:problem:internal"
+	// ProblemConflict: the request came too late for the state it would
+	// change (a reversal after the thread went on); 409.
+	ProblemConflict = "urn:agora:problem:conflict"
 )
 
 // Problem is an RFC 9457 problem document: the body of every error answer

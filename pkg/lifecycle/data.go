@@ -151,6 +151,11 @@ type Failed struct {
 	Detail     string `json:"detail"`
 	ExitCode   *int   `json:"exit_code"` // null when the runtime never exited with a code
 	DurationMS int64  `json:"duration_ms"`
+	// BelowFloor is set on a dispatch a worker refused (reason rejected)
+	// because its definition is below the operator's sandbox floor: each
+	// setting that would allow it (docs/sandbox.md, "The operator's
+	// floor"). The decision log makes a refused entry of it.
+	BelowFloor []string `json:"below_floor,omitempty"`
 }
 
 // Cancelled is the data of dev.agora.dispatch.cancelled.
@@ -201,6 +206,22 @@ type Question struct {
 	// at or above the route's auto_accept confidence (answered_by
 	// suggested:<by>), otherwise shown preselected on the fallback route.
 	Suggestion *Suggestion `json:"suggestion,omitempty"`
+	// Reversal is set once a person reversed the accepted suggestion that
+	// answered the question (docs/answering.md, "Reversing an accepted
+	// suggestion"): Answer, Decision and AnsweredBy are then the person's.
+	Reversal *Reversal `json:"reversal,omitempty"`
+}
+
+// Reversal records a person's reversal of an accepted suggestion: who,
+// when, what the suggestion answered, the resumed dispatch cancelled and
+// the dispatch that resumes the thread with the person's answer instead.
+type Reversal struct {
+	By                  string    `json:"by"`
+	At                  time.Time `json:"at"`
+	SuggestionBy        string    `json:"suggestion_by"`
+	SuggestionAnswer    string    `json:"suggestion_answer"`
+	CancelledDispatchID string    `json:"cancelled_dispatch_id"`
+	NextDispatchID      string    `json:"next_dispatch_id"`
 }
 
 // StatusJoined is the status of a question that joined another, asked

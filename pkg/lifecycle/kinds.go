@@ -73,7 +73,9 @@ func (r Reason) Valid() bool {
 }
 
 // QuestionEvent is a step in a question's lifecycle:
-// asked → answered | expired | withdrawn, plus escalated steps.
+// asked → answered | expired | withdrawn, plus escalated steps; a question
+// that joined a matching one already asked starts joined instead of asked;
+// a person's reversal of an accepted suggestion is a reversed step.
 type QuestionEvent string
 
 // The question events (docs/wire.md, "Questions and answers").
@@ -83,11 +85,13 @@ const (
 	QuestionExpired   QuestionEvent = "expired"
 	QuestionWithdrawn QuestionEvent = "withdrawn"
 	QuestionEscalated QuestionEvent = "escalated"
+	QuestionJoined    QuestionEvent = "joined"
+	QuestionReversed  QuestionEvent = "reversed"
 )
 
 // QuestionEvents returns every question event.
 func QuestionEvents() []QuestionEvent {
-	return []QuestionEvent{QuestionAsked, QuestionAnswered, QuestionExpired, QuestionWithdrawn, QuestionEscalated}
+	return []QuestionEvent{QuestionAsked, QuestionAnswered, QuestionExpired, QuestionWithdrawn, QuestionEscalated, QuestionJoined, QuestionReversed}
 }
 
 // Valid reports whether q is a known question event.

@@ -67,7 +67,7 @@ func TestReasons(t *testing.T) {
 }
 
 func TestQuestionEvents(t *testing.T) {
-	want := []lifecycle.QuestionEvent{"asked", "answered", "expired", "withdrawn", "escalated"}
+	want := []lifecycle.QuestionEvent{"asked", "answered", "expired", "withdrawn", "escalated", "joined", "reversed"}
 	if got := lifecycle.QuestionEvents(); !slices.Equal(got, want) {
 		t.Errorf("QuestionEvents() = %q, want %q", got, want)
 	}
@@ -101,6 +101,8 @@ func TestTypes(t *testing.T) {
 		"dev.agora.question.expired",
 		"dev.agora.question.withdrawn",
 		"dev.agora.question.escalated",
+		"dev.agora.question.joined",
+		"dev.agora.question.reversed",
 		"dev.agora.progress.reported",
 	}
 	got := lifecycle.Types()

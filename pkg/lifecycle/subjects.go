@@ -150,6 +150,13 @@ func AnswerSubject(route, questionID string) (string, error) {
 // route and is for trusted callers only.
 func APIAnswerRoute(route string) (string, error) { return join("agora", "api", "answer", route) }
 
+// APIReverseRoute is agora.api.reverse.<route>, where a person's answer
+// reverses an accepted suggestion of one route's question
+// (docs/answering.md, "Reversing an accepted suggestion"): the router
+// reverses there only a question on that route, so subject permissions
+// on it decide who may reverse what. There is no unscoped door.
+func APIReverseRoute(route string) (string, error) { return join("agora", "api", "reverse", route) }
+
 // APIQuestionsRoute is agora.api.questions.<route>, the waiting questions
 // of one route: the router answers there only with questions that wait on
 // that route now, so subject permissions on it decide whose questions an

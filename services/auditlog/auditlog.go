@@ -1,8 +1,9 @@
 // Package auditlog writes Agora's decision log: one hash-chained entry
 // (pkg/audit) for every step a person's attention touches — a question
-// asked, escalated, answered, expired, withdrawn, and every cancel —
-// derived from the question events the router publishes on
-// AGORA_QUESTIONS and the cancelled events on AGORA_LIFECYCLE, appended
+// asked, escalated, joined, answered, expired, withdrawn, every cancel and
+// every dispatch a worker refused below the sandbox floor — derived from
+// the question events the router publishes on AGORA_QUESTIONS and the
+// cancelled and floor-refused failed events on AGORA_LIFECYCLE, appended
 // to the AGORA_AUDIT stream. It never changes what it reads.
 //
 // One chain, whatever crashes: every entry carries the writer's cursors
@@ -232,7 +233,12 @@ func (s *Service) session(ctx context.Context, js jetstream.JetStream) error {
 		{lifecycle.StreamQuestions, lifecycle.SubjectQuestionsAll, w.h.cq + 1},
 		{lifecycle.StreamLifecycle, lifecycle.LifecycleFilter(lifecycle.KindCancelled, "", ""), w.h.cl + 1},
 	} {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{src.filter}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: src.from}
+		filters := []string{src.filter}
+		if src.stream == lifecycle.StreamLifecycle {
+			// Failed events too: those refused below the sandbox floor.
+			filters = append(filters, lifecycle.LifecycleFilter(lifecycle.KindFailed, "", ""))
+		}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: src.from}
 		c, err := js.OrderedConsumer(sctx, src.stream, cfg)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", src.stream, err)
@@ -333,6 +339,9 @@ func (w *writer) take(ctx context.Context, src source) error {
 		w.h.cq = src.seq
 	} else {
 		w.h.cl = src.seq
+	}
+	if e == nil {
+		return nil // an event that is no step of the log (a failure other than a floor refusal)
 	}
 	return w.append(ctx, e, id)
 }

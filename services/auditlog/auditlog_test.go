@@ -23,6 +23,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/provision"
 	"github.com/agora-dispatch/agora/internal/testkit"
 	"github.com/agora-dispatch/agora/pkg/audit"
+	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/services/auditlog"
 	"github.com/agora-dispatch/agora/services/router"
@@ -298,4 +299,161 @@ func TestGapEntry(t *testing.T) {
 		t.Fatalf("gap entry = %+v", g)
 	}
 	testkit.Eventually(t, 20*time.Second, "the events around the gap", func() bool { return len(entries(t, js)) == 3 })
+}
+
+// A question that joins one already asked is in the log when it joins,
+// before any answer: a joined entry naming the question it joined. The
+// answer then ends it through that question's door.
+func TestJoinLoggedWhenItHappens(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	rt, err := router.New(router.Config{RecordWait: time.Millisecond, Tick: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: srv.Conn(t), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Go(t, "router", rt.Run)
+	testkit.WaitReady(t, 20*time.Second, "router", rt.Ready())
+	startWriter(t, srv, auditlog.Config{})
+
+	ask := func() string {
+		id := lifecycle.NewID()
+		publish(t, js, &lifecycle.NeedsInput{Common: lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "coder"},
+			QuestionID: lifecycle.QuestionID(id), Question: "Name the loader?", Options: []string{"readConfig", "parseConfig"}, Kind: "decision"})
+		return lifecycle.QuestionID(id)
+	}
+	first := ask()
+	waitEntry(t, js, "the asked entry", func(e audit.Entry) bool { return e.Kind == audit.KindAsked && e.QuestionID == first })
+	second := ask()
+	joined := waitEntry(t, js, "the joined entry", func(e audit.Entry) bool { return e.QuestionID == second && e.Kind != audit.KindAnswered })
+	if joined.Kind != audit.KindJoined || joined.JoinedTo != first || joined.Route != "human" || joined.Source != lifecycle.StreamQuestions {
+		t.Fatalf("entry of the joining question = %+v, want joined to %s", joined, first)
+	}
+	if _, err := srv.Client(t).Answer(t.Context(), first, lifecycle.Answer{Answer: "parseConfig", AnsweredBy: "dana"}); err != nil {
+		t.Fatal(err)
+	}
+	ans := waitEntry(t, js, "the joined question's answer", func(e audit.Entry) bool { return e.Kind == audit.KindAnswered && e.QuestionID == second })
+	if ans.Door != "join:"+first || ans.Seq <= joined.Seq {
+		t.Fatalf("answered entry = %+v, want door join:%s after seq %d", ans, first, joined.Seq)
+	}
+}
+
+// A dispatch a worker refused below the operator's sandbox floor is a
+// refused entry naming who refused it and each setting; any other failure
+// is no step of the log.
+func TestFloorRefusalEntry(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	startWriter(t, srv, auditlog.Config{})
+	common := func() lifecycle.Common {
+		id := lifecycle.NewID()
+		return lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "boxed"}
+	}
+	plain, refused := common(), common()
+	publish(t, js, &lifecycle.Failed{Common: plain, Reason: lifecycle.ReasonProviderFailed, Detail: "exit 1"})
+	publish(t, js, &lifecycle.Failed{Common: refused, Producer: lifecycle.Producer{WorkerID: "worker-7", Attempt: 1}, Reason: lifecycle.ReasonRejected,
+		Detail:     `sub-agent "boxed" (revision 3) is below the operator's sandbox floor: sandbox.mode "off" is below the operator's floor "standard" (AGORA_SANDBOX_FLOOR)`,
+		BelowFloor: []string{`sandbox.mode "off" is below the operator's floor "standard" (AGORA_SANDBOX_FLOOR)`}})
+	last := common()
+	publish(t, js, &lifecycle.Cancelled{Common: last, By: "cli:erin"})
+	waitEntry(t, js, "the cancel after both", func(e audit.Entry) bool { return e.Kind == audit.KindCancelled && e.DispatchID == last.DispatchID })
+	var got []audit.Entry
+	for _, e := range entries(t, js) {
+		if e.DispatchID == plain.DispatchID || e.DispatchID == refused.DispatchID {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("entries of the two failures = %+v, want the refusal only", got)
+	}
+	if e := got[0]; e.Kind != audit.KindRefused || e.DispatchID != refused.DispatchID || e.By != "worker:worker-7" ||
+		!strings.Contains(e.Detail, `sandbox.mode "off"`) || !strings.Contains(e.Reason, "revision 3") || e.Source != lifecycle.StreamLifecycle {
+		t.Fatalf("refused entry = %+v", e)
+	}
+	if out, ok := verifyPy(t, export(t, js, auditlog.Filter{})); !ok {
+		t.Fatalf("verify.py: %s", out)
+	}
+}
+
+// A person's reversal of an accepted suggestion is a reversed entry naming
+// who reversed it, the suggestion, the cancelled and the new dispatch,
+// after the cancelled entry of the resumed dispatch. Another route's door,
+// a reverser that is no person, and a reversal after the thread went on
+// are refused and log nothing.
+func TestReversalEntry(t *testing.T) {
+	srv := natstest.StartProvisioned(t, provision.Config{})
+	js := srv.JetStream(t)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: bots\n    match: {subagent: \"bot-*\"}\n    answerer: bot\n    auto_accept: 0.9\n  - name: human\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := router.New(router.Config{RoutesFile: routes, RecordWait: time.Millisecond, Tick: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		router.Deps{Conn: srv.Conn(t), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Go(t, "router", rt.Run)
+	testkit.WaitReady(t, 20*time.Second, "router", rt.Ready())
+	startWriter(t, srv, auditlog.Config{})
+	c := srv.Client(t)
+
+	suggested := func() (qid, resumed string) {
+		t.Helper()
+		id := lifecycle.NewID()
+		qid = lifecycle.QuestionID(id)
+		publish(t, js, &lifecycle.NeedsInput{Common: lifecycle.Common{DispatchID: id, ThreadID: id, Subagent: "bot-coder"},
+			QuestionID: qid, Question: "Name the loader?", Options: []string{"readConfig", "parseConfig"}, Kind: "decision"})
+		waitEntry(t, js, "the asked entry", func(e audit.Entry) bool { return e.Kind == audit.KindAsked && e.QuestionID == qid })
+		conf := 0.95
+		body, _ := json.Marshal(client.Submission{QuestionID: qid, Answer: "parseConfig", AnsweredBy: "bot", Suggest: true, Confidence: &conf})
+		if _, err := srv.Conn(t).Request("agora.api.answer.bots", body, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ans := waitEntry(t, js, "the suggestion's answer", func(e audit.Entry) bool { return e.Kind == audit.KindAnswered && e.QuestionID == qid })
+		if ans.Door != "suggestion" || ans.NextDispatchID == "" {
+			t.Fatalf("answered entry = %+v", ans)
+		}
+		return qid, ans.NextDispatchID
+	}
+	refused := func(route string, req client.ReverseRequest, status int) {
+		t.Helper()
+		var p *client.Problem
+		if _, err := c.Reverse(t.Context(), route, req); !errors.As(err, &p) || p.Status != status {
+			t.Fatalf("reverse %+v on %s = %v, want %d", req, route, err, status)
+		}
+	}
+
+	qid, resumed := suggested()
+	refused("human", client.ReverseRequest{QuestionID: qid, Answer: "readConfig", ReversedBy: "mallory"}, 404)
+	refused("bots", client.ReverseRequest{QuestionID: qid, Answer: "readConfig", ReversedBy: "suggested:bot"}, 422)
+	refused("bots", client.ReverseRequest{QuestionID: qid, Answer: "loadConfig", ReversedBy: "alice"}, 422)
+	rep, err := c.Reverse(t.Context(), "bots", client.ReverseRequest{QuestionID: qid, Answer: "readConfig", ReversedBy: "alice", Comment: "keep the old name"})
+	if err != nil || rep.CancelledDispatchID != resumed || rep.NextDispatchID == "" || rep.NextDispatchID == resumed {
+		t.Fatalf("Reverse = %+v, %v", rep, err)
+	}
+	rv := waitEntry(t, js, "the reversed entry", func(e audit.Entry) bool { return e.Kind == audit.KindReversed && e.QuestionID == qid })
+	if rv.By != "alice" || rv.AnsweredBy != "alice" || rv.Answer != "readConfig" || rv.ReversedAnswer != "parseConfig" || rv.SuggestionBy != "bot" ||
+		rv.SuggestionConfidence != "0.95" || rv.CancelledDispatchID != resumed || rv.NextDispatchID != rep.NextDispatchID || rv.Comment != "keep the old name" {
+		t.Fatalf("reversed entry = %+v", rv)
+	}
+	cancelled := waitEntry(t, js, "the cancel of the resumed dispatch", func(e audit.Entry) bool { return e.Kind == audit.KindCancelled && e.DispatchID == resumed })
+	if cancelled.By != "alice" {
+		t.Errorf("cancelled entry = %+v", cancelled)
+	}
+	refused("bots", client.ReverseRequest{QuestionID: qid, Answer: "parseConfig", ReversedBy: "alice"}, 422) // reversed already
+
+	// Too late: the resumed dispatch finished.
+	late, resumed2 := suggested()
+	publish(t, js, &lifecycle.Finished{Common: lifecycle.Common{DispatchID: resumed2, ThreadID: strings.TrimPrefix(late, "q-"), ParentID: strings.TrimPrefix(late, "q-"), Round: 1, Subagent: "bot-coder"}})
+	refused("bots", client.ReverseRequest{QuestionID: late, Answer: "readConfig", ReversedBy: "alice"}, 409)
+	for _, e := range entries(t, js) {
+		if e.QuestionID == late && e.Kind == audit.KindReversed {
+			t.Fatalf("a refused reversal was logged: %+v", e)
+		}
+	}
+	exp := export(t, js, auditlog.Filter{Thread: strings.TrimPrefix(qid, "q-")})
+	t.Logf("the reversed thread's trail:\n%s", exp)
+	if out, ok := verifyPy(t, exp); !ok {
+		t.Fatalf("verify.py: %s", out)
+	}
 }

@@ -42,7 +42,8 @@ const (
 )
 
 // derive makes the entry for a source message and returns it with the
-// id its append carries (the source event's id).
+// id its append carries (the source event's id); a nil entry for an event
+// that is no step of the log (a failure that is not a floor refusal).
 func (w *writer) derive(ctx context.Context, src source) (*audit.Entry, string, error) {
 	ev, err := lifecycle.DecodeMsg(src.msg)
 	if err != nil {
@@ -60,6 +61,17 @@ func (w *writer) derive(ctx context.Context, src source) (*audit.Entry, string, 
 		e.Kind = audit.KindCancelled
 		e.DispatchID, e.ThreadID, e.Subagent, e.Round = d.DispatchID, d.ThreadID, d.Subagent, d.Round
 		e.By, e.Reason = d.By, d.Reason
+	case *lifecycle.Failed:
+		if len(d.BelowFloor) == 0 {
+			return nil, "", nil
+		}
+		// A dispatch refused by a worker's sandbox floor (docs/audit.md).
+		e.Kind = audit.KindRefused
+		e.DispatchID, e.ThreadID, e.Subagent, e.Round = d.DispatchID, d.ThreadID, d.Subagent, d.Round
+		e.By, e.Reason, e.Detail = "worker:"+d.WorkerID, d.Detail, strings.Join(d.BelowFloor, "; ")
+		if d.WorkerID == "" {
+			e.By = "worker"
+		}
 	default:
 		return nil, "", fmt.Errorf("unexpected %s event", ev.Type())
 	}
@@ -100,6 +112,18 @@ func (w *writer) question(ctx context.Context, e *audit.Entry, q *lifecycle.Ques
 		}
 	case lifecycle.QuestionWithdrawn:
 		e.Outcome, e.NextDispatchID = rec.Outcome, rec.NextDispatchID
+	case lifecycle.QuestionReversed:
+		// Who reversed which suggestion, and the dispatches: from the
+		// event's own snapshot, so a later change of the record cannot
+		// move them.
+		e.AnsweredBy, e.Answer, e.Decision, e.Comment = q.AnsweredBy, q.Answer, q.Decision, rec.Comment
+		if s := q.Suggestion; s != nil {
+			e.SuggestionBy, e.SuggestionConfidence = s.By, strconv.FormatFloat(s.Confidence, 'f', -1, 64)
+		}
+		if rv := q.Reversal; rv != nil {
+			e.By, e.ReversedAnswer, e.CancelledDispatchID, e.NextDispatchID = rv.By, rv.SuggestionAnswer, rv.CancelledDispatchID, rv.NextDispatchID
+		}
+		e.Outcome, e.Door = rec.Outcome, "api-route agora.api.reverse."+q.Route
 	}
 	if e.JoinedTo != "" && q.Event == lifecycle.QuestionAnswered {
 		e.Door = "join:" + q.JoinedTo

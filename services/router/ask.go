@@ -131,7 +131,7 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 			log.Info("question asked", "route", r.Route, "answerer", r.Answerer, "kind", r.Kind, "deadline", r.Deadline, "status", r.Status)
 		}
 		// Publish from the record just written, not a read of it.
-		flush = func() error { return s.flushRecord(ctx, r) }
+		flush = func() error { return errors.Join(s.flushRecord(ctx, r), s.publishJoined(ctx, r)) }
 	}
 	if err := flush(); err != nil {
 		log.Warn("publish question events: redelivering", "err", err)
@@ -150,7 +150,7 @@ func (s *Service) finish(ctx context.Context, log *slog.Logger, r *record, rev u
 			return s.seatFailed(log, r, err)
 		}
 	}
-	if err := s.flushRecord(ctx, r); err != nil {
+	if err := errors.Join(s.flushRecord(ctx, r), s.publishJoined(ctx, r)); err != nil {
 		log.Warn("publish pending question events: redelivering", "err", err)
 		return retryIn(time.Second)
 	}

@@ -338,6 +338,8 @@ func (s *Service) Run(ctx context.Context) error {
 		{"questions-route", "questions.*", s.microQuestions},
 		{"decisions", "decisions", s.microDecisions},
 		{"decisions-forget", "decisions.forget", s.microForget},
+		// agora.api.reverse.<route>: a person reverses an accepted suggestion.
+		{"reverse-route", "reverse.*", s.microReverse},
 	} {
 		if err := svc.AddLanes(api, p, e.name, e.subject, map[string]string{"endpoint": e.name}, func(r micro.Request) { e.h(work, r) }); err != nil {
 			return fail(fmt.Errorf("router: %w", err))

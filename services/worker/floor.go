@@ -28,7 +28,18 @@ func (s *Service) belowFloor(j *job, def subagent.Definition) *lifecycle.Failed 
 	}
 	detail := fmt.Sprintf("sub-agent %q (revision %d) is below the operator's sandbox floor: %s", def.Name, j.req.SubagentRevision, fe.Error())
 	j.log.Warn("refused: the definition is below the operator's sandbox floor", "detail", detail)
-	return &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonRejected, Detail: clip.String(detail, 1024)}
+	return &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonRejected, Detail: clip.String(detail, 1024), BelowFloor: floorProblems(fe.Problems)}
+}
+
+// floorProblems bounds the settings a refusal names: the definition is
+// the sub-agent author's text, and the event reaches logs and screens.
+func floorProblems(ps []string) []string {
+	const maxProblems, maxBytes = 16, 512
+	out := make([]string, 0, min(len(ps), maxProblems))
+	for _, p := range ps[:min(len(ps), maxProblems)] {
+		out = append(out, clip.String(p, maxBytes))
+	}
+	return out
 }
 
 // runTimeout is how long a run may take: the request's timeout when it is

@@ -63,6 +63,9 @@ func TestWorkerRefusesBelowTheFloor(t *testing.T) {
 				if !strings.Contains(f.Detail, w) {
 					t.Errorf("detail %q does not say %q", f.Detail, w)
 				}
+				if !strings.Contains(strings.Join(f.BelowFloor, "\n"), w) && !strings.Contains(w, "is below the operator's sandbox floor") {
+					t.Errorf("below_floor %q does not name %q", f.BelowFloor, w)
+				}
 			}
 			if statErr == nil {
 				t.Error("the command ran")
