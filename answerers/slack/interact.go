@@ -168,7 +168,9 @@ func (s *Server) blockActions(cb *slackapi.InteractionCallback) {
 		return
 	}
 	who, trigger := clickerOf(cb), cb.TriggerID
-	s.goWork(func(ctx context.Context) { s.click(ctx, clickOn{route: route, qid: qid, shown: shown}, who, trigger, act) })
+	s.goWork(func(ctx context.Context) {
+		s.click(ctx, clickOn{route: route, qid: qid, shown: shown}, who, trigger, act)
+	})
 }
 
 // clickOn is the question a click answers, as its message showed it.
