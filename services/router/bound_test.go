@@ -99,3 +99,29 @@ func TestMemoryBoundToWhatWasShown(t *testing.T) {
 		t.Errorf("reused %+v bound_digest %q shown_digest %q, want the decision of %s bound to %q", r.Reused, r.BoundDigest, r.ShownDigest, other, orec.ShownDigest)
 	}
 }
+
+// TestShownDigestOfALargeState: a partial state kept in agora_state is in
+// the shown digest by its object's SHA-256, as the decision log names it;
+// one whose object cannot be read, as unavailable:<ref>.
+func TestShownDigestOfALargeState(t *testing.T) {
+	e := newEnv(t, "")
+	e.startRouter(e.config())
+	obs, err := e.js.ObjectStore(t.Context(), lifecycle.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := []byte(`{"analysis":"` + strings.Repeat("x", 4096) + `"}`)
+	if _, err := obs.PutBytes(t.Context(), "big-state", state); err != nil {
+		t.Fatal(err)
+	}
+	ni := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "big"}, Question: "Go on?", Kind: "clarification", PartialStateRef: "big-state"}
+	rec := e.asked(e.ask(ni, lifecycle.Request{Input: []byte(`{}`)}, ""))
+	if want := audit.ShownDigest(ni.Question, "", ni.Kind, nil, audit.Digest(state)); rec.ShownDigest != want {
+		t.Errorf("shown_digest %s, want %s (the object's digest)", rec.ShownDigest, want)
+	}
+	ni.PartialStateRef, ni.Question = "gone", "Go on without it?" // other words: not joined to the first
+	rec = e.asked(e.ask(ni, lifecycle.Request{Input: []byte(`{}`)}, ""))
+	if want := audit.ShownDigest(ni.Question, "", ni.Kind, nil, "unavailable:gone"); rec.ShownDigest != want {
+		t.Errorf("shown_digest of a state whose object is gone %s, want %s", rec.ShownDigest, want)
+	}
+}
