@@ -68,3 +68,46 @@ func TestClickBound(t *testing.T) {
 		t.Errorf("the record does not say the click was bound to %s: %s", now, e.Value())
 	}
 }
+
+// TestModalBound: the modal "Answer…" opens carries the message's digest.
+// The question asked anew reworded while the modal is open, its
+// submission is refused in the modal itself and nothing is answered;
+// "Answer…" on the message that still shows the old words opens no
+// modal and says the question changed.
+func TestModalBound(t *testing.T) {
+	w := startWorld(t, worldOptions{routes: routes, settings: settings})
+	w.asks("ask-free", `{"question":"Which region?"}`)
+	d, m := w.dispatch(t, "ask-free", "C0OPS", nil)
+	_, els := m.actions()
+	if code, _ := newInteraction(click(m, "U0ALICE", els[0]), signingSecret, time.Now()).send(t, w.http.URL); code != http.StatusOK {
+		t.Fatalf("click: HTTP %d", code)
+	}
+	testkit.Eventually(t, 30*time.Second, "the answer modal", func() bool { return len(w.slack.callsOf("views.open")) == 1 })
+	view := w.slack.callsOf("views.open")[0].JSON
+
+	js, err := jetstream.New(w.Server.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := w.question(t, d.ThreadID)
+	natstest.RewordQuestion(t, js, q.QuestionID, " (the one for the new customers)")
+	code, body := newInteraction(submission(view, "U0ALICE", "eu-west-1"), signingSecret, time.Now()).send(t, w.http.URL)
+	if code != http.StatusOK || !strings.Contains(body, `"response_action":"errors"`) || !strings.Contains(body, "this question changed") {
+		t.Fatalf("the modal's submission after the question changed: HTTP %d %s, want its errors saying so", code, body)
+	}
+	if got := w.question(t, d.ThreadID); got.Status != "asked" {
+		t.Fatalf("after the stale modal the question is %s, want asked", got.Status)
+	}
+
+	// The message as it was: no modal, an ephemeral instead.
+	if code, _ := newInteraction(click(m, "U0BOB", els[0]), signingSecret, time.Now()).send(t, w.http.URL); code != http.StatusOK {
+		t.Fatalf("click: HTTP %d", code)
+	}
+	testkit.Eventually(t, 30*time.Second, "an ephemeral reply", func() bool { return len(w.slack.callsOf("chat.postEphemeral")) == 1 })
+	if e := w.slack.callsOf("chat.postEphemeral")[0].Form; e.Get("user") != "U0BOB" || !strings.Contains(e.Get("text"), "this question changed") {
+		t.Errorf("ephemeral = %v", e)
+	}
+	if n := len(w.slack.callsOf("views.open")); n != 1 {
+		t.Errorf("%d modals opened, want none for the message that shows the old words", n-1)
+	}
+}

@@ -211,6 +211,13 @@ func (s *Server) click(ctx context.Context, on clickOn, c clicker, trigger strin
 			s.enqueue(qid)
 			return
 		}
+		if on.shown != "" && on.shown != q.ShownDigest {
+			// The modal would show the question as it stands, and its
+			// answer would be bound to what the message showed.
+			s.ephemeral(ctx, c, changedText)
+			s.enqueue(qid)
+			return
+		}
 		meta, _ := json.Marshal(modalMeta{Route: route, QuestionID: qid, Channel: c.channel, ShownDigest: on.shown})
 		v := modal(callbackAnswer, "Answer", "Your answer", true, string(meta), q)
 		if act.ActionID == actionReject {
@@ -310,6 +317,10 @@ func statusOf(rep *client.AnswerReply, err error) string {
 	return "error"
 }
 
+// changedText tells a person their answer was not taken because the
+// question changed after the message showed it.
+const changedText = "Not answered: this question changed after this message showed it (reworded, or asked anew). Look at the question again and answer what it asks now."
+
 // refusalText tells a person why their answer did not count; "" when it
 // was accepted.
 func refusalText(err error) string {
@@ -330,7 +341,7 @@ func refusalText(err error) string {
 	case client.AnswerInvalid:
 		return "Not accepted: " + escape(rep.Reason)
 	case client.AnswerChanged:
-		return "Not answered: this question changed after this message showed it (reworded, or asked anew). Look at the question again and answer what it asks now."
+		return changedText
 	case client.AnswerNotFound:
 		return "Agora no longer knows this question."
 	}
