@@ -114,6 +114,13 @@ func (s *Server) linkClaims(w http.ResponseWriter, r *http.Request) (answerlink.
 			fmt.Sprintf("The link was made while the question was on route %s; it is on route %s now, where others answer it. Nothing was sent. Ask for a new link, or answer it in the inbox.", c.Route, q.Route), "warn")
 		return c, nil, false
 	}
+	// A link answers the question as it was when minted
+	// (docs/inbox.md, "Answer links").
+	if c.ShownDigest != "" && c.ShownDigest != q.ShownDigest {
+		s.linkResult(w, http.StatusConflict, "changed", "This question changed",
+			"The question no longer shows what it showed when this link was made (it was reworded or asked anew), so the link's answer may not fit it. Nothing was sent. Look at the question again in the inbox, or ask for a new link.", "warn")
+		return c, nil, false
+	}
 	if name, ok := strings.CutPrefix(c.MintedBy, "inbox:"); ok {
 		if u, found := s.userNamed(name); !found || !u.may(q.Route) {
 			s.linkResult(w, http.StatusForbidden, "revoked", "This link no longer answers",
@@ -167,7 +174,7 @@ func (s *Server) linkAnswer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	in := answerInput{Comment: r.PostForm.Get("comment")}
+	in := answerInput{Comment: r.PostForm.Get("comment"), ShownDigest: c.ShownDigest}
 	switch {
 	case c.Open:
 		in.Answer = r.PostForm.Get("answer")
@@ -219,6 +226,8 @@ func (s *Server) linkAnswer(w http.ResponseWriter, r *http.Request) {
 		s.linkResult(w, status, "retry", "The answer did not get through", refusal(rep), "error")
 	case client.AnswerAlreadyAnswered:
 		s.linkResult(w, status, "closed", "This question is closed", refusal(rep), "warn")
+	case client.AnswerChanged:
+		s.linkResult(w, status, "changed", "This question changed", refusal(rep), "warn")
 	default:
 		s.linkResult(w, status, "refused", "The answer was refused", refusal(rep), "error")
 	}

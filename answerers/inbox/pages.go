@@ -375,6 +375,10 @@ type answerInput struct {
 	Answer   string `json:"answer"`
 	Decision string `json:"decision,omitempty"`
 	Comment  string `json:"comment,omitempty"`
+	// ShownDigest is the shown digest of the question as the page or
+	// script showed it (its shown_digest); the router refuses the answer
+	// when the question no longer shows that (docs/inbox.md).
+	ShownDigest string `json:"shown_digest,omitempty"`
 	// Free is the form's answer in the person's own words, beside the
 	// options of a clarification or information question.
 	Free string `json:"-"`
@@ -389,7 +393,7 @@ func (s *Server) submit(ctx context.Context, u *user, q *Question, in answerInpu
 		trace.WithAttributes(telemetry.KeyQuestionID.String(q.QuestionID), telemetry.KeyRoute.String(q.Route), telemetry.KeyAnsweredBy.String(u.name)))
 	defer span.End()
 	a := lifecycle.Answer{Route: q.Route, Answer: strings.TrimSpace(in.Answer), Decision: strings.TrimSpace(in.Decision),
-		AnsweredBy: u.name, Comment: strings.TrimSpace(in.Comment)}
+		AnsweredBy: u.name, Comment: strings.TrimSpace(in.Comment), ShownDigest: strings.TrimSpace(in.ShownDigest)}
 	log := s.log.With("question_id", q.QuestionID, "route", q.Route, "answered_by", u.name)
 	var opts []client.AnswerOption
 	if s.routes != nil {
@@ -425,7 +429,7 @@ func replyStatus(st client.AnswerStatus) int {
 	switch st {
 	case client.AnswerAccepted:
 		return http.StatusOK
-	case client.AnswerAlreadyAnswered:
+	case client.AnswerAlreadyAnswered, client.AnswerChanged:
 		return http.StatusConflict
 	case client.AnswerInvalid:
 		return http.StatusUnprocessableEntity
@@ -445,6 +449,8 @@ func refusal(rep client.AnswerReply) string {
 		return "This question is closed: " + rep.Reason + "."
 	case client.AnswerInvalid:
 		return "The answer was refused: " + rep.Reason + "."
+	case client.AnswerChanged:
+		return "Nothing was sent: this question changed after it was shown to you (reworded, or asked anew). Look at it again and answer what it asks now."
 	case client.AnswerNotFound:
 		return "The router does not know this question any more."
 	}
@@ -457,7 +463,7 @@ func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity
 		return
 	}
 	in := answerInput{Answer: r.PostForm.Get("answer"), Decision: r.PostForm.Get("decision"), Comment: r.PostForm.Get("comment"),
-		Free: r.PostForm.Get("free_answer")}
+		Free: r.PostForm.Get("free_answer"), ShownDigest: r.PostForm.Get("shown_digest")}
 	if r.PostForm.Get("free") == "1" {
 		in.Answer = in.Free
 	}
@@ -471,6 +477,10 @@ func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity
 	}
 	d := s.questionData(r.Context(), id, q)
 	d.Notice, d.NoticeKind, d.Form = refusal(rep), "warn", in
+	if rep.Status == client.AnswerChanged {
+		// What was chosen was chosen for what the page showed then.
+		d.Form = answerInput{}
+	}
 	if rep.Status == client.AnswerRetry {
 		d.NoticeKind = "error"
 	}

@@ -250,6 +250,7 @@ func timeLeft(deadline *time.Time, now time.Time) (text, urgency string) {
 // qview is a question as the templates show it.
 type qview struct {
 	ID, URL, Text, Context  string
+	ShownDigest             string // what the page shows, sent back with the answer
 	Kind, KindLabel         string
 	Subagent, Route, Target string
 	Answerer                string
@@ -351,7 +352,7 @@ func questionURL(id string) string { return Prefix + "/questions/" + url.PathEsc
 
 func newQView(q *Question, now time.Time) qview {
 	v := qview{
-		ID: q.QuestionID, URL: questionURL(q.QuestionID), Text: q.Question.Question, Context: q.Context,
+		ID: q.QuestionID, URL: questionURL(q.QuestionID), Text: q.Question.Question, Context: q.Context, ShownDigest: q.ShownDigest,
 		Kind: kindOf(q), Subagent: q.Subagent, Route: q.Route, Target: q.Target,
 		Answerer: q.Answerer, Human: q.Answerer == "" || q.Answerer == "human",
 		Status: q.Status, StatusLabel: statusLabel(q.Status), Round: q.Round, ThreadID: q.ThreadID, DispatchID: q.DispatchID,

@@ -40,17 +40,27 @@ const (
 	inputAction    = "text"
 )
 
-// actionsBlockID names the question a message's buttons answer:
-// agora|<route>|<question_id>.
-func actionsBlockID(route, qid string) string { return "agora|" + route + "|" + qid }
+// actionsBlockID names the question a message's buttons answer and what
+// the message showed of it: agora|<route>|<question_id>|<shown_digest>
+// (docs/slack.md, "Bound answers").
+func actionsBlockID(route, qid, shown string) string {
+	id := "agora|" + route + "|" + qid
+	if shown != "" {
+		id += "|" + shown
+	}
+	return id
+}
 
-func parseActionsBlockID(id string) (route, qid string, ok bool) {
+// parseActionsBlockID reads an actions block id; shown is "" in the
+// messages posted before they carried it.
+func parseActionsBlockID(id string) (route, qid, shown string, ok bool) {
 	rest, ok := strings.CutPrefix(id, "agora|")
 	if !ok {
-		return "", "", false
+		return "", "", "", false
 	}
-	route, qid, ok = strings.Cut(rest, "|")
-	return route, qid, ok && route != "" && qid != ""
+	route, rest, ok = strings.Cut(rest, "|")
+	qid, shown, _ = strings.Cut(rest, "|")
+	return route, qid, shown, ok && route != "" && qid != ""
 }
 
 // escape makes text safe for mrkdwn: no mention, channel ping or link
@@ -243,7 +253,7 @@ func (s *Server) askedBlocks(q *lifecycle.Question, now time.Time) []slackapi.Bl
 	default:
 		elems = append(elems, slackapi.NewButtonBlockElement(actionAnswer, "answer", plain("Answer…")).WithStyle(slackapi.StylePrimary))
 	}
-	if id := actionsBlockID(q.Route, q.QuestionID); len(id) <= maxBlockID {
+	if id := actionsBlockID(q.Route, q.QuestionID, q.ShownDigest); len(id) <= maxBlockID {
 		blocks = append(blocks, slackapi.NewActionBlock(id, elems...))
 	} else {
 		blocks = append(blocks, slackapi.NewSectionBlock(mrkdwn("_This question's id is too long to answer here: use the inbox._"), nil, nil))

@@ -150,6 +150,9 @@ type modalMeta struct {
 	Route      string `json:"route"`
 	QuestionID string `json:"question_id"`
 	Channel    string `json:"channel,omitempty"`
+	// ShownDigest is the shown digest of the message the modal was
+	// opened from.
+	ShownDigest string `json:"shown_digest,omitempty"`
 }
 
 // blockActions lets a click be acknowledged at once (Slack wants a reply
@@ -160,15 +163,24 @@ func (s *Server) blockActions(cb *slackapi.InteractionCallback) {
 		return
 	}
 	act := *cb.ActionCallback.BlockActions[0]
-	route, qid, ok := parseActionsBlockID(act.BlockID)
+	route, qid, shown, ok := parseActionsBlockID(act.BlockID)
 	if !ok || act.ActionID == actionInbox {
 		return
 	}
 	who, trigger := clickerOf(cb), cb.TriggerID
-	s.goWork(func(ctx context.Context) { s.click(ctx, route, qid, who, trigger, act) })
+	s.goWork(func(ctx context.Context) {
+		s.click(ctx, clickOn{route: route, qid: qid, shown: shown}, who, trigger, act)
+	})
 }
 
-func (s *Server) click(ctx context.Context, route, qid string, c clicker, trigger string, act slackapi.BlockAction) {
+// clickOn is the question a click answers, as its message showed it.
+type clickOn struct {
+	route, qid string
+	shown      string // the message's shown digest; "" on older messages
+}
+
+func (s *Server) click(ctx context.Context, on clickOn, c clicker, trigger string, act slackapi.BlockAction) {
+	route, qid := on.route, on.qid
 	log := s.log.With("route", route, "question_id", qid, "slack_user", c.user, "slack_team", c.team, "action", act.ActionID)
 	rs, served := s.settings.Routes[route]
 	if !served {
@@ -187,7 +199,9 @@ func (s *Server) click(ctx context.Context, route, qid string, c clicker, trigge
 		s.ephemeral(ctx, c, "Agora could not be reached; nothing was answered. Try again in a moment.")
 		return
 	}
-	a := lifecycle.Answer{AnsweredBy: c.answeredBy()}
+	// Bound to what the message showed (its options among it), not to
+	// what the record holds now (docs/slack.md, "Bound answers").
+	a := lifecycle.Answer{AnsweredBy: c.answeredBy(), ShownDigest: on.shown}
 	switch {
 	case act.ActionID == actionApprove:
 		a.Answer, a.Decision = "approve", "approve"
@@ -197,7 +211,14 @@ func (s *Server) click(ctx context.Context, route, qid string, c clicker, trigge
 			s.enqueue(qid)
 			return
 		}
-		meta, _ := json.Marshal(modalMeta{Route: route, QuestionID: qid, Channel: c.channel})
+		if on.shown != "" && on.shown != q.ShownDigest {
+			// The modal would show the question as it stands, and its
+			// answer would be bound to what the message showed.
+			s.ephemeral(ctx, c, changedText)
+			s.enqueue(qid)
+			return
+		}
+		meta, _ := json.Marshal(modalMeta{Route: route, QuestionID: qid, Channel: c.channel, ShownDigest: on.shown})
 		v := modal(callbackAnswer, "Answer", "Your answer", true, string(meta), q)
 		if act.ActionID == actionReject {
 			v = modal(callbackReject, "Reject", "Why? (goes to the sub-agent)", true, string(meta), q)
@@ -254,9 +275,9 @@ func (s *Server) viewSubmission(ctx context.Context, cb *slackapi.InteractionCal
 	if cb.View.State != nil {
 		text = strings.TrimSpace(cb.View.State.Values[inputBlock][inputAction].Value)
 	}
-	a := lifecycle.Answer{AnsweredBy: c.answeredBy(), Answer: text}
+	a := lifecycle.Answer{AnsweredBy: c.answeredBy(), Answer: text, ShownDigest: meta.ShownDigest}
 	if cb.View.CallbackID == callbackReject {
-		a = lifecycle.Answer{AnsweredBy: c.answeredBy(), Answer: "reject", Decision: "reject", Comment: text}
+		a = lifecycle.Answer{AnsweredBy: c.answeredBy(), Answer: "reject", Decision: "reject", Comment: text, ShownDigest: meta.ShownDigest}
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
 	rep, err := s.submit(sctx, meta.Route, meta.QuestionID, a)
@@ -296,6 +317,10 @@ func statusOf(rep *client.AnswerReply, err error) string {
 	return "error"
 }
 
+// changedText tells a person their answer was not taken because the
+// question changed after the message showed it.
+const changedText = "Not answered: this question changed after this message showed it (reworded, or asked anew). Look at the question again and answer what it asks now."
+
 // refusalText tells a person why their answer did not count; "" when it
 // was accepted.
 func refusalText(err error) string {
@@ -315,6 +340,8 @@ func refusalText(err error) string {
 		return "Not answered: " + escape(rep.Reason)
 	case client.AnswerInvalid:
 		return "Not accepted: " + escape(rep.Reason)
+	case client.AnswerChanged:
+		return changedText
 	case client.AnswerNotFound:
 		return "Agora no longer knows this question."
 	}

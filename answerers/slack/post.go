@@ -78,7 +78,7 @@ func (s *Server) handle(ctx context.Context, route string, m jetstream.Msg) cons
 		return s.decline(ctx, route, rec, fmt.Sprintf("slack: the message could not be posted: %v", err))
 	}
 	s.metrics.posted.WithLabelValues(route).Inc()
-	entry := message{QuestionID: q.QuestionID, Route: route, Channel: channel, TS: ts, Escalation: rec.Escalation, PostedAt: time.Now().UTC(),
+	entry := message{QuestionID: q.QuestionID, Route: route, Channel: channel, TS: ts, Escalation: rec.Escalation, PostedAt: time.Now().UTC(), Shown: rec.ShownDigest,
 		Threads: threadsWaiting(rec)}
 	b, _ := json.Marshal(entry)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -29,6 +29,10 @@ type message struct {
 	// (0 in entries written before it was kept: one): it is updated as
 	// threads join or leave.
 	Threads int `json:"threads,omitempty"`
+	// Shown is the shown digest of the question as the message shows it
+	// (its buttons carry it): a question asked anew with other words is
+	// shown anew (docs/slack.md, "Bound answers").
+	Shown string `json:"shown,omitempty"`
 }
 
 // shown is how many threads the message says wait.
@@ -231,7 +235,7 @@ func (s *Server) reconcile(ctx context.Context, qid string) {
 	}
 	for key, e := range msgs {
 		if q.Status == "asked" && q.Route == e.m.Route {
-			if threadsWaiting(q) != e.m.shown() {
+			if threadsWaiting(q) != e.m.shown() || q.ShownDigest != e.m.Shown {
 				s.recount(ctx, key, e, q)
 			}
 			continue
@@ -269,8 +273,9 @@ func (s *Server) reconcile(ctx context.Context, qid string) {
 }
 
 // recount rewrites the message of a waiting question whose threads
-// joined or left it, as posted (answer controls included) with the new
-// count, and records the count shown in its entry.
+// joined or left it, or that shows something else now, as posted (answer
+// controls included) with the new count and words, and records both in
+// its entry.
 func (s *Server) recount(ctx context.Context, key string, e indexed, q *lifecycle.Question) {
 	n := threadsWaiting(q)
 	log := s.log.With("route", e.m.Route, "question_id", q.QuestionID, "channel", e.m.Channel, "ts", e.m.TS, "threads", n)
@@ -296,7 +301,7 @@ func (s *Server) recount(ctx context.Context, key string, e indexed, q *lifecycl
 	}
 	log.Info("message updated with the threads waiting")
 	m := e.m
-	m.Threads = n
+	m.Threads, m.Shown = n, q.ShownDigest
 	b, _ := json.Marshal(m)
 	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	rev, err := s.messages.Update(uctx, key, b, e.rev)

@@ -87,7 +87,7 @@ description: says hello
 	}
 }
 
-var answerLineRE = regexp.MustCompile(`agora answer (q-\S+) readConfig$`)
+var answerLineRE = regexp.MustCompile(`agora answer (q-\S+) readConfig(?: --shown sha256:[0-9a-f]{64})?$`)
 
 // waitsOn reports whether q, a line of agora questions --json, lists the
 // question qid among the questions of the threads waiting on it.

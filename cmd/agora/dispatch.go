@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -239,8 +240,8 @@ func followDispatch(ctx context.Context, cmd *cobra.Command, g *globals, o dispa
 				if !inboxKnown {
 					o.inbox, inboxKnown = inboxURL(ctx, c.Conn(), o.inbox), true
 				}
-				block := questionBlock(g.cli(cmd), o.inbox, questionOf(v))
-				note, reused := askedOnceNote(ctx, c, v.QuestionID)
+				note, reused, rec := askedOnceNote(ctx, c, v.QuestionID)
+				block := questionBlock(g.cli(cmd), o.inbox, shownAs(questionOf(v), rec))
 				if reused {
 					block = askedBlock(questionOf(v))
 				}
@@ -332,6 +333,19 @@ type question struct {
 	Subagent                    string
 	Round                       int
 	DispatchID                  string
+	// Shown is the record's shown digest when it shows what was printed:
+	// the answer lines carry it (docs/cli.md, "Bound answers").
+	Shown string
+}
+
+// shownAs binds q, printed from the needs_input event, to the shown
+// digest of its record rec, when rec is asked on its own and shows the
+// same text, context, kind and options.
+func shownAs(q question, rec *lifecycle.Question) question {
+	if rec != nil && rec.Status == "asked" && rec.Question == q.Question && rec.Context == q.Context && rec.Kind == q.Kind && slices.Equal(rec.Options, q.Options) {
+		q.Shown = rec.ShownDigest
+	}
+	return q
 }
 
 func questionOf(n *lifecycle.NeedsInput) question {
@@ -357,8 +371,9 @@ func questionBlock(cli, inbox string, q question) string {
 // decision (reused), joined to one already waiting, or asked once for
 // several threads, and a suggestion waiting for a person. It waits up to 3 s for
 // the record, which the router writes a moment after the needs_input; ""
-// when it is plainly asked or not recorded by then.
-func askedOnceNote(ctx context.Context, c *client.Client, qid string) (note string, reused bool) {
+// when it is plainly asked or not recorded by then. rec is the record
+// read, nil when none was.
+func askedOnceNote(ctx context.Context, c *client.Client, qid string) (note string, reused bool, rec *lifecycle.Question) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var q lifecycle.Question
@@ -368,11 +383,11 @@ func askedOnceNote(ctx context.Context, c *client.Client, qid string) (note stri
 			break
 		}
 		if !isNotFound(err) {
-			return "", false
+			return "", false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return "", false
+			return "", false, nil
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -396,7 +411,7 @@ func askedOnceNote(ctx context.Context, c *client.Client, qid string) (note stri
 	if s := q.Suggestion; s != nil && !s.Accepted && q.Status == "asked" {
 		fmt.Fprintf(&b, "%s\n", suggestionText(s, 200))
 	}
-	return b.String(), q.Reused != nil
+	return b.String(), q.Reused != nil, &q
 }
 
 // askedBlock shows a question and its options.
@@ -429,17 +444,21 @@ func inboxLink(inbox, qid string) string {
 // option, approve and reject for an approval, a placeholder otherwise.
 func answerLines(cli string, q question) []string {
 	base := cli + " answer " + shellQuote(q.ID) + " "
+	shown := ""
+	if q.Shown != "" {
+		shown = " --shown " + q.Shown
+	}
 	switch {
 	case q.Kind == "approval":
-		return []string{base + "approve --decision approve", base + "reject --decision reject"}
+		return []string{base + "approve --decision approve" + shown, base + "reject --decision reject" + shown}
 	case len(q.Options) > 0:
 		lines := make([]string, len(q.Options))
 		for i, o := range q.Options {
-			lines[i] = base + shellQuote(o)
+			lines[i] = base + shellQuote(o) + shown
 		}
 		return lines
 	}
-	return []string{base + "'your answer'"}
+	return []string{base + "'your answer'" + shown}
 }
 
 // printResult prints how a thread or dispatch ended: the finished output

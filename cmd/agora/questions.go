@@ -57,6 +57,9 @@ type questionLine struct {
 	JoinedTo       string                    `json:"joined_to,omitempty"`
 	Reused         *lifecycle.Reused         `json:"reused,omitempty"`
 	Suggestion     *lifecycle.Suggestion     `json:"suggestion,omitempty"`
+	// ShownDigest is what the question shows, for agora answer --shown
+	// (docs/cli.md, "Bound answers").
+	ShownDigest string `json:"shown_digest,omitempty"`
 }
 
 func newQuestionsCmd(g *globals) *cobra.Command {
@@ -299,6 +302,9 @@ func printQuestion(w io.Writer, q lifecycle.Question) error {
 	if len(q.WaitingThreads) > 0 {
 		row("threads", "%d waiting", len(q.WaitingThreads))
 	}
+	if q.Status == "asked" && q.ShownDigest != "" {
+		row("shown", "%s (agora answer %s … --shown %s answers what this shows, or nothing)", q.ShownDigest, q.QuestionID, q.ShownDigest)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -360,7 +366,7 @@ func lineOf(q lifecycle.Question) questionLine {
 		Status: q.Status, DispatchID: q.DispatchID, ThreadID: q.ThreadID, Subagent: q.Subagent, Round: q.Round,
 		Context: q.Context, AskedAt: q.AskedAt, Deadline: q.Deadline, Answer: q.Answer, Decision: q.Decision,
 		AnsweredBy: q.AnsweredBy, AnsweredAt: q.AnsweredAt, Detail: q.Detail,
-		WaitingThreads: q.WaitingThreads, JoinedTo: q.JoinedTo, Reused: q.Reused, Suggestion: q.Suggestion}
+		WaitingThreads: q.WaitingThreads, JoinedTo: q.JoinedTo, Reused: q.Reused, Suggestion: q.Suggestion, ShownDigest: q.ShownDigest}
 }
 
 func answerCell(q lifecycle.Question) string {
@@ -414,13 +420,14 @@ type answerOptions struct {
 	decision string
 	comment  string
 	as       string
+	shown    string
 	json     bool
 }
 
 func newAnswerCmd(g *globals) *cobra.Command {
 	var o answerOptions
 	cmd := &cobra.Command{
-		Use:   "answer QUESTION_ID ANSWER [--decision approve|reject] [--comment C] [--as NAME]",
+		Use:   "answer QUESTION_ID ANSWER [--decision approve|reject] [--comment C] [--as NAME] [--shown DIGEST]",
 		Short: "Answer a question; the thread resumes with the answer",
 		Long: `answer submits ANSWER to a question through the router (agora.api.answer). When
 the question has options, ANSWER must be one of them. An approval needs
@@ -428,8 +435,13 @@ the question has options, ANSWER must be one of them. An approval needs
 answer wins: a question already answered, expired or withdrawn refuses the
 answer, and so does an invalid one. Both exit 1 and say why.
 
+--shown binds the answer to what you read: pass the digest
+agora questions show printed ("shown"), and the router refuses the answer
+(changed, exit 1) if the question no longer shows that — reworded, moved
+or asked anew. Without it the answer answers the question as it stands.
+
 With --json stdout carries the router's reply as one JSON object:
-{"status": "accepted|already_answered|invalid|not_found|retry", "reason": …,
+{"status": "accepted|already_answered|invalid|changed|not_found|retry", "reason": …,
 "answered_by": …, "answered_at": …}.`,
 		Example: `  agora answer q-01JZ8W3K2Q… readConfig
   agora answer q-01JZ8W3K2Q… --decision approve --comment "ship it" --as alice`,
@@ -446,6 +458,7 @@ With --json stdout carries the router's reply as one JSON object:
 	f.StringVar(&o.decision, "decision", "", "approve or reject (approval questions)")
 	f.StringVar(&o.comment, "comment", "", "a comment kept with the answer")
 	f.StringVar(&o.as, "as", "", "a name to record beside your NATS credentials' (answered_by \"NAME (via cli:<credentials>)\"); without it answered_by is cli:<credentials>")
+	f.StringVar(&o.shown, "shown", "", "the shown digest `agora questions show` printed: the answer is refused if the question no longer shows that")
 	f.BoolVar(&o.json, "json", false, "print JSON only: the router's reply")
 	return cmd
 }
@@ -478,7 +491,7 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 		return err
 	}
 	defer done()
-	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: by}
+	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: by, ShownDigest: o.shown}
 	reply, err := answerWithRetry(ctx, c, qid, a)
 	out := safeOut(cmd)
 	var ae *client.AnswerError
@@ -526,6 +539,8 @@ func answerRefusal(g *globals, cmd *cobra.Command, qid string, r client.AnswerRe
 		return fmt.Errorf("cannot answer %s: %s — the first answer wins", qid, cmp.Or(why, "it is closed"))
 	case client.AnswerInvalid:
 		return fmt.Errorf("answer to %s refused (invalid): %s", qid, cmp.Or(r.Reason, "no reason given"))
+	case client.AnswerChanged:
+		return fmt.Errorf("answer to %s refused (changed): %s — `%s questions show %s` shows it as it stands", qid, cmp.Or(r.Reason, "the question changed since it was shown"), g.cli(cmd), qid)
 	case client.AnswerNotFound:
 		msg := "no question " + qid
 		if r.Reason != "" && r.Reason != msg {

@@ -30,7 +30,7 @@ command:
 `)
 	mustAgora(t, "subagent", "apply", "-f", def)
 	wait := start(t, "dispatch", "readme-deployer", "--input", `{}`, "--wait")
-	re := regexp.MustCompile(`agora answer (q-\S+) staging$`)
+	re := regexp.MustCompile(`agora answer (q-\S+) staging(?: --shown sha256:[0-9a-f]{64})?$`)
 	line := wait.waitLine(t, 30*time.Second, re.MatchString)
 	out := wait.stdout.String()
 	for _, want := range []string{"Deploy to staging or production?", "Options: staging, production"} {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/pkg/audit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -24,4 +25,39 @@ func PutQuestions(t testing.TB, js jetstream.JetStream, qs ...lifecycle.Question
 			t.Fatal(err)
 		}
 	}
+}
+
+// RewordQuestion rewrites question qid's record in agora_questions as if
+// it had been asked anew with its text followed by suffix: the question
+// and its shown_digest change, everything else stays. It returns the new
+// shown digest. An answer bound to the old one must now be refused as
+// changed (docs/answering.md, "Bound answers").
+func RewordQuestion(t testing.TB, js jetstream.JetStream, qid, suffix string) string {
+	t.Helper()
+	kv := KeyValue(t, js, lifecycle.BucketQuestions)
+	e, err := kv.Get(t.Context(), qid)
+	if err != nil {
+		t.Fatalf("reword %s: %v", qid, err)
+	}
+	var rec map[string]json.RawMessage
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	var q lifecycle.Question
+	if err := json.Unmarshal(e.Value(), &q); err != nil {
+		t.Fatal(err)
+	}
+	q.Question += suffix
+	digest := audit.ShownDigest(q.Question, q.Context, q.Kind, q.Options, "reworded")
+	for k, v := range map[string]string{"question": q.Question, "shown_digest": digest} {
+		rec[k], _ = json.Marshal(v)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(t.Context(), qid, b, e.Revision()); err != nil {
+		t.Fatalf("reword %s: %v", qid, err)
+	}
+	return digest
 }

@@ -75,6 +75,12 @@ type Claims struct {
 	// as inbox:<name>, the webhook notifier as webhook:<route>.
 	MintedBy string    `json:"by,omitempty"`
 	Expires  time.Time `json:"exp"`
+	// ShownDigest is the question's shown digest when the link was
+	// minted (lifecycle.Question.ShownDigest): the link answers only the
+	// question as it was then, and its answer carries it to the router
+	// (docs/answering.md, "Bound answers"). Empty in links minted before
+	// links were bound.
+	ShownDigest string `json:"sd,omitempty"`
 }
 
 // MaxMintedByBytes bounds Claims.MintedBy.
@@ -227,12 +233,12 @@ func (m *Minter) ForQuestion(baseURL string, q lifecycle.Question, audience, min
 		return nil
 	}
 	for _, o := range options {
-		if err := add(Claims{QuestionID: q.QuestionID, Option: o, Audience: audience, Route: q.Route, MintedBy: mintedBy, Expires: expires}); err != nil {
+		if err := add(Claims{QuestionID: q.QuestionID, Option: o, Audience: audience, Route: q.Route, MintedBy: mintedBy, Expires: expires, ShownDigest: q.ShownDigest}); err != nil {
 			return nil, err
 		}
 	}
 	if open {
-		if err := add(Claims{QuestionID: q.QuestionID, Open: true, Audience: audience, Route: q.Route, MintedBy: mintedBy, Expires: expires}); err != nil {
+		if err := add(Claims{QuestionID: q.QuestionID, Open: true, Audience: audience, Route: q.Route, MintedBy: mintedBy, Expires: expires, ShownDigest: q.ShownDigest}); err != nil {
 			return nil, err
 		}
 	}

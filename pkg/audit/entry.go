@@ -61,12 +61,18 @@ type Entry struct {
 	Round      int    `json:"round,omitempty"`
 	Escalation int    `json:"escalation,omitempty"`
 
-	// What was shown (asked, escalated): ShownDigest is the Digest of the
+	// What was shown (asked, escalated, answered): ShownDigest is the Digest of the
 	// canonical encoding of {"context","kind","options","partial_state",
 	// "question"}, partial_state being PartialStateDigest (never the
 	// state itself).
 	ShownDigest        string `json:"shown_digest,omitempty"`
 	PartialStateDigest string `json:"partial_state_digest,omitempty"`
+	// BoundDigest (answered) is the shown digest the accepted answer was
+	// bound to: the one its door showed, or, for an answer from memory,
+	// the one the remembered decision was made on; absent when the answer
+	// came without one (not bound: it answered the question as it stood).
+	// An answered entry's ShownDigest is what the question showed then.
+	BoundDigest string `json:"bound_digest,omitempty"`
 
 	// The answer (answered; expired with a default). AnsweredBy is who;
 	// Door the way it came (api, api-route, stream, memory, suggestion,
@@ -166,7 +172,7 @@ func CheckpointMessage(count int64, headHash string) []byte {
 
 func cleanStrings(e *Entry) {
 	for _, p := range []*string{&e.Kind, &e.At, &e.PrevHash, &e.Source, &e.SourceID, &e.QuestionID, &e.Route,
-		&e.Subagent, &e.ThreadID, &e.DispatchID, &e.ShownDigest, &e.PartialStateDigest, &e.AnsweredBy, &e.Door,
+		&e.Subagent, &e.ThreadID, &e.DispatchID, &e.ShownDigest, &e.PartialStateDigest, &e.BoundDigest, &e.AnsweredBy, &e.Door,
 		&e.Answer, &e.Decision, &e.Comment, &e.ReusedQuestionID, &e.ReusedAnsweredBy, &e.SuggestionBy,
 		&e.SuggestionConfidence, &e.JoinedTo, &e.ReversedAnswer, &e.CancelledDispatchID, &e.Action, &e.Outcome, &e.NextDispatchID, &e.Detail, &e.By,
 		&e.Reason, &e.HeadHash, &e.Signature, &e.KeyID} {

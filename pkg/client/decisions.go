@@ -26,6 +26,10 @@ type Decision struct {
 	// for none): a later question is answered from this decision only when
 	// its text, context, options and kind are the same.
 	ContextSHA256 string `json:"context_sha256,omitempty"`
+	// ShownDigest is the shown digest of the question the decision was
+	// made on (lifecycle.Question.ShownDigest, partial state included): a
+	// later question is answered from it only when it shows the same.
+	ShownDigest string `json:"shown_digest,omitempty"`
 	// QuestionID is the question whose answer this is.
 	QuestionID string    `json:"question_id"`
 	Answer     string    `json:"answer"`

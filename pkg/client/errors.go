@@ -32,6 +32,11 @@ var ErrAlreadyAnswered = errors.New("client: question already answered")
 // question's options, or an approval without a decision.
 var ErrInvalidAnswer = errors.New("client: invalid answer")
 
+// ErrQuestionChanged reports an answer bound to what its question showed
+// (Submission.ShownDigest) that the question no longer shows: reworded,
+// moved, or asked anew. Show the question again and answer that.
+var ErrQuestionChanged = errors.New("client: the question changed since it was shown")
+
 // Problem types used by Agora (RFC 9457 "type" members).
 const (
 	ProblemInvalidRequest = "urn:agora:problem:invalid-request"
@@ -131,13 +136,14 @@ const (
 	AnswerAccepted        AnswerStatus = "accepted"         // the answer won; the thread resumes
 	AnswerAlreadyAnswered AnswerStatus = "already_answered" // another answer won, or the question expired or was withdrawn
 	AnswerInvalid         AnswerStatus = "invalid"          // refused: Reason says why
+	AnswerChanged         AnswerStatus = "changed"          // refused: the question no longer shows what the answer was given on
 	AnswerNotFound        AnswerStatus = "not_found"        // no such question
 	AnswerRetry           AnswerStatus = "retry"            // a temporary failure: send it again
 )
 
 // AnswerReply is the JSON body the router returns on agora.api.answer:
 //
-//	{"status": "accepted|already_answered|invalid|not_found|retry",
+//	{"status": "accepted|already_answered|invalid|changed|not_found|retry",
 //	 "reason": "…", "answered_by": "…", "answered_at": "RFC 3339 time"}
 //
 // AnsweredBy and AnsweredAt name the winning answer (for accepted, this
@@ -150,8 +156,8 @@ type AnswerReply struct {
 }
 
 // AnswerError is the error Answer returns for an answer that was not
-// accepted. It wraps ErrAlreadyAnswered, ErrInvalidAnswer, ErrNotFound or
-// ErrUnavailable according to Reply.Status.
+// accepted. It wraps ErrAlreadyAnswered, ErrInvalidAnswer, ErrQuestionChanged, ErrNotFound
+// or ErrUnavailable according to Reply.Status.
 type AnswerError struct {
 	QuestionID string
 	Reply      AnswerReply
@@ -176,6 +182,8 @@ func (e *AnswerError) Unwrap() error {
 		return ErrAlreadyAnswered
 	case AnswerInvalid:
 		return ErrInvalidAnswer
+	case AnswerChanged:
+		return ErrQuestionChanged
 	case AnswerNotFound:
 		return ErrNotFound
 	case AnswerRetry:

@@ -216,6 +216,12 @@ type Submission struct {
 	Suggest    bool   `json:"suggest,omitempty"`
 	// Confidence is sent with a suggestion, even when zero.
 	Confidence *float64 `json:"confidence,omitempty"`
+	// ShownDigest binds the answer to what the person saw: the
+	// lifecycle.Question.ShownDigest of the question the door showed.
+	// The router replies AnswerChanged when the question no longer shows
+	// that; empty answers the question as it stands (docs/answering.md,
+	// "Bound answers").
+	ShownDigest string `json:"shown_digest,omitempty"`
 }
 
 // answerSubject is the router endpoint an answer or decline goes to: a
@@ -249,7 +255,7 @@ func (c *Client) submit(ctx context.Context, subject, questionID string, body an
 	switch reply.Status {
 	case AnswerAccepted:
 		return &reply, nil
-	case AnswerAlreadyAnswered, AnswerInvalid, AnswerNotFound, AnswerRetry:
+	case AnswerAlreadyAnswered, AnswerInvalid, AnswerChanged, AnswerNotFound, AnswerRetry:
 		return nil, &AnswerError{QuestionID: questionID, Reply: reply}
 	}
 	return nil, fmt.Errorf("client: answer to %s: unknown reply status %q", questionID, reply.Status)

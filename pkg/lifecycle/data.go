@@ -185,6 +185,11 @@ type Question struct {
 	AskedAt    time.Time         `json:"asked_at"`
 	Deadline   *time.Time        `json:"deadline,omitempty"`
 	Escalation int               `json:"escalation,omitempty"` // escalation steps taken so far
+	// ShownDigest is the digest of what the question shows a person (its
+	// text, context, kind, options and partial state; docs/answering.md,
+	// "Bound answers"). A door sends it back with the answer, and the
+	// router refuses the answer when the question no longer shows that.
+	ShownDigest string `json:"shown_digest,omitempty"`
 
 	Answer     string     `json:"answer,omitempty"`
 	Decision   string     `json:"decision,omitempty"`
@@ -246,6 +251,10 @@ type Reused struct {
 	QuestionID string    `json:"question_id"`
 	AnsweredBy string    `json:"answered_by"`
 	AnsweredAt time.Time `json:"answered_at"`
+	// ShownDigest is the shown digest of the question the decision was
+	// made on; it equals the answered question's, or memory would not
+	// have answered it (docs/answering.md, "Bound answers").
+	ShownDigest string `json:"shown_digest,omitempty"`
 }
 
 // Suggestion is an answer an answerer suggested, with its confidence
@@ -270,6 +279,10 @@ type Answer struct {
 	Decision   string `json:"decision,omitempty"` // approve | reject, for approval questions
 	AnsweredBy string `json:"answered_by"`
 	Comment    string `json:"comment,omitempty"`
+	// ShownDigest is the Question.ShownDigest of the question as the
+	// person saw it; the router refuses the answer when the question no
+	// longer shows that. Empty answers the question as it stands.
+	ShownDigest string `json:"shown_digest,omitempty"`
 }
 
 // Data is the payload of an Agora CloudEvent: one of *Request, *Accepted,

@@ -123,6 +123,9 @@ func (s *Service) answer(ctx context.Context, who *principal.Principal, msg *a2a
 	if err != nil {
 		return resume{}, err
 	}
+	if a.ShownDigest, err = shownOf(msg); err != nil {
+		return resume{}, err
+	}
 	via, err := s.mayAnswer(ctx, who, q)
 	if err != nil {
 		return resume{}, err
@@ -140,6 +143,8 @@ func (s *Service) answer(ctx context.Context, who *principal.Principal, msg *a2a
 		// Another answer won the race: it resumes the thread.
 	case errors.As(err, &ae) && ae.Reply.Status == client.AnswerInvalid:
 		return resume{}, invalid("answer refused: %s", ae.Reply.Reason)
+	case errors.As(err, &ae) && ae.Reply.Status == client.AnswerChanged:
+		return resume{}, invalid("answer refused, nothing was answered: %s (get the task for the question as it stands)", ae.Reply.Reason)
 	case errors.As(err, &ae) && ae.Reply.Status == client.AnswerNotFound:
 		return resume{}, invalid("question %s is gone", q.QuestionID)
 	default:
@@ -147,6 +152,20 @@ func (s *Service) answer(ctx context.Context, who *principal.Principal, msg *a2a
 	}
 	s.store.hold(before)
 	return resume{after: last.Round + 1}, nil
+}
+
+// shownOf reads the shown digest an answer message echoes in its
+// metadata; "" when it carries none (unbound).
+func shownOf(msg *a2a.Message) (string, error) {
+	v, ok := msg.Metadata[metaShownDigest]
+	if !ok || v == nil {
+		return "", nil
+	}
+	d, ok := v.(string)
+	if !ok {
+		return "", invalid("metadata.%s must be a string: the input-required message's", metaShownDigest)
+	}
+	return d, nil
 }
 
 // mayAnswer decides whether who may answer q, as every door does: its

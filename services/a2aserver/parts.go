@@ -22,9 +22,13 @@ const (
 	// client may echo it on its answer.
 	metaQuestionID = "question_id"
 	metaKind       = "kind"
-	metaThreadID   = "agora_thread_id"
-	metaRound      = "agora_round"
-	metaPart       = "agora_part" // on a part: question, context, options or output
+	// metaShownDigest is the shown digest of the question an
+	// input-required message asks; a client echoes it on its answer to
+	// bind it to what it showed (docs/a2a.md, "Bound answers").
+	metaShownDigest = "shown_digest"
+	metaThreadID    = "agora_thread_id"
+	metaRound       = "agora_round"
+	metaPart        = "agora_part" // on a part: question, context, options or output
 )
 
 // contextLabel is the dispatch label that keeps a task's context id with
@@ -172,6 +176,9 @@ func questionMessage(info a2a.TaskInfoProvider, q lifecycle.Question) *a2a.Messa
 	m := a2a.NewMessageForTask(a2a.MessageRoleAgent, info, parts...)
 	m.ID = "question-" + q.QuestionID
 	m.Metadata = map[string]any{metaQuestionID: q.QuestionID, metaKind: q.Kind, metaRound: q.Round}
+	if q.ShownDigest != "" {
+		m.Metadata[metaShownDigest] = q.ShownDigest
+	}
 	return m
 }
 

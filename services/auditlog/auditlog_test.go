@@ -178,13 +178,18 @@ func TestDecisionLogOfARealRun(t *testing.T) {
 
 	c := srv.Client(t)
 	comment := "B keeps <the> API & \u2028 ünï \"stable\""
-	if _, err := c.Answer(t.Context(), qid, lifecycle.Answer{Answer: "B", AnsweredBy: "dana", Comment: comment}); err != nil {
+	// Bound to the asked entry's shown digest: the router takes it only
+	// if its own digest of the question is the log's.
+	if _, err := c.Answer(t.Context(), qid, lifecycle.Answer{Answer: "B", AnsweredBy: "dana", Comment: comment, ShownDigest: asked.ShownDigest}); err != nil {
 		t.Fatal(err)
 	}
 	ans := waitEntry(t, js, "the answered entry", func(e audit.Entry) bool { return e.Kind == audit.KindAnswered && e.QuestionID == qid })
 	if ans.AnsweredBy != "dana" || ans.Answer != "B" || ans.Comment != comment || ans.NextDispatchID == "" || ans.Outcome != "redispatched" ||
 		!strings.HasPrefix(ans.Door, "api ") {
 		t.Fatalf("answered entry = %+v", ans)
+	}
+	if ans.BoundDigest != asked.ShownDigest || ans.ShownDigest != asked.ShownDigest {
+		t.Errorf("answered entry: bound_digest %q shown_digest %q, want both the asked entry's %q", ans.BoundDigest, ans.ShownDigest, asked.ShownDigest)
 	}
 	publish(t, js, &lifecycle.Cancelled{Common: lifecycle.Common{DispatchID: ans.NextDispatchID, ThreadID: id, ParentID: id, Round: 1, Subagent: "coder"},
 		By: "cli:erin", Reason: "wrong repository"})
@@ -216,6 +221,13 @@ func TestDecisionLogOfARealRun(t *testing.T) {
 	}
 	if out, ok := verifyPy(t, tampered); ok || !strings.Contains(out, "altered") {
 		t.Fatalf("verify.py accepted a tampered export: %s", out)
+	}
+	unbound := bytes.Replace(full, []byte(`"bound_digest":"`+ans.BoundDigest+`",`), nil, 1)
+	if bytes.Equal(unbound, full) {
+		t.Fatal("no bound_digest to remove")
+	}
+	if out, ok := verifyPy(t, unbound); ok || !strings.Contains(out, "altered") {
+		t.Fatalf("verify.py accepted an export whose answer's binding was removed: %s", out)
 	}
 	var p *audit.Problem
 	if _, err := audit.Verify(bytes.NewReader(tampered), audit.VerifyOptions{PublicKey: pub}); !errors.As(err, &p) || p.What != audit.ProblemAltered || p.Seq != ans.Seq {

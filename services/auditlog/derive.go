@@ -27,6 +27,7 @@ type record struct {
 	OnExpiry        string          `json:"on_expiry"`
 	PartialState    json.RawMessage `json:"partial_state"`
 	PartialStateRef string          `json:"partial_state_ref"`
+	BoundDigest     string          `json:"bound_digest"`
 	History         []struct {
 		Via    string `json:"via"`
 		Door   string `json:"door"`
@@ -92,6 +93,13 @@ func (w *writer) question(ctx context.Context, e *audit.Entry, q *lifecycle.Ques
 		}
 		e.ShownDigest = audit.ShownDigest(q.Question, q.Context, q.Kind, q.Options, e.PartialStateDigest)
 	case lifecycle.QuestionAnswered:
+		// What the question showed when answered, and what the answer was
+		// bound to (docs/audit.md, "Bound answers").
+		ps := ""
+		if found {
+			ps = w.partialState(ctx, rec)
+		}
+		e.ShownDigest, e.BoundDigest = audit.ShownDigest(q.Question, q.Context, q.Kind, q.Options, ps), rec.BoundDigest
 		e.AnsweredBy, e.Answer, e.Decision = q.AnsweredBy, q.Answer, q.Decision
 		e.Door = door(q, rec)
 		if q.Reused != nil {

@@ -19,6 +19,8 @@ type AnswerArgs struct {
 	Answer     string `json:"answer,omitempty" jsonschema:"the answer: one of the options when the question has options"`
 	Decision   string `json:"decision,omitempty" jsonschema:"approve or reject, for an approval question"`
 	Comment    string `json:"comment,omitempty" jsonschema:"an optional comment kept with the answer"`
+	// ShownDigest binds the answer to the question as it was shown.
+	ShownDigest string `json:"shown_digest,omitempty" jsonschema:"the question's shown_digest as agora_questions showed it: the answer is refused if the question changed since"`
 }
 
 func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArgs) (*mcp.CallToolResult, *Result, error) {
@@ -40,7 +42,7 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 			return nil, nil, err
 		}
 	}
-	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy()}, via...)
+	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy(), ShownDigest: in.ShownDigest}, via...)
 	var ae *client.AnswerError
 	if errors.As(err, &ae) {
 		switch ae.Reply.Status {
@@ -52,6 +54,8 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 			return nil, nil, fmt.Errorf("question %s is closed: %s (answered by %s); its thread goes on without this answer", in.QuestionID, ae.Reply.Reason, strings.TrimSpace(who))
 		case client.AnswerInvalid:
 			return nil, nil, fmt.Errorf("answer refused: %s. Call agora_answer again with a valid answer", ae.Reply.Reason)
+		case client.AnswerChanged:
+			return nil, nil, fmt.Errorf("answer refused: %s (agora_questions shows the question as it stands)", ae.Reply.Reason)
 		case client.AnswerNotFound:
 			return nil, nil, fmt.Errorf("no question %s: agora_questions lists them", in.QuestionID)
 		}

@@ -33,7 +33,7 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	params := askFor(q, note, r.Artifacts)
 	if ip.ProtocolVersion >= mrtrProtocol {
 		st, err := t.s.seal.seal(state{ID: newStateID(), Principal: t.principal, ThreadID: d.ThreadID, QuestionID: q.QuestionID,
-			Kind: q.Kind, Expires: time.Now().Add(t.s.cfg.StateTTL)})
+			Kind: q.Kind, Shown: q.ShownDigest, Expires: time.Now().Add(t.s.cfg.StateTTL)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -44,7 +44,7 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	if err != nil {
 		return nil, nil, fmt.Errorf("asking through the client failed (%v): %s", err, r.Next)
 	}
-	return t.answered(ctx, req, d.ThreadID, q.QuestionID, q.Kind, res)
+	return t.answered(ctx, req, state{ThreadID: d.ThreadID, QuestionID: q.QuestionID, Kind: q.Kind, Shown: q.ShownDigest}, res)
 }
 
 // resume handles the retry of an input-required result: it opens and
@@ -69,12 +69,14 @@ func (t *tools) resume(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		}
 		return nil, nil, t.explain(err)
 	}
-	return t.answered(ctx, req, st.ThreadID, st.QuestionID, st.Kind, er)
+	return t.answered(ctx, req, st, er)
 }
 
-// answered submits what the user gave for a question and keeps following
-// the thread. A declined or cancelled elicitation leaves the question open.
-func (t *tools) answered(ctx context.Context, req *mcp.CallToolRequest, threadID, qid, kind string, er *mcp.ElicitResult) (*mcp.CallToolResult, *Result, error) {
+// answered submits what the user gave for the question asked (st: its
+// thread, id, kind and shown digest) and keeps following the thread. A
+// declined or cancelled elicitation leaves the question open.
+func (t *tools) answered(ctx context.Context, req *mcp.CallToolRequest, st state, er *mcp.ElicitResult) (*mcp.CallToolResult, *Result, error) {
+	threadID, qid := st.ThreadID, st.QuestionID
 	if er == nil || er.Action != "accept" {
 		action := "cancel"
 		if er != nil {
@@ -83,8 +85,8 @@ func (t *tools) answered(ctx context.Context, req *mcp.CallToolRequest, threadID
 		return nil, &Result{Status: "needs_input", ThreadID: threadID, QuestionID: qid,
 			Next: fmt.Sprintf("the user did not answer (%s); the question stays open: answer with agora_answer (question_id %q), cancel with agora_cancel, or call agora_dispatch with thread_id %q to be asked again", action, qid, threadID)}, nil
 	}
-	a := answerOf(er.Content, kind)
-	a.AnsweredBy = t.answeredBy()
+	a := answerOf(er.Content, st.Kind)
+	a.AnsweredBy, a.ShownDigest = t.answeredBy(), st.Shown
 	_, err := t.s.c.Answer(ctx, qid, a)
 	var ae *client.AnswerError
 	switch {
@@ -93,6 +95,8 @@ func (t *tools) answered(ctx context.Context, req *mcp.CallToolRequest, threadID
 		// Someone else answered first: their answer resumes the thread.
 	case errors.As(err, &ae) && ae.Reply.Status == client.AnswerInvalid:
 		return t.follow(ctx, req, threadID, "Your answer was refused: "+ae.Reply.Reason)
+	case errors.As(err, &ae) && ae.Reply.Status == client.AnswerChanged:
+		return t.follow(ctx, req, threadID, "Nothing was answered: the question changed after you were shown it. Look at it again: "+ae.Reply.Reason)
 	default:
 		return nil, nil, t.explain(err)
 	}

@@ -25,12 +25,15 @@ const stateVersion = "v1."
 type state struct {
 	// ID is random; consuming the state creates this key in
 	// agora_mcp_states, so a second use is refused.
-	ID         string    `json:"id"`
-	Principal  string    `json:"principal"`
-	ThreadID   string    `json:"thread_id"`
-	QuestionID string    `json:"question_id"`
-	Kind       string    `json:"kind,omitempty"` // the question's kind, to read the answer form
-	Expires    time.Time `json:"exp"`
+	ID         string `json:"id"`
+	Principal  string `json:"principal"`
+	ThreadID   string `json:"thread_id"`
+	QuestionID string `json:"question_id"`
+	Kind       string `json:"kind,omitempty"` // the question's kind, to read the answer form
+	// Shown is the shown digest of the question as the form asked it;
+	// the answer carries it (docs/mcp.md, "Bound answers").
+	Shown   string    `json:"shown,omitempty"`
+	Expires time.Time `json:"exp"`
 }
 
 // Errors a requestState can fail with. Each is a tool error whose text

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -89,15 +90,16 @@ func (s *Service) submit(ctx context.Context, sub Submission, d door) client.Ans
 	return rep
 }
 
-// submitAnswer handles one answer or decline. Every attempt lands in the
-// question's history with its door.
+// submitAnswer handles one answer or decline: it decides the attempt in
+// one compare-and-set of the question's record (answering.decide), follows
+// a joined question to the one it joined, then publishes what changed.
+// Every attempt lands in the question's history with its door.
 func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) client.AnswerReply {
-	via := d.via
 	qid := sub.QuestionID
 	if err := lifecycle.ValidToken(qid); err != nil {
-		return s.reply(via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "question_id: " + err.Error()})
+		return s.reply(d.via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "question_id: " + err.Error()})
 	}
-	log := s.log.With("question_id", qid, "via", via, "answered_by", sub.AnsweredBy)
+	log := s.log.With("question_id", qid, "via", d.via, "answered_by", sub.AnsweredBy)
 	if d.route != "" {
 		log = log.With("door_route", d.route)
 	}
@@ -105,155 +107,241 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 	mu.Lock()
 	defer mu.Unlock()
 
-	var (
-		reply      client.AnswerReply
-		cancelSeen bool
-		cancelReq  client.CancelRequest
-		cancelled  bool
-		outcome    lifecycle.QuestionEvent
-		joinedTo   string
-	)
 	// The paused dispatch's record, which may carry a cancel mark, is read
 	// beside the question's: its id is in the question id. A mark written
 	// after this read is caught by the dispatcher, which cancels a
 	// re-dispatch of a cancelled thread on acceptance (docs/wire.md,
 	// "Questions and answers").
-	marked := s.prefetchDispatch(ctx, qid)
+	an := &answering{s: s, sub: sub, d: d, marked: s.prefetchDispatch(ctx, qid)}
 	r, rev, changed, err := s.store.updateFrom(ctx, qid, nil, 0, traced(telemetry.Or(ctx, ""), func(r *record) (bool, error) {
-		now := time.Now().UTC()
-		a := attempt{At: now, Via: via, Door: d.subject, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
-			Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32)}
-		outcome, joinedTo = "", ""
-		if r.Status == lifecycle.StatusJoined && r.JoinedTo != "" {
-			// Answered through the question it joined (docs/router.md, "Ask
-			// once").
-			joinedTo = r.JoinedTo
-			return false, nil
-		}
-		if d.route != "" {
-			// Checked first: a route's answerer learns nothing of another
-			// route's question, not even that it was answered.
-			a.Route = d.route
-			if reason := d.refuse(r, &sub); reason != "" {
-				reply = client.AnswerReply{Status: client.AnswerInvalid, Reason: reason}
-				a.Result, a.Status, a.Reason = "refused", string(reply.Status), reason
-				if sub.Decline {
-					a.Result = "decline-refused"
-				}
-				r.addHistory(a)
-				return true, nil
-			}
-			sub.Route = d.route
-		}
-		if r.Status == statusAsked && !r.Left && !cancelSeen {
-			cancelReq, cancelled = s.cancelRequested(ctx, r, marked(r.DispatchID))
-			cancelSeen = true
-		}
-		if r.Status == statusAsked && !r.Left && cancelled {
-			ev, err := s.cancelThread(r, cancelReq, "answer")
-			if err != nil {
-				return false, err
-			}
-			outcome = ev
-		}
-		if r.Status != statusAsked {
-			reply = closedReply(r)
-			a.Result, a.Status, a.Reason = "refused", string(reply.Status), reply.Reason
-			if sub.Decline {
-				a.Result = "decline-refused"
-			}
-			r.addHistory(a)
-			return true, nil
-		}
-		if sub.Decline {
-			ev, err := s.decline(r, sub, a, &reply)
-			outcome = ev
-			return true, err
-		}
-		if reason := validate(r, &sub); reason != "" {
-			reply = client.AnswerReply{Status: client.AnswerInvalid, Reason: reason}
-			a.Result, a.Status, a.Reason = "refused", string(reply.Status), reason
-			r.addHistory(a)
-			return true, nil
-		}
-		if sub.Suggest {
-			ev, answered, err := s.suggest(r, &sub, a, &reply)
-			if err != nil || !answered {
-				outcome = ev
-				return true, err
-			}
-		} else if sg := r.Suggestion; sg != nil && !sg.Accepted {
-			result := "overridden"
-			if sg.Answer == sub.Answer && sg.Decision == sub.Decision {
-				result = "confirmed"
-			}
-			s.metrics.suggestions.WithLabelValues(r.Origin, result).Inc()
-		}
-		a.AnsweredBy, a.Answer, a.Decision = sub.AnsweredBy, clip.String(sub.Answer, 256), sub.Decision
-		a.Result, a.Status = "accepted", string(client.AnswerAccepted)
-		r.Answer, r.Decision, r.AnsweredBy, r.Comment = sub.Answer, sub.Decision, sub.AnsweredBy, sub.Comment
-		r.AnsweredAt = &now
-		r.Status = statusAnswered
-		r.addHistory(a)
-		if !r.Left {
-			if err := s.resume(r, fmt.Sprintf("answered by %s", sub.AnsweredBy)); err != nil {
-				return false, err
-			}
-		}
-		if err := r.queueQuestion(lifecycle.QuestionAnswered, ""); err != nil {
-			return false, err
-		}
-		rt, _ := s.routes.Load().Route(r.Origin)
-		s.settled(r, r.MatchKey != "" && remembers(rt, r.Kind))
-		outcome = lifecycle.QuestionAnswered
-		reply = client.AnswerReply{Status: client.AnswerAccepted, AnsweredBy: r.AnsweredBy, AnsweredAt: r.AnsweredAt}
-		switch {
-		case len(r.Fanout) > 0 && r.Left:
-			reply.Reason = fmt.Sprintf("the answer resumes the %d threads that asked the same question (the asking thread was cancelled)", len(r.Fanout))
-		case len(r.Fanout) > 0:
-			reply.Reason = fmt.Sprintf("the answer resumes the %d threads that asked the same question", len(r.Fanout)+1)
-		case r.Outcome != outcomeRedispatched:
-			reply.Reason = "the thread ends " + r.Outcome + ": the answer is not re-dispatched"
-		}
-		return true, nil
+		return an.decide(ctx, r)
 	}))
-	if joinedTo != "" && joinedTo != qid {
+	if an.joinedTo != "" && an.joinedTo != qid {
 		// Answer the question it joined. Its lock may be this one's
 		// stripe: release it first (the deferred Lock runs before the
 		// deferred Unlock above).
 		mu.Unlock()
 		defer mu.Lock()
-		sub.QuestionID = joinedTo
-		return s.submitAnswer(ctx, sub, d)
+		next := an.sub
+		next.QuestionID = an.joinedTo
+		return s.submitAnswer(ctx, next, d)
 	}
 	switch {
 	case errors.Is(err, errNoQuestion):
-		return s.reply(via, s.unknown(ctx, qid))
+		return s.reply(d.via, s.unknown(ctx, qid))
 	case err != nil:
 		log.Warn("answer not handled: temporary failure", "err", err)
-		return s.reply(via, client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"})
+		return s.reply(d.via, client.AnswerReply{Status: client.AnswerRetry, Reason: "a temporary failure; send the answer again"})
 	}
 	if changed {
-		s.afterChange(ctx, r, outcome)
-		if err := s.flushAt(ctx, r, rev); err != nil {
-			log.Warn("publish question events: left for the scanner", "err", err)
+		s.publishAnswered(ctx, log, r, rev, an.outcome)
+	}
+	logAnswer(log, r, an)
+	return s.reply(d.via, an.reply)
+}
+
+// answering is one answer's way through the compare-and-set that decides
+// it. decide runs again on each try; what it found of a cancel stays
+// across tries, its reply, outcome and joinedTo are the last try's.
+type answering struct {
+	s      *Service
+	sub    Submission
+	d      door
+	marked func(dispatchID string) *dispatchRecord
+
+	cancelSeen bool
+	cancelReq  client.CancelRequest
+	cancelled  bool
+
+	reply    client.AnswerReply
+	outcome  lifecycle.QuestionEvent
+	joinedTo string
+}
+
+// decide is the compare-and-set's step: the checks in the order they
+// apply, each either settling the attempt (recorded in r's history) or
+// passing it to the next, then the answer taken. It reports whether r
+// changed.
+func (an *answering) decide(ctx context.Context, r *record) (bool, error) {
+	now := time.Now().UTC()
+	a := an.attempt(now)
+	an.outcome, an.joinedTo = "", ""
+	if r.Status == lifecycle.StatusJoined && r.JoinedTo != "" {
+		// Answered through the question it joined (docs/router.md, "Ask
+		// once").
+		an.joinedTo = r.JoinedTo
+		return false, nil
+	}
+	if an.refusedByDoor(r, &a) {
+		return true, nil
+	}
+	if err := an.cancelIfMarked(ctx, r); err != nil {
+		return false, err
+	}
+	if r.Status != statusAsked {
+		an.refuse(r, a, closedReply(r))
+		return true, nil
+	}
+	if an.sub.Decline {
+		ev, err := an.s.decline(r, an.sub, a, &an.reply)
+		an.outcome = ev
+		return true, err
+	}
+	if reason := staleShown(r, &an.sub); reason != "" {
+		an.refuse(r, a, changedReply(reason))
+		return true, nil
+	}
+	if reason := validate(r, &an.sub); reason != "" {
+		an.refuse(r, a, client.AnswerReply{Status: client.AnswerInvalid, Reason: reason})
+		return true, nil
+	}
+	if an.sub.Suggest {
+		ev, answered, err := an.s.suggest(r, &an.sub, a, &an.reply)
+		if err != nil || !answered {
+			an.outcome = ev
+			return true, err
 		}
-		if r.owes() {
-			// The joined threads, the match, the memory: after the reply,
-			// so one answer's wait does not grow with the threads it
-			// resumes; the scanner finishes what a crash interrupts.
-			s.goFollowUp(qid)
+	} else {
+		an.s.countSuggestionAnswered(r, &an.sub)
+	}
+	return true, an.accept(r, a, now)
+}
+
+// attempt is the history entry of the submission as it came.
+func (an *answering) attempt(now time.Time) attempt {
+	sub := &an.sub
+	return attempt{At: now, Via: an.d.via, Door: an.d.subject, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
+		Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32), ShownDigest: clip.String(sub.ShownDigest, 80)}
+}
+
+// refuse records a's refusal with rep as the reply.
+func (an *answering) refuse(r *record, a attempt, rep client.AnswerReply) {
+	an.reply = rep
+	a.Result, a.Status, a.Reason = "refused", string(rep.Status), rep.Reason
+	if an.sub.Decline {
+		a.Result = "decline-refused"
+	}
+	r.addHistory(a)
+}
+
+// refusedByDoor refuses an answer through a route's door to a question not
+// on that route, and otherwise scopes the submission to the door's route.
+// It comes first: a route's answerer learns nothing of another route's
+// question, not even that it was answered.
+func (an *answering) refusedByDoor(r *record, a *attempt) bool {
+	if an.d.route == "" {
+		return false
+	}
+	a.Route = an.d.route
+	if reason := an.d.refuse(r, &an.sub); reason != "" {
+		an.refuse(r, *a, client.AnswerReply{Status: client.AnswerInvalid, Reason: reason})
+		return true
+	}
+	an.sub.Route = an.d.route
+	return false
+}
+
+// cancelIfMarked ends an asked question whose thread was cancelled (the
+// mark read once per submission), so the answer finds it closed.
+func (an *answering) cancelIfMarked(ctx context.Context, r *record) error {
+	if r.Status != statusAsked || r.Left {
+		return nil
+	}
+	if !an.cancelSeen {
+		an.cancelReq, an.cancelled = an.s.cancelRequested(ctx, r, an.marked(r.DispatchID))
+		an.cancelSeen = true
+	}
+	if !an.cancelled {
+		return nil
+	}
+	ev, err := an.s.cancelThread(r, an.cancelReq, "answer")
+	if err != nil {
+		return err
+	}
+	an.outcome = ev
+	return nil
+}
+
+// countSuggestionAnswered counts a person's answer to a question whose
+// suggestion was below the route's auto_accept: confirmed or overridden.
+func (s *Service) countSuggestionAnswered(r *record, sub *Submission) {
+	sg := r.Suggestion
+	if sg == nil || sg.Accepted {
+		return
+	}
+	result := "overridden"
+	if sg.Answer == sub.Answer && sg.Decision == sub.Decision {
+		result = "confirmed"
+	}
+	s.metrics.suggestions.WithLabelValues(r.Origin, result).Inc()
+}
+
+// accept takes the valid answer: the record answered (bound to the digest
+// the answer carried), the thread resumed, the ask-once follow-up owed.
+func (an *answering) accept(r *record, a attempt, now time.Time) error {
+	sub := &an.sub
+	a.AnsweredBy, a.Answer, a.Decision = sub.AnsweredBy, clip.String(sub.Answer, 256), sub.Decision
+	a.Result, a.Status = "accepted", string(client.AnswerAccepted)
+	r.Answer, r.Decision, r.AnsweredBy, r.Comment = sub.Answer, sub.Decision, sub.AnsweredBy, sub.Comment
+	r.BoundDigest = sub.ShownDigest
+	r.AnsweredAt = &now
+	r.Status = statusAnswered
+	r.addHistory(a)
+	if !r.Left {
+		if err := an.s.resume(r, fmt.Sprintf("answered by %s", sub.AnsweredBy)); err != nil {
+			return err
 		}
 	}
+	if err := r.queueQuestion(lifecycle.QuestionAnswered, ""); err != nil {
+		return err
+	}
+	rt, _ := an.s.routes.Load().Route(r.Origin)
+	an.s.settled(r, r.MatchKey != "" && remembers(rt, r.Kind))
+	an.outcome = lifecycle.QuestionAnswered
+	an.reply = acceptedReply(r)
+	return nil
+}
+
+// acceptedReply is the reply to the answer that answered r.
+func acceptedReply(r *record) client.AnswerReply {
+	reply := client.AnswerReply{Status: client.AnswerAccepted, AnsweredBy: r.AnsweredBy, AnsweredAt: r.AnsweredAt}
 	switch {
-	case reply.Status == client.AnswerAccepted && sub.Decline:
-		log.Info("decline handled", "route", r.Route, "outcome", outcome, "reason", reply.Reason)
+	case len(r.Fanout) > 0 && r.Left:
+		reply.Reason = fmt.Sprintf("the answer resumes the %d threads that asked the same question (the asking thread was cancelled)", len(r.Fanout))
+	case len(r.Fanout) > 0:
+		reply.Reason = fmt.Sprintf("the answer resumes the %d threads that asked the same question", len(r.Fanout)+1)
+	case r.Outcome != outcomeRedispatched:
+		reply.Reason = "the thread ends " + r.Outcome + ": the answer is not re-dispatched"
+	}
+	return reply
+}
+
+// publishAnswered counts and publishes what an answer changed in r and
+// starts what ask once still owes.
+func (s *Service) publishAnswered(ctx context.Context, log *slog.Logger, r *record, rev uint64, outcome lifecycle.QuestionEvent) {
+	s.afterChange(ctx, r, outcome)
+	if err := s.flushAt(ctx, r, rev); err != nil {
+		log.Warn("publish question events: left for the scanner", "err", err)
+	}
+	if r.owes() {
+		// The joined threads, the match, the memory: after the reply,
+		// so one answer's wait does not grow with the threads it
+		// resumes; the scanner finishes what a crash interrupts.
+		s.goFollowUp(r.QuestionID)
+	}
+}
+
+// logAnswer logs how an answer or decline went.
+func logAnswer(log *slog.Logger, r *record, an *answering) {
+	reply := an.reply
+	switch {
+	case reply.Status == client.AnswerAccepted && an.sub.Decline:
+		log.Info("decline handled", "route", r.Route, "outcome", an.outcome, "reason", reply.Reason)
 	case reply.Status == client.AnswerAccepted:
-		log.Info("answer accepted", "route", r.Route, "outcome", outcome, "decline", sub.Decline, "next_dispatch_id", r.NextDispatchID)
+		log.Info("answer accepted", "route", r.Route, "outcome", an.outcome, "decline", an.sub.Decline, "next_dispatch_id", r.NextDispatchID, "bound", r.BoundDigest != "")
 	default:
 		log.Info("answer refused", "route", r.Route, "status", reply.Status, "reason", reply.Reason)
 	}
-	return s.reply(via, reply)
 }
 
 // prefetchDispatch starts reading the record of the dispatch that asked
@@ -327,9 +415,29 @@ func closedReply(r *record) client.AnswerReply {
 // returns why the answer is refused, or "". Which kinds take free text
 // beside their options: docs/inbox.md, "Answering".
 func validate(r *record, sub *Submission) string {
+	normalise(sub)
+	for _, check := range []func(*record, *Submission) string{withinLimits, approvalDecided, answerGiven, amongOptions} {
+		if reason := check(r, sub); reason != "" {
+			return reason
+		}
+	}
+	if sub.AnsweredBy == "" {
+		sub.AnsweredBy = "anonymous"
+	}
+	return ""
+}
+
+// normalise trims the answer, decision and answerer and lowercases the
+// decision.
+func normalise(sub *Submission) {
 	sub.Answer = strings.TrimSpace(sub.Answer)
 	sub.Decision = strings.ToLower(strings.TrimSpace(sub.Decision))
 	sub.AnsweredBy = strings.TrimSpace(sub.AnsweredBy)
+}
+
+// withinLimits refuses an answer too long, not UTF-8, or with a decision
+// other than approve or reject.
+func withinLimits(_ *record, sub *Submission) string {
 	switch {
 	case len(sub.Answer) > MaxAnswerBytes:
 		return fmt.Sprintf("answer is %d bytes; the limit is %d", len(sub.Answer), MaxAnswerBytes)
@@ -342,33 +450,48 @@ func validate(r *record, sub *Submission) string {
 	case sub.Decision != "" && sub.Decision != "approve" && sub.Decision != "reject":
 		return fmt.Sprintf("decision %q: want approve or reject", clip.String(sub.Decision, 32))
 	}
-	if r.Kind == "approval" {
-		if sub.Decision == "" {
-			return "an approval question needs a decision: approve or reject"
-		}
-		if sub.Answer == "" {
-			sub.Answer = sub.Decision
-		}
+	return ""
+}
+
+// approvalDecided refuses an approval without a decision; the decision is
+// its answer when it has none.
+func approvalDecided(r *record, sub *Submission) string {
+	if r.Kind != "approval" {
+		return ""
+	}
+	if sub.Decision == "" {
+		return "an approval question needs a decision: approve or reject"
 	}
 	if sub.Answer == "" {
-		if sub.Decision != "" {
-			// A decision on a question that is not an approval.
-			kind := cmp.Or(r.Kind, "free-text")
-			if len(r.Options) > 0 {
-				return fmt.Sprintf("a decision (approve/reject) is only for approval questions; this is a %s question: answer with one of the options: %s", kind, strings.Join(r.Options, ", "))
-			}
-			return fmt.Sprintf("a decision (approve/reject) is only for approval questions; this is a %s question: answer with text", kind)
-		}
+		sub.Answer = sub.Decision
+	}
+	return ""
+}
+
+// answerGiven refuses an empty answer, saying what the question takes
+// when it came with a decision only.
+func answerGiven(r *record, sub *Submission) string {
+	switch {
+	case sub.Answer != "":
+		return ""
+	case sub.Decision == "":
 		return "the answer is empty"
 	}
-	// The options of a clarification or information question are
-	// suggestions: a person may answer in their own words ("neither — do
-	// X"). A decision's options are binding (docs/inbox.md).
+	// A decision on a question that is not an approval.
+	kind := cmp.Or(r.Kind, "free-text")
+	if len(r.Options) > 0 {
+		return fmt.Sprintf("a decision (approve/reject) is only for approval questions; this is a %s question: answer with one of the options: %s", kind, strings.Join(r.Options, ", "))
+	}
+	return fmt.Sprintf("a decision (approve/reject) is only for approval questions; this is a %s question: answer with text", kind)
+}
+
+// amongOptions refuses an answer outside the options of a question whose
+// options bind. The options of a clarification or information question
+// are suggestions: a person may answer in their own words ("neither — do
+// X"). A decision's options are binding (docs/inbox.md).
+func amongOptions(r *record, sub *Submission) string {
 	if len(r.Options) > 0 && !slices.Contains(r.Options, sub.Answer) && !freeTextAllowed(r.Kind) {
 		return fmt.Sprintf("%q is not one of the options: %s", clip.String(sub.Answer, 64), strings.Join(r.Options, ", "))
-	}
-	if sub.AnsweredBy == "" {
-		sub.AnsweredBy = "anonymous"
 	}
 	return ""
 }
@@ -574,7 +697,7 @@ func decodeSubmission(data []byte) (Submission, string) {
 		return sub, ""
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return sub, fmt.Sprintf("unknown field %s: an answer has question_id, route, answer, decision, answered_by, comment, decline, reason, suggest and confidence", clip.String(name, 64))
+		return sub, fmt.Sprintf("unknown field %s: an answer has question_id, route, answer, decision, answered_by, comment, shown_digest, decline, reason, suggest and confidence", clip.String(name, 64))
 	}
 	return sub, "the body is not a JSON answer: " + err.Error()
 }

@@ -257,6 +257,7 @@ func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, trace
 	if req != nil {
 		r.Target, r.Labels = req.Target, req.Labels
 	}
+	r.ShownDigest = s.shownDigest(ctx, r)
 	rt := s.routes.Load().Match(Facts{Kind: ni.Kind, Subagent: ni.Subagent, Labels: r.Labels})
 	r.Route, r.Answerer, r.Origin = rt.Name, rt.Answerer, rt.Name
 	if rt.Coalesce || rt.Remember > 0 {

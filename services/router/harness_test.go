@@ -222,16 +222,18 @@ type questionRecord struct {
 	Outcome         string             `json:"outcome"`
 	Declined        []string           `json:"declined"`
 	History         []struct {
-		Via        string `json:"via"`
-		Door       string `json:"door"`
-		Route      string `json:"route"`
-		AnsweredBy string `json:"answered_by"`
-		Answer     string `json:"answer"`
-		Result     string `json:"result"`
-		Status     string `json:"status"`
-		Reason     string `json:"reason"`
+		Via         string `json:"via"`
+		Door        string `json:"door"`
+		Route       string `json:"route"`
+		AnsweredBy  string `json:"answered_by"`
+		Answer      string `json:"answer"`
+		Result      string `json:"result"`
+		Status      string `json:"status"`
+		Reason      string `json:"reason"`
+		ShownDigest string `json:"shown_digest"`
 	} `json:"history"`
-	Pending []json.RawMessage `json:"pending"`
+	BoundDigest string            `json:"bound_digest"`
+	Pending     []json.RawMessage `json:"pending"`
 	// Ask once (docs/router.md, "Ask once").
 	Left    bool     `json:"thread_left"`
 	Fanout  []string `json:"fanout"`

@@ -109,10 +109,12 @@ func contextDigest(c string) string {
 }
 
 // sameShown reports whether the question r shows a person — its text,
-// context, options and kind — is the one decision d was made on: memory
-// answers only what the person who made the decision saw.
+// context, options, kind and partial state, as its shown digest — is the
+// one decision d was made on: memory answers only what the person who
+// made the decision saw. A decision with no shown digest answers nothing.
 func sameShown(r *record, d *client.Decision) bool {
-	return d.Question == r.Question.Question && slices.Equal(d.Options, r.Options) && d.Kind == r.Kind && d.ContextSHA256 == contextDigest(r.Context)
+	return d.ShownDigest != "" && d.ShownDigest == r.ShownDigest &&
+		d.Question == r.Question.Question && slices.Equal(d.Options, r.Options) && d.Kind == r.Kind && d.ContextSHA256 == contextDigest(r.Context)
 }
 
 // remembers reports whether rt keeps the answers of questions of kind.
@@ -524,7 +526,7 @@ func (s *Service) endJoined(ctx context.Context, mid string, l *record) (int, er
 		switch l.Status {
 		case statusAnswered:
 			r.Answer, r.Decision, r.AnsweredBy, r.Comment, r.AnsweredAt = l.Answer, l.Decision, l.AnsweredBy, l.Comment, l.AnsweredAt
-			r.Reused, r.Suggestion = l.Reused, l.Suggestion
+			r.Reused, r.Suggestion, r.BoundDigest = l.Reused, l.Suggestion, l.BoundDigest
 			r.Status = statusAnswered
 			a.Result, a.Status, a.Reason = "accepted", string(client.AnswerAccepted), "the answer to question "+l.QuestionID
 			r.addHistory(a)
@@ -618,7 +620,7 @@ func (s *Service) remember(ctx context.Context, r *record) error {
 	}
 	d := client.Decision{
 		ID: r.MatchKey, Route: r.Origin, Subagent: r.Subagent, DedupeKey: r.DedupeKey,
-		Question: r.Question.Question, Options: r.Options, Kind: r.Kind, ContextSHA256: contextDigest(r.Context),
+		Question: r.Question.Question, Options: r.Options, Kind: r.Kind, ContextSHA256: contextDigest(r.Context), ShownDigest: r.ShownDigest,
 		QuestionID: r.QuestionID, Answer: r.Answer, Decision: r.Decision, AnsweredBy: r.AnsweredBy, Comment: r.Comment,
 		AnsweredAt: *r.AnsweredAt, ExpiresAt: r.AnsweredAt.Add(rt.Remember),
 	}
@@ -686,10 +688,11 @@ func (s *Service) answerFromMemory(r *record, d *client.Decision) (bool, error) 
 	}
 	now := time.Now().UTC()
 	r.Answer, r.Decision, r.AnsweredBy, r.Comment, r.AnsweredAt = sub.Answer, sub.Decision, by, d.Comment, &now
-	r.Reused = &lifecycle.Reused{QuestionID: d.QuestionID, AnsweredBy: d.AnsweredBy, AnsweredAt: d.AnsweredAt}
+	r.Reused = &lifecycle.Reused{QuestionID: d.QuestionID, AnsweredBy: d.AnsweredBy, AnsweredAt: d.AnsweredAt, ShownDigest: d.ShownDigest}
+	r.BoundDigest = d.ShownDigest
 	r.Status, r.Pending, r.Asks = statusAnswered, nil, 0
 	r.addHistory(attempt{At: now, Via: "memory", Route: r.Route, AnsweredBy: by, Answer: clip.String(d.Answer, 256), Decision: d.Decision,
-		Result: "accepted", Status: string(client.AnswerAccepted),
+		Result: "accepted", Status: string(client.AnswerAccepted), ShownDigest: d.ShownDigest,
 		Reason: fmt.Sprintf("the decision of question %s by %s at %s", d.QuestionID, d.AnsweredBy, d.AnsweredAt.Format(time.RFC3339))})
 	if err := s.resume(r, "answered from the decision of question "+d.QuestionID); err != nil {
 		return false, err

@@ -408,8 +408,9 @@ func TestDecisionMemory(t *testing.T) {
 		t.Errorf("decision = %+v", d)
 	}
 
-	// Tomorrow's identical question: answered at once, from memory.
-	again := e.askFrom(sameQuestion, 1)
+	// Tomorrow's identical question, showing the same partial state:
+	// answered at once, from memory.
+	again := e.askFrom(sameQuestion, 0)
 	rec := e.waitStatus(again, "answered")
 	if rec.AnsweredBy != "memory:"+first || rec.Reused == nil || rec.Reused.QuestionID != first || rec.Reused.AnsweredBy != "alice" {
 		t.Errorf("reused answer: answered_by %s, reused %+v", rec.AnsweredBy, rec.Reused)

@@ -82,6 +82,12 @@ type record struct {
 	Release  bool     `json:"release,omitempty"`
 	Memorize bool     `json:"memorize,omitempty"`
 
+	// BoundDigest is, on an answered question, the shown digest its
+	// accepted answer was bound to (the door's, or a remembered
+	// decision's); empty when the answer came without one
+	// (docs/answering.md, "Bound answers").
+	BoundDigest string `json:"bound_digest,omitempty"`
+
 	// Pending are events decided by a compare-and-set and not yet
 	// published (an outbox): whoever reads the record next publishes them,
 	// in order, with their fixed ids, then removes them.
@@ -110,6 +116,8 @@ type attempt struct {
 	Result     string `json:"result"` // accepted, refused, declined
 	Status     string `json:"status,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	// ShownDigest is the shown digest the attempt carried, if any.
+	ShownDigest string `json:"shown_digest,omitempty"`
 }
 
 // pending is one event to publish with a fixed id (its Nats-Msg-Id), so a

@@ -76,8 +76,8 @@ func TestAskOnceStaysWithinASubagent(t *testing.T) {
 		if r := asked(e.askFrom(same, 4)); r.Status != "asked" || r.Reused != nil {
 			t.Fatalf("the planter's own other question under its key: status %s reused %+v, want asked", r.Status, r.Reused)
 		}
-		// What was shown, again: memory answers it.
-		again := e.askFrom(planted, 5)
+		// What was shown, again (its partial state too): memory answers it.
+		again := e.askFrom(planted, 2)
 		if r := e.waitStatus(again, "answered"); r.Reused == nil || r.Reused.QuestionID != pq {
 			t.Errorf("the very question again: reused %+v, want answered from %s", r.Reused, pq)
 		}
@@ -201,9 +201,10 @@ func TestAskOnceStaysWithinAPrincipal(t *testing.T) {
 			if r, _ := e.record(b1); r.Status != "asked" {
 				t.Errorf("team-b's question is %s after team-a's answer, want still asked", r.Status)
 			}
-			// Remembered: team-a asks again and is answered at once;
-			// team-b asks again and waits with its own first question.
-			if r := e.waitStatus(e.askAs(q, "team-a", round, 3), "answered"); r.Reused == nil || r.Reused.QuestionID != a1 {
+			// Remembered: team-a asks again, showing the same (partial
+			// state too), and is answered at once; team-b asks again and
+			// waits with its own first question.
+			if r := e.waitStatus(e.askAs(q, "team-a", round, 0), "answered"); r.Reused == nil || r.Reused.QuestionID != a1 {
 				t.Errorf("team-a again: reused %+v, want answered from %s", r.Reused, a1)
 			}
 			b2 := e.askAs(q, "team-b", round, 4)
