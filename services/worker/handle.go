@@ -102,21 +102,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	cancelCh := s.cancels.register(j.req.DispatchID)
 	defer s.cancels.unregister(j.req.DispatchID)
 
-	lctx, lspan := telemetry.Tracer().Start(ctx, "agora.run.lookup")
-	last, known := acceptedFence(j)
-	var err error
-	if known {
-		lspan.SetAttributes(attribute.String("agora.fence.from", "work_message"))
-		s.metrics.fences.WithLabelValues("work_message").Inc()
-	} else {
-		lspan.SetAttributes(attribute.String("agora.fence.from", "read"))
-		s.metrics.fences.WithLabelValues("read").Inc()
-		last, err = s.lastEvent(context.WithoutCancel(lctx), j.common)
-		if err == nil && last.seq == 0 && j.msg.Headers().Get(lifecycle.AcceptedHeader) != "" {
-			last, err = s.awaitAccepted(context.WithoutCancel(lctx), j)
-		}
-	}
-	telemetry.End(lspan, err)
+	last, err := s.lookup(ctx, j)
 	if err != nil {
 		return s.retryLater(j, err)
 	}
@@ -133,11 +119,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 		return s.finish(ctx, j, f, -1, "")
 	}
 	timeout := runTimeout(def, j.req)
-	j.box = s.host.Box(def, timeout, j.log) // its egress proxy's lines name the run
-	j.fs = &runFS{}
-	if j.box.Off() {
-		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
-	}
+	s.contain(j, def, timeout)
 	// `started` goes out asynchronously while the workspace is prepared;
 	// claim waits for its acknowledgement before the runtime starts.
 	j.started, j.startedSent = s.publishAsync(j, s.startedData(j)), true
@@ -145,133 +127,88 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	pctx, pspan := telemetry.Tracer().Start(ctx, "agora.run.workspace")
 	inv, err := s.prepare(pctx, j, def)
 	telemetry.End(pspan, err)
-	ws := inv.Workspace
-	j.ws = ws
-	// reusable is cleared when the run may have left a process behind (its
-	// runtime reported an error, such as a launcher that gave no report):
-	// such a workspace is removed, never parked for another run.
-	reusable := true
-	cleanup := func() {
-		_, cspan := telemetry.Tracer().Start(ctx, "agora.run.cleanup")
-		defer cspan.End()
-		j.fs.unmount()
-		switch {
-		case ws == "" || s.cfg.KeepWorkspaces:
-			if inv.hold != nil {
-				inv.hold.Close()
-			}
-		case reusable && inv.hold != nil:
-			s.spares.park(s.cfg.WorkspaceRoot, ws, inv.hold) // or removes it
-		default:
-			if err := os.RemoveAll(ws); err != nil {
-				j.log.Warn("remove workspace", "err", err)
-			}
-			if inv.hold != nil {
-				inv.hold.Close()
-			}
-		}
-		j.fs.close()
-		j.box.Close()
-	}
+	j.ws = inv.Workspace
 	var te *transientError
 	if errors.As(err, &te) {
-		cleanup()
+		s.cleanup(ctx, j, inv, true)
 		return s.retryLater(j, te.err)
 	}
 	if err != nil {
 		o := s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: redact(err.Error(), secretValues(def))}, -1, "")
-		cleanup()
+		s.cleanup(ctx, j, inv, true)
 		return o
 	}
 	// The runtime starts only once this attempt owns the dispatch.
 	if o, ok := s.claim(ctx, j); !ok {
-		cleanup()
+		s.cleanup(ctx, j, inv, true)
 		return o
 	}
-	run := func(ctx context.Context) Result { return runCommand(ctx, inv, inv.args) }
-	if ip, ok := s.inProcess[def.Runtime]; ok {
-		run = func(ctx context.Context) Result {
-			res := ip.Run(ctx, inv)
-			res.exceeded = j.box.Exceeded(res.Signal)
-			return res
-		}
-	}
-
-	_, procSpan := telemetry.Tracer().Start(ctx, "agora.run.process", trace.WithAttributes(attribute.String("agora.runtime", string(def.Runtime))))
-	runCtx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	resCh := make(chan Result, 1)
-	go func() { resCh <- run(runCtx) }()
-	j.log.Info("running", "runtime", def.Runtime, "timeout", timeout)
-
-	tick := time.NewTicker(consume.KeepAliveEvery(s.ackWait))
-	defer tick.Stop()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	// The workspace's size is watched while the run goes on.
-	var wsTick <-chan time.Time
-	if j.box.WorkspaceFS() == contain.WorkspaceWatched {
-		t := time.NewTicker(workspaceWatch)
-		defer t.Stop()
-		wsTick = t.C
-	}
-	// The run's progress lines become progress reports (progress.go).
-	prog := s.newProgressTail(j, ws, j.fs.viewOr)
-	progTick := time.NewTicker(ProgressInterval)
-	defer progTick.Stop()
-	var res Result
-	var cancelBy, cancelReason string
-wait:
-	for {
-		select {
-		case res = <-resCh:
-			break wait
-		case <-progTick.C:
-			prog.poll(progressReadPerPoll)
-			prog.flush(false)
-		case <-wsTick:
-			if n, l := workspaceSize(ws), j.box.Limits().WorkspaceSize; n > l {
-				j.over = fmt.Sprintf("workspace_size (%d bytes; the workspace held %d)", l, n)
-				j.log.Warn("workspace over its size limit: stopping the runtime", "limit", l, "size", n)
-				stop(errLimit)
-				wsTick = nil
-			}
-		case <-tick.C:
-			if err := j.msg.InProgress(); err != nil {
-				j.log.Warn("in-progress ack failed", "err", err)
-			}
-			// A newer attempt, or a terminal event from elsewhere, ends
-			// this run's claim on the dispatch.
-			if last, err := s.lastEvent(ctx, j.common); err == nil && last.seq != j.fence && (last.newer(j.attempt) || last.kind.Terminal()) {
-				j.log.Warn("the dispatch moved on without this run: stopping the runtime", "last_kind", last.kind, "last_attempt", last.attempt)
-				stop(errFenced)
-			}
-		case <-deadline.C:
-			j.log.Warn("timeout: stopping the runtime", "timeout", timeout)
-			stop(errTimeout)
-		case m := <-cancelCh:
-			cancelBy, cancelReason = parseCancel(m.Data)
-			j.log.Info("cancel received: stopping the runtime", "by", cancelBy)
-			stop(errCancelled)
-		}
-	}
-	prog.finish()
-	reusable = res.Err == nil
-	procSpan.SetAttributes(attribute.Int("process.exit.code", res.ExitCode))
-	procSpan.End()
-	cause := context.Cause(runCtx)
-	if errors.Is(cause, context.Canceled) && ctx.Err() == nil {
-		cause = nil // our own deferred stop has not run yet; nothing cancelled the run
-	}
-	if ctx.Err() != nil {
-		cause = context.Cause(ctx)
-		if cause == nil || errors.Is(cause, context.Canceled) {
-			cause = ErrShutdown
-		}
-	}
-	o := s.resolve(ctx, j, def, ws, res, cause, cancelBy, cancelReason)
-	cleanup()
+	e := s.supervise(ctx, j, def, inv, timeout, cancelCh)
+	o := s.resolve(ctx, j, def, inv.Workspace, e.res, e.cause, e.cancelBy, e.cancelReason)
+	// A run whose runtime reported an error (such as a launcher that gave
+	// no report) may have left a process behind: its workspace is
+	// removed, never parked for another run.
+	s.cleanup(ctx, j, inv, e.res.Err == nil)
 	return o
+}
+
+// lookup finds the event this run's `started` is fenced on: named by the
+// work message of a first delivery, otherwise read from the chain — and
+// waited for when the work message says an accepted event was sent
+// before it (docs/worker.md#fencing).
+func (s *Service) lookup(ctx context.Context, j *job) (lastEvent, error) {
+	lctx, lspan := telemetry.Tracer().Start(ctx, "agora.run.lookup")
+	last, known := acceptedFence(j)
+	var err error
+	if known {
+		lspan.SetAttributes(attribute.String("agora.fence.from", "work_message"))
+		s.metrics.fences.WithLabelValues("work_message").Inc()
+	} else {
+		lspan.SetAttributes(attribute.String("agora.fence.from", "read"))
+		s.metrics.fences.WithLabelValues("read").Inc()
+		last, err = s.lastEvent(context.WithoutCancel(lctx), j.common)
+		if err == nil && last.seq == 0 && j.msg.Headers().Get(lifecycle.AcceptedHeader) != "" {
+			last, err = s.awaitAccepted(context.WithoutCancel(lctx), j)
+		}
+	}
+	telemetry.End(lspan, err)
+	return last, err
+}
+
+// contain gives the run its sandbox and the filesystem it writes to.
+func (s *Service) contain(j *job, def subagent.Definition, timeout time.Duration) {
+	j.box = s.host.Box(def, timeout, j.log) // its egress proxy's lines name the run
+	j.fs = &runFS{}
+	if j.box.Off() {
+		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
+	}
+}
+
+// cleanup releases what the run held: its workspace is kept (when asked
+// to), parked for another run when reusable, or removed; then its
+// filesystem and its box are closed.
+func (s *Service) cleanup(ctx context.Context, j *job, inv Invocation, reusable bool) {
+	_, cspan := telemetry.Tracer().Start(ctx, "agora.run.cleanup")
+	defer cspan.End()
+	ws := inv.Workspace
+	j.fs.unmount()
+	switch {
+	case ws == "" || s.cfg.KeepWorkspaces:
+		if inv.hold != nil {
+			inv.hold.Close()
+		}
+	case reusable && inv.hold != nil:
+		s.spares.park(s.cfg.WorkspaceRoot, ws, inv.hold) // or removes it
+	default:
+		if err := os.RemoveAll(ws); err != nil {
+			j.log.Warn("remove workspace", "err", err)
+		}
+		if inv.hold != nil {
+			inv.hold.Close()
+		}
+	}
+	j.fs.close()
+	j.box.Close()
 }
 
 // resolve turns a finished run into its one terminal event (docs/wire.md,
