@@ -2,13 +2,11 @@ package inbox
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/answertext"
+	"github.com/agora-dispatch/agora/internal/sse"
 )
 
 // Live updates (GET /inbox/events) are Server-Sent Events fed by the
@@ -94,27 +92,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 		items, _, _ = s.store.pendingPage(nil, s.cfg.PendingRows, match, s.routeOnly(f, sees)) // newest first
 	}
 
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(event string, v any) bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return false
-		}
-		var err error
-		if event == "" {
-			_, err = fmt.Fprint(w, v)
-		} else {
-			var b []byte
-			if b, err = json.Marshal(v); err == nil {
-				_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-			}
-		}
-		return err == nil && rc.Flush() == nil
-	}
+	stream := sse.Start(w, "no-store", sseWriteTimeout)
 
 	// waiting counts what the user waits on, from the store's per-route
 	// counts: a count event goes out when it changes.
@@ -131,13 +109,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 		first.Items = append(first.Items, it)
 		shown[q.QuestionID] = it.HTML
 	}
-	if !write("", "retry: 2000\n\n") || !write("sync", first) {
+	if !stream.Retry(2*time.Second) || !stream.JSON("sync", first) {
 		return
 	}
 	// One question that closed before the stream opened: say so at once.
 	if only != "" && len(items) == 0 {
 		if q, ok := s.lookup(r.Context(), only); ok && !q.Pending() && s.visible(id.user, q) {
-			if !write("remove", s.removal(q.QuestionID, q, waiting)) {
+			if !stream.JSON("remove", s.removal(q.QuestionID, q, waiting)) {
 				return
 			}
 		}
@@ -154,7 +132,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 		case <-id.signedOut():
 			return // the browser's reconnect goes to the login page
 		case <-tick.C:
-			if !id.valid() || !write("", ": keepalive\n\n") {
+			if !id.valid() || !stream.Comment("keepalive") {
 				return
 			}
 		case c, ok := <-sub.ch:
@@ -178,24 +156,24 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 				}
 				it.Pending = waiting
 				shown[c.id] = it.HTML
-				if !write("upsert", it) {
+				if !stream.JSON("upsert", it) {
 					return
 				}
 			case shown[c.id] != "" || (only != "" && c.id == only):
 				delete(shown, c.id)
 				if c.q != nil && !s.visible(id.user, c.q) && only == "" {
 					// Moved to a route the user does not see.
-					if !write("remove", liveRemoval{ID: c.id, Status: c.q.Status, Message: "Moved to route " + c.q.Route, Pending: waiting}) {
+					if !stream.JSON("remove", liveRemoval{ID: c.id, Status: c.q.Status, Message: "Moved to route " + c.q.Route, Pending: waiting}) {
 						return
 					}
 					continue
 				}
-				if !write("remove", s.removal(c.id, c.q, waiting)) {
+				if !stream.JSON("remove", s.removal(c.id, c.q, waiting)) {
 					return
 				}
 			case waiting != before:
 				// Not shown here, but the count in the header changed.
-				if !write("count", map[string]int{"pending": waiting}) {
+				if !stream.JSON("count", map[string]int{"pending": waiting}) {
 					return
 				}
 			}

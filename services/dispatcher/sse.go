@@ -3,13 +3,14 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/problem"
+	"github.com/agora-dispatch/agora/internal/sse"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -86,22 +87,8 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(format string, a ...any) bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, format, a...); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	if !write(": connected\n\n") {
+	stream := sse.Start(w, "no-cache", sseWriteTimeout)
+	if !stream.Comment("connected") {
 		return
 	}
 
@@ -137,7 +124,7 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 		case <-s.stopping:
 			return
 		case <-keepalive.C:
-			if !write(": keepalive\n\n") {
+			if !stream.Comment("keepalive") {
 				return
 			}
 		case m := <-items:
@@ -155,12 +142,12 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			if md.Stream == lifecycle.StreamProgress {
-				if !write("event: %s\ndata: %s\n\n", e.Type(), data) {
+				if !stream.Event("", e.Type(), data) {
 					return
 				}
 				continue
 			}
-			if !write("id: %d\nevent: %s\ndata: %s\n\n", md.Sequence.Stream, e.Type(), data) {
+			if !stream.Event(strconv.FormatUint(md.Sequence.Stream, 10), e.Type(), data) {
 				return
 			}
 		}
