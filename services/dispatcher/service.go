@@ -49,17 +49,9 @@ import (
 // timeout.
 const opTimeout = 8 * time.Second
 
-// Deps are the dispatcher's collaborators. Every field is optional.
-type Deps struct {
-	// Conn is an existing NATS connection, which stays the caller's; when
-	// nil, New connects to Config.NATSURL and Run closes that connection.
-	Conn *nats.Conn
-	// Logger receives structured logs; default slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the dispatcher's metrics; default a new registry
-	// served on /metrics by Handler.
-	Registerer prometheus.Registerer
-}
+// Deps are the dispatcher's collaborators (svc.Deps). Every field is
+// optional.
+type Deps = svc.Deps
 
 // Service is a dispatcher. Create it with New and start it with Run.
 type Service struct {

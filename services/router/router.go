@@ -100,17 +100,9 @@ const MicroName = "agora-router"
 // opTimeout bounds the NATS work of one message or request.
 const opTimeout = 15 * time.Second
 
-// Deps are the router's collaborators. Every field is optional.
-type Deps struct {
-	// Conn is an existing NATS connection, which stays the caller's; when
-	// nil, New connects to Config.NATSURL and Run closes that connection.
-	Conn *nats.Conn
-	// Logger receives structured logs; default slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the router's metrics; default a new registry
-	// served on /metrics by Handler.
-	Registerer prometheus.Registerer
-}
+// Deps are the router's collaborators (svc.Deps). Every field is
+// optional.
+type Deps = svc.Deps
 
 // Service is a router. Create it with New and start it with Run.
 type Service struct {
