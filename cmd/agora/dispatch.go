@@ -327,15 +327,16 @@ func stateOf(d lifecycle.Lifecycle) string {
 
 // question is what the CLI shows of a question.
 type question struct {
-	ID, Question, Context, Kind string
-	Options                     []string
-	Subagent                    string
-	Round                       int
-	DispatchID                  string
+	ID, Question, Context string
+	Kind                  lifecycle.QuestionKind
+	Options               []string
+	Subagent              string
+	Round                 int
+	DispatchID            string
 }
 
 func questionOf(n *lifecycle.NeedsInput) question {
-	return question{ID: n.QuestionID, Question: n.Question, Context: n.Context, Kind: n.Kind, Options: n.Options,
+	return question{ID: n.QuestionID, Question: n.Question, Context: n.Context, Kind: lifecycle.QuestionKind(n.Kind), Options: n.Options,
 		Subagent: n.Subagent, Round: n.Round, DispatchID: n.DispatchID}
 }
 
@@ -404,7 +405,7 @@ func askedBlock(q question) string {
 	var b strings.Builder
 	kind := ""
 	if q.Kind != "" {
-		kind = q.Kind + ", "
+		kind = string(q.Kind) + ", "
 	}
 	fmt.Fprintf(&b, "\n%s asks (%sround %d, dispatch %s):\n", cmp.Or(q.Subagent, "the sub-agent"), kind, q.Round, q.DispatchID)
 	fmt.Fprintf(&b, "  %s\n", q.Question)
@@ -430,7 +431,7 @@ func inboxLink(inbox, qid string) string {
 func answerLines(cli string, q question) []string {
 	base := cli + " answer " + shellQuote(q.ID) + " "
 	switch {
-	case q.Kind == "approval":
+	case q.Kind == lifecycle.QuestionApproval:
 		return []string{base + "approve --decision approve", base + "reject --decision reject"}
 	case len(q.Options) > 0:
 		lines := make([]string, len(q.Options))
