@@ -500,19 +500,41 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 			return inv, err
 		}
 	}
+	input, err := s.writeInput(ctx, j, ws)
+	if err != nil {
+		return inv, err
+	}
+	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
+	if inv.Env, err = s.environment(j, def, ws); err != nil {
+		return inv, err
+	}
+	inv.helper = runtime.Helper{Disabled: s.cfg.DisableNeedsInputHelper == "true", NeedsInputFile: filepath.Join(ws, ".agora", "needs_input.json")}
+	if s.exe != "" {
+		inv.helper.MCPServer, inv.helper.MCPEnv = s.exe, subagentmcp.EnvServe+"=serve"
+	}
+	if err := s.writeFiles(&inv, def); err != nil {
+		return inv, err
+	}
+	return inv, nil
+}
+
+// writeInput writes .agora/input.json: the request's input object, with
+// the partial state of a resume read from the object store when it came
+// by reference. It returns the object written.
+func (s *Service) writeInput(ctx context.Context, j *job, ws string) (map[string]json.RawMessage, error) {
 	input := map[string]json.RawMessage{}
 	if len(j.req.Input) > 0 && string(j.req.Input) != "null" {
 		if err := json.Unmarshal(j.req.Input, &input); err != nil {
-			return inv, fmt.Errorf("input is not a JSON object: %w", err)
+			return nil, fmt.Errorf("input is not a JSON object: %w", err)
 		}
 	}
 	if ref := j.req.PartialStateRef; ref != "" {
 		b, err := s.state.GetBytes(ctx, ref)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrObjectNotFound) {
-				return inv, &transientError{fmt.Errorf("partial state %q: %w", ref, err)}
+				return nil, &transientError{fmt.Errorf("partial state %q: %w", ref, err)}
 			}
-			return inv, fmt.Errorf("partial state %q: %w", ref, err)
+			return nil, fmt.Errorf("partial state %q: %w", ref, err)
 		}
 		input["partial_state"] = b
 	}
@@ -520,73 +542,81 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(input); err != nil {
-		return inv, fmt.Errorf("input: %w", err)
+		return nil, fmt.Errorf("input: %w", err)
 	}
 	b := bytes.TrimRight(buf.Bytes(), "\n")
 	// The workspace is brand new and nothing has run in it yet, so a plain
 	// write cannot be redirected by a link.
 	if err := os.WriteFile(filepath.Join(ws, ".agora", "input.json"), b, 0o600); err != nil {
-		return inv, fmt.Errorf("write input.json: %w", err)
+		return nil, fmt.Errorf("write input.json: %w", err)
 	}
-	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
-	inv.Env = append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
+	return input, nil
+}
+
+// environment is the run's whole environment, sorted: the default-deny
+// one (Environment) and, for a sandboxed run, a private tmp and home
+// inside its workspace and what its box sets (the helper's PATH, the
+// egress proxy) in place of the same names.
+func (s *Service) environment(j *job, def subagent.Definition, ws string) ([]string, error) {
+	envs := append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
 	var pathEnv string
-	for _, kv := range inv.Env {
+	for _, kv := range envs {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			pathEnv = v
 		}
 	}
-	// A sandboxed run gets a private tmp and home inside its workspace,
-	// and what its box sets (the helper's PATH, the egress proxy).
 	env := map[string]string{}
 	if !j.box.Off() {
 		dirs, err := privateDirs(ws)
 		if err != nil {
-			return inv, err
+			return nil, err
 		}
 		if err := j.box.Prepare(ws, pathEnv); err != nil {
-			return inv, err
+			return nil, err
 		}
 		maps.Copy(env, dirs)
 		maps.Copy(env, j.box.Env())
 	}
-	inv.Env = slices.DeleteFunc(inv.Env, func(kv string) bool {
+	envs = slices.DeleteFunc(envs, func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
 		_, over := env[k]
 		return over
 	})
 	for k, v := range env {
-		inv.Env = append(inv.Env, k+"="+v)
+		envs = append(envs, k+"="+v)
 	}
-	slices.Sort(inv.Env)
-	inv.helper = runtime.Helper{Disabled: s.cfg.DisableNeedsInputHelper == "true", NeedsInputFile: filepath.Join(ws, ".agora", "needs_input.json")}
-	if s.exe != "" {
-		inv.helper.MCPServer, inv.helper.MCPEnv = s.exe, subagentmcp.EnvServe+"=serve"
-	}
+	slices.Sort(envs)
+	return envs, nil
+}
+
+// writeFiles asks the run's runtime for its command and writes the files
+// it lays down, then the definition's own files, into the workspace.
+func (s *Service) writeFiles(inv *Invocation, def subagent.Definition) error {
+	ws := inv.Workspace
 	if rt, ok := s.runtimes[def.Runtime]; ok && s.inProcess[def.Runtime] == nil {
 		cmd, err := rt.Command(inv.public())
 		if err != nil {
-			return inv, fmt.Errorf("%s runtime: %w", def.Runtime, err)
+			return fmt.Errorf("%s runtime: %w", def.Runtime, err)
 		}
 		inv.args = cmd.Args
 		for _, f := range cmd.Files {
 			if err := runtimeFilePath(f.Path); err != nil {
-				return inv, fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
+				return fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
 			}
 			if err := writeWorkspaceFile(ws, f.Path, f.Data); err != nil {
-				return inv, fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
+				return fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
 			}
 		}
 	}
 	for name, content := range def.Files {
 		if err := subagent.ValidFilePath(name); err != nil {
-			return inv, fmt.Errorf("definition file: %w", err)
+			return fmt.Errorf("definition file: %w", err)
 		}
 		if err := writeWorkspaceFile(ws, name, []byte(content)); err != nil {
-			return inv, fmt.Errorf("definition file: %w", err)
+			return fmt.Errorf("definition file: %w", err)
 		}
 	}
-	return inv, nil
+	return nil
 }
 
 // runtimeFilePath checks where a runtime lays down a file
