@@ -266,24 +266,38 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	}
 	switch rsl.Status {
 	case sentinel.Valid:
-		ni := &lifecycle.NeedsInput{
-			Common: j.common, QuestionID: lifecycle.QuestionID(j.req.DispatchID),
-			Question: rsl.Request.Question, Options: rsl.Request.Options, Context: rsl.Request.Context,
-			Kind: string(rsl.Request.Kind), DedupeKey: rsl.Request.DedupeKey, Reuse: rsl.Request.Reuse,
-			DurationMS: dur, ExitCode: res.ExitCode,
-		}
-		if len(rsl.Request.PartialState) > lifecycle.MaxInlineState {
-			if _, err := s.state.PutBytes(context.WithoutCancel(ctx), j.req.DispatchID, rsl.Request.PartialState); err != nil {
-				return s.retryLater(j, fmt.Errorf("store partial state: %w", err))
-			}
-			ni.PartialStateRef = j.req.DispatchID
-		} else {
-			ni.PartialState = rsl.Request.PartialState
-		}
-		return s.finish(ctx, j, ni, res.ExitCode, "")
+		return s.needsInput(ctx, j, &rsl.Request, res.ExitCode, dur)
 	case sentinel.Malformed, sentinel.Oversized:
 		return failed(lifecycle.ReasonWorkerFailed, rsl.Err.Error())
 	}
+	return s.exited(ctx, j, rws, res, cause, dur, failed)
+}
+
+// needsInput ends a run that wrote a valid sentinel: needs_input with its
+// question, the partial state inline or, when larger than
+// lifecycle.MaxInlineState, stored in the object store by reference.
+func (s *Service) needsInput(ctx context.Context, j *job, req *sentinel.Request, exitCode int, dur int64) Outcome {
+	ni := &lifecycle.NeedsInput{
+		Common: j.common, QuestionID: lifecycle.QuestionID(j.req.DispatchID),
+		Question: req.Question, Options: req.Options, Context: req.Context,
+		Kind: string(req.Kind), DedupeKey: req.DedupeKey, Reuse: req.Reuse,
+		DurationMS: dur, ExitCode: exitCode,
+	}
+	if len(req.PartialState) > lifecycle.MaxInlineState {
+		if _, err := s.state.PutBytes(context.WithoutCancel(ctx), j.req.DispatchID, req.PartialState); err != nil {
+			return s.retryLater(j, fmt.Errorf("store partial state: %w", err))
+		}
+		ni.PartialStateRef = j.req.DispatchID
+	} else {
+		ni.PartialState = req.PartialState
+	}
+	return s.finish(ctx, j, ni, exitCode, "")
+}
+
+// exited ends a run that wrote no sentinel: cancelled at the worker's
+// shutdown, failed for a runtime error, the time limit or a non-zero
+// exit, or finished with its output (read from rws) when it exited 0.
+func (s *Service) exited(ctx context.Context, j *job, rws string, res Result, cause error, dur int64, failed func(lifecycle.Reason, string) Outcome) Outcome {
 	switch {
 	case errors.Is(cause, ErrShutdown):
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: "worker:" + s.cfg.ID, Reason: "worker shutdown timeout passed"}, res.ExitCode, "")
