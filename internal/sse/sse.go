@@ -1,6 +1,7 @@
 // Package sse writes a Server-Sent Events stream: the response's headers,
 // then comments and events, each write under its own deadline and flushed
-// at once (docs/dispatcher.md and docs/inbox.md describe the streams).
+// at once (docs/dispatcher.md, "The event stream", and docs/inbox.md
+// describe the streams).
 package sse
 
 import (
