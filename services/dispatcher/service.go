@@ -337,24 +337,10 @@ func (s *Service) shutdown(r *serving, abandon context.CancelFunc) {
 	}
 }
 
-func (s *Service) closeConn() {
-	if s.ownConn {
-		if err := s.nc.Drain(); err != nil {
-			s.nc.Close()
-		}
-		return
-	}
-	_ = s.nc.FlushTimeout(5 * time.Second)
-}
+func (s *Service) closeConn() { svc.Release(s.nc, s.ownConn) }
 
 func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
-	return func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
-			s.log.Debug("consumer", "door", door, "err", err)
-			return
-		}
-		s.log.Warn("consumer", "door", door, "err", err)
-	}
+	return svc.ConsumeErrs(s.log, "door", door)
 }
 
 // startMicro registers the micro service `agora` with its three verbs
