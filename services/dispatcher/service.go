@@ -135,31 +135,17 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
 	b := &bindings{js: js}
-	if b.requests, err = js.Consumer(ctx, lifecycle.StreamRequests, lifecycle.ConsumerDispatcher); err != nil {
-		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamRequests, lifecycle.ConsumerDispatcher, err)
-	}
-	if b.projection, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerProjection); err != nil {
-		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerProjection, err)
-	}
-	if b.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-		return nil, fmt.Errorf("dispatcher: stream %s: %w", lifecycle.StreamLifecycle, err)
-	}
-	if b.work, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
-		return nil, fmt.Errorf("dispatcher: stream %s: %w", lifecycle.StreamDispatch, err)
-	}
-	if b.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketSubagents, err)
-	}
-	dispatches, err := js.KeyValue(ctx, lifecycle.BucketDispatches)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketDispatches, err)
-	}
-	questions, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketQuestions, err)
-	}
-	if b.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
-		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
+	o := svc.NewOpener(ctx, js, "dispatcher")
+	b.requests = o.Consumer(lifecycle.StreamRequests, lifecycle.ConsumerDispatcher)
+	b.projection = o.Consumer(lifecycle.StreamLifecycle, provision.ConsumerProjection)
+	b.events = o.Stream(lifecycle.StreamLifecycle)
+	b.work = o.Stream(lifecycle.StreamDispatch)
+	b.subagents = o.KeyValue(lifecycle.BucketSubagents)
+	dispatches := o.KeyValue(lifecycle.BucketDispatches)
+	questions := o.KeyValue(lifecycle.BucketQuestions)
+	b.state = o.ObjectStore(lifecycle.BucketState)
+	if err := o.Err(); err != nil {
+		return nil, err
 	}
 	if b.stateLog, err = js.Stream(ctx, objectStream(lifecycle.BucketState)); err != nil {
 		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)

@@ -210,28 +210,20 @@ func (s *Service) bindOnce(ctx context.Context) error {
 		return fmt.Errorf("router: jetstream: %w", err)
 	}
 	s.js = js
-	kv, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
-	if err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketQuestions, err)
+	o := svc.NewOpener(ctx, js, "router")
+	kv := o.KeyValue(lifecycle.BucketQuestions)
+	if err := o.Err(); err != nil {
+		return err
 	}
 	s.store = store{kv: kv, js: js}
-	if s.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketDispatches, err)
-	}
-	if s.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketSubagents, err)
-	}
-	if s.decisions, err = js.KeyValue(ctx, lifecycle.BucketDecisions); err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketDecisions, err)
-	}
-	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-		return fmt.Errorf("router: stream %s: %w", lifecycle.StreamLifecycle, err)
-	}
-	if s.asks, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerRouter); err != nil {
-		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerRouter, err)
-	}
-	if s.answers, err = js.Consumer(ctx, lifecycle.StreamAnswers, provision.ConsumerRouterAns); err != nil {
-		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamAnswers, provision.ConsumerRouterAns, err)
+	s.dispatches = o.KeyValue(lifecycle.BucketDispatches)
+	s.subagents = o.KeyValue(lifecycle.BucketSubagents)
+	s.decisions = o.KeyValue(lifecycle.BucketDecisions)
+	s.events = o.Stream(lifecycle.StreamLifecycle)
+	s.asks = o.Consumer(lifecycle.StreamLifecycle, provision.ConsumerRouter)
+	s.answers = o.Consumer(lifecycle.StreamAnswers, provision.ConsumerRouterAns)
+	if err := o.Err(); err != nil {
+		return err
 	}
 	// Last: its subscription is made once, by a bind that succeeds.
 	if s.chains, err = chain.NewReader(js); err != nil {

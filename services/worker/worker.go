@@ -190,26 +190,17 @@ func (s *Service) doBind(ctx context.Context) error {
 	// A cluster electing leaders answers with timeouts for a while: retry
 	// until shutdown; only a missing stream or bucket stops the worker.
 	return svc.Bind(ctx, s.log, 0, func(ctx context.Context) error {
-		var err error
-		if s.work, err = js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers); err != nil {
-			return fmt.Errorf("worker: consumer %s/%s: %w", lifecycle.StreamDispatch, lifecycle.ConsumerWorkers, err)
+		o := svc.NewOpener(ctx, js, "worker")
+		s.work = o.Consumer(lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
+		s.dispatch = o.Stream(lifecycle.StreamDispatch)
+		s.events = o.Stream(lifecycle.StreamLifecycle)
+		s.defs = o.KeyValue(lifecycle.BucketSubagents)
+		s.state = o.ObjectStore(lifecycle.BucketState)
+		s.artifacts = o.ObjectStore(lifecycle.BucketArtifacts)
+		if err := o.Err(); err != nil {
+			return err
 		}
 		s.ackWait = s.work.CachedInfo().Config.AckWait
-		if s.dispatch, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
-			return fmt.Errorf("worker: stream %s: %w", lifecycle.StreamDispatch, err)
-		}
-		if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-			return fmt.Errorf("worker: stream %s: %w", lifecycle.StreamLifecycle, err)
-		}
-		if s.defs, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-			return fmt.Errorf("worker: bucket %s: %w", lifecycle.BucketSubagents, err)
-		}
-		if s.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
-			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketState, err)
-		}
-		if s.artifacts, err = js.ObjectStore(ctx, lifecycle.BucketArtifacts); err != nil {
-			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketArtifacts, err)
-		}
 		s.announce(ctx, js)
 		return nil
 	})
