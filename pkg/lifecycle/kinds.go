@@ -131,7 +131,7 @@ func Types() []string {
 // given.
 type QuestionKind string
 
-// The four kinds of question (docs/subagents.md, the sentinel file).
+// The four kinds of question (docs/wire.md, "The sentinel file").
 const (
 	QuestionClarification QuestionKind = "clarification" // what an ambiguous instruction means
 	QuestionDecision      QuestionKind = "decision"      // a choice, usually among the options
