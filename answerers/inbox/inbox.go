@@ -270,49 +270,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inbox: jetstream: %w", err)
 	}
-	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	kv, err := js.KeyValue(bctx, lifecycle.BucketQuestions)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("inbox: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketQuestions, err)
-	}
-
-	bucket := func(name string) (jetstream.KeyValue, error) {
-		bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		kv, err := js.KeyValue(bctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: bucket %s: %w (run `agora dev`, or provision the streams first)", name, err)
-		}
-		return kv, nil
-	}
-	skv, err := bucket(lifecycle.BucketInboxSessions)
-	var lkv jetstream.KeyValue
-	if err == nil && s.links != nil {
-		lkv, err = bucket(lifecycle.BucketAnswerLinks)
-	}
+	kv, err := s.openBuckets(ctx, js)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
-	}
-	if s.links != nil {
-		s.links.open(lkv)
-	}
-	s.sessions.open(skv)
-	s.records = kv
-	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
-	s.questionsStream, err = js.Stream(sctx, "KV_"+lifecycle.BucketQuestions)
-	scancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("inbox: bucket %s: %w", lifecycle.BucketQuestions, err)
 	}
 
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -323,58 +286,19 @@ func (s *Server) Run(ctx context.Context) error {
 		s.sessions.watch(wctx)
 	}()
 	defer func() { stopWatch(); <-sessionsDone }()
-	loaded := make(chan struct{})
-	var loadedOnce sync.Once
-	firstErr := make(chan error, 1)
 	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		s.watchLoop(wctx, kv, func() { loadedOnce.Do(func() { close(loaded) }) }, loaded, firstErr)
-	}()
-	select {
-	case <-loaded:
-	case err := <-firstErr:
-		<-watchDone
-		return err
-	case <-ctx.Done():
+	if loaded, err := s.load(ctx, wctx, kv, watchDone); !loaded {
 		stopWatch()
 		<-watchDone
-		return nil
+		return err
 	}
 	s.log.Info("inbox started", "pending", s.store.pendingCount(), "routes", s.cfg.Routes, "dev_token", s.devToken != "")
 
-	var srv *http.Server
-	httpErr := make(chan error, 1)
-	public := s.cfg.PublicURL // announced over NATS
-	if s.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
-		if err != nil {
-			stopWatch()
-			<-watchDone
-			return fmt.Errorf("inbox: %s=%s: %w", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, err)
-		}
-		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-		go func() {
-			var err error
-			if s.cfg.TLSCert != "" {
-				err = srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
-			} else {
-				err = srv.Serve(ln)
-			}
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				httpErr <- fmt.Errorf("inbox: http: %w", err)
-			}
-		}()
-		scheme := "http"
-		if s.cfg.TLSCert != "" {
-			scheme = "https"
-		}
-		base := scheme + "://" + ln.Addr().String() + Prefix
-		s.log.Info("http listening", "url", base+"/")
-		if s.listening != nil {
-			s.listening(base)
-		}
-		public = cmp.Or(public, base)
+	srv, httpErr, public, err := s.serveHTTP()
+	if err != nil {
+		stopWatch()
+		<-watchDone
+		return err
 	}
 	if public != "" {
 		// Tell clients where people answer (the CLI's printed links).
@@ -401,6 +325,92 @@ func (s *Server) Run(ctx context.Context) error {
 	<-watchDone
 	s.log.Info("inbox stopped")
 	return runErr
+}
+
+// openBuckets binds the inbox to the questions bucket, its stream, the
+// sessions bucket and, with answer links on, the links bucket; it returns
+// the questions bucket.
+func (s *Server) openBuckets(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	bucket := func(name string) (jetstream.KeyValue, error) {
+		bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		kv, err := js.KeyValue(bctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: bucket %s: %w (run `agora dev`, or provision the streams first)", name, err)
+		}
+		return kv, nil
+	}
+	kv, err := bucket(lifecycle.BucketQuestions)
+	if err != nil {
+		return nil, err
+	}
+	skv, err := bucket(lifecycle.BucketInboxSessions)
+	var lkv jetstream.KeyValue
+	if err == nil && s.links != nil {
+		lkv, err = bucket(lifecycle.BucketAnswerLinks)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.links != nil {
+		s.links.open(lkv)
+	}
+	s.sessions.open(skv)
+	s.records = kv
+	sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
+	defer scancel()
+	if s.questionsStream, err = js.Stream(sctx, "KV_"+lifecycle.BucketQuestions); err != nil {
+		return nil, fmt.Errorf("inbox: bucket %s: %w", lifecycle.BucketQuestions, err)
+	}
+	return kv, nil
+}
+
+// load starts the watch of the questions bucket on wctx, which closes
+// watchDone when it ends, and waits until it has loaded every question
+// (loaded), it failed, or ctx ended (no error then: Run returns nil).
+func (s *Server) load(ctx, wctx context.Context, kv jetstream.KeyValue, watchDone chan struct{}) (loaded bool, err error) {
+	done := make(chan struct{})
+	var once sync.Once
+	firstErr := make(chan error, 1)
+	go func() {
+		defer close(watchDone)
+		s.watchLoop(wctx, kv, func() { once.Do(func() { close(done) }) }, done, firstErr)
+	}()
+	select {
+	case <-done:
+		return true, nil
+	case err := <-firstErr:
+		return false, err
+	case <-ctx.Done():
+		return false, nil
+	}
+}
+
+// serveHTTP serves the pages and the API when Config.HTTPAddr is set. It
+// returns the server (nil without one), the channel of its failure, and
+// the URL to announce: Config.PublicURL, or else the listener's.
+func (s *Server) serveHTTP() (*http.Server, <-chan error, string, error) {
+	public := s.cfg.PublicURL // announced over NATS
+	if s.cfg.HTTPAddr == "" {
+		return nil, nil, public, nil
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	var serve func(net.Listener) error
+	scheme := "http"
+	if s.cfg.TLSCert != "" {
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey) }
+		scheme = "https"
+	}
+	addr, httpErr, err := svc.ServeHTTP("inbox", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, srv, serve)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	base := scheme + "://" + addr.String() + Prefix
+	s.log.Info("http listening", "url", base+"/")
+	if s.listening != nil {
+		s.listening(base)
+	}
+	return srv, httpErr, cmp.Or(public, base), nil
 }
 
 // watchLoop runs the bucket watch, restarting it with backoff. An error

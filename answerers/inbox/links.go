@@ -16,6 +16,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/pkg/answerlink"
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // Signed answer links (docs/inbox.md, "Answer links"): GET /inbox/a/<token>
@@ -184,7 +185,7 @@ func (s *Server) linkAnswer(w http.ResponseWriter, r *http.Request) {
 			s.render(w, http.StatusUnprocessableEntity, "link", view{Title: "Answer", Data: d})
 			return
 		}
-	case q.Kind == "approval":
+	case q.KindIs(lifecycle.QuestionApproval):
 		in.Decision = c.Option
 	default:
 		in.Answer = c.Option

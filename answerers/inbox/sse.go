@@ -2,13 +2,12 @@ package inbox
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
+	"context"
 	"net/http"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/answertext"
+	"github.com/agora-dispatch/agora/internal/sse"
 )
 
 // Live updates (GET /inbox/events) are Server-Sent Events fed by the
@@ -60,89 +59,48 @@ type liveSync struct {
 	Pending int        `json:"pending"`
 }
 
+// live is one event stream's view: which questions it follows and what it
+// has sent.
+type live struct {
+	s       *Server
+	id      *identity
+	f       filter
+	only    string // the one question followed, if any
+	count   bool   // the count only, no rows
+	waiting int    // the count last sent
+	shown   map[string]string
+	stream  *sse.Stream
+}
+
+// match reports whether q is a row of this stream.
+func (l *live) match(q *Question) bool {
+	if l.count || q == nil || !q.Pending() || !l.s.visible(l.id.user, q) {
+		return false
+	}
+	if l.only != "" {
+		return q.QuestionID == l.only
+	}
+	return l.f.match(q)
+}
+
+// sees reports whether the stream's user sees route.
+func (l *live) sees(route string) bool { return l.s.shows(route) && l.id.user.may(route) }
+
 func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 	if !s.awaitReady(r.Context()) {
 		http.Error(w, "inbox: still loading the questions", http.StatusServiceUnavailable)
 		return
 	}
-	f := filterFrom(r.URL.Query())
-	only := r.URL.Query().Get("question")
-	countOnly := r.URL.Query().Has("count")
-	match := func(q *Question) bool {
-		if countOnly || q == nil || !q.Pending() || !s.visible(id.user, q) {
-			return false
-		}
-		if only != "" {
-			return q.QuestionID == only
-		}
-		return f.match(q)
-	}
-	sees := func(route string) bool { return s.shows(route) && id.user.may(route) }
+	l := &live{s: s, id: id, f: filterFrom(r.URL.Query()), only: r.URL.Query().Get("question"), count: r.URL.Query().Has("count"), shown: map[string]string{}}
 	// Subscribed first, then read: a change in between comes again on
 	// the subscription, and an upsert or removal is idempotent.
 	sub := s.store.subscribe()
 	defer s.store.unsubscribe(sub)
-	var items []*Question
-	switch {
-	case countOnly:
-		only = "" // no rows: the count wins over a question named too
-	case only != "":
-		if q, ok := s.store.get(only); ok && match(q) {
-			items = append(items, q)
-		}
-	default:
-		items, _, _ = s.store.pendingPage(nil, s.cfg.PendingRows, match, s.routeOnly(f, sees)) // newest first
-	}
-
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(event string, v any) bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return false
-		}
-		var err error
-		if event == "" {
-			_, err = fmt.Fprint(w, v)
-		} else {
-			var b []byte
-			if b, err = json.Marshal(v); err == nil {
-				_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-			}
-		}
-		return err == nil && rc.Flush() == nil
-	}
-
-	// waiting counts what the user waits on, from the store's per-route
-	// counts: a count event goes out when it changes.
-	waiting := s.store.pendingOf(sees)
-	now := time.Now()
-	shown := map[string]string{} // id → the row last sent
-	first := liveSync{Items: []liveItem{}, Pending: waiting}
-	for _, q := range items {
-		it, err := s.liveItem(q, now)
-		if err != nil {
-			s.log.Error("live: render row", "question_id", q.QuestionID, "err", err)
-			continue
-		}
-		first.Items = append(first.Items, it)
-		shown[q.QuestionID] = it.HTML
-	}
-	if !write("", "retry: 2000\n\n") || !write("sync", first) {
+	items := l.rows()
+	l.stream = sse.Start(w, "no-store", sseWriteTimeout)
+	if !l.sync(r.Context(), items) {
 		return
 	}
-	// One question that closed before the stream opened: say so at once.
-	if only != "" && len(items) == 0 {
-		if q, ok := s.lookup(r.Context(), only); ok && !q.Pending() && s.visible(id.user, q) {
-			if !write("remove", s.removal(q.QuestionID, q, waiting)) {
-				return
-			}
-		}
-	}
-
 	tick := time.NewTicker(keepalive)
 	defer tick.Stop()
 	for {
@@ -154,7 +112,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 		case <-id.signedOut():
 			return // the browser's reconnect goes to the login page
 		case <-tick.C:
-			if !id.valid() || !write("", ": keepalive\n\n") {
+			if !id.valid() || !l.stream.Comment("keepalive") {
 				return
 			}
 		case c, ok := <-sub.ch:
@@ -164,43 +122,89 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id *identity) {
 			if !id.valid() {
 				return // expired
 			}
-			before := waiting
-			waiting = s.store.pendingOf(sees)
-			switch {
-			case match(c.q):
-				it, err := s.liveItem(c.q, time.Now())
-				if err != nil {
-					s.log.Error("live: render row", "question_id", c.id, "err", err)
-					continue
-				}
-				if shown[c.id] == it.HTML && waiting == before {
-					continue // a new revision that changes nothing shown
-				}
-				it.Pending = waiting
-				shown[c.id] = it.HTML
-				if !write("upsert", it) {
-					return
-				}
-			case shown[c.id] != "" || (only != "" && c.id == only):
-				delete(shown, c.id)
-				if c.q != nil && !s.visible(id.user, c.q) && only == "" {
-					// Moved to a route the user does not see.
-					if !write("remove", liveRemoval{ID: c.id, Status: c.q.Status, Message: "Moved to route " + c.q.Route, Pending: waiting}) {
-						return
-					}
-					continue
-				}
-				if !write("remove", s.removal(c.id, c.q, waiting)) {
-					return
-				}
-			case waiting != before:
-				// Not shown here, but the count in the header changed.
-				if !write("count", map[string]int{"pending": waiting}) {
-					return
-				}
+			if !l.changed(c) {
+				return
 			}
 		}
 	}
+}
+
+// rows reads the questions the stream starts with.
+func (l *live) rows() []*Question {
+	var items []*Question
+	switch {
+	case l.count:
+		l.only = "" // no rows: the count wins over a question named too
+	case l.only != "":
+		if q, ok := l.s.store.get(l.only); ok && l.match(q) {
+			items = append(items, q)
+		}
+	default:
+		items, _, _ = l.s.store.pendingPage(nil, l.s.cfg.PendingRows, l.match, l.s.routeOnly(l.f, l.sees)) // newest first
+	}
+	return items
+}
+
+// sync sends the stream's first events: the retry interval, the whole
+// set of rows, and, for one question that closed before the stream
+// opened, its removal at once.
+func (l *live) sync(ctx context.Context, items []*Question) bool {
+	// waiting counts what the user waits on, from the store's per-route
+	// counts: a count event goes out when it changes.
+	l.waiting = l.s.store.pendingOf(l.sees)
+	now := time.Now()
+	first := liveSync{Items: []liveItem{}, Pending: l.waiting}
+	for _, q := range items {
+		it, err := l.s.liveItem(q, now)
+		if err != nil {
+			l.s.log.Error("live: render row", "question_id", q.QuestionID, "err", err)
+			continue
+		}
+		first.Items = append(first.Items, it)
+		l.shown[q.QuestionID] = it.HTML
+	}
+	if !l.stream.Retry(2*time.Second) || !l.stream.JSON("sync", first) {
+		return false
+	}
+	if l.only != "" && len(items) == 0 {
+		if q, ok := l.s.lookup(ctx, l.only); ok && !q.Pending() && l.s.visible(l.id.user, q) {
+			return l.stream.JSON("remove", l.s.removal(q.QuestionID, q, l.waiting))
+		}
+	}
+	return true
+}
+
+// changed sends what a change of the store means to this stream: an
+// upsert, a removal, a new count, or nothing. It reports false when the
+// stream cannot be written.
+func (l *live) changed(c change) bool {
+	before := l.waiting
+	l.waiting = l.s.store.pendingOf(l.sees)
+	switch {
+	case l.match(c.q):
+		it, err := l.s.liveItem(c.q, time.Now())
+		if err != nil {
+			l.s.log.Error("live: render row", "question_id", c.id, "err", err)
+			return true
+		}
+		if l.shown[c.id] == it.HTML && l.waiting == before {
+			return true // a new revision that changes nothing shown
+		}
+		it.Pending = l.waiting
+		l.shown[c.id] = it.HTML
+		return l.stream.JSON("upsert", it)
+	case l.shown[c.id] != "" || (l.only != "" && c.id == l.only):
+		delete(l.shown, c.id)
+		if c.q != nil && !l.s.visible(l.id.user, c.q) && l.only == "" {
+			// Moved to a route the user does not see.
+			return l.stream.JSON("remove", liveRemoval{ID: c.id, Status: c.q.Status, Message: "Moved to route " + c.q.Route, Pending: l.waiting})
+		}
+		return l.stream.JSON("remove", l.s.removal(c.id, c.q, l.waiting))
+	case l.waiting != before:
+		// Not shown here, but the count in the header changed.
+		return l.stream.JSON("count", map[string]int{"pending": l.waiting})
+	}
+	return true
 }
 
 func (s *Server) removal(id string, q *Question, pending int) liveRemoval {

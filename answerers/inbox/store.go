@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agora-dispatch/agora/internal/kvwatch"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -429,9 +429,6 @@ func decodeRecord(key string, value []byte, revision uint64) (*Question, bool) {
 	return &q, true
 }
 
-// errWatchClosed reports a watcher whose updates stopped.
-var errWatchClosed = errors.New("inbox: the watch stopped")
-
 // watchOnce runs one watch of the questions bucket: it loads every record,
 // marks the snapshot loaded, then applies changes until ctx ends or the
 // watch breaks.
@@ -456,37 +453,21 @@ func (s *store) watchOnce(ctx context.Context, kv jetstream.KeyValue, loaded fun
 // started have been applied, calls loaded once with the keys they held, so
 // that the caller can forget what went while it was not watching.
 func watchBucket(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), loaded func(seen map[string]bool)) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("inbox: watch %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
 	seen := map[string]bool{}
 	initial := true
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("%w: %s", errWatchClosed, kv.Bucket())
-			}
-			if e == nil { // the end of the stored entries
-				if initial {
-					initial = false
-					loaded(seen)
-				}
-				continue
-			}
-			if initial {
-				seen[e.Key()] = true
-			}
-			apply(e)
+	err := kvwatch.Run(ctx, kv, func(e jetstream.KeyValueEntry) {
+		if initial {
+			seen[e.Key()] = true
 		}
+		apply(e)
+	}, func() {
+		initial = false
+		loaded(seen)
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
 	}
+	return nil
 }
 
 // pendingCount is how many questions wait (the store holds only those).

@@ -356,7 +356,7 @@ func newQView(q *Question, now time.Time) qview {
 		Kind: kindOf(q), Subagent: q.Subagent, Route: q.Route, Target: q.Target,
 		Answerer: q.Answerer, Human: q.Answerer == "" || q.Answerer == "human",
 		Status: q.Status, StatusLabel: statusLabel(q.Status), Round: q.Round, ThreadID: q.ThreadID, DispatchID: q.DispatchID,
-		Approval: q.Kind == "approval", Escalation: q.Escalation,
+		Approval: q.KindIs(lifecycle.QuestionApproval), Escalation: q.Escalation,
 		AskedISO: isoTime(q.AskedAt), AskedAt: fmtTime(q.AskedAt), AskedAgo: ago(q.AskedAt, now),
 		Answer: q.Answer, Decision: q.Decision, Comment: q.Comment, AnsweredBy: q.AnsweredBy,
 		Detail: q.Detail, Outcome: q.Outcome, AnswerText: answertext.Line(q.Answer, q.Decision),
@@ -411,10 +411,10 @@ func newQView(q *Question, now time.Time) qview {
 	if sg := q.Suggestion; sg != nil && !sg.Accepted {
 		sv := &suggestionView{Answer: sg.Answer, Decision: sg.Decision, Text: answertext.Line(sg.Answer, sg.Decision),
 			Confidence: fmt.Sprintf("%.0f%%", sg.Confidence*100), Rationale: sg.Rationale, By: sg.By}
-		if q.Kind == "approval" && sv.Decision == "" && (sv.Answer == "approve" || sv.Answer == "reject") {
+		if q.KindIs(lifecycle.QuestionApproval) && sv.Decision == "" && (sv.Answer == "approve" || sv.Answer == "reject") {
 			sv.Decision, sv.Answer = sv.Answer, ""
 		}
-		sv.Option = slices.Contains(q.Options, sv.Answer) || (q.Kind == "approval" && sv.Answer == "" && sv.Decision != "")
+		sv.Option = slices.Contains(q.Options, sv.Answer) || (q.KindIs(lifecycle.QuestionApproval) && sv.Answer == "" && sv.Decision != "")
 		v.Suggestion = sv
 	}
 	return v

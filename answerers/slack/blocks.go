@@ -179,7 +179,7 @@ func pendingSuggestion(q *lifecycle.Question) (answer, decision string, ok bool)
 		return "", "", false
 	}
 	answer, decision = sg.Answer, sg.Decision
-	if q.Kind == "approval" && decision == "" && (answer == "approve" || answer == "reject") {
+	if q.KindIs(lifecycle.QuestionApproval) && decision == "" && (answer == "approve" || answer == "reject") {
 		decision = answer
 	}
 	return answer, decision, true
@@ -214,7 +214,7 @@ func (s *Server) askedBlocks(q *lifecycle.Question, now time.Time) []slackapi.Bl
 	}
 	var elems []slackapi.BlockElement
 	switch {
-	case q.Kind == "approval":
+	case q.KindIs(lifecycle.QuestionApproval):
 		approve := slackapi.NewButtonBlockElement(actionApprove, "approve", plain("Approve")).WithStyle(slackapi.StylePrimary)
 		reject := slackapi.NewButtonBlockElement(actionReject, "reject", plain("Reject…")).WithStyle(slackapi.StyleDanger)
 		if hasSuggestion && decision == "reject" {

@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -184,31 +183,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	defer s.closeConn()
 	defer s.stopAll()
-	js, err := jetstream.New(s.nc)
+	consumers, err := s.bind(ctx)
+	if errors.Is(err, errStopped) {
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("slack: jetstream: %w", err)
-	}
-	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if s.questions, err = js.KeyValue(bctx, lifecycle.BucketQuestions); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("slack: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketQuestions, err)
-	}
-	if s.messages, err = js.KeyValue(bctx, BucketMessages); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("slack: bucket %s: %w (run `agora dev`, or provision the streams first)", BucketMessages, err)
-	}
-	consumers := map[string]jetstream.Consumer{}
-	for _, route := range s.Routes() {
-		c, err := s.consumer(bctx, js, route)
-		if err != nil {
-			return err
-		}
-		consumers[route] = c
+		return err
 	}
 
 	// The loops below stop when loopCtx ends; posts in flight then get
@@ -236,29 +216,12 @@ func (s *Server) Run(ctx context.Context) error {
 	close(s.ready)
 	s.log.Info("slack answerer started", "routes", s.Routes(), "open_messages", s.index.len())
 
-	var srv *http.Server
-	httpErr := make(chan error, 1)
-	if s.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
-		if err != nil {
-			stopLoops()
-			loops.Wait()
-			return fmt.Errorf("slack: %s=%s: %w", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/slack/", s.Handler())
-		if s.gatherer != nil {
-			mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
-		}
-		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				httpErr <- fmt.Errorf("slack: http: %w", err)
-			}
-		}()
-		s.log.Info("http listening", "url", "http://"+ln.Addr().String()+InteractionsPath)
+	srv, httpErr, err := s.serveHTTP()
+	if err != nil {
+		stopLoops()
+		loops.Wait()
+		return err
 	}
-
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -282,6 +245,62 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("slack answerer stopped")
 	return runErr
+}
+
+// errStopped is bind's error when ctx ended before the buckets opened.
+var errStopped = errors.New("slack: stopped while binding")
+
+// bind opens the questions and messages buckets and each route's consumer
+// of asked events.
+func (s *Server) bind(ctx context.Context) (map[string]jetstream.Consumer, error) {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return nil, fmt.Errorf("slack: jetstream: %w", err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if s.questions, err = js.KeyValue(bctx, lifecycle.BucketQuestions); err != nil {
+		if ctx.Err() != nil {
+			return nil, errStopped
+		}
+		return nil, fmt.Errorf("slack: bucket %s: %w (run `agora dev`, or provision the streams first)", lifecycle.BucketQuestions, err)
+	}
+	if s.messages, err = js.KeyValue(bctx, BucketMessages); err != nil {
+		if ctx.Err() != nil {
+			return nil, errStopped
+		}
+		return nil, fmt.Errorf("slack: bucket %s: %w (run `agora dev`, or provision the streams first)", BucketMessages, err)
+	}
+	consumers := map[string]jetstream.Consumer{}
+	for _, route := range s.Routes() {
+		c, err := s.consumer(bctx, js, route)
+		if err != nil {
+			return nil, err
+		}
+		consumers[route] = c
+	}
+	return consumers, nil
+}
+
+// serveHTTP serves the interactions endpoint and the metrics when
+// Config.HTTPAddr is set; it returns the server (nil without one) and the
+// channel of its failure.
+func (s *Server) serveHTTP() (*http.Server, <-chan error, error) {
+	if s.cfg.HTTPAddr == "" {
+		return nil, nil, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/slack/", s.Handler())
+	if s.gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	addr, httpErr, err := svc.ServeHTTP("slack", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, srv, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.log.Info("http listening", "url", "http://"+addr.String()+InteractionsPath)
+	return srv, httpErr, nil
 }
 
 // questionAckWait is how long a posting may go without news before

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/agora-dispatch/agora/internal/kvwatch"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -174,22 +175,7 @@ func (s *Server) watchKV(ctx context.Context, name string, kv jetstream.KeyValue
 
 // watchOnce runs one watch of kv until ctx ends (nil) or the watch breaks.
 func watchOnce(ctx context.Context, kv jetstream.KeyValue, each func(jetstream.KeyValueEntry), opts []jetstream.WatchOpt) error {
-	w, err := kv.WatchAll(ctx, opts...)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watcher closed")
-			}
-			each(e)
-		}
-	}
+	return kvwatch.Run(ctx, kv, each, func() { each(nil) }, opts...)
 }
 
 // enqueue asks the reconciler to look at a question; it never blocks (a

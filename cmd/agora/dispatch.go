@@ -328,11 +328,12 @@ func stateOf(d lifecycle.Lifecycle) string {
 
 // question is what the CLI shows of a question.
 type question struct {
-	ID, Question, Context, Kind string
-	Options                     []string
-	Subagent                    string
-	Round                       int
-	DispatchID                  string
+	ID, Question, Context string
+	Kind                  lifecycle.QuestionKind
+	Options               []string
+	Subagent              string
+	Round                 int
+	DispatchID            string
 	// Shown is the record's shown digest when it shows what was printed:
 	// the answer lines carry it (docs/cli.md, "Bound answers").
 	Shown string
@@ -342,14 +343,14 @@ type question struct {
 // digest of its record rec, when rec is asked on its own and shows the
 // same text, context, kind and options.
 func shownAs(q question, rec *lifecycle.Question) question {
-	if rec != nil && rec.Status == "asked" && rec.Question == q.Question && rec.Context == q.Context && rec.Kind == q.Kind && slices.Equal(rec.Options, q.Options) {
+	if rec != nil && rec.Status == "asked" && rec.Question == q.Question && rec.Context == q.Context && lifecycle.QuestionKind(rec.Kind) == q.Kind && slices.Equal(rec.Options, q.Options) {
 		q.Shown = rec.ShownDigest
 	}
 	return q
 }
 
 func questionOf(n *lifecycle.NeedsInput) question {
-	return question{ID: n.QuestionID, Question: n.Question, Context: n.Context, Kind: n.Kind, Options: n.Options,
+	return question{ID: n.QuestionID, Question: n.Question, Context: n.Context, Kind: lifecycle.QuestionKind(n.Kind), Options: n.Options,
 		Subagent: n.Subagent, Round: n.Round, DispatchID: n.DispatchID}
 }
 
@@ -419,7 +420,7 @@ func askedBlock(q question) string {
 	var b strings.Builder
 	kind := ""
 	if q.Kind != "" {
-		kind = q.Kind + ", "
+		kind = string(q.Kind) + ", "
 	}
 	fmt.Fprintf(&b, "\n%s asks (%sround %d, dispatch %s):\n", cmp.Or(q.Subagent, "the sub-agent"), kind, q.Round, q.DispatchID)
 	fmt.Fprintf(&b, "  %s\n", q.Question)
@@ -449,7 +450,7 @@ func answerLines(cli string, q question) []string {
 		shown = " --shown " + q.Shown
 	}
 	switch {
-	case q.Kind == "approval":
+	case q.Kind == lifecycle.QuestionApproval:
 		return []string{base + "approve --decision approve" + shown, base + "reject --decision reject" + shown}
 	case len(q.Options) > 0:
 		lines := make([]string, len(q.Options))

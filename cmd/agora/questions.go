@@ -179,7 +179,7 @@ func runQuestions(cmd *cobra.Command, g *globals, o questionsOptions) error {
 	}
 	if filter.Status == "asked" {
 		fmt.Fprintf(safeErr(cmd), "\nanswer one: %s answer QUESTION_ID ANSWER", g.cli(cmd))
-		if slices.ContainsFunc(qs, func(q lifecycle.Question) bool { return q.Kind == "approval" }) {
+		if slices.ContainsFunc(qs, func(q lifecycle.Question) bool { return q.KindIs(lifecycle.QuestionApproval) }) {
 			fmt.Fprintf(safeErr(cmd), " (an approval: %s answer QUESTION_ID --decision approve|reject [--comment C])", g.cli(cmd))
 		}
 		fmt.Fprintln(safeErr(cmd))
@@ -373,7 +373,7 @@ func answerCell(q lifecycle.Question) string {
 	if q.Status == "asked" {
 		cell := clip.Line(strings.Join(q.Options, " | "), 60)
 		switch {
-		case q.Kind == "approval":
+		case q.KindIs(lifecycle.QuestionApproval):
 			cell = "approval: --decision approve|reject"
 		case len(q.Options) == 0:
 			cell = "(free text)"

@@ -431,7 +431,7 @@ func (s *server) submit(ctx context.Context, q lifecycle.Question, r Reply) (cli
 		conf := r.Confidence
 		body.Answer, body.Decision, body.Comment = r.Answer, r.Decision, r.Comment
 		body.Suggest, body.Confidence, body.Reason = true, &conf, r.Reason
-		if q.Kind == "approval" && body.Decision == "" && (r.Answer == "approve" || r.Answer == "reject") {
+		if q.KindIs(lifecycle.QuestionApproval) && body.Decision == "" && (r.Answer == "approve" || r.Answer == "reject") {
 			body.Decision = r.Answer
 		}
 	default:

@@ -191,7 +191,7 @@ type Link struct {
 // words is allowed (no options, or options that are suggestions).
 func Choices(q lifecycle.Question) (options []string, open bool) {
 	switch {
-	case q.Kind == "approval":
+	case q.KindIs(lifecycle.QuestionApproval):
 		return []string{"approve", "reject"}, false
 	case len(q.Options) == 0:
 		return nil, true

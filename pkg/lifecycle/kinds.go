@@ -127,3 +127,21 @@ func Types() []string {
 	}
 	return t
 }
+
+// QuestionKind classifies a question, as its sentinel's kind does
+// (pkg/sentinel), so that routes and answerers can treat an approval
+// differently from a request for information. On the wire it is the
+// "kind" string of needs_input and question events; empty means none was
+// given.
+type QuestionKind string
+
+// The four kinds of question (docs/wire.md, "The sentinel file").
+const (
+	QuestionClarification QuestionKind = "clarification" // what an ambiguous instruction means
+	QuestionDecision      QuestionKind = "decision"      // a choice, usually among the options
+	QuestionInformation   QuestionKind = "information"   // a fact the sub-agent cannot find itself
+	QuestionApproval      QuestionKind = "approval"      // permission; the answer carries a decision
+)
+
+// KindIs reports whether the question is of kind k.
+func (q *Question) KindIs(k QuestionKind) bool { return QuestionKind(q.Kind) == k }

@@ -133,7 +133,7 @@ func answerOf(parts []*a2a.Part, q lifecycle.Question) (lifecycle.Answer, error)
 			return lifecycle.Answer{}, err
 		}
 	}
-	if q.Kind == "approval" {
+	if q.KindIs(lifecycle.QuestionApproval) {
 		if d := strings.ToLower(text); a.Decision == "" && (d == "approve" || d == "reject") {
 			a.Decision = d
 		} else if a.Comment == "" {

@@ -40,16 +40,9 @@ import (
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
-// Deps are the writer's collaborators. Every field is optional.
-type Deps struct {
-	// Conn is an existing NATS connection, which stays the caller's; when
-	// nil, New connects to Config.NATSURL and Run closes it.
-	Conn *nats.Conn
-	// Logger receives structured logs; default slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the metrics; default a new registry.
-	Registerer prometheus.Registerer
-}
+// Deps are the writer's collaborators (svc.Deps). Every field is
+// optional.
+type Deps = svc.Deps
 
 // Service is the audit writer. Create it with New and run it with Run.
 // Any number may run: they write one chain.

@@ -52,22 +52,7 @@ func complete(req *lifecycle.Request, def subagent.Definition, rev uint64) {
 // for its span (docs/tracing.md).
 func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request, size int, traceparent, door, principal string) (answer client.Record, result string, err error) {
 	ctx, span := intakeSpan(ctx, traceparent, door, req)
-	defer func() {
-		if span.IsRecording() {
-			span.SetAttributes(telemetry.KeyOutcome.String(result))
-			if answer.DispatchID != "" {
-				span.SetAttributes(telemetry.Dispatch(answer.Common())...)
-			}
-		}
-		// A refusal is an answer, not a failure of the span; the request's
-		// own error is returned as it is, whatever the span records.
-		spanErr := err
-		var p *client.Problem
-		if errors.As(err, &p) {
-			spanErr = nil
-		}
-		telemetry.End(span, spanErr)
-	}()
+	defer func() { endIntake(span, answer, result, err) }()
 	// With tracing on, the dispatch's trace continues from this span.
 	traceparent = telemetry.Or(ctx, traceparent)
 	// A fresh request is validated and created at once; a repeat of an
@@ -77,22 +62,71 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	def, rev, err := s.validate(vctx, b, &req, size)
 	vspan.End()
 	if err != nil {
-		var p *client.Problem
-		if errors.As(err, &p) && req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
-			first, _, rerr := b.store.view(ctx, req.DispatchID)
-			switch {
-			case rerr == nil:
-				return s.repeat(ctx, b, first, req)
-			case !errors.Is(rerr, errNoRecord):
-				return client.Record{}, resultError, rerr
-			}
-		}
-		return client.Record{}, resultOf(err), err
+		return s.refused(ctx, b, req, err)
 	}
 	complete(&req, def, rev)
 	if !lifecycle.ValidTraceparent(traceparent) {
 		traceparent = lifecycle.NewTraceparent()
 	}
+	rec, result := newRecord(req, rev, traceparent, principal)
+	created, ierr, err := s.create(ctx, b, &rec)
+	if errors.Is(err, errConflict) {
+		// The id is taken (a retry, or another door won the race for
+		// it): answer its record.
+		first, _, err := b.store.view(ctx, rec.DispatchID)
+		if err != nil {
+			return client.Record{}, resultError, err
+		}
+		return s.repeat(ctx, b, first, req)
+	}
+	if err != nil {
+		return client.Record{}, resultError, err
+	}
+	if ierr != nil {
+		return rec.Record, result, withID(ierr, rec.DispatchID) // a retry finds the record and indexes it
+	}
+	answer, _, err = s.finish(ctx, b, rec, created)
+	return answer, result, withID(err, answer.DispatchID)
+}
+
+// endIntake ends the intake span with the request's outcome. A refusal is
+// an answer, not a failure of the span; the request's own error is
+// returned as it is, whatever the span records.
+func endIntake(span trace.Span, answer client.Record, result string, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyOutcome.String(result))
+		if answer.DispatchID != "" {
+			span.SetAttributes(telemetry.Dispatch(answer.Common())...)
+		}
+	}
+	spanErr := err
+	var p *client.Problem
+	if errors.As(err, &p) {
+		spanErr = nil
+	}
+	telemetry.End(span, spanErr)
+}
+
+// refused answers a request validate refused: with the first record when
+// its dispatch id was accepted before (a repeat that no longer
+// validates), else with the refusal.
+func (s *Service) refused(ctx context.Context, b *bindings, req lifecycle.Request, err error) (client.Record, string, error) {
+	var p *client.Problem
+	if errors.As(err, &p) && req.DispatchID != "" && idRE.MatchString(req.DispatchID) {
+		first, _, rerr := b.store.view(ctx, req.DispatchID)
+		switch {
+		case rerr == nil:
+			return s.repeat(ctx, b, first, req)
+		case !errors.Is(rerr, errNoRecord):
+			return client.Record{}, resultError, rerr
+		}
+	}
+	return client.Record{}, resultOf(err), err
+}
+
+// newRecord is the record of a request accepted now, and its result: a
+// round past the thread's limit is recorded failed max-rounds at once.
+func newRecord(req lifecycle.Request, rev uint64, traceparent, principal string) (record, string) {
 	now := time.Now().UTC()
 	rec := record{Record: client.Record{
 		DispatchID: req.DispatchID, ThreadID: req.ThreadID, ParentID: req.ParentID, Round: req.Round,
@@ -102,28 +136,31 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	if req.Round == 0 {
 		rec.Principal = principal // whose thread it is (owner.go)
 	}
-	result = resultAccepted
 	if req.Round > req.MaxRounds {
 		rec.Status, rec.AcceptedAt, rec.EndedAt = lifecycle.KindFailed, nil, &now
 		rec.Result = &client.Result{Kind: lifecycle.KindFailed, Reason: lifecycle.ReasonMaxRounds,
 			Detail: fmt.Sprintf("round %d exceeds the thread's limit of %d rounds", req.Round, req.MaxRounds)}
-		result = resultMaxRounds
-	} else {
-		// The record lists the accepted event it is about to publish
-		// (finish sends it with this time), so the projection has
-		// nothing to write for it.
-		rec.Events = []client.EventRef{{ID: lifecycle.AcceptedID(rec.DispatchID), Kind: lifecycle.KindAccepted, Time: now}}
+		return rec, resultMaxRounds
 	}
-	// A root is its thread's first entry without being written in an index
-	// (store.enter): its acceptance writes the record alone. A later round
-	// is indexed after its record exists and is its own, so a request that
-	// reuses another thread's dispatch id (a conflict) lists nothing in
-	// this thread; its index is read beside the record's write, which
-	// saves that read's round trip (docs/dispatcher.md).
+	// The record lists the accepted event it is about to publish (finish
+	// sends it with this time), so the projection has nothing to write
+	// for it.
+	rec.Events = []client.EventRef{{ID: lifecycle.AcceptedID(rec.DispatchID), Kind: lifecycle.KindAccepted, Time: now}}
+	return rec, resultAccepted
+}
+
+// create stores rec, and indexes a later round in its thread. A root is
+// its thread's first entry without being written in an index
+// (store.enter): its acceptance writes the record alone. A later round is
+// indexed after its record exists and is its own, so a request that
+// reuses another thread's dispatch id (errConflict) lists nothing in this
+// thread; its index is read beside the record's write, which saves that
+// read's round trip (docs/dispatcher.md). ierr is the index's failure.
+func (s *Service) create(ctx context.Context, b *bindings, rec *record) (created uint64, ierr, err error) {
 	var pre *indexRead
 	read := make(chan struct{})
 	rctx, rspan := telemetry.Tracer().Start(ctx, "agora.dispatch.record")
-	if req.Round > 0 {
+	if rec.Round > 0 {
 		go func() {
 			defer close(read)
 			pre = b.store.readIndex(rctx, rec.ThreadID)
@@ -131,34 +168,17 @@ func (s *Service) accept(ctx context.Context, b *bindings, req lifecycle.Request
 	} else {
 		close(read)
 	}
-	created, err := b.store.create(rctx, &rec)
+	created, err = b.store.create(rctx, rec)
 	<-read
-	var ierr error
-	if req.Round > 0 && err == nil {
+	if rec.Round > 0 && err == nil {
 		ierr = b.store.indexFrom(rctx, rec.ThreadID, rec.Round, rec.DispatchID, pre)
 	}
 	if errors.Is(err, errConflict) {
-		telemetry.End(rspan, ierr) // a repeat: answered below
+		telemetry.End(rspan, ierr) // a repeat: answered by the caller
 	} else {
 		telemetry.End(rspan, errors.Join(err, ierr))
 	}
-	if err != nil {
-		if !errors.Is(err, errConflict) {
-			return client.Record{}, resultError, err
-		}
-		// The id is taken (a retry, or another door won the race for
-		// it): answer its record.
-		first, _, err := b.store.view(ctx, rec.DispatchID)
-		if err != nil {
-			return client.Record{}, resultError, err
-		}
-		return s.repeat(ctx, b, first, req)
-	}
-	if ierr != nil {
-		return rec.Record, result, withID(ierr, rec.DispatchID) // a retry finds the record and indexes it
-	}
-	answer, _, err = s.finish(ctx, b, rec, created)
-	return answer, result, withID(err, answer.DispatchID)
+	return created, ierr, err
 }
 
 // repeat answers a request whose dispatch id has a record: the record,

@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -50,17 +49,9 @@ import (
 // timeout.
 const opTimeout = 8 * time.Second
 
-// Deps are the dispatcher's collaborators. Every field is optional.
-type Deps struct {
-	// Conn is an existing NATS connection, which stays the caller's; when
-	// nil, New connects to Config.NATSURL and Run closes that connection.
-	Conn *nats.Conn
-	// Logger receives structured logs; default slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the dispatcher's metrics; default a new registry
-	// served on /metrics by Handler.
-	Registerer prometheus.Registerer
-}
+// Deps are the dispatcher's collaborators (svc.Deps). Every field is
+// optional.
+type Deps = svc.Deps
 
 // Service is a dispatcher. Create it with New and start it with Run.
 type Service struct {
@@ -144,31 +135,17 @@ func (s *Service) bind(ctx context.Context) (*bindings, error) {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
 	b := &bindings{js: js}
-	if b.requests, err = js.Consumer(ctx, lifecycle.StreamRequests, lifecycle.ConsumerDispatcher); err != nil {
-		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamRequests, lifecycle.ConsumerDispatcher, err)
-	}
-	if b.projection, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerProjection); err != nil {
-		return nil, fmt.Errorf("dispatcher: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerProjection, err)
-	}
-	if b.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-		return nil, fmt.Errorf("dispatcher: stream %s: %w", lifecycle.StreamLifecycle, err)
-	}
-	if b.work, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
-		return nil, fmt.Errorf("dispatcher: stream %s: %w", lifecycle.StreamDispatch, err)
-	}
-	if b.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketSubagents, err)
-	}
-	dispatches, err := js.KeyValue(ctx, lifecycle.BucketDispatches)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketDispatches, err)
-	}
-	questions, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: bucket %s: %w", lifecycle.BucketQuestions, err)
-	}
-	if b.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
-		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
+	o := svc.NewOpener(ctx, js, "dispatcher")
+	b.requests = o.Consumer(lifecycle.StreamRequests, lifecycle.ConsumerDispatcher)
+	b.projection = o.Consumer(lifecycle.StreamLifecycle, provision.ConsumerProjection)
+	b.events = o.Stream(lifecycle.StreamLifecycle)
+	b.work = o.Stream(lifecycle.StreamDispatch)
+	b.subagents = o.KeyValue(lifecycle.BucketSubagents)
+	dispatches := o.KeyValue(lifecycle.BucketDispatches)
+	questions := o.KeyValue(lifecycle.BucketQuestions)
+	b.state = o.ObjectStore(lifecycle.BucketState)
+	if err := o.Err(); err != nil {
+		return nil, err
 	}
 	if b.stateLog, err = js.Stream(ctx, objectStream(lifecycle.BucketState)); err != nil {
 		return nil, fmt.Errorf("dispatcher: object store %s: %w", lifecycle.BucketState, err)
@@ -213,64 +190,11 @@ func (s *Service) Run(ctx context.Context) error {
 	// work outlives ctx by ShutdownTimeout so in-flight requests finish.
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-
-	// Without the watch every request reads its definition from the
-	// bucket: slower, never wrong, so a failed watch does not stop intake.
-	defsStarted := make(chan error, 1)
-	go s.keepDefinitions(work, b, defsStarted)
-	select {
-	case err := <-defsStarted:
-		if err != nil {
-			s.log.Warn("sub-agent definitions are read per request until their watch starts", "err", err, "retry", defsRetry)
-		}
-	case <-time.After(opTimeout):
-		// Start-up does not wait on the copy: without it requests read
-		// their definitions from the bucket.
-		s.log.Warn("sub-agent definitions watch not ready: reading them per request meanwhile", "waited", opTimeout)
-	}
-
-	proj, err := s.startProjection(work, b)
+	s.startDefinitions(work, b)
+	r, err := s.start(work, b)
 	if err != nil {
 		s.closeConn()
 		return err
-	}
-	intakePool := svc.NewPool(s.cfg.Concurrency)
-	intake, err := b.requests.Consume(func(m jetstream.Msg) {
-		intakePool.Go(func() { s.handleIntake(work, b, m) })
-	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second),
-		jetstream.ConsumeErrHandler(s.consumeErr("intake")))
-	if err != nil {
-		proj.stop()
-		s.closeConn()
-		return fmt.Errorf("dispatcher: consume %s: %w", lifecycle.StreamRequests, err)
-	}
-	microPool := svc.NewPool(s.cfg.Concurrency)
-	msvc, err := s.startMicro(work, microPool)
-	if err != nil {
-		intake.Stop()
-		proj.stop()
-		s.closeConn()
-		return err
-	}
-
-	var srv *http.Server
-	httpErr := make(chan error, 1)
-	if s.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
-		if err != nil {
-			_ = msvc.Stop()
-			intake.Stop()
-			proj.stop()
-			s.closeConn()
-			return fmt.Errorf("dispatcher: %s=%s: %w", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, err)
-		}
-		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				httpErr <- fmt.Errorf("dispatcher: http: %w", err)
-			}
-		}()
-		s.log.Info("http api listening", "addr", ln.Addr().String(), "auth", !s.principals.Open(), "principals", s.principals.Len())
 	}
 	// The endpoints' subscriptions reach the server before Ready.
 	if err := s.nc.FlushTimeout(opTimeout); err != nil {
@@ -286,73 +210,123 @@ func (s *Service) Run(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case runErr = <-httpErr:
+	case runErr = <-r.httpErr:
 		s.log.Error("http server failed; stopping", "err", runErr)
 	}
+	s.shutdown(r, abandon)
+	s.closeConn()
+	s.log.Info("dispatcher stopped")
+	return runErr
+}
 
+// startDefinitions starts the watch that keeps a copy of the sub-agent
+// definitions. Without it every request reads its definition from the
+// bucket: slower, never wrong, so a failed watch does not stop intake,
+// and start-up does not wait on the copy for more than opTimeout.
+func (s *Service) startDefinitions(work context.Context, b *bindings) {
+	defsStarted := make(chan error, 1)
+	go s.keepDefinitions(work, b, defsStarted)
+	select {
+	case err := <-defsStarted:
+		if err != nil {
+			s.log.Warn("sub-agent definitions are read per request until their watch starts", "err", err, "retry", defsRetry)
+		}
+	case <-time.After(opTimeout):
+		s.log.Warn("sub-agent definitions watch not ready: reading them per request meanwhile", "waited", opTimeout)
+	}
+}
+
+// serving is what a running dispatcher stops at shutdown: its door
+// consumers, its micro service and its HTTP server.
+type serving struct {
+	proj                  *projection
+	intake                jetstream.ConsumeContext
+	intakePool, microPool *svc.Pool
+	msvc                  micro.Service
+	srv                   *http.Server // nil without HTTPAddr
+	httpErr               <-chan error // Serve's failure; nil without HTTPAddr
+}
+
+// start starts the doors: the status projection, the request stream's
+// intake, the micro service and the HTTP API. What started is stopped
+// again when a later step fails.
+func (s *Service) start(work context.Context, b *bindings) (*serving, error) {
+	r := &serving{intakePool: svc.NewPool(s.cfg.Concurrency), microPool: svc.NewPool(s.cfg.Concurrency)}
+	var err error
+	if r.proj, err = s.startProjection(work, b); err != nil {
+		return nil, err
+	}
+	r.intake, err = b.requests.Consume(func(m jetstream.Msg) {
+		r.intakePool.Go(func() { s.handleIntake(work, b, m) })
+	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(s.consumeErr("intake")))
+	if err != nil {
+		r.proj.stop()
+		return nil, fmt.Errorf("dispatcher: consume %s: %w", lifecycle.StreamRequests, err)
+	}
+	if r.msvc, err = s.startMicro(work, r.microPool); err != nil {
+		r.intake.Stop()
+		r.proj.stop()
+		return nil, err
+	}
+	if s.cfg.HTTPAddr == "" {
+		return r, nil
+	}
+	r.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	addr, httpErr, err := svc.ServeHTTP("dispatcher", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, r.srv, nil)
+	if err != nil {
+		_ = r.msvc.Stop()
+		r.intake.Stop()
+		r.proj.stop()
+		return nil, err
+	}
+	r.httpErr = httpErr
+	s.log.Info("http api listening", "addr", addr.String(), "auth", !s.principals.Open(), "principals", s.principals.Len())
+	return r, nil
+}
+
+// shutdown stops taking requests and lets those in flight finish for
+// ShutdownTimeout; past it they are abandoned (they are redelivered or
+// retried).
+func (s *Service) shutdown(r *serving, abandon context.CancelFunc) {
 	s.log.Info("dispatcher stopping: no new requests; waiting for in-flight ones", "shutdown_timeout", s.cfg.ShutdownTimeout)
 	s.stop()
-	if err := msvc.Stop(); err != nil {
+	if err := r.msvc.Stop(); err != nil {
 		s.log.Warn("stop micro service", "err", err)
 	}
-	intake.Drain()
-	proj.drain()
-	if srv != nil {
+	r.intake.Drain()
+	r.proj.drain()
+	if r.srv != nil {
 		go func() {
 			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 			defer cancel()
-			if err := srv.Shutdown(sctx); err != nil {
+			if err := r.srv.Shutdown(sctx); err != nil {
 				s.log.Warn("http shutdown", "err", err)
 			}
 		}()
 	}
 	done := make(chan struct{})
 	go func() {
-		<-intake.Closed()
-		proj.wait()
-		intakePool.Wait()
-		microPool.Wait()
+		<-r.intake.Closed()
+		r.proj.wait()
+		r.intakePool.Wait()
+		r.microPool.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-time.After(s.cfg.ShutdownTimeout):
-		s.log.Warn("shutdown timeout passed: abandoning in-flight requests (they are redelivered or retried)")
+	svc.AwaitWork(s.log, done, s.cfg.ShutdownTimeout, func() {
 		abandon()
-		intake.Stop()
-		proj.stop()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			s.log.Warn("in-flight requests did not end")
-		}
+		r.intake.Stop()
+		r.proj.stop()
+	}, "shutdown timeout passed: abandoning in-flight requests (they are redelivered or retried)", "in-flight requests did not end")
+	if r.srv != nil {
+		_ = r.srv.Close()
 	}
-	if srv != nil {
-		_ = srv.Close()
-	}
-	s.closeConn()
-	s.log.Info("dispatcher stopped")
-	return runErr
 }
 
-func (s *Service) closeConn() {
-	if s.ownConn {
-		if err := s.nc.Drain(); err != nil {
-			s.nc.Close()
-		}
-		return
-	}
-	_ = s.nc.FlushTimeout(5 * time.Second)
-}
+func (s *Service) closeConn() { svc.Release(s.nc, s.ownConn) }
 
 func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
-	return func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
-			s.log.Debug("consumer", "door", door, "err", err)
-			return
-		}
-		s.log.Warn("consumer", "door", door, "err", err)
-	}
+	return svc.ConsumeErrs(s.log, "door", door)
 }
 
 // startMicro registers the micro service `agora` with its three verbs

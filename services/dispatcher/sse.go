@@ -3,13 +3,14 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/problem"
+	"github.com/agora-dispatch/agora/internal/sse"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,12 +53,51 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, s.problem(err))
 		return
 	}
-	var sources []jetstream.MessagesContext
+	sources, err := openSources(ctx, b, r, cfg, want)
 	defer func() {
 		for _, m := range sources {
 			m.Stop()
 		}
 	}()
+	if err != nil {
+		problem.Write(w, r, s.problem(err))
+		return
+	}
+
+	stream := sse.Start(w, "no-cache", sseWriteTimeout)
+	if !stream.Comment("connected") {
+		return
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel, below
+	defer cancel()
+	items := s.merge(ctx, cancel, &wg, sources)
+	keepalive := time.NewTicker(s.cfg.SSEKeepalive)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.stopping:
+			return
+		case <-keepalive.C:
+			if !stream.Comment("keepalive") {
+				return
+			}
+		case m := <-items:
+			if !s.sendEvent(stream, m) {
+				return
+			}
+		}
+	}
+}
+
+// openSources opens the ordered consumers a stream reads: on
+// AGORA_LIFECYCLE, on AGORA_PROGRESS, or both. From the moment one is
+// open nothing published is missed. The sources opened are returned also
+// with an error, for the caller to stop.
+func openSources(ctx context.Context, b *bindings, r *http.Request, cfg jetstream.OrderedConsumerConfig, want sseKinds) ([]jetstream.MessagesContext, error) {
+	var sources []jetstream.MessagesContext
 	open := func(stream string, c jetstream.OrderedConsumerConfig) error {
 		cons, err := b.js.OrderedConsumer(ctx, stream, c)
 		if err != nil {
@@ -74,40 +114,20 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if want.lifecycle {
 		if err := open(lifecycle.StreamLifecycle, cfg); err != nil {
-			problem.Write(w, r, s.problem(err))
-			return
+			return sources, err
 		}
 	}
 	if want.progress {
-		pc := progressConfig(r, cfg)
-		if err := open(lifecycle.StreamProgress, pc); err != nil {
-			problem.Write(w, r, s.problem(err))
-			return
+		if err := open(lifecycle.StreamProgress, progressConfig(r, cfg)); err != nil {
+			return sources, err
 		}
 	}
+	return sources, nil
+}
 
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(format string, a ...any) bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, format, a...); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	if !write(": connected\n\n") {
-		return
-	}
-
-	var wg sync.WaitGroup
-	defer wg.Wait() // after cancel, below
-	defer cancel()
+// merge reads every source on a goroutine of wg until ctx ends, into one
+// channel; a source that fails ends the stream (cancel).
+func (s *Service) merge(ctx context.Context, cancel context.CancelFunc, wg *sync.WaitGroup, sources []jetstream.MessagesContext) <-chan jetstream.Msg {
 	items := make(chan jetstream.Msg)
 	for _, msgs := range sources {
 		wg.Go(func() {
@@ -128,43 +148,30 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		})
 	}
-	keepalive := time.NewTicker(s.cfg.SSEKeepalive)
-	defer keepalive.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.stopping:
-			return
-		case <-keepalive.C:
-			if !write(": keepalive\n\n") {
-				return
-			}
-		case m := <-items:
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			e, err := lifecycle.DecodeMsg(m)
-			if err != nil {
-				s.log.Debug("event stream: undecodable event skipped", "seq", md.Sequence.Stream, "err", err)
-				continue
-			}
-			data, err := json.Marshal(e)
-			if err != nil {
-				continue
-			}
-			if md.Stream == lifecycle.StreamProgress {
-				if !write("event: %s\ndata: %s\n\n", e.Type(), data) {
-					return
-				}
-				continue
-			}
-			if !write("id: %d\nevent: %s\ndata: %s\n\n", md.Sequence.Stream, e.Type(), data) {
-				return
-			}
-		}
+	return items
+}
+
+// sendEvent writes m as a frame: a lifecycle event with its stream
+// sequence as id, a progress report with none. An event that cannot be
+// read is skipped; it reports false when the stream cannot be written.
+func (s *Service) sendEvent(stream *sse.Stream, m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	if err != nil {
+		return true
 	}
+	e, err := lifecycle.DecodeMsg(m)
+	if err != nil {
+		s.log.Debug("event stream: undecodable event skipped", "seq", md.Sequence.Stream, "err", err)
+		return true
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return true
+	}
+	if md.Stream == lifecycle.StreamProgress {
+		return stream.Event("", e.Type(), data)
+	}
+	return stream.Event(strconv.FormatUint(md.Sequence.Stream, 10), e.Type(), data)
 }
 
 // sseKinds says which events a stream carries.

@@ -110,144 +110,195 @@ func jsonKind(t reflect.Type) string {
 // every field at fault at once as a 422 *client.Problem. Any other error is
 // temporary. It returns the definition and its KV revision.
 func (s *Service) validate(ctx context.Context, b *bindings, req *lifecycle.Request, size int) (subagent.Definition, uint64, error) {
-	var errs []client.FieldError
-	add := func(field, format string, a ...any) {
-		errs = append(errs, client.FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
-	}
+	var fe fieldErrors
 	if size > MaxRequestBytes {
-		add("request", "is %d bytes; the limit is %d", size, MaxRequestBytes)
+		fe.add("request", "is %d bytes; the limit is %d", size, MaxRequestBytes)
 	}
-	switch {
-	case req.Subagent == "":
-		add("subagent", "is required")
-	case !subagent.ValidName(req.Subagent):
-		add("subagent", "%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", short(req.Subagent))
-	}
-	for _, f := range []struct{ name, v string }{{"dispatch_id", req.DispatchID}, {"thread_id", req.ThreadID}, {"parent_id", req.ParentID}} {
-		if f.v != "" && !idRE.MatchString(f.v) {
-			add(f.name, "%q is not a valid id: 1-128 letters, digits, '-', '_' or '='", short(f.v))
-		}
-	}
-	if req.QuestionID != "" && !questionRE.MatchString(req.QuestionID) {
-		add("question_id", "%q is not a valid id: 1-200 letters, digits, '-', '_' or '='", short(req.QuestionID))
-	}
-	switch {
-	case req.Round < 0:
-		add("round", "%d is negative", req.Round)
-	case req.Round == 0:
-		if req.ParentID != "" {
-			add("parent_id", "must be empty for a root dispatch (round 0)")
-		}
-		if req.ThreadID != "" && req.ThreadID != req.DispatchID {
-			add("thread_id", "a root dispatch (round 0) starts its own thread: leave thread_id empty or equal to dispatch_id")
-		}
-	default:
-		if req.ThreadID == "" {
-			add("thread_id", "is required when round > 0 (a re-dispatch continues a thread)")
-		}
-		if req.ParentID == "" {
-			add("parent_id", "is required when round > 0 (the dispatch whose question was answered)")
-		}
-	}
-	if in := bytes.TrimSpace(req.Input); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
-		if in[0] != '{' {
-			add("input", "must be a JSON object, not %s", jsonValueKind(in))
-		}
-		if len(in) > MaxInputBytes {
-			add("input", "is %d bytes; the limit is %d (pass large data by reference)", len(in), MaxInputBytes)
-		}
-	}
-	if req.Timeout != "" {
-		if d, err := time.ParseDuration(req.Timeout); err != nil || d <= 0 {
-			add("timeout", "%q is not a positive duration such as 30m or 1h30m", short(req.Timeout))
-		}
-	}
-	if req.MaxRounds < 0 {
-		add("max_rounds", "%d is negative", req.MaxRounds)
-	}
+	fe.checkIDs(req)
+	fe.checkRound(req)
+	fe.checkRun(req)
 	// A later round is the resume its question record makes, whatever
 	// the request says; what follows checks that request.
-	if req.Round > 0 && len(errs) == 0 {
+	if req.Round > 0 && len(fe) == 0 {
 		if err := resumeOf(ctx, b, req); err != nil {
 			return subagent.Definition{}, 0, err
 		}
 	}
-	if len(req.Env) > MaxEntries {
-		add("env", "has %d entries; the limit is %d", len(req.Env), MaxEntries)
-	}
-	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
-		switch {
-		case !subagent.ValidEnvName(k):
-			add("env", "%q is not a valid variable name (letters, digits and '_', not starting with a digit)", short(k))
-		case subagent.Reserved(k):
-			add("env", "%q is reserved: a sub-agent never gets AGORA_* or NATS_* variables", k)
-		case strings.ContainsRune(req.Env[k], 0):
-			add("env", "the value of %s contains a NUL byte", k)
-		}
-	}
-	if len(req.Labels) > MaxEntries {
-		add("labels", "has %d entries; the limit is %d", len(req.Labels), MaxEntries)
-	}
-	for _, k := range slices.Sorted(maps.Keys(req.Labels)) {
-		switch {
-		case k == "" || len(k) > MaxLabelBytes:
-			add("labels", "a key must be 1 to %d bytes", MaxLabelBytes)
-		case len(req.Labels[k]) > MaxLabelBytes:
-			add("labels", "the value of %q is longer than %d bytes", short(k), MaxLabelBytes)
-		}
-	}
-	if len(req.Target) > MaxTargetBytes {
-		add("target", "is %d bytes; the limit is %d", len(req.Target), MaxTargetBytes)
-	}
-	if r := req.PartialStateRef; r != "" && (len(r) > 1024 || !utf8.ValidString(r) || strings.ContainsFunc(r, func(c rune) bool { return c < 0x20 || c == 0x7f })) {
-		add("partial_state_ref", "must be a printable name of at most 1024 bytes")
-	}
-
-	var def subagent.Definition
-	var rev uint64
-	if subagent.ValidName(req.Subagent) {
-		d, err := s.lookup(ctx, b, req.Subagent, false)
-		if err == nil && d.rev > 0 && s.refuses(d.def, req) {
-			// A refusal names the stored revision, not a copy that may
-			// lag an apply made a moment ago.
-			d, err = s.lookup(ctx, b, req.Subagent, true)
-		}
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			add("subagent", "no sub-agent named %q is registered (agora subagent apply -f FILE)", req.Subagent)
-		case err != nil:
-			return def, 0, err
-		case d.err != nil:
-			add("subagent", "the registered definition of %q cannot be read: %v", req.Subagent, d.err)
-		default:
-			def, rev = d.def, d.rev
-		}
+	fe.checkEnv(req.Env)
+	fe.checkLabels(req.Labels)
+	fe.checkRefs(req)
+	def, rev, err := s.definitionOf(ctx, b, req, &fe)
+	if err != nil {
+		return def, 0, err
 	}
 	// The request may set only the variables the definition allows.
 	if rev > 0 {
-		for _, k := range envRefused(def, req.Env) {
-			what := "is not in"
-			if subagent.Hook(k) {
-				what = "is a loader or interpreter hook, and not in"
-			}
-			add("env", "%q %s the sub-agent's env_allow %v: a request may set only the variables its definition allows", k, what, def.EnvAllow)
-		}
-		if longer(def, req) {
-			add("timeout", "%q is longer than the sub-agent's timeout %s: a request can only shorten it", short(req.Timeout), defTimeout(def))
-		}
-		// The operator's floor: a definition stored before the floor was
-		// raised (or by a writer that skipped apply's check) never runs.
-		var fe *subagent.FloorError
-		if errors.As(def.Sandbox.CheckFloor(s.cfg.Floor()), &fe) {
-			for _, p := range fe.Problems {
-				add("subagent", "the registered definition of %q is below the operator's sandbox floor: %s", req.Subagent, p)
-			}
-		}
+		fe.checkAllowed(def, req, s.cfg.Floor())
 	}
-	if len(errs) > 0 {
-		return def, 0, problem.Invalid(errs...)
+	if len(fe) > 0 {
+		return def, 0, problem.Invalid(fe...)
 	}
 	return def, rev, nil
+}
+
+// fieldErrors collects the fields at fault in a request, in the order
+// validate finds them.
+type fieldErrors []client.FieldError
+
+func (fe *fieldErrors) add(field, format string, a ...any) {
+	*fe = append(*fe, client.FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
+}
+
+// checkIDs checks the sub-agent's name and the request's ids.
+func (fe *fieldErrors) checkIDs(req *lifecycle.Request) {
+	switch {
+	case req.Subagent == "":
+		fe.add("subagent", "is required")
+	case !subagent.ValidName(req.Subagent):
+		fe.add("subagent", "%q is not a sub-agent name: 1-64 letters, digits, '-' or '_'", short(req.Subagent))
+	}
+	for _, f := range []struct{ name, v string }{{"dispatch_id", req.DispatchID}, {"thread_id", req.ThreadID}, {"parent_id", req.ParentID}} {
+		if f.v != "" && !idRE.MatchString(f.v) {
+			fe.add(f.name, "%q is not a valid id: 1-128 letters, digits, '-', '_' or '='", short(f.v))
+		}
+	}
+	if req.QuestionID != "" && !questionRE.MatchString(req.QuestionID) {
+		fe.add("question_id", "%q is not a valid id: 1-200 letters, digits, '-', '_' or '='", short(req.QuestionID))
+	}
+}
+
+// checkRound checks that the round agrees with the thread and parent: a
+// root dispatch starts its own thread, a later round continues one.
+func (fe *fieldErrors) checkRound(req *lifecycle.Request) {
+	switch {
+	case req.Round < 0:
+		fe.add("round", "%d is negative", req.Round)
+	case req.Round == 0:
+		if req.ParentID != "" {
+			fe.add("parent_id", "must be empty for a root dispatch (round 0)")
+		}
+		if req.ThreadID != "" && req.ThreadID != req.DispatchID {
+			fe.add("thread_id", "a root dispatch (round 0) starts its own thread: leave thread_id empty or equal to dispatch_id")
+		}
+	default:
+		if req.ThreadID == "" {
+			fe.add("thread_id", "is required when round > 0 (a re-dispatch continues a thread)")
+		}
+		if req.ParentID == "" {
+			fe.add("parent_id", "is required when round > 0 (the dispatch whose question was answered)")
+		}
+	}
+}
+
+// checkRun checks the input, the timeout and max_rounds.
+func (fe *fieldErrors) checkRun(req *lifecycle.Request) {
+	if in := bytes.TrimSpace(req.Input); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
+		if in[0] != '{' {
+			fe.add("input", "must be a JSON object, not %s", jsonValueKind(in))
+		}
+		if len(in) > MaxInputBytes {
+			fe.add("input", "is %d bytes; the limit is %d (pass large data by reference)", len(in), MaxInputBytes)
+		}
+	}
+	if req.Timeout != "" {
+		if d, err := time.ParseDuration(req.Timeout); err != nil || d <= 0 {
+			fe.add("timeout", "%q is not a positive duration such as 30m or 1h30m", short(req.Timeout))
+		}
+	}
+	if req.MaxRounds < 0 {
+		fe.add("max_rounds", "%d is negative", req.MaxRounds)
+	}
+}
+
+// checkEnv checks the variables the request sets.
+func (fe *fieldErrors) checkEnv(env map[string]string) {
+	if len(env) > MaxEntries {
+		fe.add("env", "has %d entries; the limit is %d", len(env), MaxEntries)
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		switch {
+		case !subagent.ValidEnvName(k):
+			fe.add("env", "%q is not a valid variable name (letters, digits and '_', not starting with a digit)", short(k))
+		case subagent.Reserved(k):
+			fe.add("env", "%q is reserved: a sub-agent never gets AGORA_* or NATS_* variables", k)
+		case strings.ContainsRune(env[k], 0):
+			fe.add("env", "the value of %s contains a NUL byte", k)
+		}
+	}
+}
+
+// checkLabels checks the request's labels.
+func (fe *fieldErrors) checkLabels(labels map[string]string) {
+	if len(labels) > MaxEntries {
+		fe.add("labels", "has %d entries; the limit is %d", len(labels), MaxEntries)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		switch {
+		case k == "" || len(k) > MaxLabelBytes:
+			fe.add("labels", "a key must be 1 to %d bytes", MaxLabelBytes)
+		case len(labels[k]) > MaxLabelBytes:
+			fe.add("labels", "the value of %q is longer than %d bytes", short(k), MaxLabelBytes)
+		}
+	}
+}
+
+// checkRefs checks the target and the partial state's reference.
+func (fe *fieldErrors) checkRefs(req *lifecycle.Request) {
+	if len(req.Target) > MaxTargetBytes {
+		fe.add("target", "is %d bytes; the limit is %d", len(req.Target), MaxTargetBytes)
+	}
+	if r := req.PartialStateRef; r != "" && (len(r) > 1024 || !utf8.ValidString(r) || strings.ContainsFunc(r, func(c rune) bool { return c < 0x20 || c == 0x7f })) {
+		fe.add("partial_state_ref", "must be a printable name of at most 1024 bytes")
+	}
+}
+
+// definitionOf reads the registered definition of the request's
+// sub-agent. A definition that is missing or unreadable is a field at
+// fault (rev 0); any error returned is temporary.
+func (s *Service) definitionOf(ctx context.Context, b *bindings, req *lifecycle.Request, fe *fieldErrors) (subagent.Definition, uint64, error) {
+	if !subagent.ValidName(req.Subagent) {
+		return subagent.Definition{}, 0, nil
+	}
+	d, err := s.lookup(ctx, b, req.Subagent, false)
+	if err == nil && d.rev > 0 && s.refuses(d.def, req) {
+		// A refusal names the stored revision, not a copy that may
+		// lag an apply made a moment ago.
+		d, err = s.lookup(ctx, b, req.Subagent, true)
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		fe.add("subagent", "no sub-agent named %q is registered (agora subagent apply -f FILE)", req.Subagent)
+	case err != nil:
+		return subagent.Definition{}, 0, err
+	case d.err != nil:
+		fe.add("subagent", "the registered definition of %q cannot be read: %v", req.Subagent, d.err)
+	default:
+		return d.def, d.rev, nil
+	}
+	return subagent.Definition{}, 0, nil
+}
+
+// checkAllowed checks the request against what its definition allows:
+// the variables of its env_allow, a timeout no longer than its own, and
+// the operator's floor — a definition stored before the floor was raised
+// (or by a writer that skipped apply's check) never runs.
+func (fe *fieldErrors) checkAllowed(def subagent.Definition, req *lifecycle.Request, floor subagent.Floor) {
+	for _, k := range envRefused(def, req.Env) {
+		what := "is not in"
+		if subagent.Hook(k) {
+			what = "is a loader or interpreter hook, and not in"
+		}
+		fe.add("env", "%q %s the sub-agent's env_allow %v: a request may set only the variables its definition allows", k, what, def.EnvAllow)
+	}
+	if longer(def, req) {
+		fe.add("timeout", "%q is longer than the sub-agent's timeout %s: a request can only shorten it", short(req.Timeout), defTimeout(def))
+	}
+	var floorErr *subagent.FloorError
+	if errors.As(def.Sandbox.CheckFloor(floor), &floorErr) {
+		for _, p := range floorErr.Problems {
+			fe.add("subagent", "the registered definition of %q is below the operator's sandbox floor: %s", req.Subagent, p)
+		}
+	}
 }
 
 // resumeOf replaces a later round's request with the resume its question

@@ -74,7 +74,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -101,17 +100,9 @@ const MicroName = "agora-router"
 // opTimeout bounds the NATS work of one message or request.
 const opTimeout = 15 * time.Second
 
-// Deps are the router's collaborators. Every field is optional.
-type Deps struct {
-	// Conn is an existing NATS connection, which stays the caller's; when
-	// nil, New connects to Config.NATSURL and Run closes that connection.
-	Conn *nats.Conn
-	// Logger receives structured logs; default slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the router's metrics; default a new registry
-	// served on /metrics by Handler.
-	Registerer prometheus.Registerer
-}
+// Deps are the router's collaborators (svc.Deps). Every field is
+// optional.
+type Deps = svc.Deps
 
 // Service is a router. Create it with New and start it with Run.
 type Service struct {
@@ -219,28 +210,20 @@ func (s *Service) bindOnce(ctx context.Context) error {
 		return fmt.Errorf("router: jetstream: %w", err)
 	}
 	s.js = js
-	kv, err := js.KeyValue(ctx, lifecycle.BucketQuestions)
-	if err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketQuestions, err)
+	o := svc.NewOpener(ctx, js, "router")
+	kv := o.KeyValue(lifecycle.BucketQuestions)
+	if err := o.Err(); err != nil {
+		return err
 	}
 	s.store = store{kv: kv, js: js}
-	if s.dispatches, err = js.KeyValue(ctx, lifecycle.BucketDispatches); err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketDispatches, err)
-	}
-	if s.subagents, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketSubagents, err)
-	}
-	if s.decisions, err = js.KeyValue(ctx, lifecycle.BucketDecisions); err != nil {
-		return fmt.Errorf("router: bucket %s: %w", lifecycle.BucketDecisions, err)
-	}
-	if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-		return fmt.Errorf("router: stream %s: %w", lifecycle.StreamLifecycle, err)
-	}
-	if s.asks, err = js.Consumer(ctx, lifecycle.StreamLifecycle, provision.ConsumerRouter); err != nil {
-		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamLifecycle, provision.ConsumerRouter, err)
-	}
-	if s.answers, err = js.Consumer(ctx, lifecycle.StreamAnswers, provision.ConsumerRouterAns); err != nil {
-		return fmt.Errorf("router: consumer %s/%s: %w", lifecycle.StreamAnswers, provision.ConsumerRouterAns, err)
+	s.dispatches = o.KeyValue(lifecycle.BucketDispatches)
+	s.subagents = o.KeyValue(lifecycle.BucketSubagents)
+	s.decisions = o.KeyValue(lifecycle.BucketDecisions)
+	s.events = o.Stream(lifecycle.StreamLifecycle)
+	s.asks = o.Consumer(lifecycle.StreamLifecycle, provision.ConsumerRouter)
+	s.answers = o.Consumer(lifecycle.StreamAnswers, provision.ConsumerRouterAns)
+	if err := o.Err(); err != nil {
+		return err
 	}
 	// Last: its subscription is made once, by a bind that succeeds.
 	if s.chains, err = chain.NewReader(js); err != nil {
@@ -268,63 +251,144 @@ func (s *Service) Run(ctx context.Context) error {
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 	s.work = work
-	p := svc.NewPool(s.cfg.Concurrency)
-
-	var stops []func()
-	fail := func(err error) error {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
+	r, err := s.start(work, abandon)
+	if err != nil {
 		abandon()
 		s.closeConn()
 		return err
 	}
+	s.serving.Store(true)
+	// The endpoints' subscriptions reach the server before Ready: a
+	// request sent on Ready then finds them (not "no responders").
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		s.log.Warn("flush", "err", err)
+	}
+	close(s.ready)
+	rt := s.routes.Load()
+	s.log.Info("router started", "routes", rt.Source(), "route_count", len(rt.list), "tick", s.cfg.Tick, "concurrency", s.cfg.Concurrency)
 
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-r.httpErr:
+		s.log.Error("http server failed; stopping", "err", runErr)
+	}
+	s.serving.Store(false)
+	s.shutdown(r, abandon)
+	abandon()
+	<-r.watchDone
+	s.closeConn()
+	s.log.Info("router stopped")
+	return runErr
+}
+
+// running is what a running router stops at shutdown.
+type running struct {
+	pool           *svc.Pool
+	watchDone      <-chan struct{}
+	csub           *nats.Subscription
+	asks, answers  jetstream.ConsumeContext
+	msvc           micro.Service
+	srv            *http.Server // nil without HTTPAddr
+	httpErr        <-chan error // Serve's failure; nil without HTTPAddr
+	stopTick       context.CancelFunc
+	tickDone       chan struct{}
+	stopsOnFailure []func()
+}
+
+// start starts the router's work in order: the records' watch, the
+// thread cancels, the two consumers, the micro service, the HTTP server
+// and the scan loop. When a step fails, what started is stopped again,
+// last first.
+func (s *Service) start(work context.Context, abandon context.CancelFunc) (*running, error) {
+	r := &running{pool: svc.NewPool(s.cfg.Concurrency)}
+	fail := func(err error) (*running, error) {
+		for i := len(r.stopsOnFailure) - 1; i >= 0; i-- {
+			r.stopsOnFailure[i]()
+		}
+		return nil, err
+	}
 	watchDone, err := s.watch(work)
 	if err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { abandon(); <-watchDone })
+	r.watchDone = watchDone
+	r.stopsOnFailure = append(r.stopsOnFailure, func() { abandon(); <-watchDone })
+	if err := s.consume(work, r); err != nil {
+		return fail(err)
+	}
+	if err := s.startMicro(work, r); err != nil {
+		return fail(err)
+	}
+	if s.cfg.HTTPAddr != "" {
+		r.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		addr, httpErr, err := svc.ServeHTTP("router", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, r.srv, nil)
+		if err != nil {
+			return fail(err)
+		}
+		r.httpErr = httpErr
+		s.log.Info("http listening", "addr", addr.String())
+	}
+	r.tickDone = make(chan struct{})
+	tickCtx, stopTick := context.WithCancel(work)
+	r.stopTick = stopTick
+	go func() {
+		defer close(r.tickDone)
+		s.scanLoop(tickCtx, work, r.pool)
+	}()
+	return r, nil
+}
 
+// consume subscribes to thread cancels and consumes the needs_input and
+// answers streams.
+func (s *Service) consume(work context.Context, r *running) error {
 	// Cancels of paused threads are core messages: subscribe before the
 	// consumers start so no question is asked for a thread cancelled now.
 	csub, err := s.nc.Subscribe(lifecycle.CancelThreadPrefix+"*", func(m *nats.Msg) {
-		p.Go(func() { s.onCancelThread(work, m) })
+		r.pool.Go(func() { s.onCancelThread(work, m) })
 	})
 	if err != nil {
-		return fail(fmt.Errorf("router: subscribe %s*: %w", lifecycle.CancelThreadPrefix, err))
+		return fmt.Errorf("router: subscribe %s*: %w", lifecycle.CancelThreadPrefix, err)
 	}
 	_ = csub.SetPendingLimits(-1, -1)
-	stops = append(stops, func() { _ = csub.Unsubscribe() })
+	r.csub = csub
+	r.stopsOnFailure = append(r.stopsOnFailure, func() { _ = csub.Unsubscribe() })
 
 	asks, err := s.asks.Consume(func(m jetstream.Msg) {
-		p.Go(func() { s.settle(m, s.onNeedsInput(work, m)) })
+		r.pool.Go(func() { s.settle(m, s.onNeedsInput(work, m)) })
 	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second), jetstream.ConsumeErrHandler(s.consumeErr("needs_input")))
 	if err != nil {
-		return fail(fmt.Errorf("router: consume needs_input: %w", err))
+		return fmt.Errorf("router: consume needs_input: %w", err)
 	}
-	stops = append(stops, asks.Stop)
+	r.asks = asks
+	r.stopsOnFailure = append(r.stopsOnFailure, asks.Stop)
 	answers, err := s.answers.Consume(func(m jetstream.Msg) {
-		p.Go(func() { s.settle(m, s.onAnswerMsg(work, m)) })
+		r.pool.Go(func() { s.settle(m, s.onAnswerMsg(work, m)) })
 	}, jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(5*time.Second), jetstream.ConsumeErrHandler(s.consumeErr("answers")))
 	if err != nil {
-		return fail(fmt.Errorf("router: consume answers: %w", err))
+		return fmt.Errorf("router: consume answers: %w", err)
 	}
-	stops = append(stops, answers.Stop)
+	r.answers = answers
+	r.stopsOnFailure = append(r.stopsOnFailure, answers.Stop)
+	return nil
+}
 
+// startMicro adds the router's micro service and its endpoints. Each
+// endpoint is served by lanes in one queue group, each handling its
+// request to the end before it returns, so micro's stats time the real
+// handling and count the error replies while requests are still handled
+// side by side (docs/dispatcher.md, "The micro service").
+func (s *Service) startMicro(work context.Context, r *running) error {
 	msvc, err := micro.AddService(s.nc, micro.Config{
 		Name: MicroName, Version: buildinfo.Version(),
 		Description: "Agora router: answers to questions",
 		Metadata:    map[string]string{"instance": s.cfg.ID, "source": s.source},
 	})
 	if err != nil {
-		return fail(fmt.Errorf("router: micro service: %w", err))
+		return fmt.Errorf("router: micro service: %w", err)
 	}
-	stops = append(stops, func() { _ = msvc.Stop() })
-	// Each endpoint is served by lanes in one queue group, each handling
-	// its request to the end before it returns, so micro's stats time the
-	// real handling and count the error replies while requests are still
-	// handled side by side (docs/dispatcher.md, "The micro service").
+	r.msvc = msvc
+	r.stopsOnFailure = append(r.stopsOnFailure, func() { _ = msvc.Stop() })
 	api := msvc.AddGroup("agora.api")
 	for _, e := range []struct {
 		name, subject string
@@ -341,108 +405,47 @@ func (s *Service) Run(ctx context.Context) error {
 		// agora.api.reverse.<route>: a person reverses an accepted suggestion.
 		{"reverse-route", "reverse.*", s.microReverse},
 	} {
-		if err := svc.AddLanes(api, p, e.name, e.subject, map[string]string{"endpoint": e.name}, func(r micro.Request) { e.h(work, r) }); err != nil {
-			return fail(fmt.Errorf("router: %w", err))
+		if err := svc.AddLanes(api, r.pool, e.name, e.subject, map[string]string{"endpoint": e.name}, func(r micro.Request) { e.h(work, r) }); err != nil {
+			return fmt.Errorf("router: %w", err)
 		}
 	}
+	return nil
+}
 
-	var srv *http.Server
-	httpErr := make(chan error, 1)
-	if s.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
-		if err != nil {
-			return fail(fmt.Errorf("router: %s=%s: %w", config.Var(s.cfg, "HTTPAddr"), s.cfg.HTTPAddr, err))
-		}
-		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				httpErr <- fmt.Errorf("router: http: %w", err)
-			}
-		}()
-		s.log.Info("http listening", "addr", ln.Addr().String())
-	}
-
-	tickDone := make(chan struct{})
-	tickCtx, stopTick := context.WithCancel(work)
-	go func() {
-		defer close(tickDone)
-		s.scanLoop(tickCtx, work, p)
-	}()
-
-	s.serving.Store(true)
-	// The endpoints' subscriptions reach the server before Ready: a
-	// request sent on Ready then finds them (not "no responders").
-	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
-		s.log.Warn("flush", "err", err)
-	}
-	close(s.ready)
-	rt := s.routes.Load()
-	s.log.Info("router started", "routes", rt.Source(), "route_count", len(rt.list), "tick", s.cfg.Tick, "concurrency", s.cfg.Concurrency)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-httpErr:
-		s.log.Error("http server failed; stopping", "err", runErr)
-	}
-	s.serving.Store(false)
+// shutdown stops taking work and lets the work in flight finish for
+// ShutdownTimeout; past it, it is abandoned (it is redelivered, or
+// finished from the records).
+func (s *Service) shutdown(r *running, abandon context.CancelFunc) {
 	s.log.Info("router stopping: no new work; waiting for in-flight work", "shutdown_timeout", s.cfg.ShutdownTimeout)
-	_ = msvc.Stop()
-	_ = csub.Unsubscribe()
-	asks.Drain()
-	answers.Drain()
-	stopTick()
-	<-tickDone
-	if srv != nil {
+	_ = r.msvc.Stop()
+	_ = r.csub.Unsubscribe()
+	r.asks.Drain()
+	r.answers.Drain()
+	r.stopTick()
+	<-r.tickDone
+	if r.srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(sctx)
+		_ = r.srv.Shutdown(sctx)
 		cancel()
 	}
 	done := make(chan struct{})
 	go func() {
-		<-asks.Closed()
-		<-answers.Closed()
-		p.Wait()
+		<-r.asks.Closed()
+		<-r.answers.Closed()
+		r.pool.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-time.After(s.cfg.ShutdownTimeout):
-		s.log.Warn("shutdown timeout passed: abandoning in-flight work (it is redelivered, or finished from the records)")
+	svc.AwaitWork(s.log, done, s.cfg.ShutdownTimeout, func() {
 		abandon()
-		asks.Stop()
-		answers.Stop()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			s.log.Warn("in-flight work did not end")
-		}
-	}
-	abandon()
-	<-watchDone
-	s.closeConn()
-	s.log.Info("router stopped")
-	return runErr
+		r.asks.Stop()
+		r.answers.Stop()
+	}, "shutdown timeout passed: abandoning in-flight work (it is redelivered, or finished from the records)", "in-flight work did not end")
 }
 
-func (s *Service) closeConn() {
-	if s.ownConn {
-		if err := s.nc.Drain(); err != nil {
-			s.nc.Close()
-		}
-		return
-	}
-	_ = s.nc.FlushTimeout(5 * time.Second)
-}
+func (s *Service) closeConn() { svc.Release(s.nc, s.ownConn) }
 
 func (s *Service) consumeErr(door string) jetstream.ConsumeErrHandler {
-	return func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
-			s.log.Debug("consumer", "door", door, "err", err)
-			return
-		}
-		s.log.Warn("consumer", "door", door, "err", err)
-	}
+	return svc.ConsumeErrs(s.log, "door", door)
 }
 
 // Handler serves /metrics and /healthz.

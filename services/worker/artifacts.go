@@ -50,28 +50,15 @@ func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifec
 	if ws == "" {
 		return out, nil
 	}
-	root, err := os.OpenRoot(ws)
-	if err != nil {
-		return out, nil
-	}
-	defer root.Close()
 	var skipped skipList
-	fi, err := root.Lstat(lifecycle.ArtifactsDir)
-	if err != nil || !fi.IsDir() {
-		if err == nil {
-			skipped.add(&out, ".", lifecycle.ArtifactsDir+" is "+kindOf(fi.Mode())+", not a folder")
-		}
-		return out, nil
-	}
-	dir, err := root.OpenRoot(lifecycle.ArtifactsDir)
-	if err != nil {
+	dir := openArtifacts(ws, &out, &skipped)
+	if dir == nil {
 		return out, nil
 	}
 	defer dir.Close()
-	caps := s.caps
 	var total int64
 	listed := 1 // bytes of the artifacts list's JSON: "[]" less the comma the first entry does not need
-	err = fs.WalkDir(dir.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(dir.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			skipped.add(&out, name, "unreadable: "+err.Error())
 			if d != nil && d.IsDir() {
@@ -93,15 +80,8 @@ func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifec
 		if err != nil {
 			return skip("unreadable: " + err.Error())
 		}
-		switch {
-		case len(out.Artifacts) >= caps.count:
-			return skip(fmt.Sprintf("over the count cap (AGORA_WORKER_ARTIFACT_MAX_COUNT=%d files)", caps.count))
-		case info.Size() > caps.file:
-			return skip(fmt.Sprintf("%d bytes: over the per-file cap (AGORA_WORKER_ARTIFACT_MAX_FILE=%d bytes)", info.Size(), caps.file))
-		case total+info.Size() > caps.total:
-			return skip(fmt.Sprintf("%d bytes: over the per-dispatch total cap (AGORA_WORKER_ARTIFACT_MAX_TOTAL=%d bytes)", info.Size(), caps.total))
-		case listed+entrySize(j.req.DispatchID, name, info.Size()) > lifecycle.MaxArtifactsListBytes:
-			return skip(fmt.Sprintf("over the listing cap (%d bytes of entries in the terminal event's artifacts list)", lifecycle.MaxArtifactsListBytes))
+		if over := s.caps.over(len(out.Artifacts), total, listed+entrySize(j.req.DispatchID, name, info.Size()), info.Size()); over != "" {
+			return skip(over)
 		}
 		a, err := s.uploadOne(ctx, j, dir, name, info)
 		var bad *notRegular
@@ -128,6 +108,45 @@ func (s *Service) uploadArtifacts(ctx context.Context, j *job, ws string) (lifec
 		j.log.Info("artifacts uploaded", "count", len(out.Artifacts), "bytes", total, "skipped", skipped.n)
 	}
 	return out, nil
+}
+
+// openArtifacts opens the workspace's artifacts folder, nil when there is
+// none to upload; one that is not a folder is noted as skipped.
+func openArtifacts(ws string, out *lifecycle.Outputs, skipped *skipList) *os.Root {
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	fi, err := root.Lstat(lifecycle.ArtifactsDir)
+	if err != nil || !fi.IsDir() {
+		if err == nil {
+			skipped.add(out, ".", lifecycle.ArtifactsDir+" is "+kindOf(fi.Mode())+", not a folder")
+		}
+		return nil
+	}
+	dir, err := root.OpenRoot(lifecycle.ArtifactsDir)
+	if err != nil {
+		return nil
+	}
+	return dir
+}
+
+// over names the cap a file of size bytes would pass, "" when it fits:
+// count files and total bytes are uploaded already, and listed is the
+// artifacts list's size with the file's entry.
+func (c artifactCaps) over(count int, total int64, listed int, size int64) string {
+	switch {
+	case count >= c.count:
+		return fmt.Sprintf("over the count cap (AGORA_WORKER_ARTIFACT_MAX_COUNT=%d files)", c.count)
+	case size > c.file:
+		return fmt.Sprintf("%d bytes: over the per-file cap (AGORA_WORKER_ARTIFACT_MAX_FILE=%d bytes)", size, c.file)
+	case total+size > c.total:
+		return fmt.Sprintf("%d bytes: over the per-dispatch total cap (AGORA_WORKER_ARTIFACT_MAX_TOTAL=%d bytes)", size, c.total)
+	case listed > lifecycle.MaxArtifactsListBytes:
+		return fmt.Sprintf("over the listing cap (%d bytes of entries in the terminal event's artifacts list)", lifecycle.MaxArtifactsListBytes)
+	}
+	return ""
 }
 
 // skipList fills a run's artifacts_skipped within its bounds

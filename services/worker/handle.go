@@ -102,21 +102,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	cancelCh := s.cancels.register(j.req.DispatchID)
 	defer s.cancels.unregister(j.req.DispatchID)
 
-	lctx, lspan := telemetry.Tracer().Start(ctx, "agora.run.lookup")
-	last, known := acceptedFence(j)
-	var err error
-	if known {
-		lspan.SetAttributes(attribute.String("agora.fence.from", "work_message"))
-		s.metrics.fences.WithLabelValues("work_message").Inc()
-	} else {
-		lspan.SetAttributes(attribute.String("agora.fence.from", "read"))
-		s.metrics.fences.WithLabelValues("read").Inc()
-		last, err = s.lastEvent(context.WithoutCancel(lctx), j.common)
-		if err == nil && last.seq == 0 && j.msg.Headers().Get(lifecycle.AcceptedHeader) != "" {
-			last, err = s.awaitAccepted(context.WithoutCancel(lctx), j)
-		}
-	}
-	telemetry.End(lspan, err)
+	last, err := s.lookup(ctx, j)
 	if err != nil {
 		return s.retryLater(j, err)
 	}
@@ -133,11 +119,7 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 		return s.finish(ctx, j, f, -1, "")
 	}
 	timeout := runTimeout(def, j.req)
-	j.box = s.host.Box(def, timeout, j.log) // its egress proxy's lines name the run
-	j.fs = &runFS{}
-	if j.box.Off() {
-		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
-	}
+	s.contain(j, def, timeout)
 	// `started` goes out asynchronously while the workspace is prepared;
 	// claim waits for its acknowledgement before the runtime starts.
 	j.started, j.startedSent = s.publishAsync(j, s.startedData(j)), true
@@ -145,133 +127,88 @@ func (s *Service) handle(ctx context.Context, j *job) Outcome {
 	pctx, pspan := telemetry.Tracer().Start(ctx, "agora.run.workspace")
 	inv, err := s.prepare(pctx, j, def)
 	telemetry.End(pspan, err)
-	ws := inv.Workspace
-	j.ws = ws
-	// reusable is cleared when the run may have left a process behind (its
-	// runtime reported an error, such as a launcher that gave no report):
-	// such a workspace is removed, never parked for another run.
-	reusable := true
-	cleanup := func() {
-		_, cspan := telemetry.Tracer().Start(ctx, "agora.run.cleanup")
-		defer cspan.End()
-		j.fs.unmount()
-		switch {
-		case ws == "" || s.cfg.KeepWorkspaces:
-			if inv.hold != nil {
-				inv.hold.Close()
-			}
-		case reusable && inv.hold != nil:
-			s.spares.park(s.cfg.WorkspaceRoot, ws, inv.hold) // or removes it
-		default:
-			if err := os.RemoveAll(ws); err != nil {
-				j.log.Warn("remove workspace", "err", err)
-			}
-			if inv.hold != nil {
-				inv.hold.Close()
-			}
-		}
-		j.fs.close()
-		j.box.Close()
-	}
+	j.ws = inv.Workspace
 	var te *transientError
 	if errors.As(err, &te) {
-		cleanup()
+		s.cleanup(ctx, j, inv, true)
 		return s.retryLater(j, te.err)
 	}
 	if err != nil {
 		o := s.finish(ctx, j, &lifecycle.Failed{Common: j.common, Reason: lifecycle.ReasonWorkerFailed, Detail: redact(err.Error(), secretValues(def))}, -1, "")
-		cleanup()
+		s.cleanup(ctx, j, inv, true)
 		return o
 	}
 	// The runtime starts only once this attempt owns the dispatch.
 	if o, ok := s.claim(ctx, j); !ok {
-		cleanup()
+		s.cleanup(ctx, j, inv, true)
 		return o
 	}
-	run := func(ctx context.Context) Result { return runCommand(ctx, inv, inv.args) }
-	if ip, ok := s.inProcess[def.Runtime]; ok {
-		run = func(ctx context.Context) Result {
-			res := ip.Run(ctx, inv)
-			res.exceeded = j.box.Exceeded(res.Signal)
-			return res
-		}
-	}
-
-	_, procSpan := telemetry.Tracer().Start(ctx, "agora.run.process", trace.WithAttributes(attribute.String("agora.runtime", string(def.Runtime))))
-	runCtx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	resCh := make(chan Result, 1)
-	go func() { resCh <- run(runCtx) }()
-	j.log.Info("running", "runtime", def.Runtime, "timeout", timeout)
-
-	tick := time.NewTicker(consume.KeepAliveEvery(s.ackWait))
-	defer tick.Stop()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	// The workspace's size is watched while the run goes on.
-	var wsTick <-chan time.Time
-	if j.box.WorkspaceFS() == contain.WorkspaceWatched {
-		t := time.NewTicker(workspaceWatch)
-		defer t.Stop()
-		wsTick = t.C
-	}
-	// The run's progress lines become progress reports (progress.go).
-	prog := s.newProgressTail(j, ws, j.fs.viewOr)
-	progTick := time.NewTicker(ProgressInterval)
-	defer progTick.Stop()
-	var res Result
-	var cancelBy, cancelReason string
-wait:
-	for {
-		select {
-		case res = <-resCh:
-			break wait
-		case <-progTick.C:
-			prog.poll(progressReadPerPoll)
-			prog.flush(false)
-		case <-wsTick:
-			if n, l := workspaceSize(ws), j.box.Limits().WorkspaceSize; n > l {
-				j.over = fmt.Sprintf("workspace_size (%d bytes; the workspace held %d)", l, n)
-				j.log.Warn("workspace over its size limit: stopping the runtime", "limit", l, "size", n)
-				stop(errLimit)
-				wsTick = nil
-			}
-		case <-tick.C:
-			if err := j.msg.InProgress(); err != nil {
-				j.log.Warn("in-progress ack failed", "err", err)
-			}
-			// A newer attempt, or a terminal event from elsewhere, ends
-			// this run's claim on the dispatch.
-			if last, err := s.lastEvent(ctx, j.common); err == nil && last.seq != j.fence && (last.newer(j.attempt) || last.kind.Terminal()) {
-				j.log.Warn("the dispatch moved on without this run: stopping the runtime", "last_kind", last.kind, "last_attempt", last.attempt)
-				stop(errFenced)
-			}
-		case <-deadline.C:
-			j.log.Warn("timeout: stopping the runtime", "timeout", timeout)
-			stop(errTimeout)
-		case m := <-cancelCh:
-			cancelBy, cancelReason = parseCancel(m.Data)
-			j.log.Info("cancel received: stopping the runtime", "by", cancelBy)
-			stop(errCancelled)
-		}
-	}
-	prog.finish()
-	reusable = res.Err == nil
-	procSpan.SetAttributes(attribute.Int("process.exit.code", res.ExitCode))
-	procSpan.End()
-	cause := context.Cause(runCtx)
-	if errors.Is(cause, context.Canceled) && ctx.Err() == nil {
-		cause = nil // our own deferred stop has not run yet; nothing cancelled the run
-	}
-	if ctx.Err() != nil {
-		cause = context.Cause(ctx)
-		if cause == nil || errors.Is(cause, context.Canceled) {
-			cause = ErrShutdown
-		}
-	}
-	o := s.resolve(ctx, j, def, ws, res, cause, cancelBy, cancelReason)
-	cleanup()
+	e := s.supervise(ctx, j, def, inv, timeout, cancelCh)
+	o := s.resolve(ctx, j, def, inv.Workspace, e.res, e.cause, e.cancelBy, e.cancelReason)
+	// A run whose runtime reported an error (such as a launcher that gave
+	// no report) may have left a process behind: its workspace is
+	// removed, never parked for another run.
+	s.cleanup(ctx, j, inv, e.res.Err == nil)
 	return o
+}
+
+// lookup finds the event this run's `started` is fenced on: named by the
+// work message of a first delivery, otherwise read from the chain — and
+// waited for when the work message says an accepted event was sent
+// before it (docs/worker.md#fencing).
+func (s *Service) lookup(ctx context.Context, j *job) (lastEvent, error) {
+	lctx, lspan := telemetry.Tracer().Start(ctx, "agora.run.lookup")
+	last, known := acceptedFence(j)
+	var err error
+	if known {
+		lspan.SetAttributes(attribute.String("agora.fence.from", "work_message"))
+		s.metrics.fences.WithLabelValues("work_message").Inc()
+	} else {
+		lspan.SetAttributes(attribute.String("agora.fence.from", "read"))
+		s.metrics.fences.WithLabelValues("read").Inc()
+		last, err = s.lastEvent(context.WithoutCancel(lctx), j.common)
+		if err == nil && last.seq == 0 && j.msg.Headers().Get(lifecycle.AcceptedHeader) != "" {
+			last, err = s.awaitAccepted(context.WithoutCancel(lctx), j)
+		}
+	}
+	telemetry.End(lspan, err)
+	return last, err
+}
+
+// contain gives the run its sandbox and the filesystem it writes to.
+func (s *Service) contain(j *job, def subagent.Definition, timeout time.Duration) {
+	j.box = s.host.Box(def, timeout, j.log) // its egress proxy's lines name the run
+	j.fs = &runFS{}
+	if j.box.Off() {
+		j.log.Warn("sandbox off: the sub-agent runs with the worker's own access to files and network", "subagent", def.Name)
+	}
+}
+
+// cleanup releases what the run held: its workspace is kept (when asked
+// to), parked for another run when reusable, or removed; then its
+// filesystem and its box are closed.
+func (s *Service) cleanup(ctx context.Context, j *job, inv Invocation, reusable bool) {
+	_, cspan := telemetry.Tracer().Start(ctx, "agora.run.cleanup")
+	defer cspan.End()
+	ws := inv.Workspace
+	j.fs.unmount()
+	switch {
+	case ws == "" || s.cfg.KeepWorkspaces:
+		if inv.hold != nil {
+			inv.hold.Close()
+		}
+	case reusable && inv.hold != nil:
+		s.spares.park(s.cfg.WorkspaceRoot, ws, inv.hold) // or removes it
+	default:
+		if err := os.RemoveAll(ws); err != nil {
+			j.log.Warn("remove workspace", "err", err)
+		}
+		if inv.hold != nil {
+			inv.hold.Close()
+		}
+	}
+	j.fs.close()
+	j.box.Close()
 }
 
 // resolve turns a finished run into its one terminal event (docs/wire.md,
@@ -329,24 +266,38 @@ func (s *Service) resolve(ctx context.Context, j *job, def subagent.Definition, 
 	}
 	switch rsl.Status {
 	case sentinel.Valid:
-		ni := &lifecycle.NeedsInput{
-			Common: j.common, QuestionID: lifecycle.QuestionID(j.req.DispatchID),
-			Question: rsl.Request.Question, Options: rsl.Request.Options, Context: rsl.Request.Context,
-			Kind: string(rsl.Request.Kind), DedupeKey: rsl.Request.DedupeKey, Reuse: rsl.Request.Reuse,
-			DurationMS: dur, ExitCode: res.ExitCode,
-		}
-		if len(rsl.Request.PartialState) > lifecycle.MaxInlineState {
-			if _, err := s.state.PutBytes(context.WithoutCancel(ctx), j.req.DispatchID, rsl.Request.PartialState); err != nil {
-				return s.retryLater(j, fmt.Errorf("store partial state: %w", err))
-			}
-			ni.PartialStateRef = j.req.DispatchID
-		} else {
-			ni.PartialState = rsl.Request.PartialState
-		}
-		return s.finish(ctx, j, ni, res.ExitCode, "")
+		return s.needsInput(ctx, j, &rsl.Request, res.ExitCode, dur)
 	case sentinel.Malformed, sentinel.Oversized:
 		return failed(lifecycle.ReasonWorkerFailed, rsl.Err.Error())
 	}
+	return s.exited(ctx, j, rws, res, cause, dur, failed)
+}
+
+// needsInput ends a run that wrote a valid sentinel: needs_input with its
+// question, the partial state inline or, when larger than
+// lifecycle.MaxInlineState, stored in the object store by reference.
+func (s *Service) needsInput(ctx context.Context, j *job, req *sentinel.Request, exitCode int, dur int64) Outcome {
+	ni := &lifecycle.NeedsInput{
+		Common: j.common, QuestionID: lifecycle.QuestionID(j.req.DispatchID),
+		Question: req.Question, Options: req.Options, Context: req.Context,
+		Kind: string(req.Kind), DedupeKey: req.DedupeKey, Reuse: req.Reuse,
+		DurationMS: dur, ExitCode: exitCode,
+	}
+	if len(req.PartialState) > lifecycle.MaxInlineState {
+		if _, err := s.state.PutBytes(context.WithoutCancel(ctx), j.req.DispatchID, req.PartialState); err != nil {
+			return s.retryLater(j, fmt.Errorf("store partial state: %w", err))
+		}
+		ni.PartialStateRef = j.req.DispatchID
+	} else {
+		ni.PartialState = req.PartialState
+	}
+	return s.finish(ctx, j, ni, exitCode, "")
+}
+
+// exited ends a run that wrote no sentinel: cancelled at the worker's
+// shutdown, failed for a runtime error, the time limit or a non-zero
+// exit, or finished with its output (read from rws) when it exited 0.
+func (s *Service) exited(ctx context.Context, j *job, rws string, res Result, cause error, dur int64, failed func(lifecycle.Reason, string) Outcome) Outcome {
 	switch {
 	case errors.Is(cause, ErrShutdown):
 		return s.finish(ctx, j, &lifecycle.Cancelled{Common: j.common, By: "worker:" + s.cfg.ID, Reason: "worker shutdown timeout passed"}, res.ExitCode, "")
@@ -563,19 +514,41 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 			return inv, err
 		}
 	}
+	input, err := s.writeInput(ctx, j, ws)
+	if err != nil {
+		return inv, err
+	}
+	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
+	if inv.Env, err = s.environment(j, def, ws); err != nil {
+		return inv, err
+	}
+	inv.helper = runtime.Helper{Disabled: s.cfg.DisableNeedsInputHelper == "true", NeedsInputFile: filepath.Join(ws, ".agora", "needs_input.json")}
+	if s.exe != "" {
+		inv.helper.MCPServer, inv.helper.MCPEnv = s.exe, subagentmcp.EnvServe+"=serve"
+	}
+	if err := s.writeFiles(&inv, def); err != nil {
+		return inv, err
+	}
+	return inv, nil
+}
+
+// writeInput writes .agora/input.json: the request's input object, with
+// the partial state of a resume read from the object store when it came
+// by reference. It returns the object written.
+func (s *Service) writeInput(ctx context.Context, j *job, ws string) (map[string]json.RawMessage, error) {
 	input := map[string]json.RawMessage{}
 	if len(j.req.Input) > 0 && string(j.req.Input) != "null" {
 		if err := json.Unmarshal(j.req.Input, &input); err != nil {
-			return inv, fmt.Errorf("input is not a JSON object: %w", err)
+			return nil, fmt.Errorf("input is not a JSON object: %w", err)
 		}
 	}
 	if ref := j.req.PartialStateRef; ref != "" {
 		b, err := s.state.GetBytes(ctx, ref)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrObjectNotFound) {
-				return inv, &transientError{fmt.Errorf("partial state %q: %w", ref, err)}
+				return nil, &transientError{fmt.Errorf("partial state %q: %w", ref, err)}
 			}
-			return inv, fmt.Errorf("partial state %q: %w", ref, err)
+			return nil, fmt.Errorf("partial state %q: %w", ref, err)
 		}
 		input["partial_state"] = b
 	}
@@ -583,73 +556,81 @@ func (s *Service) prepare(ctx context.Context, j *job, def subagent.Definition) 
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(input); err != nil {
-		return inv, fmt.Errorf("input: %w", err)
+		return nil, fmt.Errorf("input: %w", err)
 	}
 	b := bytes.TrimRight(buf.Bytes(), "\n")
 	// The workspace is brand new and nothing has run in it yet, so a plain
 	// write cannot be redirected by a link.
 	if err := os.WriteFile(filepath.Join(ws, ".agora", "input.json"), b, 0o600); err != nil {
-		return inv, fmt.Errorf("write input.json: %w", err)
+		return nil, fmt.Errorf("write input.json: %w", err)
 	}
-	inv.Definition, inv.Request, inv.Input, inv.KillGrace = def, *j.req, input, s.cfg.KillGrace
-	inv.Env = append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
+	return input, nil
+}
+
+// environment is the run's whole environment, sorted: the default-deny
+// one (Environment) and, for a sandboxed run, a private tmp and home
+// inside its workspace and what its box sets (the helper's PATH, the
+// egress proxy) in place of the same names.
+func (s *Service) environment(j *job, def subagent.Definition, ws string) ([]string, error) {
+	envs := append(Environment(os.Environ(), def, j.req.Env, ws, j.req.DispatchID, j.req.ThreadID, j.req.Round), "AGORA_ATTEMPT="+strconv.Itoa(j.attempt))
 	var pathEnv string
-	for _, kv := range inv.Env {
+	for _, kv := range envs {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			pathEnv = v
 		}
 	}
-	// A sandboxed run gets a private tmp and home inside its workspace,
-	// and what its box sets (the helper's PATH, the egress proxy).
 	env := map[string]string{}
 	if !j.box.Off() {
 		dirs, err := privateDirs(ws)
 		if err != nil {
-			return inv, err
+			return nil, err
 		}
 		if err := j.box.Prepare(ws, pathEnv); err != nil {
-			return inv, err
+			return nil, err
 		}
 		maps.Copy(env, dirs)
 		maps.Copy(env, j.box.Env())
 	}
-	inv.Env = slices.DeleteFunc(inv.Env, func(kv string) bool {
+	envs = slices.DeleteFunc(envs, func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
 		_, over := env[k]
 		return over
 	})
 	for k, v := range env {
-		inv.Env = append(inv.Env, k+"="+v)
+		envs = append(envs, k+"="+v)
 	}
-	slices.Sort(inv.Env)
-	inv.helper = runtime.Helper{Disabled: s.cfg.DisableNeedsInputHelper == "true", NeedsInputFile: filepath.Join(ws, ".agora", "needs_input.json")}
-	if s.exe != "" {
-		inv.helper.MCPServer, inv.helper.MCPEnv = s.exe, subagentmcp.EnvServe+"=serve"
-	}
+	slices.Sort(envs)
+	return envs, nil
+}
+
+// writeFiles asks the run's runtime for its command and writes the files
+// it lays down, then the definition's own files, into the workspace.
+func (s *Service) writeFiles(inv *Invocation, def subagent.Definition) error {
+	ws := inv.Workspace
 	if rt, ok := s.runtimes[def.Runtime]; ok && s.inProcess[def.Runtime] == nil {
 		cmd, err := rt.Command(inv.public())
 		if err != nil {
-			return inv, fmt.Errorf("%s runtime: %w", def.Runtime, err)
+			return fmt.Errorf("%s runtime: %w", def.Runtime, err)
 		}
 		inv.args = cmd.Args
 		for _, f := range cmd.Files {
 			if err := runtimeFilePath(f.Path); err != nil {
-				return inv, fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
+				return fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
 			}
 			if err := writeWorkspaceFile(ws, f.Path, f.Data); err != nil {
-				return inv, fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
+				return fmt.Errorf("%s runtime's file: %w", def.Runtime, err)
 			}
 		}
 	}
 	for name, content := range def.Files {
 		if err := subagent.ValidFilePath(name); err != nil {
-			return inv, fmt.Errorf("definition file: %w", err)
+			return fmt.Errorf("definition file: %w", err)
 		}
 		if err := writeWorkspaceFile(ws, name, []byte(content)); err != nil {
-			return inv, fmt.Errorf("definition file: %w", err)
+			return fmt.Errorf("definition file: %w", err)
 		}
 	}
-	return inv, nil
+	return nil
 }
 
 // runtimeFilePath checks where a runtime lays down a file

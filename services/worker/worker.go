@@ -190,26 +190,17 @@ func (s *Service) doBind(ctx context.Context) error {
 	// A cluster electing leaders answers with timeouts for a while: retry
 	// until shutdown; only a missing stream or bucket stops the worker.
 	return svc.Bind(ctx, s.log, 0, func(ctx context.Context) error {
-		var err error
-		if s.work, err = js.Consumer(ctx, lifecycle.StreamDispatch, lifecycle.ConsumerWorkers); err != nil {
-			return fmt.Errorf("worker: consumer %s/%s: %w", lifecycle.StreamDispatch, lifecycle.ConsumerWorkers, err)
+		o := svc.NewOpener(ctx, js, "worker")
+		s.work = o.Consumer(lifecycle.StreamDispatch, lifecycle.ConsumerWorkers)
+		s.dispatch = o.Stream(lifecycle.StreamDispatch)
+		s.events = o.Stream(lifecycle.StreamLifecycle)
+		s.defs = o.KeyValue(lifecycle.BucketSubagents)
+		s.state = o.ObjectStore(lifecycle.BucketState)
+		s.artifacts = o.ObjectStore(lifecycle.BucketArtifacts)
+		if err := o.Err(); err != nil {
+			return err
 		}
 		s.ackWait = s.work.CachedInfo().Config.AckWait
-		if s.dispatch, err = js.Stream(ctx, lifecycle.StreamDispatch); err != nil {
-			return fmt.Errorf("worker: stream %s: %w", lifecycle.StreamDispatch, err)
-		}
-		if s.events, err = js.Stream(ctx, lifecycle.StreamLifecycle); err != nil {
-			return fmt.Errorf("worker: stream %s: %w", lifecycle.StreamLifecycle, err)
-		}
-		if s.defs, err = js.KeyValue(ctx, lifecycle.BucketSubagents); err != nil {
-			return fmt.Errorf("worker: bucket %s: %w", lifecycle.BucketSubagents, err)
-		}
-		if s.state, err = js.ObjectStore(ctx, lifecycle.BucketState); err != nil {
-			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketState, err)
-		}
-		if s.artifacts, err = js.ObjectStore(ctx, lifecycle.BucketArtifacts); err != nil {
-			return fmt.Errorf("worker: object store %s: %w", lifecycle.BucketArtifacts, err)
-		}
 		s.announce(ctx, js)
 		return nil
 	})
@@ -243,42 +234,18 @@ func (s *Service) Run(ctx context.Context) error {
 		s.closeConn()
 		return err
 	}
-	// The advisory tells one worker (queue group) that a dispatch ran out
-	// of deliveries, so it ends failed redelivery-exhausted.
-	adv, err := s.nc.QueueSubscribe(maxDeliveriesSubject, "agora-workers", func(m *nats.Msg) { s.onMaxDeliveries(m) })
-	if err != nil {
-		s.closeConn()
-		return fmt.Errorf("worker: subscribe advisories: %w", err)
-	}
-	defer adv.Unsubscribe()
-	csub, err := s.subscribeCancels()
+	unsubscribe, err := s.subscribe()
 	if err != nil {
 		s.closeConn()
 		return err
 	}
-	defer csub.Unsubscribe()
-
-	var srv *http.Server
-	if s.cfg.HTTPAddr != "" {
-		srv = &http.Server{Addr: s.cfg.HTTPAddr, Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		ln, err := listen(s.cfg.HTTPAddr)
-		if err != nil {
-			s.closeConn()
-			return fmt.Errorf("worker: AGORA_WORKER_HTTP_ADDR=%s: %w", s.cfg.HTTPAddr, err)
-		}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("http server", "err", err)
-			}
-		}()
+	defer unsubscribe()
+	srv, err := s.serveHTTP()
+	if err != nil {
+		s.closeConn()
+		return err
 	}
-
-	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable(),
-		"landlock_abi", s.launcher.Host().LandlockABI, "private_proc", s.launcher.Host().PrivateProc, "cgroups", s.host.Cgroups())
-	if err := s.launcher.Spawner(); err != nil {
-		// Runs are contained as before; each launcher's start costs more.
-		s.log.Warn("sandbox: no spawner, launchers are forked from the worker itself (more CPU per run, docs/sandbox.md \"The spawner\")", "err", err)
-	}
+	s.logStart()
 
 	// What a killed worker left in the root goes now, and again from time
 	// to time (a run killed with its worker frees its lock a moment later).
@@ -291,34 +258,12 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopSweep()
 	var sweeper sync.WaitGroup
 	defer sweeper.Wait()
-	sweeper.Go(func() {
-		t := time.NewTicker(s.cfg.SweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-sweepCtx.Done():
-				return
-			case <-t.C:
-				s.sweep()
-			}
-		}
-	})
+	sweeper.Go(func() { s.sweepEvery(sweepCtx) })
 
-	// Each slot pulls one message at a time (docs/worker.md); a run in
-	// flight when ctx ends may finish for ShutdownTimeout, then its
-	// context is cancelled and it ends cancelled (handle.go). Handle
-	// settles its message itself, at the point the dispatch's events
-	// allow, and keeps it in progress while the runtime runs.
 	consumed := make(chan struct{})
 	go func() {
 		defer close(consumed)
-		_ = consume.Run(ctx, s.work, func(ctx context.Context, m jetstream.Msg) consume.Verdict {
-			s.Handle(ctx, m)
-			return consume.Leave()
-		}, consume.Options{
-			Slots: s.cfg.Concurrency, PullExpiry: s.cfg.PullExpiry, FinishPulls: true, KeepAlive: -1,
-			ShutdownTimeout: s.cfg.ShutdownTimeout, Logger: s.log,
-		})
+		s.consumeWork(ctx)
 	}()
 	<-ctx.Done()
 	s.log.Info("worker stopping: no new work; waiting for in-flight runs", "shutdown_timeout", s.cfg.ShutdownTimeout.String())
@@ -331,6 +276,86 @@ func (s *Service) Run(ctx context.Context) error {
 	s.closeConn()
 	s.log.Info("worker stopped")
 	return nil
+}
+
+// subscribe subscribes to the max-deliveries advisory and to cancels; the
+// function returned unsubscribes from both.
+func (s *Service) subscribe() (unsubscribe func(), err error) {
+	// The advisory tells one worker (queue group) that a dispatch ran out
+	// of deliveries, so it ends failed redelivery-exhausted.
+	adv, err := s.nc.QueueSubscribe(maxDeliveriesSubject, "agora-workers", func(m *nats.Msg) { s.onMaxDeliveries(m) })
+	if err != nil {
+		return nil, fmt.Errorf("worker: subscribe advisories: %w", err)
+	}
+	csub, err := s.subscribeCancels()
+	if err != nil {
+		_ = adv.Unsubscribe()
+		return nil, err
+	}
+	return func() {
+		_ = csub.Unsubscribe()
+		_ = adv.Unsubscribe()
+	}, nil
+}
+
+// serveHTTP serves the worker's HTTP endpoints when an address is set;
+// the server returned (nil without one) is shut down by Run.
+func (s *Service) serveHTTP() (*http.Server, error) {
+	if s.cfg.HTTPAddr == "" {
+		return nil, nil
+	}
+	srv := &http.Server{Addr: s.cfg.HTTPAddr, Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	ln, err := listen(s.cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("worker: AGORA_WORKER_HTTP_ADDR=%s: %w", s.cfg.HTTPAddr, err)
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server", "err", err)
+		}
+	}()
+	return srv, nil
+}
+
+// logStart logs how the worker runs and contains its runs.
+func (s *Service) logStart() {
+	s.log.Info("worker started", "concurrency", s.cfg.Concurrency, "workspace_root", s.cfg.WorkspaceRoot, "ack_wait", s.ackWait.String(), "sandbox", s.launcher.Mode(), "launcher", s.launcher.Executable(),
+		"landlock_abi", s.launcher.Host().LandlockABI, "private_proc", s.launcher.Host().PrivateProc, "cgroups", s.host.Cgroups())
+	if err := s.launcher.Spawner(); err != nil {
+		// Runs are contained as before; each launcher's start costs more.
+		s.log.Warn("sandbox: no spawner, launchers are forked from the worker itself (more CPU per run, docs/sandbox.md \"The spawner\")", "err", err)
+	}
+}
+
+// sweepEvery sweeps the workspace root every SweepInterval until ctx ends.
+func (s *Service) sweepEvery(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep()
+		}
+	}
+}
+
+// consumeWork consumes the work stream until ctx ends and the runs in
+// flight are done. Each slot pulls one message at a time
+// (docs/worker.md); a run in flight when ctx ends may finish for
+// ShutdownTimeout, then its context is cancelled and it ends cancelled
+// (handle.go). Handle settles its message itself, at the point the
+// dispatch's events allow, and keeps it in progress while the runtime
+// runs.
+func (s *Service) consumeWork(ctx context.Context) {
+	_ = consume.Run(ctx, s.work, func(ctx context.Context, m jetstream.Msg) consume.Verdict {
+		s.Handle(ctx, m)
+		return consume.Leave()
+	}, consume.Options{
+		Slots: s.cfg.Concurrency, PullExpiry: s.cfg.PullExpiry, FinishPulls: true, KeepAlive: -1,
+		ShutdownTimeout: s.cfg.ShutdownTimeout, Logger: s.log,
+	})
 }
 
 // subscribeCancels listens on agora.control.cancel.* for the whole worker
