@@ -106,7 +106,7 @@ func (a *Answerer) Handle(ctx context.Context, q lifecycle.Question) (answerer.R
 		return answerer.Decline(fmt.Sprintf("sub-agent %s does not answer its own questions", a.cfg.Subagent)), nil
 	}
 	in, err := json.Marshal(Input{
-		Question: q.Question, Options: q.Options, Context: q.Context, Kind: q.Kind, Subagent: q.Subagent,
+		Question: q.Question, Options: q.Options, Context: q.Context, Kind: string(q.Kind), Subagent: q.Subagent,
 		QuestionID: q.QuestionID, ThreadID: q.ThreadID, Target: q.Target, Labels: q.Labels,
 	})
 	if err != nil {

@@ -174,7 +174,7 @@ func kindOf(q *Question) string {
 	if q.Kind == "" {
 		return "clarification"
 	}
-	return q.Kind
+	return string(q.Kind)
 }
 
 var kindLabels = map[string]string{

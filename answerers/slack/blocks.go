@@ -150,7 +150,7 @@ func (s *Server) questionBlocks(q *lifecycle.Question, now time.Time, open bool)
 		facts = append([]string{fmt.Sprintf(":busts_in_silhouette: *asked by %d threads*", n)}, facts...)
 	}
 	if q.Kind != "" {
-		facts = append(facts, escape(q.Kind))
+		facts = append(facts, escape(string(q.Kind)))
 	}
 	if open && q.Deadline != nil {
 		facts = append(facts, ":hourglass: answer by "+slackDate(*q.Deadline)+" ("+left(q.Deadline.Sub(now))+" left)")

@@ -149,7 +149,7 @@ func (a *Answerer) Close() error {
 // Handle runs the query for q. No row or a NULL answer declines; a query
 // error is returned, to be retried.
 func (a *Answerer) Handle(ctx context.Context, q lifecycle.Question) (answerer.Reply, error) {
-	values := map[string]string{"question": q.Question, "subagent": q.Subagent, "kind": q.Kind, "context": q.Context, "target": q.Target}
+	values := map[string]string{"question": q.Question, "subagent": q.Subagent, "kind": string(q.Kind), "context": q.Context, "target": q.Target}
 	args := make([]any, len(a.params))
 	for i, p := range a.params {
 		args[i] = values[p]

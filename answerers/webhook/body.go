@@ -47,7 +47,7 @@ type Option struct {
 func (s *Server) body(route string, q *lifecycle.Question) ([]byte, error) {
 	b := Body{
 		Type: "question.asked", QuestionID: q.QuestionID, ThreadID: q.ThreadID, DispatchID: q.DispatchID, Round: q.Round,
-		Subagent: q.Subagent, Route: route, Kind: q.Kind, Question: q.Question, Context: q.Context, Labels: q.Labels,
+		Subagent: q.Subagent, Route: route, Kind: string(q.Kind), Question: q.Question, Context: q.Context, Labels: q.Labels,
 		AskedAt: q.AskedAt, Deadline: q.Deadline,
 	}
 	options, _ := answerlink.Choices(*q)

@@ -362,7 +362,7 @@ func lineOf(q lifecycle.Question) questionLine {
 	if opts == nil {
 		opts = []string{}
 	}
-	return questionLine{QuestionID: q.QuestionID, Question: q.Question, Options: opts, Kind: q.Kind, Route: q.Route,
+	return questionLine{QuestionID: q.QuestionID, Question: q.Question, Options: opts, Kind: string(q.Kind), Route: q.Route,
 		Status: q.Status, DispatchID: q.DispatchID, ThreadID: q.ThreadID, Subagent: q.Subagent, Round: q.Round,
 		Context: q.Context, AskedAt: q.AskedAt, Deadline: q.Deadline, Answer: q.Answer, Decision: q.Decision,
 		AnsweredBy: q.AnsweredBy, AnsweredAt: q.AnsweredAt, Detail: q.Detail,

@@ -48,7 +48,7 @@ func RewordQuestion(t testing.TB, js jetstream.JetStream, qid, suffix string) st
 		t.Fatal(err)
 	}
 	q.Question += suffix
-	digest := audit.ShownDigest(q.Question, q.Context, q.Kind, q.Options, "reworded")
+	digest := audit.ShownDigest(q.Question, q.Context, string(q.Kind), q.Options, "reworded")
 	for k, v := range map[string]string{"question": q.Question, "shown_digest": digest} {
 		rec[k], _ = json.Marshal(v)
 	}

@@ -130,7 +130,7 @@ type NeedsInput struct {
 	Question        string          `json:"question"`
 	Options         []string        `json:"options,omitempty"`
 	Context         string          `json:"context,omitempty"`
-	Kind            string          `json:"kind,omitempty"`
+	Kind            QuestionKind    `json:"kind,omitempty"`
 	PartialState    json.RawMessage `json:"partial_state,omitempty"`
 	PartialStateRef string          `json:"partial_state_ref,omitempty"`
 	// DedupeKey and Reuse are the sentinel's: what makes questions the
@@ -179,7 +179,7 @@ type Question struct {
 	Question   string            `json:"question"`
 	Options    []string          `json:"options,omitempty"`
 	Context    string            `json:"context,omitempty"`
-	Kind       string            `json:"kind,omitempty"`
+	Kind       QuestionKind      `json:"kind,omitempty"`
 	Target     string            `json:"target,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	AskedAt    time.Time         `json:"asked_at"`

@@ -144,4 +144,4 @@ const (
 )
 
 // KindIs reports whether the question is of kind k.
-func (q *Question) KindIs(k QuestionKind) bool { return QuestionKind(q.Kind) == k }
+func (q *Question) KindIs(k QuestionKind) bool { return q.Kind == k }

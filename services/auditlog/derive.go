@@ -91,7 +91,7 @@ func (w *writer) question(ctx context.Context, e *audit.Entry, q *lifecycle.Ques
 		if found {
 			e.PartialStateDigest = w.partialState(ctx, rec)
 		}
-		e.ShownDigest = audit.ShownDigest(q.Question, q.Context, q.Kind, q.Options, e.PartialStateDigest)
+		e.ShownDigest = audit.ShownDigest(q.Question, q.Context, string(q.Kind), q.Options, e.PartialStateDigest)
 	case lifecycle.QuestionAnswered:
 		// What the question showed when answered, and what the answer was
 		// bound to (docs/audit.md, "Bound answers").
@@ -99,7 +99,7 @@ func (w *writer) question(ctx context.Context, e *audit.Entry, q *lifecycle.Ques
 		if found {
 			ps = w.partialState(ctx, rec)
 		}
-		e.ShownDigest, e.BoundDigest = audit.ShownDigest(q.Question, q.Context, q.Kind, q.Options, ps), rec.BoundDigest
+		e.ShownDigest, e.BoundDigest = audit.ShownDigest(q.Question, q.Context, string(q.Kind), q.Options, ps), rec.BoundDigest
 		e.AnsweredBy, e.Answer, e.Decision = q.AnsweredBy, q.Answer, q.Decision
 		e.Door = door(q, rec)
 		if q.Reused != nil {

@@ -23,7 +23,7 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	ip := req.Session.InitializeParams()
 	canElicit := ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
 	r := &Result{Status: "needs_input", ThreadID: d.ThreadID, DispatchID: d.DispatchID, Round: d.Round, Subagent: d.Subagent,
-		QuestionID: q.QuestionID, Question: q.Question, Options: q.Options, Kind: q.Kind, Context: q.Context,
+		QuestionID: q.QuestionID, Question: q.Question, Options: q.Options, Kind: string(q.Kind), Context: q.Context,
 		ThreadsWaiting: max(1, len(q.WaitingThreads)), Suggestion: suggestionOf(q.Suggestion),
 		Next: fmt.Sprintf("answer with agora_answer (question_id %q), then call agora_dispatch with thread_id %q to keep following", q.QuestionID, d.ThreadID)}
 	r.Artifacts = artifactRefs(d.DispatchID, d)
@@ -33,7 +33,7 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	params := askFor(q, note, r.Artifacts)
 	if ip.ProtocolVersion >= mrtrProtocol {
 		st, err := t.s.seal.seal(state{ID: newStateID(), Principal: t.principal, ThreadID: d.ThreadID, QuestionID: q.QuestionID,
-			Kind: q.Kind, Shown: q.ShownDigest, Expires: time.Now().Add(t.s.cfg.StateTTL)})
+			Kind: string(q.Kind), Shown: q.ShownDigest, Expires: time.Now().Add(t.s.cfg.StateTTL)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -44,7 +44,7 @@ func (t *tools) ask(ctx context.Context, req *mcp.CallToolRequest, d *lifecycle.
 	if err != nil {
 		return nil, nil, fmt.Errorf("asking through the client failed (%v): %s", err, r.Next)
 	}
-	return t.answered(ctx, req, state{ThreadID: d.ThreadID, QuestionID: q.QuestionID, Kind: q.Kind, Shown: q.ShownDigest}, res)
+	return t.answered(ctx, req, state{ThreadID: d.ThreadID, QuestionID: q.QuestionID, Kind: string(q.Kind), Shown: q.ShownDigest}, res)
 }
 
 // resume handles the retry of an input-required result: it opens and
@@ -145,7 +145,7 @@ func elicitFor(q lifecycle.Question, note string) *mcp.ElicitParams {
 	props := map[string]any{}
 	var required []string
 	switch {
-	case q.Kind == "approval":
+	case q.Kind == lifecycle.QuestionApproval:
 		props["decision"] = map[string]any{"type": "string", "title": "Decision", "oneOf": []any{
 			map[string]any{"const": "approve", "title": "Approve"}, map[string]any{"const": "reject", "title": "Reject"}}}
 		props["comment"] = map[string]any{"type": "string", "title": "Comment (optional)"}
@@ -166,7 +166,7 @@ func elicitFor(q lifecycle.Question, note string) *mcp.ElicitParams {
 	// one of the values the form takes (docs/mcp.md).
 	if def := suggestedValue(q, sug); def != "" {
 		field := "answer"
-		if q.Kind == "approval" {
+		if q.Kind == lifecycle.QuestionApproval {
 			field = "decision"
 		}
 		props[field].(map[string]any)["default"] = def
@@ -181,7 +181,7 @@ func suggestedValue(q lifecycle.Question, s *lifecycle.Suggestion) string {
 	switch {
 	case s == nil:
 		return ""
-	case q.Kind == "approval":
+	case q.Kind == lifecycle.QuestionApproval:
 		if d := cmp.Or(s.Decision, s.Answer); d == "approve" || d == "reject" {
 			return d
 		}

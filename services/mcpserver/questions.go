@@ -91,7 +91,7 @@ func suggestionOf(s *lifecycle.Suggestion) *SuggestionItem {
 }
 
 func questionItem(q lifecycle.Question) QuestionItem {
-	it := QuestionItem{QuestionID: q.QuestionID, Status: q.Status, Route: q.Route, Kind: q.Kind,
+	it := QuestionItem{QuestionID: q.QuestionID, Status: q.Status, Route: q.Route, Kind: string(q.Kind),
 		Question: q.Question, Options: q.Options, Context: clip.String(q.Context, 2000), Subagent: q.Subagent, ThreadID: q.ThreadID,
 		Round: q.Round, AskedAt: q.AskedAt.UTC().Format(time.RFC3339), Answer: cmp.Or(q.Answer, q.Decision), AnsweredBy: q.AnsweredBy,
 		JoinedTo: q.JoinedTo, Suggestion: suggestionOf(q.Suggestion)}

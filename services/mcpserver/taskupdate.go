@@ -56,7 +56,7 @@ func (t *tools) answerTask(ctx context.Context, q lifecycle.Question, resp mcp.I
 			return invalidParams("tasks/update: %v", err)
 		}
 	}
-	a := answerOf(er.Content, q.Kind)
+	a := answerOf(er.Content, string(q.Kind))
 	a.AnsweredBy = t.answeredBy()
 	_, err := t.s.c.Answer(ctx, q.QuestionID, a, via...)
 	var ae *client.AnswerError

@@ -456,7 +456,7 @@ func withinLimits(_ *record, sub *Submission) string {
 // approvalDecided refuses an approval without a decision; the decision is
 // its answer when it has none.
 func approvalDecided(r *record, sub *Submission) string {
-	if r.Kind != "approval" {
+	if r.Kind != lifecycle.QuestionApproval {
 		return ""
 	}
 	if sub.Decision == "" {
@@ -498,7 +498,9 @@ func amongOptions(r *record, sub *Submission) string {
 
 // freeTextAllowed reports whether a question of kind may be answered
 // outside its options.
-func freeTextAllowed(kind string) bool { return kind == "clarification" || kind == "information" }
+func freeTextAllowed(kind lifecycle.QuestionKind) bool {
+	return kind == lifecycle.QuestionClarification || kind == lifecycle.QuestionInformation
+}
 
 // decline moves a declined question to its route's fallback.
 func (s *Service) decline(r *record, sub Submission, a attempt, reply *client.AnswerReply) (lifecycle.QuestionEvent, error) {

@@ -376,7 +376,7 @@ func TestFreeTextBesideOptions(t *testing.T) {
 		// be joined (TestAskOnce).
 		req := lifecycle.Request{Subagent: "planner", Input: json.RawMessage(`{}`), Timeout: "5m", MaxRounds: 4}
 		qid := e.ask(lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "planner"}, Question: fmt.Sprintf("Which region? (%s, %s)", c.kind, c.decision),
-			Options: []string{"eu", "us"}, Kind: c.kind}, req, lifecycle.NewTraceparent())
+			Options: []string{"eu", "us"}, Kind: lifecycle.QuestionKind(c.kind)}, req, lifecycle.NewTraceparent())
 		e.waitQuestionEvents(qid, 1)
 		rep := e.answer(router.Submission{QuestionID: qid, Answer: "neither — use ap-south", Decision: c.decision, AnsweredBy: "bob"})
 		if got := rep.Status == client.AnswerAccepted; got != c.accept {

@@ -258,7 +258,7 @@ func (s *Service) newRecord(ctx context.Context, ni *lifecycle.NeedsInput, trace
 		r.Target, r.Labels = req.Target, req.Labels
 	}
 	r.ShownDigest = s.shownDigest(ctx, r)
-	rt := s.routes.Load().Match(Facts{Kind: ni.Kind, Subagent: ni.Subagent, Labels: r.Labels})
+	rt := s.routes.Load().Match(Facts{Kind: string(ni.Kind), Subagent: ni.Subagent, Labels: r.Labels})
 	r.Route, r.Answerer, r.Origin = rt.Name, rt.Answerer, rt.Name
 	if rt.Coalesce || rt.Remember > 0 {
 		owner, err := s.threadOwner(ctx, ni, drec)

@@ -28,7 +28,7 @@ func TestBoundAnswers(t *testing.T) {
 	sq := e.askFrom(seen, 1)
 	hq := e.askFrom(hostile, 1)
 	srec, hrec := e.asked(sq), e.asked(hq)
-	want := audit.ShownDigest(seen.Question, seen.Context, seen.Kind, nil, audit.Digest([]byte(`{"n":1}`)))
+	want := audit.ShownDigest(seen.Question, seen.Context, string(seen.Kind), nil, audit.Digest([]byte(`{"n":1}`)))
 	if srec.ShownDigest != want {
 		t.Fatalf("shown_digest %q, want the decision log's %q", srec.ShownDigest, want)
 	}
@@ -116,12 +116,12 @@ func TestShownDigestOfALargeState(t *testing.T) {
 	}
 	ni := lifecycle.NeedsInput{Common: lifecycle.Common{Subagent: "big"}, Question: "Go on?", Kind: "clarification", PartialStateRef: "big-state"}
 	rec := e.asked(e.ask(ni, lifecycle.Request{Input: []byte(`{}`)}, ""))
-	if want := audit.ShownDigest(ni.Question, "", ni.Kind, nil, audit.Digest(state)); rec.ShownDigest != want {
+	if want := audit.ShownDigest(ni.Question, "", string(ni.Kind), nil, audit.Digest(state)); rec.ShownDigest != want {
 		t.Errorf("shown_digest %s, want %s (the object's digest)", rec.ShownDigest, want)
 	}
 	ni.PartialStateRef, ni.Question = "gone", "Go on without it?" // other words: not joined to the first
 	rec = e.asked(e.ask(ni, lifecycle.Request{Input: []byte(`{}`)}, ""))
-	if want := audit.ShownDigest(ni.Question, "", ni.Kind, nil, "unavailable:gone"); rec.ShownDigest != want {
+	if want := audit.ShownDigest(ni.Question, "", string(ni.Kind), nil, "unavailable:gone"); rec.ShownDigest != want {
 		t.Errorf("shown_digest of a state whose object is gone %s, want %s", rec.ShownDigest, want)
 	}
 }

@@ -93,7 +93,7 @@ func matchKey(rt *Route, ni *lifecycle.NeedsInput, owner string) string {
 		for _, o := range ni.Options {
 			put(o)
 		}
-		put(ni.Kind)
+		put(string(ni.Kind))
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
@@ -114,12 +114,12 @@ func contextDigest(c string) string {
 // made the decision saw. A decision with no shown digest answers nothing.
 func sameShown(r *record, d *client.Decision) bool {
 	return d.ShownDigest != "" && d.ShownDigest == r.ShownDigest &&
-		d.Question == r.Question.Question && slices.Equal(d.Options, r.Options) && d.Kind == r.Kind && d.ContextSHA256 == contextDigest(r.Context)
+		d.Question == r.Question.Question && slices.Equal(d.Options, r.Options) && lifecycle.QuestionKind(d.Kind) == r.Kind && d.ContextSHA256 == contextDigest(r.Context)
 }
 
 // remembers reports whether rt keeps the answers of questions of kind.
-func remembers(rt *Route, kind string) bool {
-	return rt != nil && rt.Remember > 0 && (kind != "approval" || rt.RememberApprovals)
+func remembers(rt *Route, kind lifecycle.QuestionKind) bool {
+	return rt != nil && rt.Remember > 0 && (kind != lifecycle.QuestionApproval || rt.RememberApprovals)
 }
 
 // maxWaitingThreads bounds the threads one question lists (about 170
@@ -620,7 +620,7 @@ func (s *Service) remember(ctx context.Context, r *record) error {
 	}
 	d := client.Decision{
 		ID: r.MatchKey, Route: r.Origin, Subagent: r.Subagent, DedupeKey: r.DedupeKey,
-		Question: r.Question.Question, Options: r.Options, Kind: r.Kind, ContextSHA256: contextDigest(r.Context), ShownDigest: r.ShownDigest,
+		Question: r.Question.Question, Options: r.Options, Kind: string(r.Kind), ContextSHA256: contextDigest(r.Context), ShownDigest: r.ShownDigest,
 		QuestionID: r.QuestionID, Answer: r.Answer, Decision: r.Decision, AnsweredBy: r.AnsweredBy, Comment: r.Comment,
 		AnsweredAt: *r.AnsweredAt, ExpiresAt: r.AnsweredAt.Add(rt.Remember),
 	}

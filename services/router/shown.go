@@ -26,7 +26,7 @@ import (
 // entry (docs/audit.md), so an answered entry's bound_digest names the
 // asked entry it was given on.
 func (s *Service) shownDigest(ctx context.Context, r *record) string {
-	return audit.ShownDigest(r.Question.Question, r.Context, r.Kind, r.Options, s.partialStateDigest(ctx, r))
+	return audit.ShownDigest(r.Question.Question, r.Context, string(r.Kind), r.Options, s.partialStateDigest(ctx, r))
 }
 
 // partialStateDigest is the digest of r's partial state: of its JSON, or,

@@ -220,7 +220,7 @@ func (s *Service) expire(r *record, now time.Time) error {
 	var detail string
 	if action.Action == ExpiryDefault {
 		sub := Submission{QuestionID: r.QuestionID, Answer: action.Option, AnsweredBy: DefaultAnsweredBy}
-		if r.Kind == "approval" && (action.Option == "approve" || action.Option == "reject") {
+		if r.Kind == lifecycle.QuestionApproval && (action.Option == "approve" || action.Option == "reject") {
 			sub.Decision = action.Option
 		}
 		if why := validate(r, &sub); why != "" {

@@ -280,7 +280,7 @@ func (s *Service) needsInput(ctx context.Context, j *job, req *sentinel.Request,
 	ni := &lifecycle.NeedsInput{
 		Common: j.common, QuestionID: lifecycle.QuestionID(j.req.DispatchID),
 		Question: req.Question, Options: req.Options, Context: req.Context,
-		Kind: string(req.Kind), DedupeKey: req.DedupeKey, Reuse: req.Reuse,
+		Kind: lifecycle.QuestionKind(req.Kind), DedupeKey: req.DedupeKey, Reuse: req.Reuse,
 		DurationMS: dur, ExitCode: exitCode,
 	}
 	if len(req.PartialState) > lifecycle.MaxInlineState {
