@@ -30,18 +30,9 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	log := s.log.With("subject", m.Subject())
-	e, d, v, ok := eventmsg.Read(m, log, "needs_input")
+	e, ni, v, ok := readNeedsInput(m, log)
 	if !ok {
 		return v
-	}
-	ni, ok := d.(*lifecycle.NeedsInput)
-	if !ok {
-		log.Warn("not a needs_input event: skipped", "type", e.Type(), "id", e.ID())
-		return ack
-	}
-	if err := lifecycle.Validate(ni); err != nil {
-		log.Error("needs_input that breaks the contract skipped", "id", e.ID(), "err", err)
-		return ack
 	}
 	qid := ni.QuestionID
 	ctx, span := askSpan(ctx, e, ni, m.Subject())
@@ -58,22 +49,10 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		log.Warn("read question: redelivering", "err", err)
 		return retryIn(time.Second)
 	}
-
-	drec, err := s.dispatchRecord(ctx, ni.DispatchID)
-	switch {
-	case errors.Is(err, errNoRecord):
-		// The dispatcher writes the record before it queues the work, so
-		// it is normally there. Wait a little for it, then ask without it.
-		if md, merr := m.Metadata(); merr == nil && time.Since(md.Timestamp) < s.cfg.RecordWait {
-			return retryIn(min(time.Second, s.cfg.RecordWait))
-		}
-		log.Warn("no dispatch record: asking without the original request settings")
-		drec = nil
-	case err != nil:
-		log.Warn("read dispatch record: redelivering", "err", err)
-		return retryIn(time.Second)
+	drec, v, ok := s.recordOf(ctx, m, log, ni)
+	if !ok {
+		return v
 	}
-
 	r, err := s.newRecord(ctx, ni, telemetry.Or(ctx, lifecycle.Traceparent(e)), drec)
 	if errors.Is(err, errOwnerUnread) {
 		log.Warn("read the thread's owner: redelivering", "err", err)
@@ -91,13 +70,62 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		log.Warn("ask once: redelivering", "err", err)
 		return retryIn(time.Second)
 	}
-	flush := func() error { return s.flush(ctx, qid) }
-	if rev, err := s.store.create(ctx, r); errors.Is(err, errConflict) {
-		log.Debug("question created by another router")
-		if r, rev, err := s.store.get(ctx, qid); err == nil {
-			return s.finish(ctx, log, r, rev)
+	return s.record(ctx, log, e, r, how)
+}
+
+// readNeedsInput decodes m as a needs_input event that keeps the
+// contract; otherwise ok is false and v says what to do with m.
+func readNeedsInput(m jetstream.Msg, log *slog.Logger) (e lifecycle.Event, ni *lifecycle.NeedsInput, v verdict, ok bool) {
+	e, d, v, ok := eventmsg.Read(m, log, "needs_input")
+	if !ok {
+		return e, nil, v, false
+	}
+	ni, ok = d.(*lifecycle.NeedsInput)
+	if !ok {
+		log.Warn("not a needs_input event: skipped", "type", e.Type(), "id", e.ID())
+		return e, nil, ack, false
+	}
+	if err := lifecycle.Validate(ni); err != nil {
+		log.Error("needs_input that breaks the contract skipped", "id", e.ID(), "err", err)
+		return e, nil, ack, false
+	}
+	return e, ni, ack, true
+}
+
+// recordOf reads the dispatch record of ni's dispatch, for the request
+// settings the question copies. The dispatcher writes it before it queues
+// the work, so it is normally there; the event waits a little for it,
+// then asks without it (drec nil). ok false: redeliver as v says.
+func (s *Service) recordOf(ctx context.Context, m jetstream.Msg, log *slog.Logger, ni *lifecycle.NeedsInput) (drec *dispatchRecord, v verdict, ok bool) {
+	drec, err := s.dispatchRecord(ctx, ni.DispatchID)
+	switch {
+	case errors.Is(err, errNoRecord):
+		if md, merr := m.Metadata(); merr == nil && time.Since(md.Timestamp) < s.cfg.RecordWait {
+			return nil, retryIn(min(time.Second, s.cfg.RecordWait)), false
 		}
-	} else if jserr.TooLarge(err) {
+		log.Warn("no dispatch record: asking without the original request settings")
+		return nil, ack, true
+	case err != nil:
+		log.Warn("read dispatch record: redelivering", "err", err)
+		return nil, retryIn(time.Second), false
+	}
+	return drec, ack, true
+}
+
+// record writes r, a new question settled by ask once as how, seats it
+// when it joined another, and publishes its events.
+func (s *Service) record(ctx context.Context, log *slog.Logger, e lifecycle.Event, r *record, how int) verdict {
+	rev, err := s.store.create(ctx, r)
+	switch {
+	case errors.Is(err, errConflict):
+		log.Debug("question created by another router")
+		r, rev, err := s.store.get(ctx, r.QuestionID)
+		if err != nil {
+			log.Warn("read question: redelivering", "err", err)
+			return retryIn(time.Second)
+		}
+		return s.finish(ctx, log, r, rev)
+	case jserr.TooLarge(err):
 		// The record can never be stored: the question can never be
 		// asked. The thread ends, saying why, instead of waiting forever.
 		if err := s.endTooLarge(ctx, r, e.Time(), err); err != nil {
@@ -106,38 +134,41 @@ func (s *Service) onNeedsInput(ctx context.Context, m jetstream.Msg) verdict {
 		}
 		log.Error("question too large for its record: the thread ends failed", "err", err)
 		return ack
-	} else if err != nil {
+	case err != nil:
 		log.Warn("create question: redelivering", "err", err)
 		return retryIn(time.Second)
-	} else {
-		if how == askJoined {
-			if r, err = s.seat(ctx, r, rev); err != nil {
-				return s.seatFailed(log, r, err)
-			}
-			if r.Status != lifecycle.StatusJoined {
-				how = askAsked
-			}
-		}
-		switch how {
-		case askJoined:
-			s.metrics.coalesced.WithLabelValues(r.Origin).Inc()
-			log.Info("question joined one already waiting", "route", r.Route, "joined_to", r.JoinedTo)
-		case askReused:
-			s.metrics.reused.WithLabelValues(r.Origin).Inc()
-			s.metrics.question(r.Route, r.Event)
-			log.Info("question answered from a remembered decision", "route", r.Route, "reused", r.Reused.QuestionID, "next_dispatch_id", r.NextDispatchID)
-		default:
-			s.metrics.question(r.Route, r.Event)
-			log.Info("question asked", "route", r.Route, "answerer", r.Answerer, "kind", r.Kind, "deadline", r.Deadline, "status", r.Status)
-		}
-		// Publish from the record just written, not a read of it.
-		flush = func() error { return errors.Join(s.flushRecord(ctx, r), s.publishJoined(ctx, r)) }
 	}
-	if err := flush(); err != nil {
+	if how == askJoined {
+		if r, err = s.seat(ctx, r, rev); err != nil {
+			return s.seatFailed(log, r, err)
+		}
+		if r.Status != lifecycle.StatusJoined {
+			how = askAsked
+		}
+	}
+	s.logAsked(log, r, how)
+	// Publish from the record just written, not a read of it.
+	if err := errors.Join(s.flushRecord(ctx, r), s.publishJoined(ctx, r)); err != nil {
 		log.Warn("publish question events: redelivering", "err", err)
 		return retryIn(time.Second)
 	}
 	return ack
+}
+
+// logAsked counts and logs how a new question was settled.
+func (s *Service) logAsked(log *slog.Logger, r *record, how int) {
+	switch how {
+	case askJoined:
+		s.metrics.coalesced.WithLabelValues(r.Origin).Inc()
+		log.Info("question joined one already waiting", "route", r.Route, "joined_to", r.JoinedTo)
+	case askReused:
+		s.metrics.reused.WithLabelValues(r.Origin).Inc()
+		s.metrics.question(r.Route, r.Event)
+		log.Info("question answered from a remembered decision", "route", r.Route, "reused", r.Reused.QuestionID, "next_dispatch_id", r.NextDispatchID)
+	default:
+		s.metrics.question(r.Route, r.Event)
+		log.Info("question asked", "route", r.Route, "answerer", r.Answerer, "kind", r.Kind, "deadline", r.Deadline, "status", r.Status)
+	}
 }
 
 // finish completes a question recorded already (a redelivery, or one
