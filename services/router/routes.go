@@ -383,91 +383,106 @@ func (p *parser) route(n *yaml.Node) *Route {
 		return nil
 	}
 	rt := &Route{Line: n.Line, Coalesce: true}
-	var expiryLine, approvalsLine int
-	var expirySet bool
-	p.fields(n, "route", func(k string, key, v *yaml.Node) {
-		switch k {
-		case "name":
-			if s, ok := p.scalar(v, "name"); ok {
-				rt.Name = s
-				if !nameRE.MatchString(s) {
-					p.add(v.Line, fmt.Sprintf("route name %q: want 1-64 letters, digits, '-' or '_' (it is a subject token and part of a consumer name)", s))
-				}
-			}
-		case "answerer":
-			if s, ok := p.scalar(v, "answerer"); ok {
-				rt.Answerer = s
-				if !nameRE.MatchString(s) {
-					p.add(v.Line, fmt.Sprintf("answerer %q: want 1-64 letters, digits, '-' or '_'", s))
-				}
-			}
-		case "match":
-			if v.Kind == yaml.ScalarNode && v.Value == "none" {
-				rt.Standby = true
-				return
-			}
-			rt.Match = p.match(v)
-		case "deadline":
-			rt.Deadline, _ = p.duration(v, "deadline")
-		case "escalate":
-			if v.Kind != yaml.SequenceNode {
-				p.add(v.Line, "escalate must be a list of {after: DURATION, to: ROUTE}")
-				return
-			}
-			for _, s := range v.Content {
-				if st, ok := p.step(s); ok {
-					rt.Escalate = append(rt.Escalate, st)
-				}
-			}
-		case "on_expiry":
-			if s, ok := p.scalar(v, "on_expiry"); ok {
-				e, err := parseExpiry(s)
-				if err != nil {
-					p.add(v.Line, "on_expiry "+err.Error())
-				}
-				rt.OnExpiry, expiryLine, expirySet = e, v.Line, true
-			}
-		case "fallback":
-			if s, ok := p.scalar(v, "fallback"); ok {
-				rt.Fallback = s
-			}
-		case "coalesce":
-			rt.Coalesce, _ = p.boolean(v, "coalesce")
-		case "share_across_subagents":
-			rt.ShareAcrossSubagents, _ = p.boolean(v, "share_across_subagents")
-		case "share_across_principals":
-			rt.ShareAcrossPrincipals, _ = p.boolean(v, "share_across_principals")
-		case "remember":
-			rt.Remember, _ = p.duration(v, "remember")
-		case "remember_approvals":
-			rt.RememberApprovals, _ = p.boolean(v, "remember_approvals")
-			approvalsLine = v.Line
-		case "auto_accept":
-			if s, ok := p.scalar(v, "auto_accept"); ok {
-				f, err := strconv.ParseFloat(s, 64)
-				if err != nil || f <= 0 || f > 1 {
-					p.add(v.Line, fmt.Sprintf("auto_accept %q: want a confidence above 0 and at most 1, such as 0.9", s))
-				}
-				rt.AutoAccept = f
-			}
-		default:
-			p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback, coalesce, share_across_subagents, share_across_principals, remember, remember_approvals, auto_accept)", k))
-		}
-	})
+	var seen routeLines
+	p.fields(n, "route", func(k string, key, v *yaml.Node) { p.routeField(rt, &seen, k, key, v) })
 	if rt.Name == "" {
 		p.add(n.Line, "route without a name")
 		return nil
 	}
+	p.checkRoute(n, rt, seen)
+	return rt
+}
+
+// routeLines are where a route set the keys its checks refer back to.
+type routeLines struct {
+	expiryLine, approvalsLine int
+	expirySet                 bool
+}
+
+// routeField reads one key k of a route into rt.
+func (p *parser) routeField(rt *Route, seen *routeLines, k string, key, v *yaml.Node) {
+	switch k {
+	case "name":
+		if s, ok := p.scalar(v, "name"); ok {
+			rt.Name = s
+			if !nameRE.MatchString(s) {
+				p.add(v.Line, fmt.Sprintf("route name %q: want 1-64 letters, digits, '-' or '_' (it is a subject token and part of a consumer name)", s))
+			}
+		}
+	case "answerer":
+		if s, ok := p.scalar(v, "answerer"); ok {
+			rt.Answerer = s
+			if !nameRE.MatchString(s) {
+				p.add(v.Line, fmt.Sprintf("answerer %q: want 1-64 letters, digits, '-' or '_'", s))
+			}
+		}
+	case "match":
+		if v.Kind == yaml.ScalarNode && v.Value == "none" {
+			rt.Standby = true
+			return
+		}
+		rt.Match = p.match(v)
+	case "deadline":
+		rt.Deadline, _ = p.duration(v, "deadline")
+	case "escalate":
+		if v.Kind != yaml.SequenceNode {
+			p.add(v.Line, "escalate must be a list of {after: DURATION, to: ROUTE}")
+			return
+		}
+		for _, s := range v.Content {
+			if st, ok := p.step(s); ok {
+				rt.Escalate = append(rt.Escalate, st)
+			}
+		}
+	case "on_expiry":
+		if s, ok := p.scalar(v, "on_expiry"); ok {
+			e, err := parseExpiry(s)
+			if err != nil {
+				p.add(v.Line, "on_expiry "+err.Error())
+			}
+			rt.OnExpiry, seen.expiryLine, seen.expirySet = e, v.Line, true
+		}
+	case "fallback":
+		if s, ok := p.scalar(v, "fallback"); ok {
+			rt.Fallback = s
+		}
+	case "coalesce":
+		rt.Coalesce, _ = p.boolean(v, "coalesce")
+	case "share_across_subagents":
+		rt.ShareAcrossSubagents, _ = p.boolean(v, "share_across_subagents")
+	case "share_across_principals":
+		rt.ShareAcrossPrincipals, _ = p.boolean(v, "share_across_principals")
+	case "remember":
+		rt.Remember, _ = p.duration(v, "remember")
+	case "remember_approvals":
+		rt.RememberApprovals, _ = p.boolean(v, "remember_approvals")
+		seen.approvalsLine = v.Line
+	case "auto_accept":
+		if s, ok := p.scalar(v, "auto_accept"); ok {
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil || f <= 0 || f > 1 {
+				p.add(v.Line, fmt.Sprintf("auto_accept %q: want a confidence above 0 and at most 1, such as 0.9", s))
+			}
+			rt.AutoAccept = f
+		}
+	default:
+		p.add(key.Line, fmt.Sprintf("unknown route key %q (want name, match, answerer, deadline, escalate, on_expiry, fallback, coalesce, share_across_subagents, share_across_principals, remember, remember_approvals, auto_accept)", k))
+	}
+}
+
+// checkRoute checks what a route's keys say together, and fills in the
+// defaults they imply.
+func (p *parser) checkRoute(n *yaml.Node, rt *Route, seen routeLines) {
 	if rt.Answerer == "" {
 		rt.Answerer = rt.Name
 	}
 	if rt.RememberApprovals && rt.Remember == 0 {
-		p.add(approvalsLine, fmt.Sprintf("route %s: remember_approvals needs remember (how long to keep answers, such as 720h)", rt.Name))
+		p.add(seen.approvalsLine, fmt.Sprintf("route %s: remember_approvals needs remember (how long to keep answers, such as 720h)", rt.Name))
 	}
 	switch {
-	case expirySet && rt.Deadline == 0:
-		p.add(expiryLine, fmt.Sprintf("route %s: on_expiry needs a deadline", rt.Name))
-	case !expirySet && rt.Deadline > 0:
+	case seen.expirySet && rt.Deadline == 0:
+		p.add(seen.expiryLine, fmt.Sprintf("route %s: on_expiry needs a deadline", rt.Name))
+	case !seen.expirySet && rt.Deadline > 0:
 		rt.OnExpiry = Expiry{Action: ExpiryFail}
 	}
 	for i, st := range rt.Escalate {
@@ -478,7 +493,6 @@ func (p *parser) route(n *yaml.Node) *Route {
 			p.add(n.Line, fmt.Sprintf("route %s: escalate step %d (after %s) is not before the deadline (%s)", rt.Name, i+1, st.After, rt.Deadline))
 		}
 	}
-	return rt
 }
 
 func (p *parser) step(n *yaml.Node) (Step, bool) {
