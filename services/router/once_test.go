@@ -649,9 +649,11 @@ func TestAskOnceSeatedWhereItsRecordSays(t *testing.T) {
 	for _, c := range []struct {
 		name         string
 		leadAnswered bool // answered while the listing is held
+		third        bool // then a third thread asks the same
 	}{
 		{name: "the question it joined still asked"},
-		{name: "the question it joined answered, a third holds the match", leadAnswered: true},
+		{name: "the question it joined answered, a third holds the match", leadAnswered: true, third: true},
+		{name: "the question it joined answered, nobody holds the match", leadAnswered: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, "routes:\n  - name: default\n")
@@ -698,16 +700,26 @@ func TestAskOnceSeatedWhereItsRecordSays(t *testing.T) {
 				e.waitRecord(lead, "answered, its match released", func(r questionRecord) bool {
 					return r.Status == "answered" && len(r.Fanout) == 0 && !r.Release
 				})
-				third := e.askFrom(sameQuestion, 2)
-				e.waitQuestionEvents(third, 1)
-				holderOf, answer = third, "parseConfig"
-				threads = []string{third, late}
+				holderOf, answer, threads = late, "parseConfig", []string{late}
+				if c.third {
+					third := e.askFrom(sameQuestion, 2)
+					e.waitQuestionEvents(third, 1)
+					holderOf, threads = third, []string{third, late}
+				}
 			}
 			close(release)
 
-			e.waitRecord(holderOf, "both threads listed", func(r questionRecord) bool { return len(r.WaitingThreads) == 2 })
-			if rec := e.waitRecord(late, "joined", func(r questionRecord) bool { return r.JoinedTo == holderOf }); rec.Status != lifecycle.StatusJoined {
-				t.Fatalf("the late question is %s, want joined to %s", rec.Status, holderOf)
+			if holderOf == late {
+				// Nobody to join: asked on its own, holding the match.
+				if rec := e.waitStatus(late, "asked"); rec.JoinedTo != "" {
+					t.Fatalf("the late question asked on its own still names %s", rec.JoinedTo)
+				}
+				e.waitQuestionEvents(late, 1)
+			} else {
+				e.waitRecord(holderOf, "both threads listed", func(r questionRecord) bool { return len(r.WaitingThreads) == 2 })
+				if rec := e.waitRecord(late, "joined", func(r questionRecord) bool { return r.JoinedTo == holderOf }); rec.Status != lifecycle.StatusJoined {
+					t.Fatalf("the late question is %s, want joined to %s", rec.Status, holderOf)
+				}
 			}
 			if rep := e.answer(router.Submission{QuestionID: holderOf, Answer: answer, AnsweredBy: "bob"}); rep.Status != client.AnswerAccepted {
 				t.Fatalf("answer = %+v", rep)
@@ -715,7 +727,7 @@ func TestAskOnceSeatedWhereItsRecordSays(t *testing.T) {
 			for _, q := range threads {
 				e.waitStatus(q, "answered")
 			}
-			testkit.Eventually(t, waitFor, "one re-dispatch per thread", func() bool { return len(e.requests(sameQuestion.Subagent)) == 2+boolInt(c.leadAnswered) })
+			testkit.Eventually(t, waitFor, "one re-dispatch per thread", func() bool { return len(e.requests(sameQuestion.Subagent)) == len(threads)+boolInt(c.leadAnswered) })
 			for _, q := range []string{lead, holderOf} {
 				rec, _ := e.record(q)
 				for _, h := range rec.History {
