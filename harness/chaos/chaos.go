@@ -118,8 +118,8 @@ type Report struct {
 	// DoorErrors counts the doors' failed dispatches and reads of a
 	// task's end, by door and status.
 	DoorErrors map[string]int `json:"door_errors,omitempty"`
-	Events       int            `json:"events_audited"`
-	Faults       map[string]int `json:"faults"`
+	Events     int            `json:"events_audited"`
+	Faults     map[string]int `json:"faults"`
 	// Ask once (docs/router.md, "Ask once"): questions that joined one already
 	// waiting, the groups they made (an asked question with threads
 	// joined) and each group's size in threads, largest first; resumes is
