@@ -525,8 +525,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 					answered[q.QuestionID] = time.Now()
 					n := 1 + rand.IntN(3)
 					rep.Answers += n
+					// Through the door of its thread, or else of the first
+					// thread waiting on it that came through one: an answer
+					// on a joined thread's task answers the question asked.
 					dmu.Lock()
-					through := threadDoor[q.ThreadID]
+					through, task := threadDoor[q.ThreadID], q.ThreadID
+					for _, w := range q.WaitingThreads {
+						if through == "" {
+							through, task = threadDoor[w.ThreadID], w.ThreadID
+						}
+					}
 					dmu.Unlock()
 					if through == "" {
 						through = doorAPI
@@ -542,7 +550,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 					amu.Unlock()
 					var once sync.Once
 					if d := doors[through]; d != nil {
-						go answerThrough(soak, through, d, c, q, n, func(err error) {
+						go answerThrough(soak, through, d, c, task, q, n, func(err error) {
 							if kill && err == nil {
 								once.Do(func() { procs[1].restart(300 * time.Millisecond) })
 							}
@@ -686,8 +694,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	rep.Threads = len(ids)
 	// Each door must report its threads' ends, read before the services
 	// stop; the audit compares them with the threads' own.
+	// On a context of their own: a thread that never ended used up the
+	// run's, and the other threads' ends are read all the same.
 	say("reading the doors' tasks")
-	doorEnds := readDoorEnds(ctx, doors, threadDoor, doorErr)
+	rctx, rcancel := context.WithTimeout(context.Background(), endsWithin+doorCall)
+	doorEnds := readDoorEnds(rctx, doors, threadDoor, doorErr)
+	rcancel()
 	say("threads done; stopping the services")
 	for _, p := range procs {
 		p.stop(syscall.SIGTERM)

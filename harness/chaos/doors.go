@@ -351,18 +351,19 @@ func errStatus(err error) string {
 }
 
 // answerThrough sends n concurrent answers to question q through door d
-// (named through) on its thread's task, telling accepted of each outcome.
+// (named through) on the task of thread, q's own or one waiting on it,
+// telling accepted of each outcome.
 // Refusals that lost to another of the answers, or came once the question
 // was answered, are no error; every other failure counts by door and
 // status (answerErr), and a door that refuses while it shows the task
 // waiting on that very question is an anomaly.
-func answerThrough(ctx context.Context, through string, d door, c questioner, q lifecycle.Question, n int,
+func answerThrough(ctx context.Context, through string, d door, c questioner, thread string, q lifecycle.Question, n int,
 	accepted func(error), answerErr func(what, status string), anomaly func(string)) {
 	errs := make(chan error, n)
 	for range n {
 		go func() {
 			actx, cancel := context.WithTimeout(ctx, doorCall)
-			err := d.answer(actx, q.ThreadID, q.QuestionID)
+			err := d.answer(actx, thread, q.QuestionID)
 			cancel()
 			accepted(err)
 			errs <- err
@@ -394,7 +395,7 @@ func answerThrough(ctx context.Context, through string, d door, c questioner, q 
 		// A task the door cannot read now counts as not waiting.
 		waits := false
 		if qerr == nil && now.Status == "asked" {
-			waits, _ = d.waiting(rctx, q.ThreadID, q.QuestionID)
+			waits, _ = d.waiting(rctx, thread, q.QuestionID)
 		}
 		cancel()
 		switch {
@@ -402,7 +403,7 @@ func answerThrough(ctx context.Context, through string, d door, c questioner, q 
 			// An earlier batch's answer won.
 		case waits:
 			answerErr(what, "refused a legitimate answer")
-			anomaly(fmt.Sprintf("%s refused an answer to question %s of task %s, which it shows waiting on that question: %v", through, q.QuestionID, q.ThreadID, err))
+			anomaly(fmt.Sprintf("%s refused an answer to question %s on task %s, which it shows waiting on that question: %v", through, q.QuestionID, thread, err))
 		default:
 			answerErr(what, errStatus(err)+" (the task was not waiting for it)")
 		}

@@ -68,7 +68,7 @@ func TestAnswerThrough(t *testing.T) {
 			var mu sync.Mutex
 			errs := map[string]int{}
 			var anomalies []string
-			answerThrough(t.Context(), "a2a", tc.door, fakeQuestions{tc.question}, lifecycle.Question{Common: lifecycle.Common{ThreadID: "t1"}, QuestionID: "q-1"}, 3,
+			answerThrough(t.Context(), "a2a", tc.door, fakeQuestions{tc.question}, "t1", lifecycle.Question{Common: lifecycle.Common{ThreadID: "t1"}, QuestionID: "q-1"}, 3,
 				func(error) {}, func(what, status string) { mu.Lock(); errs[what+": "+status]++; mu.Unlock() },
 				func(a string) { anomalies = append(anomalies, a) })
 			if fmt.Sprint(errs) != fmt.Sprint(tc.errs) {
