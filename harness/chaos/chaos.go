@@ -1,6 +1,7 @@
 // Package chaos is Agora's chaos audit (`agora chaos`, docs/chaos.md): a
-// bounded soak that runs the dispatcher, the router and several workers as
-// separate processes on its own embedded JetStream, dispatches threads
+// bounded soak that runs the dispatcher, the router, several workers and
+// the A2A and MCP doors as separate processes on its own embedded
+// JetStream, dispatches threads (some through each door)
 // whose sub-agent sleeps, sometimes asks and sometimes leaves a daemon
 // behind, answers every question with one to three concurrent answers,
 // and meanwhile kills, pauses and restarts the processes. Then it audits
@@ -105,7 +106,8 @@ type Report struct {
 	Answers    int `json:"answers_sent"`
 	// AnswerErrors counts the answerer's failed listings of the asked
 	// questions and its answers refused or not delivered, by error text
-	// (clipped): a soak whose questions went unanswered says why.
+	// (clipped), those through a door by door and status: a soak whose
+	// questions went unanswered says why.
 	AnswerErrors map[string]int `json:"answer_errors,omitempty"`
 	// ThreadsByDoor and AnswersByDoor count the threads dispatched and
 	// the answers sent through each door (docs/chaos.md, "The doors"):
