@@ -340,6 +340,8 @@ func errStatus(err error) string {
 	}
 	msg := err.Error()
 	switch {
+	case strings.HasPrefix(msg, "tool error: "):
+		return "tool error (isError)"
 	case strings.Contains(msg, "connection refused"):
 		return "connection refused"
 	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "Timeout exceeded") || strings.Contains(msg, "timeout"):
