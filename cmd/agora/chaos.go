@@ -16,11 +16,13 @@ func newChaosCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chaos [--short] [--soak DURATION] [--threads N] [--workers N] [--json]",
 		Short: "Soak Agora under process kills and pauses, then audit the streams",
-		Long: `chaos runs its own embedded JetStream, the dispatcher, the router and several
-worker processes; dispatches threads whose sub-agent sleeps, sometimes asks and
-sometimes leaves a daemon behind; answers every question 1-3 times at once;
-meanwhile SIGKILLs and restarts workers, the router and the dispatcher and
-pauses workers past AckWait. Then it audits the lifecycle and question streams
+		Long: `chaos runs its own embedded JetStream, the dispatcher, the router, several
+worker processes, the A2A door and the MCP HTTP server; dispatches threads whose
+sub-agent sleeps, sometimes asks and sometimes leaves a daemon behind (one in
+five through A2A, one in five through MCP Tasks, answered through the same
+door); answers every question 1-3 times at once; meanwhile SIGKILLs and
+restarts workers, the router, the dispatcher and the doors and pauses workers
+past AckWait. Each door must report its threads completed with their output. Then it audits the lifecycle and question streams
 and the dispatch records: one terminal event per dispatch, every thread ended,
 no dispatch failed or cancelled (the soak causes neither), every question
 answered once and resumed once, every finished output the one its attempt

@@ -23,6 +23,8 @@ func TestChaosSmallRound(t *testing.T) {
 		Groups     int            `json:"coalesced_groups"`
 		GroupSizes []int          `json:"group_sizes"`
 		Resumes    int            `json:"resumes_checked"`
+		ByDoor     map[string]int `json:"threads_by_door"`
+		DoorEnds   int            `json:"door_ends_checked"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("chaos --json: %v\n%s", err, r)
@@ -32,6 +34,11 @@ func TestChaosSmallRound(t *testing.T) {
 	}
 	if rep.Threads != 12 || rep.Events == 0 || rep.Dispatches < 12 {
 		t.Fatalf("the audit looked at too little: %+v", rep)
+	}
+	// Some threads go through A2A and some through MCP Tasks, and each
+	// door reported every one of its threads completed with its output.
+	if rep.ByDoor["a2a"] != 3 || rep.ByDoor["mcp"] != 2 || rep.DoorEnds != 5 {
+		t.Errorf("threads by door %v, %d door ends checked; want 3 through a2a, 2 through mcp, 5 checked", rep.ByDoor, rep.DoorEnds)
 	}
 	// Ask once: every question asked was matched to one re-dispatch, and
 	// each group holds its asked question and those that joined it.

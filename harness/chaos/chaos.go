@@ -1,6 +1,7 @@
 // Package chaos is Agora's chaos audit (`agora chaos`, docs/chaos.md): a
-// bounded soak that runs the dispatcher, the router and several workers as
-// separate processes on its own embedded JetStream, dispatches threads
+// bounded soak that runs the dispatcher, the router, several workers and
+// the A2A and MCP doors as separate processes on its own embedded
+// JetStream, dispatches threads (some through each door)
 // whose sub-agent sleeps, sometimes asks and sometimes leaves a daemon
 // behind, answers every question with one to three concurrent answers,
 // and meanwhile kills, pauses and restarts the processes. Then it audits
@@ -105,10 +106,22 @@ type Report struct {
 	Answers    int `json:"answers_sent"`
 	// AnswerErrors counts the answerer's failed listings of the asked
 	// questions and its answers refused or not delivered, by error text
-	// (clipped): a soak whose questions went unanswered says why.
+	// (clipped), those through a door by door and status: a soak whose
+	// questions went unanswered says why.
 	AnswerErrors map[string]int `json:"answer_errors,omitempty"`
-	Events       int            `json:"events_audited"`
-	Faults       map[string]int `json:"faults"`
+	// ThreadsByDoor and AnswersByDoor count the threads dispatched and
+	// the answers sent through each door (docs/chaos.md, "The doors"):
+	// api (pkg/client and the router's answer API), a2a, mcp.
+	ThreadsByDoor map[string]int `json:"threads_by_door"`
+	AnswersByDoor map[string]int `json:"answers_by_door"`
+	// DoorEnds counts the threads whose end their door reported as
+	// completed with the thread's output.
+	DoorEnds int `json:"door_ends_checked"`
+	// DoorErrors counts the doors' failed dispatches and reads of a
+	// task's end, by door and status.
+	DoorErrors map[string]int `json:"door_errors,omitempty"`
+	Events     int            `json:"events_audited"`
+	Faults     map[string]int `json:"faults"`
 	// Ask once (docs/router.md, "Ask once"): questions that joined one already
 	// waiting, the groups they made (an asked question with threads
 	// joined) and each group's size in threads, largest first; resumes is
@@ -319,7 +332,7 @@ func (p *proc) signal(s syscall.Signal) {
 func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	cfg = cfg.withDefaults()
 	start := time.Now()
-	rep := Report{Faults: map[string]int{}}
+	rep := Report{Faults: map[string]int{}, ThreadsByDoor: map[string]int{}, AnswersByDoor: map[string]int{}}
 	var fmu sync.Mutex
 	fault := func(name string) { fmu.Lock(); rep.Faults[name]++; fmu.Unlock() }
 	say := func(f string, a ...any) { fmt.Fprintf(progress, f+"\n", a...) }
@@ -422,6 +435,38 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 		workers = append(workers, w)
 		procs = append(procs, w)
 	}
+	// The doors, each a process of its own on a loopback port it keeps
+	// across restarts, without tokens: their callers are the local
+	// principal, an admin, as on agora dev.
+	a2aAddr, err := freeAddr()
+	if err != nil {
+		return rep, err
+	}
+	mcpAddr, err := freeAddr()
+	if err != nil {
+		return rep, err
+	}
+	open := []string{"AGORA_API_TOKENS=", "AGORA_PRINCIPALS_FILE="}
+	doorProcs := []*proc{mk("a2a", append([]string{"AGORA_A2A_HTTP_ADDR=" + a2aAddr}, open...)...),
+		mk("mcp", append([]string{"AGORA_MCP_HTTP_ADDR=" + mcpAddr}, open...)...)}
+	procs = append(procs, doorProcs...)
+	a2aClient, err := newA2ADoor(ctx, "http://"+a2aAddr)
+	if err != nil {
+		return rep, err
+	}
+	defer a2aClient.close()
+	doors := map[string]door{doorA2A: a2aClient, doorMCP: newMCPDoor("http://" + mcpAddr)}
+	// dmu guards threadDoor (each door's thread and its door) and ids.
+	var dmu sync.Mutex
+	threadDoor := map[string]string{}
+	doorErr := func(what string, err error) {
+		dmu.Lock()
+		defer dmu.Unlock()
+		if rep.DoorErrors == nil {
+			rep.DoorErrors = map[string]int{}
+		}
+		rep.DoorErrors[what+": "+errStatus(err)]++
+	}
 	// Once every service has ended (below), the workspaces that killed
 	// workers left go: no worker sweeps the root after the soak.
 	cleared := false
@@ -445,20 +490,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	soak, stopSoak := context.WithCancel(ctx)
 	faultCtx, stopFaults := context.WithCancel(soak)
 	var faults sync.WaitGroup
-	faults.Go(func() { inject(faultCtx, cfg, procs, workers, holes, full, fault) })
+	faults.Go(func() { inject(faultCtx, cfg, procs, workers, doorProcs, holes, full, fault) })
 
 	// Answers: every question gets one to three concurrent answers.
 	var answering sync.WaitGroup
 	var amu sync.Mutex
 	answered := map[string]time.Time{} // when its answers were last sent
-	answerErr := func(what string, err error) {
+	answerErrText := func(what, text string) {
 		amu.Lock()
 		defer amu.Unlock()
 		if rep.AnswerErrors == nil {
 			rep.AnswerErrors = map[string]int{}
 		}
-		rep.AnswerErrors[what+": "+lifecycle.Clip(err.Error(), 160)]++
+		rep.AnswerErrors[what+": "+text]++
 	}
+	answerErr := func(what string, err error) { answerErrText(what, lifecycle.Clip(err.Error(), 160)) }
 	answering.Go(func() {
 		for soak.Err() == nil {
 			qs, err := c.Questions(soak, client.QuestionFilter{Status: "asked"})
@@ -482,6 +528,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 					answered[q.QuestionID] = time.Now()
 					n := 1 + rand.IntN(3)
 					rep.Answers += n
+					// Through the door of its thread, or else of the first
+					// thread waiting on it that came through one: an answer
+					// on a joined thread's task answers the question asked.
+					dmu.Lock()
+					through, task := threadDoor[q.ThreadID], q.ThreadID
+					for _, w := range q.WaitingThreads {
+						if through == "" {
+							through, task = threadDoor[w.ThreadID], w.ThreadID
+						}
+					}
+					dmu.Unlock()
+					if through == "" {
+						through = doorAPI
+					}
+					rep.AnswersByDoor[through] += n
 					// One in three answers to a group, while faults go on,
 					// SIGKILLs the router as the first answer is accepted:
 					// in the middle of its fan-out to the joined threads.
@@ -491,6 +552,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 					}
 					amu.Unlock()
 					var once sync.Once
+					if d := doors[through]; d != nil {
+						go answerThrough(soak, through, d, c, task, q, n, func(err error) {
+							if kill && err == nil {
+								once.Do(func() { procs[1].restart(300 * time.Millisecond) })
+							}
+						}, answerErrText, func(a string) {
+							tmu.Lock()
+							rep.Anomalies = append(rep.Anomalies, a)
+							tmu.Unlock()
+						})
+						continue
+					}
 					for range n {
 						go func() {
 							_, err := c.Answer(soak, q.QuestionID, lifecycle.Answer{Answer: "yes", AnsweredBy: "chaos"})
@@ -543,28 +616,52 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 			fmu.Unlock()
 			say("%s: %d threads dispatched, %d faults", time.Since(start).Round(time.Second), i, nf)
 		}
+		through := doorOf(i)
 		id := fmt.Sprintf("chaos%04d-%s", i, lifecycle.NewID())
-		ids = append(ids, id)
 		threads.Go(func() {
 			var err error
 			for ctx.Err() == nil {
 				// Each attempt has its own bound: a dispatcher killed
 				// after it took the request never answers it, and
 				// Dispatch waits as long as its context lets it.
-				actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, err = c.Dispatch(actx, lifecycle.Request{DispatchID: id, Subagent: "chaos", Input: json.RawMessage(`{}`), Env: map[string]string{"SIDE": side}})
-				cancel()
-				if err == nil {
-					break
+				if d := doors[through]; d != nil {
+					// Through a door, which names the thread: a call
+					// that failed may have started one all the same,
+					// which the audit checks as any other.
+					actx, cancel := context.WithTimeout(ctx, doorCall)
+					var tid string
+					tid, err = d.dispatch(actx)
+					cancel()
+					if err == nil {
+						id = tid
+						break
+					}
+					if ctx.Err() == nil {
+						doorErr(through+" dispatch", err)
+					}
+				} else {
+					actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err = c.Dispatch(actx, lifecycle.Request{DispatchID: id, Subagent: "chaos", Input: json.RawMessage(`{}`)})
+					cancel()
+					if err == nil {
+						break
+					}
 				}
 				time.Sleep(500 * time.Millisecond) // the dispatcher is being restarted
 			}
 			if err != nil {
 				tmu.Lock()
-				rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("thread %s was never accepted: its dispatch failed until the deadline, last with: %v", id, err))
+				rep.Anomalies = append(rep.Anomalies, fmt.Sprintf("thread %s (through %s) was never accepted: its dispatch failed until the deadline, last with: %v", id, through, err))
 				tmu.Unlock()
 				return
 			}
+			dmu.Lock()
+			ids = append(ids, id)
+			rep.ThreadsByDoor[through]++
+			if through != doorAPI {
+				threadDoor[id] = through
+			}
+			dmu.Unlock()
 			// A follower is a consumer on the lifecycle stream, and the
 			// server bounds those: at most maxFollowers follow at once (a
 			// follower reads its thread from its start, so a late one
@@ -598,6 +695,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	stopSoak()
 	answering.Wait()
 	rep.Threads = len(ids)
+	// Each door must report its threads' ends, read before the services
+	// stop; the audit compares them with the threads' own.
+	// On a context of their own: a thread that never ended used up the
+	// run's, and the other threads' ends are read all the same.
+	say("reading the doors' tasks")
+	rctx, rcancel := context.WithTimeout(context.Background(), endsWithin+doorCall)
+	doorEnds := readDoorEnds(rctx, doors, threadDoor, doorErr)
+	rcancel()
 	say("threads done; stopping the services")
 	for _, p := range procs {
 		p.stop(syscall.SIGTERM)
@@ -616,6 +721,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer acancel()
 	audit(actx, js, ids, side, marker, &rep)
+	auditDoorEnds(actx, js, threadDoor, doorEnds, &rep)
 
 	for _, p := range procs {
 		p.end()
@@ -641,7 +747,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 // One run in ten works for long (longRun) before it goes on: longer than
 // every housekeeping interval of the soak's services.
 func define(ctx context.Context, c *client.Client, marker, side string, longRun time.Duration) error {
-	script := `n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+	// The side folder is in the script itself: a thread dispatched
+	// through a door carries no environment of its own.
+	script := `SIDE='` + side + `'
+n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 if [ $((n % 10)) -eq 7 ]; then sleep ` + strconv.FormatFloat(longRun.Seconds(), 'f', 3, 64) + `; else sleep 0.$((n % 9 + 1)); fi
 if [ $((n % 5)) -eq 0 ]; then setsid sh -c 'sleep 300; :' "` + marker + `" >/dev/null 2>&1 </dev/null & fi
 if [ "$AGORA_ROUND" = 0 ] && [ $((n % 2)) -eq 0 ]; then
@@ -655,7 +764,7 @@ nonce="$AGORA_DISPATCH_ID-$AGORA_ATTEMPT-$n-$$"
 printf '%s' "$nonce" > "$SIDE/$AGORA_DISPATCH_ID.$AGORA_ATTEMPT"
 printf '{"nonce":"%s","attempt":%s}' "$nonce" "$AGORA_ATTEMPT" > "$AGORA_OUTPUT_FILE"`
 	d := subagent.Definition{Name: "chaos", Runtime: subagent.RuntimeExec, Command: []string{"/bin/sh", "-c", script},
-		Timeout: (longRun + time.Minute).String(), MaxRounds: 3, EnvAllow: []string{"SIDE"}}
+		Timeout: (longRun + time.Minute).String(), MaxRounds: 3}
 	d.Sandbox.WritePaths = []string{side}
 	_, err := c.ApplySubagent(ctx, d)
 	return err
@@ -667,7 +776,7 @@ const storeFullHold = 3 * time.Second
 // inject kills, pauses and restarts processes, blackholes workers'
 // connections and fills the store's filesystem (when full is not nil),
 // until ctx ends.
-func inject(ctx context.Context, cfg Config, procs, workers []*proc, holes []*blackhole, full *fullStore, fault func(name string)) {
+func inject(ctx context.Context, cfg Config, procs, workers, doors []*proc, holes []*blackhole, full *fullStore, fault func(name string)) {
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
@@ -681,7 +790,11 @@ func inject(ctx context.Context, cfg Config, procs, workers []*proc, holes []*bl
 			fault("JetStream store's filesystem full")
 			continue
 		}
-		switch f := rand.IntN(10); {
+		kinds := 10
+		if len(doors) > 0 {
+			kinds = 11
+		}
+		switch f := rand.IntN(kinds); {
 		case f < 4: // SIGKILL a worker mid-run, restart it
 			workers[rand.IntN(len(workers))].restart(300 * time.Millisecond)
 			fault("worker SIGKILL")
@@ -703,9 +816,13 @@ func inject(ctx context.Context, cfg Config, procs, workers []*proc, holes []*bl
 		case f < 8:
 			procs[1].restart(300 * time.Millisecond)
 			fault("router SIGKILL")
-		default: // mid-intake: between a record and its queueing, often
+		case f < 10: // mid-intake: between a record and its queueing, often
 			procs[0].restart(300 * time.Millisecond)
 			fault("dispatcher SIGKILL")
+		default: // a door, often with calls in flight
+			d := doors[rand.IntN(len(doors))]
+			d.restart(300 * time.Millisecond)
+			fault(d.name + " door SIGKILL")
 		}
 	}
 }
@@ -1099,10 +1216,20 @@ func Print(w io.Writer, r Report) {
 	fmt.Fprintf(tw, "threads\t%d\n", r.Threads)
 	fmt.Fprintf(tw, "dispatches\t%d\n", r.Dispatches)
 	fmt.Fprintf(tw, "questions asked\t%d\n", r.Questions)
+	for _, k := range slices.Sorted(maps.Keys(r.ThreadsByDoor)) {
+		fmt.Fprintf(tw, "threads through %s\t%d\n", k, r.ThreadsByDoor[k])
+	}
 	fmt.Fprintf(tw, "answers sent (1-3 per question)\t%d\n", r.Answers)
+	for _, k := range slices.Sorted(maps.Keys(r.AnswersByDoor)) {
+		fmt.Fprintf(tw, "answers sent through %s\t%d\n", k, r.AnswersByDoor[k])
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.AnswerErrors)) {
 		fmt.Fprintf(tw, "answerer: %s\t%d\n", k, r.AnswerErrors[k])
 	}
+	for _, k := range slices.Sorted(maps.Keys(r.DoorErrors)) {
+		fmt.Fprintf(tw, "door: %s\t%d\n", k, r.DoorErrors[k])
+	}
+	fmt.Fprintf(tw, "threads whose door reported their end\t%d\n", r.DoorEnds)
 	fmt.Fprintf(tw, "events audited\t%d\n", r.Events)
 	fmt.Fprintf(tw, "questions joined to one already asked\t%d\n", r.Coalesced)
 	fmt.Fprintf(tw, "groups (threads waiting on each)\t%d %v\n", r.Groups, r.GroupSizes)

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -30,4 +31,23 @@ func Audit(ctx context.Context, js jetstream.JetStream, threads []string, side s
 // worker has ended, within that long.
 func ClearWorkspaces(root string, within time.Duration) (swept int, left []string, err error) {
 	return clearWorkspaces(root, within)
+}
+
+// DoorOf is the door thread i of the soak goes through.
+func DoorOf(i int) string { return doorOf(i) }
+
+// TaskEnd is how a door reports a thread's end.
+type TaskEnd = taskEnd
+
+// NewTaskEnd is a door's report of a task in state with output.
+func NewTaskEnd(state string, output json.RawMessage) TaskEnd {
+	return taskEnd{state: state, output: output}
+}
+
+// AuditDoorEnds checks the doors' reports of their threads' ends against
+// the lifecycle stream in js.
+func AuditDoorEnds(ctx context.Context, js jetstream.JetStream, threadDoor map[string]string, ends map[string]TaskEnd) Report {
+	var r Report
+	auditDoorEnds(ctx, js, threadDoor, ends, &r)
+	return r
 }
