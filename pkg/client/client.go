@@ -170,14 +170,19 @@ type Dispatch struct {
 	c *Client
 }
 
-// DispatchOption adjusts one Dispatch call.
-type DispatchOption func(*nats.Header)
+// DispatchOption adjusts one Dispatch call: WithTraceparent, OnBehalfOf.
+type DispatchOption func(*dispatchOptions)
+
+// dispatchOptions are the headers a Dispatch request carries.
+type dispatchOptions struct {
+	hdr nats.Header
+}
 
 // WithTraceparent sends a W3C traceparent with the request so every event
 // of the dispatch joins that trace. Without it the dispatcher starts a new
 // trace.
 func WithTraceparent(tp string) DispatchOption {
-	return func(h *nats.Header) { h.Set(lifecycle.TraceparentExtension, tp) }
+	return func(o *dispatchOptions) { o.hdr.Set(lifecycle.TraceparentExtension, tp) }
 }
 
 // PrincipalHeader carries, on agora.api.dispatch, the principal a door
@@ -191,7 +196,7 @@ const PrincipalHeader = "Agora-Principal"
 // caller's own subject (WithCaller) only an admin principal may name
 // another.
 func OnBehalfOf(principal string) DispatchOption {
-	return func(h *nats.Header) { h.Set(PrincipalHeader, principal) }
+	return func(o *dispatchOptions) { o.hdr.Set(PrincipalHeader, principal) }
 }
 
 // Dispatch asks the dispatcher (agora.api.dispatch) to accept req and
@@ -218,10 +223,11 @@ func OnBehalfOf(principal string) DispatchOption {
 // Dispatch blocks until the dispatcher answers, the attempts are spent or
 // ctx ends.
 func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...DispatchOption) (*Dispatch, error) {
-	hdr := nats.Header{}
+	do := dispatchOptions{hdr: nats.Header{}}
 	for _, o := range opts {
-		o(&hdr)
+		o(&do)
 	}
+	hdr := do.hdr
 	if req.DispatchID == "" {
 		req.DispatchID = lifecycle.NewID()
 	}
@@ -471,12 +477,17 @@ func (d *Dispatch) Result(ctx context.Context, out any) error {
 	return fmt.Errorf("client: thread %s ended with %T", threadID, end.Data)
 }
 
-// CancelOption adjusts a Cancel or CancelThread call.
-type CancelOption func(*CancelRequest)
+// CancelOption adjusts a Cancel or CancelThread call: CancelBy.
+type CancelOption func(*cancelOptions)
+
+// cancelOptions are the fields of a cancel request its options set.
+type cancelOptions struct {
+	by, reason string
+}
 
 // CancelBy names who cancels (default "api") and why.
 func CancelBy(by, reason string) CancelOption {
-	return func(r *CancelRequest) { r.By, r.Reason = by, reason }
+	return func(o *cancelOptions) { o.by, o.reason = by, reason }
 }
 
 // Cancel cancels a dispatch (agora.api.cancel) and returns its record. A
@@ -496,9 +507,11 @@ func (c *Client) CancelThread(ctx context.Context, threadID string, opts ...Canc
 // cancelCall sends req with opts applied to agora.api.cancel and returns the
 // reply, a Record or a Thread.
 func cancelCall[T any](ctx context.Context, c *Client, req CancelRequest, opts []CancelOption) (*T, error) {
+	var co cancelOptions
 	for _, o := range opts {
-		o(&req)
+		o(&co)
 	}
+	req.By, req.Reason = co.by, co.reason
 	var out T
 	if err := c.call(ctx, lifecycle.APICancel, nil, req, &out); err != nil {
 		return nil, err
