@@ -185,18 +185,15 @@ func WithTraceparent(tp string) DispatchOption {
 	return func(o *dispatchOptions) { o.hdr.Set(lifecycle.TraceparentExtension, tp) }
 }
 
-// PrincipalHeader carries, on agora.api.dispatch, the principal a door
-// dispatches for (docs/security.md, "Principals and scopes").
-const PrincipalHeader = "Agora-Principal"
-
-// OnBehalfOf records the dispatch's thread as principal's: a door that
+// OnBehalfOf records the dispatch's thread as principal's (the
+// lifecycle.PrincipalHeader header): a door that
 // authenticated its caller (MCP over HTTP does) says whose thread it is.
 // The dispatcher takes it from any NATS user that may call
 // agora.api.dispatch, so grant that subject to trusted doors only; on a
 // caller's own subject (WithCaller) only an admin principal may name
 // another.
 func OnBehalfOf(principal string) DispatchOption {
-	return func(o *dispatchOptions) { o.hdr.Set(PrincipalHeader, principal) }
+	return func(o *dispatchOptions) { o.hdr.Set(lifecycle.PrincipalHeader, principal) }
 }
 
 // Dispatch asks the dispatcher (agora.api.dispatch) to accept req and
@@ -495,18 +492,18 @@ func CancelBy(by, reason string) CancelOption {
 // Cancel is idempotent: a dispatch that already ended is returned
 // unchanged. An unknown id answers an error matching ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, dispatchID string, opts ...CancelOption) (*Record, error) {
-	return cancelCall[Record](ctx, c, CancelRequest{DispatchID: dispatchID}, opts)
+	return cancelCall[Record](ctx, c, lifecycle.CancelRequest{DispatchID: dispatchID}, opts)
 }
 
 // CancelThread cancels every dispatch of a thread that has not ended, and
 // a thread paused on a question, and returns the thread.
 func (c *Client) CancelThread(ctx context.Context, threadID string, opts ...CancelOption) (*Thread, error) {
-	return cancelCall[Thread](ctx, c, CancelRequest{ThreadID: threadID}, opts)
+	return cancelCall[Thread](ctx, c, lifecycle.CancelRequest{ThreadID: threadID}, opts)
 }
 
 // cancelCall sends req with opts applied to agora.api.cancel and returns the
 // reply, a Record or a Thread.
-func cancelCall[T any](ctx context.Context, c *Client, req CancelRequest, opts []CancelOption) (*T, error) {
+func cancelCall[T any](ctx context.Context, c *Client, req lifecycle.CancelRequest, opts []CancelOption) (*T, error) {
 	var co cancelOptions
 	for _, o := range opts {
 		o(&co)
@@ -523,7 +520,7 @@ func cancelCall[T any](ctx context.Context, c *Client, req CancelRequest, opts [
 // answers an error matching ErrNotFound.
 func (c *Client) Status(ctx context.Context, dispatchID string) (*Record, error) {
 	var rec Record
-	if err := c.call(ctx, lifecycle.APIStatus, nil, StatusRequest{DispatchID: dispatchID}, &rec); err != nil {
+	if err := c.call(ctx, lifecycle.APIStatus, nil, statusRequest{DispatchID: dispatchID}, &rec); err != nil {
 		return nil, err
 	}
 	return &rec, nil
@@ -533,7 +530,7 @@ func (c *Client) Status(ctx context.Context, dispatchID string) (*Record, error)
 // (agora.api.status). An unknown id answers an error matching ErrNotFound.
 func (c *Client) Thread(ctx context.Context, threadID string) (*Thread, error) {
 	var th Thread
-	if err := c.call(ctx, lifecycle.APIStatus, nil, StatusRequest{ThreadID: threadID}, &th); err != nil {
+	if err := c.call(ctx, lifecycle.APIStatus, nil, statusRequest{ThreadID: threadID}, &th); err != nil {
 		return nil, err
 	}
 	return &th, nil
