@@ -170,28 +170,30 @@ type Dispatch struct {
 	c *Client
 }
 
-// DispatchOption adjusts one Dispatch call.
-type DispatchOption func(*nats.Header)
+// DispatchOption adjusts one Dispatch call: WithTraceparent, OnBehalfOf.
+type DispatchOption func(*dispatchOptions)
+
+// dispatchOptions are the headers a Dispatch request carries.
+type dispatchOptions struct {
+	hdr nats.Header
+}
 
 // WithTraceparent sends a W3C traceparent with the request so every event
 // of the dispatch joins that trace. Without it the dispatcher starts a new
 // trace.
 func WithTraceparent(tp string) DispatchOption {
-	return func(h *nats.Header) { h.Set(lifecycle.TraceparentExtension, tp) }
+	return func(o *dispatchOptions) { o.hdr.Set(lifecycle.TraceparentExtension, tp) }
 }
 
-// PrincipalHeader carries, on agora.api.dispatch, the principal a door
-// dispatches for (docs/security.md, "Principals and scopes").
-const PrincipalHeader = "Agora-Principal"
-
-// OnBehalfOf records the dispatch's thread as principal's: a door that
+// OnBehalfOf records the dispatch's thread as principal's (the
+// lifecycle.PrincipalHeader header): a door that
 // authenticated its caller (MCP over HTTP does) says whose thread it is.
 // The dispatcher takes it from any NATS user that may call
 // agora.api.dispatch, so grant that subject to trusted doors only; on a
 // caller's own subject (WithCaller) only an admin principal may name
 // another.
 func OnBehalfOf(principal string) DispatchOption {
-	return func(h *nats.Header) { h.Set(PrincipalHeader, principal) }
+	return func(o *dispatchOptions) { o.hdr.Set(lifecycle.PrincipalHeader, principal) }
 }
 
 // Dispatch asks the dispatcher (agora.api.dispatch) to accept req and
@@ -218,10 +220,11 @@ func OnBehalfOf(principal string) DispatchOption {
 // Dispatch blocks until the dispatcher answers, the attempts are spent or
 // ctx ends.
 func (c *Client) Dispatch(ctx context.Context, req lifecycle.Request, opts ...DispatchOption) (*Dispatch, error) {
-	hdr := nats.Header{}
+	do := dispatchOptions{hdr: nats.Header{}}
 	for _, o := range opts {
-		o(&hdr)
+		o(&do)
 	}
+	hdr := do.hdr
 	if req.DispatchID == "" {
 		req.DispatchID = lifecycle.NewID()
 	}
@@ -471,12 +474,17 @@ func (d *Dispatch) Result(ctx context.Context, out any) error {
 	return fmt.Errorf("client: thread %s ended with %T", threadID, end.Data)
 }
 
-// CancelOption adjusts a Cancel or CancelThread call.
-type CancelOption func(*CancelRequest)
+// CancelOption adjusts a Cancel or CancelThread call: CancelBy.
+type CancelOption func(*cancelOptions)
+
+// cancelOptions are the fields of a cancel request its options set.
+type cancelOptions struct {
+	by, reason string
+}
 
 // CancelBy names who cancels (default "api") and why.
 func CancelBy(by, reason string) CancelOption {
-	return func(r *CancelRequest) { r.By, r.Reason = by, reason }
+	return func(o *cancelOptions) { o.by, o.reason = by, reason }
 }
 
 // Cancel cancels a dispatch (agora.api.cancel) and returns its record. A
@@ -484,21 +492,23 @@ func CancelBy(by, reason string) CancelOption {
 // Cancel is idempotent: a dispatch that already ended is returned
 // unchanged. An unknown id answers an error matching ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, dispatchID string, opts ...CancelOption) (*Record, error) {
-	return cancelCall[Record](ctx, c, CancelRequest{DispatchID: dispatchID}, opts)
+	return cancelCall[Record](ctx, c, lifecycle.CancelRequest{DispatchID: dispatchID}, opts)
 }
 
 // CancelThread cancels every dispatch of a thread that has not ended, and
 // a thread paused on a question, and returns the thread.
 func (c *Client) CancelThread(ctx context.Context, threadID string, opts ...CancelOption) (*Thread, error) {
-	return cancelCall[Thread](ctx, c, CancelRequest{ThreadID: threadID}, opts)
+	return cancelCall[Thread](ctx, c, lifecycle.CancelRequest{ThreadID: threadID}, opts)
 }
 
 // cancelCall sends req with opts applied to agora.api.cancel and returns the
 // reply, a Record or a Thread.
-func cancelCall[T any](ctx context.Context, c *Client, req CancelRequest, opts []CancelOption) (*T, error) {
+func cancelCall[T any](ctx context.Context, c *Client, req lifecycle.CancelRequest, opts []CancelOption) (*T, error) {
+	var co cancelOptions
 	for _, o := range opts {
-		o(&req)
+		o(&co)
 	}
+	req.By, req.Reason = co.by, co.reason
 	var out T
 	if err := c.call(ctx, lifecycle.APICancel, nil, req, &out); err != nil {
 		return nil, err
@@ -510,7 +520,7 @@ func cancelCall[T any](ctx context.Context, c *Client, req CancelRequest, opts [
 // answers an error matching ErrNotFound.
 func (c *Client) Status(ctx context.Context, dispatchID string) (*Record, error) {
 	var rec Record
-	if err := c.call(ctx, lifecycle.APIStatus, nil, StatusRequest{DispatchID: dispatchID}, &rec); err != nil {
+	if err := c.call(ctx, lifecycle.APIStatus, nil, statusRequest{DispatchID: dispatchID}, &rec); err != nil {
 		return nil, err
 	}
 	return &rec, nil
@@ -520,7 +530,7 @@ func (c *Client) Status(ctx context.Context, dispatchID string) (*Record, error)
 // (agora.api.status). An unknown id answers an error matching ErrNotFound.
 func (c *Client) Thread(ctx context.Context, threadID string) (*Thread, error) {
 	var th Thread
-	if err := c.call(ctx, lifecycle.APIStatus, nil, StatusRequest{ThreadID: threadID}, &th); err != nil {
+	if err := c.call(ctx, lifecycle.APIStatus, nil, statusRequest{ThreadID: threadID}, &th); err != nil {
 		return nil, err
 	}
 	return &th, nil

@@ -42,22 +42,11 @@ type Decision struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// DecisionsRequest is the body of agora.api.decisions.
-type DecisionsRequest struct {
-	// Route keeps one route's decisions; empty lists all.
-	Route string `json:"route,omitempty"`
-}
-
 // DecisionsPage is the router's reply on agora.api.decisions: the
 // remembered decisions, newest answer first.
 type DecisionsPage struct {
 	Decisions []Decision `json:"decisions"`
 	Count     int        `json:"count"`
-}
-
-// ForgetRequest is the body of agora.api.decisions.forget.
-type ForgetRequest struct {
-	ID string `json:"id"`
 }
 
 // Decisions lists the remembered decisions, of one route when route is not
@@ -69,7 +58,7 @@ func (c *Client) Decisions(ctx context.Context, route string) ([]Decision, error
 		}
 	}
 	var page DecisionsPage
-	if err := c.call(ctx, lifecycle.APIDecisions, nil, DecisionsRequest{Route: route}, &page); err != nil {
+	if err := c.call(ctx, lifecycle.APIDecisions, nil, lifecycle.DecisionsRequest{Route: route}, &page); err != nil {
 		return nil, err
 	}
 	return page.Decisions, nil
@@ -84,7 +73,7 @@ func (c *Client) ForgetDecision(ctx context.Context, id string) (Decision, error
 		return Decision{}, fmt.Errorf("client: decision id: %w", err)
 	}
 	var d Decision
-	if err := c.call(ctx, lifecycle.APIDecisionsForget, nil, ForgetRequest{ID: id}, &d); err != nil {
+	if err := c.call(ctx, lifecycle.APIDecisionsForget, nil, lifecycle.ForgetRequest{ID: id}, &d); err != nil {
 		return Decision{}, err
 	}
 	return d, nil

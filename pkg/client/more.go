@@ -23,12 +23,13 @@ func (c *Client) Terminal(ctx context.Context, dispatchID string) (lifecycle.Dat
 	return c.terminalData(ctx, rec.ThreadID, dispatchID)
 }
 
-// MaxPartialState bounds PartialState's read of a state kept in agora_state.
-const MaxPartialState = 16 << 20
+// maxPartialState bounds PartialState's read of a state kept in agora_state.
+const maxPartialState = 16 << 20
 
 // PartialState returns the partial_state a needs_input dispatch saved,
 // inline in its event or kept by reference in agora_state; nil when it
-// saved none. It returns an error for a dispatch that did not ask.
+// saved none. It returns an error for a dispatch that did not ask. It reads
+// at most 16 MiB of a state kept by reference.
 func (c *Client) PartialState(ctx context.Context, dispatchID string) (json.RawMessage, error) {
 	d, err := c.Terminal(ctx, dispatchID)
 	if err != nil {
@@ -50,7 +51,7 @@ func (c *Client) PartialState(ctx context.Context, dispatchID string) (json.RawM
 		return nil, fmt.Errorf("client: partial state %s: %w", ni.PartialStateRef, err)
 	}
 	defer r.Close()
-	b, err := io.ReadAll(io.LimitReader(r, MaxPartialState))
+	b, err := io.ReadAll(io.LimitReader(r, maxPartialState))
 	if err != nil {
 		return nil, fmt.Errorf("client: partial state %s: %w", ni.PartialStateRef, err)
 	}

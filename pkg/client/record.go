@@ -152,29 +152,18 @@ type Round struct {
 	Events []lifecycle.Event `json:"events,omitempty"`
 }
 
-// CancelRequest is the body of agora.api.cancel (and of the core messages
-// the dispatcher sends on agora.control.cancel.<dispatch_id> and
-// agora.control.cancel-thread.<thread_id>). Set DispatchID to cancel one
-// dispatch or ThreadID to cancel a whole thread.
-type CancelRequest struct {
-	DispatchID string `json:"dispatch_id,omitempty"`
-	ThreadID   string `json:"thread_id,omitempty"`
-	// By names who cancels; the dispatcher uses "api" when it is empty.
-	By     string `json:"by,omitempty"`
-	Reason string `json:"reason,omitempty"`
-}
-
 // CancelMark is Record.CancelRequested: the cancel of a thread paused on a
 // question (the paused dispatch, its thread, who cancelled and why) and
-// when the dispatcher took it. Its JSON is that of CancelRequest plus "at".
+// when the dispatcher took it. Its JSON is that of lifecycle.CancelRequest
+// plus "at".
 type CancelMark struct {
-	CancelRequest
+	lifecycle.CancelRequest
 	At time.Time `json:"at"`
 }
 
-// StatusRequest is the body of agora.api.status: set DispatchID for one
+// statusRequest is the body of agora.api.status: set DispatchID for one
 // dispatch's Record, or ThreadID for its Thread.
-type StatusRequest struct {
+type statusRequest struct {
 	DispatchID string `json:"dispatch_id,omitempty"`
 	ThreadID   string `json:"thread_id,omitempty"`
 }

@@ -7,21 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/agora-dispatch/agora/pkg/kvsnap"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/subagent"
 )
-
-// RuntimeAnnouncement is what a worker writes in the agora_runtimes
-// bucket, under a runtime's name, when it starts: that it offers the
-// runtime (docs/subagents.md, "Writing a runtime").
-type RuntimeAnnouncement struct {
-	Runtime     string    `json:"runtime"`
-	WorkerID    string    `json:"worker_id"`
-	AnnouncedAt time.Time `json:"announced_at"`
-}
 
 // Runtimes lists the runtimes a definition may name, sorted: the ones
 // every worker offers (subagent.BuiltinRuntimes) and those a worker has
@@ -38,7 +28,7 @@ func (c *Client) Runtimes(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("client: list runtimes: %w", err)
 	}
 	for _, e := range es {
-		var a RuntimeAnnouncement
+		var a lifecycle.RuntimeAnnouncement
 		if json.Unmarshal(e.Value, &a) == nil && subagent.ValidRuntime(e.Key) && !slices.Contains(names, e.Key) {
 			names = append(names, e.Key)
 		}

@@ -110,7 +110,7 @@ func (s *Service) signalCancel(ctx context.Context, rec client.Record, by, reaso
 	if err != nil {
 		return err
 	}
-	data, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason})
+	data, _ := json.Marshal(lifecycle.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason})
 	if err := s.nc.Publish(subj, data); err != nil {
 		return fmt.Errorf("dispatcher: signal cancel %s: %w", rec.DispatchID, err)
 	}
@@ -129,7 +129,7 @@ func (s *Service) signalCancel(ctx context.Context, rec client.Record, by, reaso
 //     whenever it handles an answer, a deadline or a new question of the
 //     dispatch, and when it starts, so the cancel survives a router that
 //     is down or misses step 2.
-//  2. It publishes the mark's client.CancelRequest on the core subject
+//  2. It publishes the mark's lifecycle.CancelRequest on the core subject
 //     agora.control.cancel-thread.<thread_id>, so a running router acts at
 //     once.
 //
@@ -143,7 +143,7 @@ func (s *Service) cancelPausedThread(ctx context.Context, b *bindings, rec clien
 		rec.Outcome = client.OutcomeAlreadyEnded // its thread went on
 		return rec, nil
 	}
-	mark := client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason}, At: time.Now().UTC()}
+	mark := client.CancelMark{CancelRequest: lifecycle.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by, Reason: reason}, At: time.Now().UTC()}
 	marked := false
 	stored, err := b.store.update(ctx, rec.DispatchID, func(r *record) bool {
 		if r.CancelRequested != nil {

@@ -68,7 +68,7 @@ func TestCancelQueuedDispatch(t *testing.T) {
 	if lifecycle.TraceID(lifecycle.Traceparent(e)) != lifecycle.TraceID(d.Record.Traceparent) {
 		t.Errorf("cancelled event is not on the dispatch's trace")
 	}
-	var body client.CancelRequest
+	var body lifecycle.CancelRequest
 	if err := json.Unmarshal(receive(t, signal).Data, &body); err != nil || body.DispatchID != d.DispatchID || body.By != "alice" {
 		t.Errorf("cancel signal: %+v %v", body, err)
 	}
@@ -231,7 +231,7 @@ func TestCancelThreadPausedOnAQuestion(t *testing.T) {
 	if th.Status != lifecycle.KindNeedsInput || th.Rounds[0].Result.QuestionID != "q-paused" {
 		t.Errorf("the paused dispatch itself stays needs_input: %+v", th)
 	}
-	var body client.CancelRequest
+	var body lifecycle.CancelRequest
 	if err := json.Unmarshal(receive(t, hook).Data, &body); err != nil || body.ThreadID != "paused" || body.DispatchID != "paused" || body.By != "dave" {
 		t.Errorf("router hook: %+v %v", body, err)
 	}
@@ -321,7 +321,7 @@ func TestCancelThreadWhileTheProjectionLags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var body client.CancelRequest
+			var body lifecycle.CancelRequest
 			if err := json.Unmarshal(receive(t, hook).Data, &body); err != nil || body.DispatchID != d.DispatchID || body.ThreadID != d.ThreadID || body.By != "erin" || body.Reason != "wrong task" {
 				t.Errorf("router hook: %+v %v", body, err)
 			}

@@ -142,10 +142,10 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 		s.microError(r, p)
 		return
 	}
-	who := r.Headers().Get(client.PrincipalHeader)
+	who := r.Headers().Get(lifecycle.PrincipalHeader)
 	if who != "" && (len(who) > 64 || lifecycle.ValidToken(who) != nil) {
 		s.metrics.request(doorMicro, resultRejected, start)
-		s.microError(r, problem.Invalid(client.FieldError{Field: client.PrincipalHeader, Message: fmt.Sprintf("%q is not a principal name: 1-64 letters, digits, '-' or '_'", short(who))}))
+		s.microError(r, problem.Invalid(client.FieldError{Field: lifecycle.PrincipalHeader, Message: fmt.Sprintf("%q is not a principal name: 1-64 letters, digits, '-' or '_'", short(who))}))
 		return
 	}
 	if p := s.natsCaller(r.Subject()); p != nil {
@@ -153,7 +153,7 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 		switch {
 		case who != "" && who != p.Name && !p.Admin:
 			refused = &client.Problem{Type: client.ProblemForbidden, Title: "Forbidden", Status: http.StatusForbidden,
-				Detail: fmt.Sprintf("NATS user %s may not dispatch on behalf of %s (%s): only an admin principal or a trusted user on %s may", p.Name, short(who), client.PrincipalHeader, lifecycle.APIDispatch)}
+				Detail: fmt.Sprintf("NATS user %s may not dispatch on behalf of %s (%s): only an admin principal or a trusted user on %s may", p.Name, short(who), lifecycle.PrincipalHeader, lifecycle.APIDispatch)}
 		default:
 			refused = mayDispatch(p, req.Subagent)
 		}
@@ -178,8 +178,8 @@ func (s *Service) microDispatch(ctx context.Context, r micro.Request) {
 
 // decodeTarget reads a cancel or status body: exactly one of dispatch_id
 // and thread_id.
-func decodeTarget(data []byte) (client.CancelRequest, error) {
-	var req client.CancelRequest
+func decodeTarget(data []byte) (lifecycle.CancelRequest, error) {
+	var req lifecycle.CancelRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		return req, problem.Invalid(client.FieldError{Field: "request", Message: "must be a JSON object with dispatch_id or thread_id: " + err.Error()})
 	}
@@ -192,7 +192,7 @@ func decodeTarget(data []byte) (client.CancelRequest, error) {
 // microCancel serves agora.api.cancel: {"dispatch_id"|"thread_id", "by",
 // "reason"} in, the record (or the thread) out.
 func (s *Service) microCancel(ctx context.Context, r micro.Request) {
-	s.microTarget(ctx, r, true, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
+	s.microTarget(ctx, r, true, func(ctx context.Context, b *bindings, req lifecycle.CancelRequest) (any, error) {
 		if req.ThreadID != "" {
 			return s.cancelThread(ctx, b, req.ThreadID, req.By, req.Reason)
 		}
@@ -203,7 +203,7 @@ func (s *Service) microCancel(ctx context.Context, r micro.Request) {
 // microStatus serves agora.api.status: {"dispatch_id"} in, the record out;
 // or {"thread_id"} in, the thread out.
 func (s *Service) microStatus(ctx context.Context, r micro.Request) {
-	s.microTarget(ctx, r, false, func(ctx context.Context, b *bindings, req client.CancelRequest) (any, error) {
+	s.microTarget(ctx, r, false, func(ctx context.Context, b *bindings, req lifecycle.CancelRequest) (any, error) {
 		if req.ThreadID != "" {
 			return s.thread(ctx, b, req.ThreadID)
 		}
@@ -215,7 +215,7 @@ func (s *Service) microStatus(ctx context.Context, r micro.Request) {
 // status): it binds, decodes the target (decodeTarget), checks that a
 // caller on its own subject may see it (and, with cancel, cancel it),
 // calls f within opTimeout and answers with what f returns or its error.
-func (s *Service) microTarget(ctx context.Context, r micro.Request, cancelling bool, f func(context.Context, *bindings, client.CancelRequest) (any, error)) {
+func (s *Service) microTarget(ctx context.Context, r micro.Request, cancelling bool, f func(context.Context, *bindings, lifecycle.CancelRequest) (any, error)) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	b, err := s.bind(ctx)

@@ -142,7 +142,7 @@ func TestProjectionWritesOnlyWhatEventsDoNotCarry(t *testing.T) {
 		}
 		var rec client.Record
 		_ = json.Unmarshal(e.Value(), &rec)
-		rec.CancelRequested = &client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: "own-3", ThreadID: "own-3", By: "ops"}, At: time.Now().UTC()}
+		rec.CancelRequested = &client.CancelMark{CancelRequest: lifecycle.CancelRequest{DispatchID: "own-3", ThreadID: "own-3", By: "ops"}, At: time.Now().UTC()}
 		data, _ := json.Marshal(rec)
 		if _, err := raw.Update(t.Context(), "own-3", data, e.Revision()); err != nil {
 			t.Fatal(err)

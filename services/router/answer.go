@@ -150,7 +150,7 @@ type answering struct {
 	marked func(dispatchID string) *dispatchRecord
 
 	cancelSeen bool
-	cancelReq  client.CancelRequest
+	cancelReq  lifecycle.CancelRequest
 	cancelled  bool
 
 	reply    client.AnswerReply

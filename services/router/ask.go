@@ -398,14 +398,14 @@ func (s *Service) dispatchStatus(ctx context.Context, drec *dispatchRecord) erro
 // while paused: a cancel-thread message this process saw, or the mark the
 // dispatcher leaves on the paused dispatch's record (read from drec when
 // given, else from the bucket).
-func (s *Service) cancelRequested(ctx context.Context, r *record, drec *dispatchRecord) (client.CancelRequest, bool) {
+func (s *Service) cancelRequested(ctx context.Context, r *record, drec *dispatchRecord) (lifecycle.CancelRequest, bool) {
 	if cr, ok := s.cancelled.get(r.ThreadID, r.DispatchID); ok {
 		return cr, true
 	}
 	if drec == nil {
 		var err error
 		if drec, err = s.dispatchRecord(ctx, r.DispatchID); err != nil {
-			return client.CancelRequest{}, false
+			return lifecycle.CancelRequest{}, false
 		}
 	}
 	if m := drec.CancelRequested; m != nil {
@@ -420,5 +420,5 @@ func (s *Service) cancelRequested(ctx context.Context, r *record, drec *dispatch
 	}
 	// The dispatch itself cannot have been cancelled: it has one terminal
 	// event, and its question exists because that event is needs_input.
-	return client.CancelRequest{}, false
+	return lifecycle.CancelRequest{}, false
 }

@@ -298,7 +298,7 @@ func TestCancelWhilePaused(t *testing.T) {
 	e.startRouter(e.config())
 
 	qid, rec := e.askPaused("c")
-	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice", Reason: "not needed"})
+	body, _ := json.Marshal(lifecycle.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice", Reason: "not needed"})
 	subj, _ := lifecycle.CancelThreadSubject(rec.ThreadID)
 	if err := e.nc.Publish(subj, body); err != nil {
 		t.Fatal(err)
@@ -324,7 +324,7 @@ func TestCancelWhilePaused(t *testing.T) {
 	qid2, rec2 := e.askPaused("c")
 	e.putDispatch(map[string]any{
 		"dispatch_id": rec2.DispatchID, "thread_id": rec2.ThreadID, "round": 0, "subagent": "c", "status": "needs_input",
-		"cancel_requested": client.CancelRequest{DispatchID: rec2.DispatchID, ThreadID: rec2.ThreadID, By: "ops"},
+		"cancel_requested": lifecycle.CancelRequest{DispatchID: rec2.DispatchID, ThreadID: rec2.ThreadID, By: "ops"},
 	})
 	if rep := e.answer(router.Submission{QuestionID: qid2, Answer: "x", AnsweredBy: "bob"}); rep.Status != client.AnswerAlreadyAnswered || !strings.Contains(rep.Reason, "cancelled by ops") {
 		t.Errorf("answer to a thread cancelled while the router missed it = %+v", rep)
@@ -385,7 +385,7 @@ func TestCancelMarkFoundAtStart(t *testing.T) {
 	rec, _ := e.record(qid)
 	e.putDispatch(client.Record{
 		DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, Subagent: "c", Status: lifecycle.KindNeedsInput,
-		CancelRequested: &client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "ops", Reason: "shutting down"}, At: time.Now().UTC()},
+		CancelRequested: &client.CancelMark{CancelRequest: lifecycle.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "ops", Reason: "shutting down"}, At: time.Now().UTC()},
 	})
 	e.startRouter(e.config())
 	rec = e.waitStatus(qid, "withdrawn")
@@ -411,7 +411,7 @@ func TestCancelMarkFoundAfterReconnect(t *testing.T) {
 	qid, rec := e.askPaused("c")
 	e.putDispatch(client.Record{
 		DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, Subagent: "c", Status: lifecycle.KindNeedsInput,
-		CancelRequested: &client.CancelMark{CancelRequest: client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "ops", Reason: "partitioned"}, At: time.Now().UTC()},
+		CancelRequested: &client.CancelMark{CancelRequest: lifecycle.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "ops", Reason: "partitioned"}, At: time.Now().UTC()},
 	})
 	e.srv.Restart(t)
 	deadline := time.Now().Add(20 * time.Second)
@@ -439,7 +439,7 @@ func TestCancelWithTwoReplicas(t *testing.T) {
 	e.startRouter(a)
 	e.startRouter(b)
 	qid, rec := e.askPaused("c")
-	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice"})
+	body, _ := json.Marshal(lifecycle.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: "alice"})
 	subj, _ := lifecycle.CancelThreadSubject(rec.ThreadID)
 	for range 3 {
 		if err := e.nc.Publish(subj, body); err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/agora-dispatch/agora/internal/kvwatch"
 	"github.com/agora-dispatch/agora/internal/svc"
-	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -333,7 +332,7 @@ type cancelMemo struct {
 }
 
 type memoEntry struct {
-	req client.CancelRequest
+	req lifecycle.CancelRequest
 	at  time.Time
 }
 
@@ -342,19 +341,19 @@ const cancelMemoTTL = 15 * time.Minute
 
 func newCancelMemo() *cancelMemo { return &cancelMemo{m: map[string]memoEntry{}} }
 
-func (c *cancelMemo) add(req client.CancelRequest) {
+func (c *cancelMemo) add(req lifecycle.CancelRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m[req.ThreadID] = memoEntry{req: req, at: time.Now()}
 }
 
 // get returns the remembered cancel of a thread's paused dispatch.
-func (c *cancelMemo) get(threadID, dispatchID string) (client.CancelRequest, bool) {
+func (c *cancelMemo) get(threadID, dispatchID string) (lifecycle.CancelRequest, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[threadID]
 	if !ok || (e.req.DispatchID != "" && e.req.DispatchID != dispatchID) {
-		return client.CancelRequest{}, false
+		return lifecycle.CancelRequest{}, false
 	}
 	return e.req, true
 }

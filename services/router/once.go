@@ -703,7 +703,7 @@ func (s *Service) answerFromMemory(r *record, d *client.Decision) (bool, error) 
 // leave takes r's own thread, cancelled, off a question that joined
 // threads still wait on: the thread ends cancelled, the question stays
 // asked for the others.
-func leave(r *record, cr client.CancelRequest, via string) error {
+func leave(r *record, cr lifecycle.CancelRequest, via string) error {
 	by := clip.String(cmp.Or(cr.By, "api"), MaxAnsweredByBytes)
 	reason := clip.String(cr.Reason, MaxReasonBytes)
 	r.Left, r.Outcome = true, outcomeWithdrawn
@@ -789,7 +789,7 @@ func (s *Service) forget(ctx context.Context, id string) (*client.Decision, erro
 
 // microDecisions serves agora.api.decisions.
 func (s *Service) microDecisions(ctx context.Context, req micro.Request) {
-	var in client.DecisionsRequest
+	var in lifecycle.DecisionsRequest
 	if p := decodeStrict(req.Data(), &in, "a decisions request has route"); p != nil {
 		s.respondProblem(req, p)
 		return
@@ -811,7 +811,7 @@ func (s *Service) microDecisions(ctx context.Context, req micro.Request) {
 
 // microForget serves agora.api.decisions.forget.
 func (s *Service) microForget(ctx context.Context, req micro.Request) {
-	var in client.ForgetRequest
+	var in lifecycle.ForgetRequest
 	if p := decodeStrict(req.Data(), &in, "a forget request has id"); p != nil {
 		s.respondProblem(req, p)
 		return

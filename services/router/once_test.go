@@ -255,7 +255,7 @@ func TestAskOnceRouterKilledDuringFanout(t *testing.T) {
 func (e *env) cancelThread(qid, by string) {
 	e.t.Helper()
 	rec, _ := e.record(qid)
-	body, _ := json.Marshal(client.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by})
+	body, _ := json.Marshal(lifecycle.CancelRequest{DispatchID: rec.DispatchID, ThreadID: rec.ThreadID, By: by})
 	subj, _ := lifecycle.CancelThreadSubject(rec.ThreadID)
 	if err := e.nc.Publish(subj, body); err != nil {
 		e.t.Fatal(err)

@@ -193,7 +193,7 @@ func (s *Service) cancelResumed(ctx context.Context, r *record, by string) *clie
 	}
 	// Stop a run in progress; a queued one finds its cancel and never runs.
 	if subj, err := lifecycle.CancelSubject(old); err == nil {
-		data, _ := json.Marshal(client.CancelRequest{DispatchID: old, ThreadID: r.ThreadID, By: by, Reason: c.Reason})
+		data, _ := json.Marshal(lifecycle.CancelRequest{DispatchID: old, ThreadID: r.ThreadID, By: by, Reason: c.Reason})
 		if err := s.nc.Publish(subj, data); err != nil {
 			s.log.Warn("reverse: signal the worker", "dispatch_id", old, "err", err)
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/agora-dispatch/agora/internal/clip"
 	"github.com/agora-dispatch/agora/internal/resume"
 	"github.com/agora-dispatch/agora/internal/telemetry"
-	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
@@ -98,7 +97,7 @@ func (r *record) endCancelled(by, reason string) error {
 // and ends the thread cancelled (by and reason from cr) on the thread's
 // next dispatch id, as on_expiry cancel does. The caller queues
 // question.withdrawn after it.
-func withdraw(r *record, cr client.CancelRequest, via string) error {
+func withdraw(r *record, cr lifecycle.CancelRequest, via string) error {
 	by := cr.By
 	if by == "" {
 		by = "api"
@@ -119,7 +118,7 @@ func withdraw(r *record, cr client.CancelRequest, via string) error {
 // withdrawn (the caller then takes it off that one with unjoin); the asking
 // thread of a question others joined leaves it, which stays asked for
 // them; any other question is withdrawn (docs/router.md, "Ask once").
-func (s *Service) cancelThread(r *record, cr client.CancelRequest, via string) (lifecycle.QuestionEvent, error) {
+func (s *Service) cancelThread(r *record, cr lifecycle.CancelRequest, via string) (lifecycle.QuestionEvent, error) {
 	switch {
 	case r.Left:
 		return "", nil
@@ -271,7 +270,7 @@ func (s *Service) onCancelThread(ctx context.Context, m *nats.Msg) {
 	if lifecycle.ValidToken(thread) != nil {
 		return
 	}
-	var cr client.CancelRequest
+	var cr lifecycle.CancelRequest
 	if len(m.Data) > 0 {
 		if err := json.Unmarshal(m.Data, &cr); err != nil {
 			s.log.Warn("cancel-thread message with a bad body: cancelling the thread anyway", "thread_id", thread, "err", err)
@@ -292,7 +291,7 @@ func (s *Service) onCancelThread(ctx context.Context, m *nats.Msg) {
 
 // withdrawQuestion withdraws an asked question of the thread cr cancels;
 // via names where the cancel was seen.
-func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr client.CancelRequest, via string) {
+func (s *Service) withdrawQuestion(ctx context.Context, qid string, cr lifecycle.CancelRequest, via string) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	log := s.log.With("question_id", qid, "thread_id", cr.ThreadID)

@@ -33,7 +33,6 @@ import (
 	"github.com/agora-dispatch/agora/internal/sandbox"
 	"github.com/agora-dispatch/agora/internal/sandbox/contain"
 	"github.com/agora-dispatch/agora/internal/svc"
-	"github.com/agora-dispatch/agora/pkg/client"
 	"github.com/agora-dispatch/agora/pkg/consume"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 	"github.com/agora-dispatch/agora/pkg/runtime"
@@ -218,7 +217,7 @@ func (s *Service) announce(ctx context.Context, js jetstream.JetStream) {
 	}
 	now := time.Now().UTC()
 	for _, name := range s.offered() {
-		b, _ := json.Marshal(client.RuntimeAnnouncement{Runtime: name, WorkerID: s.cfg.ID, AnnouncedAt: now})
+		b, _ := json.Marshal(lifecycle.RuntimeAnnouncement{Runtime: name, WorkerID: s.cfg.ID, AnnouncedAt: now})
 		if _, err := kv.Put(ctx, name, b); err != nil {
 			s.log.Warn("cannot announce a runtime", "runtime", name, "err", err)
 		}
