@@ -169,13 +169,13 @@ func questionMessage(info a2a.TaskInfoProvider, q lifecycle.Question) *a2a.Messa
 	for _, o := range q.Options {
 		options = append(options, o)
 	}
-	d := a2a.NewDataPart(map[string]any{"question_id": q.QuestionID, "kind": q.Kind, "options": options})
+	d := a2a.NewDataPart(map[string]any{"question_id": q.QuestionID, "kind": string(q.Kind), "options": options})
 	d.MediaType = mediaJSON
 	d.SetMeta(metaPart, "options")
 	parts = append(parts, d)
 	m := a2a.NewMessageForTask(a2a.MessageRoleAgent, info, parts...)
 	m.ID = "question-" + q.QuestionID
-	m.Metadata = map[string]any{metaQuestionID: q.QuestionID, metaKind: q.Kind, metaRound: q.Round}
+	m.Metadata = map[string]any{metaQuestionID: q.QuestionID, metaKind: string(q.Kind), metaRound: q.Round}
 	if q.ShownDigest != "" {
 		m.Metadata[metaShownDigest] = q.ShownDigest
 	}
