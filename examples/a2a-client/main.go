@@ -56,6 +56,7 @@ func run(ctx context.Context) error {
 	task := flag.String("task", "rename the config loader", "what to ask the sub-agent")
 	answer := flag.String("answer", "", "the answer to its question (default: its first option)")
 	binding := flag.String("binding", string(a2a.TransportProtocolJSONRPC), "JSONRPC or HTTP+JSON")
+	wait := flag.Bool("wait", false, "do not answer: wait for the question to be answered through another door (the inbox, Slack, the CLI)")
 	flag.Parse()
 	hc := &http.Client{Transport: bearer{os.Getenv("AGORA_A2A_TOKEN")}, Timeout: 2 * time.Minute}
 
@@ -100,14 +101,21 @@ func run(ctx context.Context) error {
 		}
 	}
 	fmt.Printf("  question %v: %q, options %v\n", q.Metadata["question_id"], q.Parts[0].Text(), options)
-	a := *answer
-	if a == "" && len(options) > 0 {
-		a, _ = options[0].(string)
-	}
-	fmt.Printf("answer: %q\n", a)
-	t, err = sendTask(ctx, c, &a2a.SendMessageRequest{Message: a2a.NewMessageForTask(a2a.MessageRoleUser, t, a2a.NewTextPart(a))})
-	if err != nil {
-		return err
+	if *wait {
+		fmt.Println("waiting for an answer through another door")
+		if t, err = awaitEnd(ctx, c, t.ID); err != nil {
+			return err
+		}
+	} else {
+		a := *answer
+		if a == "" && len(options) > 0 {
+			a, _ = options[0].(string)
+		}
+		fmt.Printf("answer: %q\n", a)
+		t, err = sendTask(ctx, c, &a2a.SendMessageRequest{Message: a2a.NewMessageForTask(a2a.MessageRoleUser, t, a2a.NewTextPart(a))})
+		if err != nil {
+			return err
+		}
 	}
 	fmt.Printf("task %s: %s\n", t.ID, t.Status.State)
 	for _, art := range t.Artifacts {
@@ -121,6 +129,27 @@ func run(ctx context.Context) error {
 		return rcv.await(ctx, a2a.TaskStateCompleted)
 	}
 	return nil
+}
+
+// awaitEnd reads task id every second until it has left input-required
+// and working: answered elsewhere and run to its end.
+func awaitEnd(ctx context.Context, c *a2aclient.Client, id a2a.TaskID) (*a2a.Task, error) {
+	for {
+		t, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: id})
+		if err != nil {
+			return nil, err
+		}
+		switch t.Status.State {
+		case a2a.TaskStateInputRequired, a2a.TaskStateWorking, a2a.TaskStateSubmitted:
+		default:
+			return t, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func sendTask(ctx context.Context, c *a2aclient.Client, req *a2a.SendMessageRequest) (*a2a.Task, error) {
