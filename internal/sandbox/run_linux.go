@@ -137,7 +137,25 @@ func Executable() string {
 // NewMode is New with the mode chosen by the caller; it fails when the host
 // does not allow that mode.
 func NewMode(o Options, mode Mode) (*Launcher, error) {
-	bin := o.Bin
+	l, err := openLauncher(o.Bin)
+	if err != nil {
+		return nil, err
+	}
+	switch mode {
+	case ModeNamespaces:
+		return l.useNamespaces(o)
+	case ModePIDNamespace:
+		return l.usePIDNamespace()
+	case ModeSubreaper:
+		return l.useSubreaper()
+	default:
+		return nil, fmt.Errorf("sandbox: mode %q is not available on Linux", mode)
+	}
+}
+
+// openLauncher checks that bin (Executable() when empty) is a launcher of
+// this build and opens it for the Launcher that starts it.
+func openLauncher(bin string) (*Launcher, error) {
 	if bin == "" {
 		bin = Executable()
 	}
@@ -154,43 +172,52 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 		return nil, fmt.Errorf("%w: %v", ErrLauncher, err)
 	}
 	via := "/proc/self/fd/" + strconv.Itoa(int(binFile.Fd()))
-	probe := func(attr *syscall.SysProcAttr) (Host, error) {
-		out, err := (&exec.Cmd{Path: via, Args: []string{launcher.ProbeName, launcher.Protocol}, SysProcAttr: attr}).Output()
-		if err != nil {
-			return Host{}, err
-		}
-		var h Host
-		var userns, netns, sc bool
-		_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t userns=%t netns=%t seccomp=%t", &h.LandlockABI, &h.PrivateProc, &userns, &netns, &sc)
-		h.UserNamespace, h.NetworkNamespace, h.Seccomp = userns, netns, sc
-		return h, err
+	return &Launcher{exe: bin, bin: binFile, via: via, spares: make(chan *spare, spareLaunchers)}, nil
+}
+
+// probe starts the launcher with attr to ask what the host gives it.
+func (l *Launcher) probe(attr *syscall.SysProcAttr) (Host, error) {
+	out, err := (&exec.Cmd{Path: l.via, Args: []string{launcher.ProbeName, launcher.Protocol}, SysProcAttr: attr}).Output()
+	if err != nil {
+		return Host{}, err
 	}
-	l := &Launcher{exe: bin, bin: binFile, via: via, spares: make(chan *spare, spareLaunchers)}
+	var h Host
+	var userns, netns, sc bool
+	_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t userns=%t netns=%t seccomp=%t", &h.LandlockABI, &h.PrivateProc, &userns, &netns, &sc)
+	h.UserNamespace, h.NetworkNamespace, h.Seccomp = userns, netns, sc
+	return h, err
+}
+
+// pidNamespaceAttrs are the ways to start a launcher in a PID namespace
+// of its own, in the order they are tried: as it is, then in a user
+// namespace mapping the worker's own uid and gid.
+func pidNamespaceAttrs() []func() *syscall.SysProcAttr {
 	uid, gid := os.Getuid(), os.Getgid()
-	candidates := []struct {
-		mode Mode
-		attr func() *syscall.SysProcAttr
-	}{
-		{ModePIDNamespace, func() *syscall.SysProcAttr {
+	return []func() *syscall.SysProcAttr{
+		func() *syscall.SysProcAttr {
 			return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
-		}},
-		{ModePIDNamespace, func() *syscall.SysProcAttr {
+		},
+		func() *syscall.SysProcAttr {
 			return &syscall.SysProcAttr{
 				Setsid: true, Pdeathsig: syscall.SIGKILL,
 				Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUSER,
 				UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
 				GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
 			}
-		}},
+		},
 	}
-	// The run's user: RunUID inside its namespace, mapped to an
-	// unprivileged host uid — the worker's own when it is not root, the
-	// configured one (never 0) when it is.
+}
+
+// namespacesAttr is how a launcher starts in namespaces of its own, and
+// the host uid its run's user maps to: RunUID inside its namespace, mapped
+// to an unprivileged host uid — the worker's own when it is not root, the
+// configured one (never 0) when it is.
+func namespacesAttr(o Options) (attr func() *syscall.SysProcAttr, hostUID int) {
 	hostUID, hostGID, rootless := os.Geteuid(), os.Getegid(), os.Geteuid() != 0
 	if !rootless && o.RunUID != OwnUID {
 		hostUID, hostGID = o.runUID(), o.runUID()
 	}
-	nsAttr := func() *syscall.SysProcAttr {
+	return func() *syscall.SysProcAttr {
 		return &syscall.SysProcAttr{
 			Setsid: true, Pdeathsig: syscall.SIGKILL,
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
@@ -205,49 +232,57 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 			// network inside its own namespaces; the runtime gets none.
 			AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
 		}
+	}, hostUID
+}
+
+// useNamespaces sets l to ModeNamespaces, and its runs with no sandbox to
+// a PID namespace where the host allows one, else a subreaper.
+func (l *Launcher) useNamespaces(o Options) (*Launcher, error) {
+	nsAttr, hostUID := namespacesAttr(o)
+	h, err := l.probe(nsAttr())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: no user and network namespaces on this host (%w)", err)
 	}
-	switch mode {
-	case ModeNamespaces:
-		h, err := probe(nsAttr())
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: no user and network namespaces on this host (%w)", err)
-		}
-		if !h.UserNamespace || !h.NetworkNamespace || !h.PrivateProc {
-			return nil, fmt.Errorf("sandbox: namespaces incomplete on this host (user %t, network %t, /proc %t)", h.UserNamespace, h.NetworkNamespace, h.PrivateProc)
-		}
-		h.RunUID = hostUID
-		l.mode, l.attr, l.host = mode, nsAttr, h
-		for _, c := range candidates {
-			if _, err := probe(c.attr()); err == nil {
-				l.offAttr, l.offMode = c.attr, ModePIDNamespace
-				break
-			}
-		}
-		if l.offAttr == nil {
-			l.offAttr, l.offMode = func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP} }, ModeSubreaper
-		}
-		return l, nil
-	case ModePIDNamespace:
-		var errs []error
-		for _, c := range candidates {
-			h, err := probe(c.attr())
-			if err == nil {
-				l.mode, l.attr, l.host = c.mode, c.attr, h
-				return l, nil
-			}
-			errs = append(errs, err)
-		}
-		return nil, fmt.Errorf("sandbox: no PID namespace on this host (%w)", errors.Join(errs...))
-	case ModeSubreaper:
-	default:
-		return nil, fmt.Errorf("sandbox: mode %q is not available on Linux", mode)
+	if !h.UserNamespace || !h.NetworkNamespace || !h.PrivateProc {
+		return nil, fmt.Errorf("sandbox: namespaces incomplete on this host (user %t, network %t, /proc %t)", h.UserNamespace, h.NetworkNamespace, h.PrivateProc)
 	}
+	h.RunUID = hostUID
+	l.mode, l.attr, l.host = ModeNamespaces, nsAttr, h
+	for _, attr := range pidNamespaceAttrs() {
+		if _, err := l.probe(attr()); err == nil {
+			l.offAttr, l.offMode = attr, ModePIDNamespace
+			break
+		}
+	}
+	if l.offAttr == nil {
+		l.offAttr, l.offMode = func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP} }, ModeSubreaper
+	}
+	return l, nil
+}
+
+// usePIDNamespace sets l to the first way of starting in a PID namespace
+// the host allows.
+func (l *Launcher) usePIDNamespace() (*Launcher, error) {
+	var errs []error
+	for _, attr := range pidNamespaceAttrs() {
+		h, err := l.probe(attr())
+		if err == nil {
+			l.mode, l.attr, l.host = ModePIDNamespace, attr, h
+			return l, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("sandbox: no PID namespace on this host (%w)", errors.Join(errs...))
+}
+
+// useSubreaper sets l to ModeSubreaper.
+func (l *Launcher) useSubreaper() (*Launcher, error) {
 	l.mode = ModeSubreaper
 	l.attr = func() *syscall.SysProcAttr {
 		// SIGHUP, not SIGKILL: the launcher must live to kill its tree.
 		return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP}
 	}
-	h, err := probe(l.attr())
+	h, err := l.probe(l.attr())
 	if err != nil {
 		return nil, fmt.Errorf("%w: probe: %v", ErrLauncher, err)
 	}
