@@ -648,26 +648,10 @@ func openBinds(bs []Bind) ([]openBind, error) {
 // process it started are gone. When ctx ends, the runtime's process group
 // gets SIGTERM, and everything is killed after s.KillGrace.
 func (l *Launcher) Run(ctx context.Context, s Spec) Result {
-	fail := func(format string, err error) Result {
-		return Result{ExitCode: -1, Err: fmt.Errorf("%w: "+format, ErrLauncher, err)}
-	}
-	outR, outW, err := os.Pipe()
+	outR, outW, errR, errW, err := outputPipes()
 	if err != nil {
-		return fail("%v", err)
+		return launcherErr("%v", err)
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return fail("%v", err)
-	}
-	files := []*os.File{outW, errW}
-	if s.Hold != nil {
-		files = append(files, s.Hold)
-	} else {
-		files = append(files, nil) // the binds' indexes start at 3
-	}
-	pol := s.Policy
 	binds, err := openBinds(s.Binds)
 	if err != nil {
 		outR.Close()
@@ -676,11 +660,74 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		errW.Close()
 		return Result{ExitCode: -1, Err: err}
 	}
-	defer func() {
-		for _, b := range binds {
-			b.f.Close()
-		}
-	}()
+	defer closeBinds(binds)
+	msg, files := startMessage(s, binds, outW, errW)
+	sp, lnFD, wsFD, err := l.launch(s, msg, files)
+	outW.Close()
+	errW.Close()
+	handWorkspace(s, wsFD)
+	if stop := serveProxy(ctx, s, lnFD); stop != nil {
+		defer stop()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		go l.refill()
+		return launcherErr("start: %v", err)
+	}
+	defer sp.res.Close()
+	copied := copyOutput(s, outR, errR)
+	line := awaitReport(ctx, sp, s.KillGrace)
+	go l.refill()
+	// (The launcher is reaped either way; without a report its exit is
+	// the only news of it.)
+	var werr error
+	if !bytes.HasSuffix(line, []byte("\n")) {
+		<-sp.done
+		werr = sp.err
+	}
+	drainOutput(copied, outR, errR)
+	return resultOf(line, werr)
+}
+
+// launcherErr is the Result of a run the launcher failed to start.
+func launcherErr(format string, err error) Result {
+	return Result{ExitCode: -1, Err: fmt.Errorf("%w: "+format, ErrLauncher, err)}
+}
+
+// outputPipes opens the pipes of the runtime's stdout and stderr.
+func outputPipes() (outR, outW, errR, errW *os.File, err error) {
+	outR, outW, err = os.Pipe()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	errR, errW, err = os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, nil, nil, err
+	}
+	return outR, outW, errR, errW, nil
+}
+
+// closeBinds closes the binds' descriptors once the run is over.
+func closeBinds(binds []openBind) {
+	for _, b := range binds {
+		b.f.Close()
+	}
+}
+
+// startMessage is the Start message of the run and the files sent with
+// it: stdout, stderr, the hold descriptor (or a placeholder) and the
+// binds, which the message's policy names by their index.
+func startMessage(s Spec, binds []openBind, outW, errW *os.File) ([]byte, []*os.File) {
+	files := []*os.File{outW, errW}
+	if s.Hold != nil {
+		files = append(files, s.Hold)
+	} else {
+		files = append(files, nil) // the binds' indexes start at 3
+	}
+	pol := s.Policy
 	pol.Binds = nil
 	for _, b := range binds {
 		pol.Binds = append(pol.Binds, launcher.Bind{FD: len(files), Target: b.target, Write: b.write, Dir: b.dir})
@@ -692,10 +739,16 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		files[2] = binds[0].f // a placeholder the launcher holds like a lock
 	}
 	msg := launcher.Start{Grace: int64(s.KillGrace), Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Policy: pol}.Format()
-	// A spare can have been killed while it waited: the next one is
-	// tried, and in the end one started for this run alone.
-	var sp *spare
-	lnFD, wsFD := -1, -1
+	return msg, files
+}
+
+// launch gives the run a launcher in its cgroups and sends it msg and
+// files; it returns the launcher and the proxy listener and workspace
+// descriptors of its receipt (-1 when absent). A spare can have been
+// killed while it waited: the next one is tried, and in the end one
+// started for this run alone.
+func (l *Launcher) launch(s Spec, msg []byte, files []*os.File) (sp *spare, lnFD, wsFD int, err error) {
+	lnFD, wsFD = -1, -1
 	for try := 0; ; try++ {
 		if s.Unconfined {
 			sp, err = l.startWith(l.offAttrOrDefault())
@@ -716,42 +769,54 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 			sp.discard()
 		}
 		if err == nil || try > cap(l.spares) {
-			break
+			return sp, lnFD, wsFD, err
 		}
 	}
-	outW.Close()
-	errW.Close()
-	if wsFD >= 0 {
-		f := os.NewFile(uintptr(wsFD), "workspace")
-		if s.Workspace != nil {
-			s.Workspace(f)
-		} else {
-			f.Close()
-		}
+}
+
+// handWorkspace gives the workspace's own filesystem, when the launcher
+// sent one, to s.Workspace, or closes it.
+func handWorkspace(s Spec, wsFD int) {
+	if wsFD < 0 {
+		return
 	}
-	if lnFD >= 0 {
-		// FileListener dups the descriptor: the file is closed through
-		// itself, never by its number, or its finalizer would close the
-		// number again, whatever holds it by then.
-		lf := os.NewFile(uintptr(lnFD), "proxy")
-		ln, lerr := net.FileListener(lf)
-		lf.Close()
-		if lerr == nil && s.Proxy != nil {
-			pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-			proxyDone := make(chan struct{})
-			go func() { defer close(proxyDone); s.Proxy(pctx, ln) }()
-			defer func() { stop(); ln.Close(); <-proxyDone }()
-		} else if lerr == nil {
-			ln.Close()
-		}
+	f := os.NewFile(uintptr(wsFD), "workspace")
+	if s.Workspace != nil {
+		s.Workspace(f)
+	} else {
+		f.Close()
 	}
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		go l.refill()
-		return fail("start: %v", err)
+}
+
+// serveProxy serves the run's proxy listener, when the launcher sent one,
+// with s.Proxy until the returned stop is called (nil when nothing is
+// served).
+func serveProxy(ctx context.Context, s Spec, lnFD int) (stop func()) {
+	if lnFD < 0 {
+		return nil
 	}
-	defer sp.res.Close()
+	// FileListener dups the descriptor: the file is closed through
+	// itself, never by its number, or its finalizer would close the
+	// number again, whatever holds it by then.
+	lf := os.NewFile(uintptr(lnFD), "proxy")
+	ln, lerr := net.FileListener(lf)
+	lf.Close()
+	if lerr != nil {
+		return nil
+	}
+	if s.Proxy == nil {
+		ln.Close()
+		return nil
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	proxyDone := make(chan struct{})
+	go func() { defer close(proxyDone); s.Proxy(pctx, ln) }()
+	return func() { cancel(); ln.Close(); <-proxyDone }
+}
+
+// copyOutput copies the runtime's output to s.Stdout and s.Stderr (nil
+// discards); the channel receives once per pipe at its end.
+func copyOutput(s Spec, outR, errR *os.File) <-chan struct{} {
 	copied := make(chan struct{}, 2)
 	copyOut := func(w io.Writer, r *os.File) {
 		if w == nil {
@@ -762,7 +827,13 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	}
 	go copyOut(s.Stdout, outR)
 	go copyOut(s.Stderr, errR)
+	return copied
+}
 
+// awaitReport reads the launcher's report line; when ctx ends first, the
+// launcher is asked to stop its tree (SIGTERM), then killed once grace
+// and two seconds more have passed.
+func awaitReport(ctx context.Context, sp *spare, grace time.Duration) []byte {
 	// The launcher writes its report once the tree is gone and the
 	// workspace lock released; its own exit (a Go process ending: most of
 	// a millisecond) is waited for in the background. Without a report —
@@ -772,32 +843,29 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		b, _ := bufio.NewReader(io.LimitReader(sp.res, 64<<10)).ReadBytes('\n')
 		report <- b
 	}()
-	var line []byte
 	select {
-	case line = <-report:
+	case line := <-report:
+		return line
 	case <-ctx.Done():
-		_ = sp.signal(syscall.SIGTERM)
-		t := time.NewTimer(s.KillGrace + 2*time.Second)
-		select {
-		case line = <-report:
-			t.Stop()
-		case <-t.C:
-			// The launcher did not end its tree in time. In a PID
-			// namespace its death takes the tree with it.
-			_ = sp.signal(syscall.SIGKILL)
-			line = <-report
-		}
 	}
-	go l.refill()
-	// (The launcher is reaped either way; without a report its exit is
-	// the only news of it.)
-	var werr error
-	if !bytes.HasSuffix(line, []byte("\n")) {
-		<-sp.done
-		werr = sp.err
+	_ = sp.signal(syscall.SIGTERM)
+	t := time.NewTimer(grace + 2*time.Second)
+	select {
+	case line := <-report:
+		t.Stop()
+		return line
+	case <-t.C:
+		// The launcher did not end its tree in time. In a PID
+		// namespace its death takes the tree with it.
+		_ = sp.signal(syscall.SIGKILL)
+		return <-report
 	}
-	// The output pipes close when the tree is gone; the bound only
-	// matters for a launcher killed while something else held them.
+}
+
+// drainOutput waits for both output copies to end, then closes the pipes.
+// The output pipes close when the tree is gone; the bound only matters
+// for a launcher killed while something else held them.
+func drainOutput(copied <-chan struct{}, outR, errR *os.File) {
 	bound := time.NewTimer(time.Second)
 	for range 2 {
 		select {
@@ -811,6 +879,11 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	bound.Stop()
 	outR.Close()
 	errR.Close()
+}
+
+// resultOf turns the launcher's report line into the run's Result; werr
+// is the launcher's exit when it wrote no report.
+func resultOf(line []byte, werr error) Result {
 	r, err := launcher.Parse(string(line))
 	if err != nil {
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: no report (%v)", ErrLauncher, werr)}
