@@ -137,7 +137,25 @@ func Executable() string {
 // NewMode is New with the mode chosen by the caller; it fails when the host
 // does not allow that mode.
 func NewMode(o Options, mode Mode) (*Launcher, error) {
-	bin := o.Bin
+	l, err := openLauncher(o.Bin)
+	if err != nil {
+		return nil, err
+	}
+	switch mode {
+	case ModeNamespaces:
+		return l.useNamespaces(o)
+	case ModePIDNamespace:
+		return l.usePIDNamespace()
+	case ModeSubreaper:
+		return l.useSubreaper()
+	default:
+		return nil, fmt.Errorf("sandbox: mode %q is not available on Linux", mode)
+	}
+}
+
+// openLauncher checks that bin (Executable() when empty) is a launcher of
+// this build and opens it for the Launcher that starts it.
+func openLauncher(bin string) (*Launcher, error) {
 	if bin == "" {
 		bin = Executable()
 	}
@@ -154,43 +172,52 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 		return nil, fmt.Errorf("%w: %v", ErrLauncher, err)
 	}
 	via := "/proc/self/fd/" + strconv.Itoa(int(binFile.Fd()))
-	probe := func(attr *syscall.SysProcAttr) (Host, error) {
-		out, err := (&exec.Cmd{Path: via, Args: []string{launcher.ProbeName, launcher.Protocol}, SysProcAttr: attr}).Output()
-		if err != nil {
-			return Host{}, err
-		}
-		var h Host
-		var userns, netns, sc bool
-		_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t userns=%t netns=%t seccomp=%t", &h.LandlockABI, &h.PrivateProc, &userns, &netns, &sc)
-		h.UserNamespace, h.NetworkNamespace, h.Seccomp = userns, netns, sc
-		return h, err
+	return &Launcher{exe: bin, bin: binFile, via: via, spares: make(chan *spare, spareLaunchers)}, nil
+}
+
+// probe starts the launcher with attr to ask what the host gives it.
+func (l *Launcher) probe(attr *syscall.SysProcAttr) (Host, error) {
+	out, err := (&exec.Cmd{Path: l.via, Args: []string{launcher.ProbeName, launcher.Protocol}, SysProcAttr: attr}).Output()
+	if err != nil {
+		return Host{}, err
 	}
-	l := &Launcher{exe: bin, bin: binFile, via: via, spares: make(chan *spare, spareLaunchers)}
+	var h Host
+	var userns, netns, sc bool
+	_, err = fmt.Sscanf(string(out), "landlock=%d proc=%t userns=%t netns=%t seccomp=%t", &h.LandlockABI, &h.PrivateProc, &userns, &netns, &sc)
+	h.UserNamespace, h.NetworkNamespace, h.Seccomp = userns, netns, sc
+	return h, err
+}
+
+// pidNamespaceAttrs are the ways to start a launcher in a PID namespace
+// of its own, in the order they are tried: as it is, then in a user
+// namespace mapping the worker's own uid and gid.
+func pidNamespaceAttrs() []func() *syscall.SysProcAttr {
 	uid, gid := os.Getuid(), os.Getgid()
-	candidates := []struct {
-		mode Mode
-		attr func() *syscall.SysProcAttr
-	}{
-		{ModePIDNamespace, func() *syscall.SysProcAttr {
+	return []func() *syscall.SysProcAttr{
+		func() *syscall.SysProcAttr {
 			return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
-		}},
-		{ModePIDNamespace, func() *syscall.SysProcAttr {
+		},
+		func() *syscall.SysProcAttr {
 			return &syscall.SysProcAttr{
 				Setsid: true, Pdeathsig: syscall.SIGKILL,
 				Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUSER,
 				UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
 				GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
 			}
-		}},
+		},
 	}
-	// The run's user: RunUID inside its namespace, mapped to an
-	// unprivileged host uid — the worker's own when it is not root, the
-	// configured one (never 0) when it is.
+}
+
+// namespacesAttr is how a launcher starts in namespaces of its own, and
+// the host uid its run's user maps to: RunUID inside its namespace, mapped
+// to an unprivileged host uid — the worker's own when it is not root, the
+// configured one (never 0) when it is.
+func namespacesAttr(o Options) (attr func() *syscall.SysProcAttr, hostUID int) {
 	hostUID, hostGID, rootless := os.Geteuid(), os.Getegid(), os.Geteuid() != 0
 	if !rootless && o.RunUID != OwnUID {
 		hostUID, hostGID = o.runUID(), o.runUID()
 	}
-	nsAttr := func() *syscall.SysProcAttr {
+	return func() *syscall.SysProcAttr {
 		return &syscall.SysProcAttr{
 			Setsid: true, Pdeathsig: syscall.SIGKILL,
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
@@ -205,49 +232,57 @@ func NewMode(o Options, mode Mode) (*Launcher, error) {
 			// network inside its own namespaces; the runtime gets none.
 			AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
 		}
+	}, hostUID
+}
+
+// useNamespaces sets l to ModeNamespaces, and its runs with no sandbox to
+// a PID namespace where the host allows one, else a subreaper.
+func (l *Launcher) useNamespaces(o Options) (*Launcher, error) {
+	nsAttr, hostUID := namespacesAttr(o)
+	h, err := l.probe(nsAttr())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: no user and network namespaces on this host (%w)", err)
 	}
-	switch mode {
-	case ModeNamespaces:
-		h, err := probe(nsAttr())
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: no user and network namespaces on this host (%w)", err)
-		}
-		if !h.UserNamespace || !h.NetworkNamespace || !h.PrivateProc {
-			return nil, fmt.Errorf("sandbox: namespaces incomplete on this host (user %t, network %t, /proc %t)", h.UserNamespace, h.NetworkNamespace, h.PrivateProc)
-		}
-		h.RunUID = hostUID
-		l.mode, l.attr, l.host = mode, nsAttr, h
-		for _, c := range candidates {
-			if _, err := probe(c.attr()); err == nil {
-				l.offAttr, l.offMode = c.attr, ModePIDNamespace
-				break
-			}
-		}
-		if l.offAttr == nil {
-			l.offAttr, l.offMode = func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP} }, ModeSubreaper
-		}
-		return l, nil
-	case ModePIDNamespace:
-		var errs []error
-		for _, c := range candidates {
-			h, err := probe(c.attr())
-			if err == nil {
-				l.mode, l.attr, l.host = c.mode, c.attr, h
-				return l, nil
-			}
-			errs = append(errs, err)
-		}
-		return nil, fmt.Errorf("sandbox: no PID namespace on this host (%w)", errors.Join(errs...))
-	case ModeSubreaper:
-	default:
-		return nil, fmt.Errorf("sandbox: mode %q is not available on Linux", mode)
+	if !h.UserNamespace || !h.NetworkNamespace || !h.PrivateProc {
+		return nil, fmt.Errorf("sandbox: namespaces incomplete on this host (user %t, network %t, /proc %t)", h.UserNamespace, h.NetworkNamespace, h.PrivateProc)
 	}
+	h.RunUID = hostUID
+	l.mode, l.attr, l.host = ModeNamespaces, nsAttr, h
+	for _, attr := range pidNamespaceAttrs() {
+		if _, err := l.probe(attr()); err == nil {
+			l.offAttr, l.offMode = attr, ModePIDNamespace
+			break
+		}
+	}
+	if l.offAttr == nil {
+		l.offAttr, l.offMode = func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP} }, ModeSubreaper
+	}
+	return l, nil
+}
+
+// usePIDNamespace sets l to the first way of starting in a PID namespace
+// the host allows.
+func (l *Launcher) usePIDNamespace() (*Launcher, error) {
+	var errs []error
+	for _, attr := range pidNamespaceAttrs() {
+		h, err := l.probe(attr())
+		if err == nil {
+			l.mode, l.attr, l.host = ModePIDNamespace, attr, h
+			return l, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("sandbox: no PID namespace on this host (%w)", errors.Join(errs...))
+}
+
+// useSubreaper sets l to ModeSubreaper.
+func (l *Launcher) useSubreaper() (*Launcher, error) {
 	l.mode = ModeSubreaper
 	l.attr = func() *syscall.SysProcAttr {
 		// SIGHUP, not SIGKILL: the launcher must live to kill its tree.
 		return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGHUP}
 	}
-	h, err := probe(l.attr())
+	h, err := l.probe(l.attr())
 	if err != nil {
 		return nil, fmt.Errorf("%w: probe: %v", ErrLauncher, err)
 	}
@@ -613,26 +648,10 @@ func openBinds(bs []Bind) ([]openBind, error) {
 // process it started are gone. When ctx ends, the runtime's process group
 // gets SIGTERM, and everything is killed after s.KillGrace.
 func (l *Launcher) Run(ctx context.Context, s Spec) Result {
-	fail := func(format string, err error) Result {
-		return Result{ExitCode: -1, Err: fmt.Errorf("%w: "+format, ErrLauncher, err)}
-	}
-	outR, outW, err := os.Pipe()
+	outR, outW, errR, errW, err := outputPipes()
 	if err != nil {
-		return fail("%v", err)
+		return launcherErr("%v", err)
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return fail("%v", err)
-	}
-	files := []*os.File{outW, errW}
-	if s.Hold != nil {
-		files = append(files, s.Hold)
-	} else {
-		files = append(files, nil) // the binds' indexes start at 3
-	}
-	pol := s.Policy
 	binds, err := openBinds(s.Binds)
 	if err != nil {
 		outR.Close()
@@ -641,11 +660,74 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		errW.Close()
 		return Result{ExitCode: -1, Err: err}
 	}
-	defer func() {
-		for _, b := range binds {
-			b.f.Close()
-		}
-	}()
+	defer closeBinds(binds)
+	msg, files := startMessage(s, binds, outW, errW)
+	sp, lnFD, wsFD, err := l.launch(s, msg, files)
+	outW.Close()
+	errW.Close()
+	handWorkspace(s, wsFD)
+	if stop := serveProxy(ctx, s, lnFD); stop != nil {
+		defer stop()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		go l.refill()
+		return launcherErr("start: %v", err)
+	}
+	defer sp.res.Close()
+	copied := copyOutput(s, outR, errR)
+	line := awaitReport(ctx, sp, s.KillGrace)
+	go l.refill()
+	// (The launcher is reaped either way; without a report its exit is
+	// the only news of it.)
+	var werr error
+	if !bytes.HasSuffix(line, []byte("\n")) {
+		<-sp.done
+		werr = sp.err
+	}
+	drainOutput(copied, outR, errR)
+	return resultOf(line, werr)
+}
+
+// launcherErr is the Result of a run the launcher failed to start.
+func launcherErr(format string, err error) Result {
+	return Result{ExitCode: -1, Err: fmt.Errorf("%w: "+format, ErrLauncher, err)}
+}
+
+// outputPipes opens the pipes of the runtime's stdout and stderr.
+func outputPipes() (outR, outW, errR, errW *os.File, err error) {
+	outR, outW, err = os.Pipe()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	errR, errW, err = os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, nil, nil, err
+	}
+	return outR, outW, errR, errW, nil
+}
+
+// closeBinds closes the binds' descriptors once the run is over.
+func closeBinds(binds []openBind) {
+	for _, b := range binds {
+		b.f.Close()
+	}
+}
+
+// startMessage is the Start message of the run and the files sent with
+// it: stdout, stderr, the hold descriptor (or a placeholder) and the
+// binds, which the message's policy names by their index.
+func startMessage(s Spec, binds []openBind, outW, errW *os.File) ([]byte, []*os.File) {
+	files := []*os.File{outW, errW}
+	if s.Hold != nil {
+		files = append(files, s.Hold)
+	} else {
+		files = append(files, nil) // the binds' indexes start at 3
+	}
+	pol := s.Policy
 	pol.Binds = nil
 	for _, b := range binds {
 		pol.Binds = append(pol.Binds, launcher.Bind{FD: len(files), Target: b.target, Write: b.write, Dir: b.dir})
@@ -657,10 +739,16 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		files[2] = binds[0].f // a placeholder the launcher holds like a lock
 	}
 	msg := launcher.Start{Grace: int64(s.KillGrace), Path: s.Path, Args: s.Args, Env: s.Env, Dir: s.Dir, Policy: pol}.Format()
-	// A spare can have been killed while it waited: the next one is
-	// tried, and in the end one started for this run alone.
-	var sp *spare
-	lnFD, wsFD := -1, -1
+	return msg, files
+}
+
+// launch gives the run a launcher in its cgroups and sends it msg and
+// files; it returns the launcher and the proxy listener and workspace
+// descriptors of its receipt (-1 when absent). A spare can have been
+// killed while it waited: the next one is tried, and in the end one
+// started for this run alone.
+func (l *Launcher) launch(s Spec, msg []byte, files []*os.File) (sp *spare, lnFD, wsFD int, err error) {
+	lnFD, wsFD = -1, -1
 	for try := 0; ; try++ {
 		if s.Unconfined {
 			sp, err = l.startWith(l.offAttrOrDefault())
@@ -681,42 +769,54 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 			sp.discard()
 		}
 		if err == nil || try > cap(l.spares) {
-			break
+			return sp, lnFD, wsFD, err
 		}
 	}
-	outW.Close()
-	errW.Close()
-	if wsFD >= 0 {
-		f := os.NewFile(uintptr(wsFD), "workspace")
-		if s.Workspace != nil {
-			s.Workspace(f)
-		} else {
-			f.Close()
-		}
+}
+
+// handWorkspace gives the workspace's own filesystem, when the launcher
+// sent one, to s.Workspace, or closes it.
+func handWorkspace(s Spec, wsFD int) {
+	if wsFD < 0 {
+		return
 	}
-	if lnFD >= 0 {
-		// FileListener dups the descriptor: the file is closed through
-		// itself, never by its number, or its finalizer would close the
-		// number again, whatever holds it by then.
-		lf := os.NewFile(uintptr(lnFD), "proxy")
-		ln, lerr := net.FileListener(lf)
-		lf.Close()
-		if lerr == nil && s.Proxy != nil {
-			pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-			proxyDone := make(chan struct{})
-			go func() { defer close(proxyDone); s.Proxy(pctx, ln) }()
-			defer func() { stop(); ln.Close(); <-proxyDone }()
-		} else if lerr == nil {
-			ln.Close()
-		}
+	f := os.NewFile(uintptr(wsFD), "workspace")
+	if s.Workspace != nil {
+		s.Workspace(f)
+	} else {
+		f.Close()
 	}
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		go l.refill()
-		return fail("start: %v", err)
+}
+
+// serveProxy serves the run's proxy listener, when the launcher sent one,
+// with s.Proxy until the returned stop is called (nil when nothing is
+// served).
+func serveProxy(ctx context.Context, s Spec, lnFD int) (stop func()) {
+	if lnFD < 0 {
+		return nil
 	}
-	defer sp.res.Close()
+	// FileListener dups the descriptor: the file is closed through
+	// itself, never by its number, or its finalizer would close the
+	// number again, whatever holds it by then.
+	lf := os.NewFile(uintptr(lnFD), "proxy")
+	ln, lerr := net.FileListener(lf)
+	lf.Close()
+	if lerr != nil {
+		return nil
+	}
+	if s.Proxy == nil {
+		ln.Close()
+		return nil
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	proxyDone := make(chan struct{})
+	go func() { defer close(proxyDone); s.Proxy(pctx, ln) }()
+	return func() { cancel(); ln.Close(); <-proxyDone }
+}
+
+// copyOutput copies the runtime's output to s.Stdout and s.Stderr (nil
+// discards); the channel receives once per pipe at its end.
+func copyOutput(s Spec, outR, errR *os.File) <-chan struct{} {
 	copied := make(chan struct{}, 2)
 	copyOut := func(w io.Writer, r *os.File) {
 		if w == nil {
@@ -727,7 +827,13 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	}
 	go copyOut(s.Stdout, outR)
 	go copyOut(s.Stderr, errR)
+	return copied
+}
 
+// awaitReport reads the launcher's report line; when ctx ends first, the
+// launcher is asked to stop its tree (SIGTERM), then killed once grace
+// and two seconds more have passed.
+func awaitReport(ctx context.Context, sp *spare, grace time.Duration) []byte {
 	// The launcher writes its report once the tree is gone and the
 	// workspace lock released; its own exit (a Go process ending: most of
 	// a millisecond) is waited for in the background. Without a report —
@@ -737,32 +843,29 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 		b, _ := bufio.NewReader(io.LimitReader(sp.res, 64<<10)).ReadBytes('\n')
 		report <- b
 	}()
-	var line []byte
 	select {
-	case line = <-report:
+	case line := <-report:
+		return line
 	case <-ctx.Done():
-		_ = sp.signal(syscall.SIGTERM)
-		t := time.NewTimer(s.KillGrace + 2*time.Second)
-		select {
-		case line = <-report:
-			t.Stop()
-		case <-t.C:
-			// The launcher did not end its tree in time. In a PID
-			// namespace its death takes the tree with it.
-			_ = sp.signal(syscall.SIGKILL)
-			line = <-report
-		}
 	}
-	go l.refill()
-	// (The launcher is reaped either way; without a report its exit is
-	// the only news of it.)
-	var werr error
-	if !bytes.HasSuffix(line, []byte("\n")) {
-		<-sp.done
-		werr = sp.err
+	_ = sp.signal(syscall.SIGTERM)
+	t := time.NewTimer(grace + 2*time.Second)
+	select {
+	case line := <-report:
+		t.Stop()
+		return line
+	case <-t.C:
+		// The launcher did not end its tree in time. In a PID
+		// namespace its death takes the tree with it.
+		_ = sp.signal(syscall.SIGKILL)
+		return <-report
 	}
-	// The output pipes close when the tree is gone; the bound only
-	// matters for a launcher killed while something else held them.
+}
+
+// drainOutput waits for both output copies to end, then closes the pipes.
+// The output pipes close when the tree is gone; the bound only matters
+// for a launcher killed while something else held them.
+func drainOutput(copied <-chan struct{}, outR, errR *os.File) {
 	bound := time.NewTimer(time.Second)
 	for range 2 {
 		select {
@@ -776,6 +879,11 @@ func (l *Launcher) Run(ctx context.Context, s Spec) Result {
 	bound.Stop()
 	outR.Close()
 	errR.Close()
+}
+
+// resultOf turns the launcher's report line into the run's Result; werr
+// is the launcher's exit when it wrote no report.
+func resultOf(line []byte, werr error) Result {
 	r, err := launcher.Parse(string(line))
 	if err != nil {
 		return Result{ExitCode: -1, Err: fmt.Errorf("%w: no report (%v)", ErrLauncher, werr)}

@@ -105,79 +105,37 @@ func depth(b []byte) int {
 // fromFields checks each known field of a decoded sentinel object.
 func fromFields(fields map[string]json.RawMessage) (Request, error) {
 	var r Request
-
-	raw, ok := fields["question"]
-	if !ok {
-		return Request{}, malformed("question", "required")
-	}
-	q, err := decodeString("question", raw)
-	if err != nil {
+	var err error
+	if r.Question, err = questionField(fields); err != nil {
 		return Request{}, err
 	}
-	if strings.TrimSpace(q) == "" {
-		return Request{}, malformed("question", "must not be empty")
-	}
-	r.Question = q
-
-	if raw, ok := fields["options"]; ok && !isNull(raw) {
-		if raw[0] != '[' {
-			return Request{}, malformed("options", "must be an array of strings")
-		}
-		var elems []json.RawMessage
-		if err := json.Unmarshal(raw, &elems); err != nil {
-			return Request{}, malformed("options", "must be an array of strings")
-		}
-		for i, e := range elems {
-			name := "options[" + strconv.Itoa(i) + "]"
-			s, err := decodeString(name, e)
-			if err != nil {
-				return Request{}, err
-			}
-			if strings.TrimSpace(s) == "" {
-				return Request{}, malformed(name, "must not be empty")
-			}
-			r.Options = append(r.Options, s)
-		}
-	}
-
-	if raw, ok := fields["context"]; ok && !isNull(raw) {
-		s, err := decodeString("context", raw)
-		if err != nil {
+	if raw, ok := present(fields, "options"); ok {
+		if r.Options, err = optionsField(raw); err != nil {
 			return Request{}, err
 		}
-		r.Context = s
 	}
-
-	if raw, ok := fields["kind"]; ok && !isNull(raw) {
-		s, err := decodeString("kind", raw)
-		if err != nil {
+	if raw, ok := present(fields, "context"); ok {
+		if r.Context, err = decodeString("context", raw); err != nil {
 			return Request{}, err
 		}
-		if !Kind(s).Valid() {
-			return Request{}, malformed("kind", kindReason)
-		}
-		r.Kind = Kind(s)
 	}
-
-	if raw, ok := fields["partial_state"]; ok && !isNull(raw) {
+	if raw, ok := present(fields, "kind"); ok {
+		if r.Kind, err = kindField(raw); err != nil {
+			return Request{}, err
+		}
+	}
+	if raw, ok := present(fields, "partial_state"); ok {
 		if !utf8.Valid(raw) {
 			return Request{}, malformed("partial_state", "invalid UTF-8")
 		}
 		r.PartialState = raw
 	}
-
-	if raw, ok := fields["dedupe_key"]; ok && !isNull(raw) {
-		s, err := decodeString("dedupe_key", raw)
-		if err != nil {
+	if raw, ok := present(fields, "dedupe_key"); ok {
+		if r.DedupeKey, err = dedupeKeyField(raw); err != nil {
 			return Request{}, err
 		}
-		if err := checkDedupeKey(s); err != nil {
-			return Request{}, err
-		}
-		r.DedupeKey = s
 	}
-
-	if raw, ok := fields["reuse"]; ok && !isNull(raw) {
+	if raw, ok := present(fields, "reuse"); ok {
 		var b bool
 		if err := json.Unmarshal(raw, &b); err != nil {
 			return Request{}, malformed("reuse", "must be true or false")
@@ -185,6 +143,76 @@ func fromFields(fields map[string]json.RawMessage) (Request, error) {
 		r.Reuse = &b
 	}
 	return r, nil
+}
+
+// present returns the field name of fields when it is there and not null.
+func present(fields map[string]json.RawMessage, name string) (json.RawMessage, bool) {
+	raw, ok := fields[name]
+	return raw, ok && !isNull(raw)
+}
+
+// questionField checks the required question: a string, not blank.
+func questionField(fields map[string]json.RawMessage) (string, error) {
+	raw, ok := fields["question"]
+	if !ok {
+		return "", malformed("question", "required")
+	}
+	q, err := decodeString("question", raw)
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(q) == "" {
+		return "", malformed("question", "must not be empty")
+	}
+	return q, nil
+}
+
+// optionsField checks options: an array of strings, none blank.
+func optionsField(raw json.RawMessage) ([]string, error) {
+	if raw[0] != '[' {
+		return nil, malformed("options", "must be an array of strings")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, malformed("options", "must be an array of strings")
+	}
+	var options []string
+	for i, e := range elems {
+		name := "options[" + strconv.Itoa(i) + "]"
+		s, err := decodeString(name, e)
+		if err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(s) == "" {
+			return nil, malformed(name, "must not be empty")
+		}
+		options = append(options, s)
+	}
+	return options, nil
+}
+
+// kindField checks kind: a string naming a valid Kind.
+func kindField(raw json.RawMessage) (Kind, error) {
+	s, err := decodeString("kind", raw)
+	if err != nil {
+		return "", err
+	}
+	if !Kind(s).Valid() {
+		return "", malformed("kind", kindReason)
+	}
+	return Kind(s), nil
+}
+
+// dedupeKeyField checks dedupe_key: a string checkDedupeKey accepts.
+func dedupeKeyField(raw json.RawMessage) (string, error) {
+	s, err := decodeString("dedupe_key", raw)
+	if err != nil {
+		return "", err
+	}
+	if err := checkDedupeKey(s); err != nil {
+		return "", err
+	}
+	return s, nil
 }
 
 // checkDedupeKey applies the dedupe_key rules: at most MaxDedupeKey bytes

@@ -39,74 +39,112 @@ func Resolve(workspace string) (Resolution, error) {
 	dirName, fileName := filepath.Split(filepath.FromSlash(RelPath))
 	dirName = filepath.Clean(dirName)
 
+	dir, res, err := openDir(ws, dirName)
+	if dir == nil {
+		return res, err
+	}
+	defer dir.Close()
+	f, res, err := openFile(dir, fileName)
+	if f == nil {
+		return res, err
+	}
+	defer f.Close()
+	return readFile(f)
+}
+
+// openDir opens the directory dirName of ws, checked to be the directory
+// it examined first. When it returns no handle, the Resolution and error
+// it returns are Resolve's.
+func openDir(ws *os.Root, dirName string) (*os.Root, Resolution, error) {
 	dirInfo, err := ws.Lstat(dirName)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Resolution{Status: Absent}, nil
+		return nil, Resolution{Status: Absent}, nil
 	}
 	if err != nil {
-		return Resolution{}, fmt.Errorf("sentinel: %w", err)
+		return nil, Resolution{}, fmt.Errorf("sentinel: %w", err)
 	}
 	if !dirInfo.IsDir() {
-		return malformedFile(dirName + " is not a directory (" + typeName(dirInfo.Mode()) + ")"), nil
+		return nil, malformedFile(dirName + " is not a directory (" + typeName(dirInfo.Mode()) + ")"), nil
 	}
 	dir, err := ws.OpenRoot(dirName)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return Resolution{Status: Absent}, nil
+			return nil, Resolution{Status: Absent}, nil
 		}
 		if changed(ws, dirName, dirInfo) {
-			return malformedFile(dirName + " changed while it was resolved"), nil
+			return nil, malformedFile(dirName + " changed while it was resolved"), nil
 		}
-		return Resolution{}, fmt.Errorf("sentinel: %w", err)
+		return nil, Resolution{}, fmt.Errorf("sentinel: %w", err)
 	}
-	defer dir.Close()
 	if opened, err := dir.Stat("."); err != nil {
-		return Resolution{}, fmt.Errorf("sentinel: %w", err)
+		dir.Close()
+		return nil, Resolution{}, fmt.Errorf("sentinel: %w", err)
 	} else if !os.SameFile(dirInfo, opened) {
-		return malformedFile(dirName + " changed while it was resolved"), nil
+		dir.Close()
+		return nil, malformedFile(dirName + " changed while it was resolved"), nil
 	}
+	return dir, Resolution{}, nil
+}
 
+// openFile opens the regular file fileName of dir, checked to be the file
+// it examined first and no larger than MaxSize. When it returns no file,
+// the Resolution and error it returns are Resolve's.
+func openFile(dir *os.Root, fileName string) (*os.File, Resolution, error) {
 	info, err := dir.Lstat(fileName)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Resolution{Status: Absent}, nil
+		return nil, Resolution{Status: Absent}, nil
 	}
 	if err != nil {
-		return Resolution{}, fmt.Errorf("sentinel: %w", err)
+		return nil, Resolution{}, fmt.Errorf("sentinel: %w", err)
 	}
 	if !info.Mode().IsRegular() {
-		return malformedFile("not a regular file (" + typeName(info.Mode()) + ")"), nil
+		return nil, malformedFile("not a regular file (" + typeName(info.Mode()) + ")"), nil
 	}
 	if info.Size() > MaxSize {
-		return oversized(info.Size()), nil
+		return nil, oversized(info.Size()), nil
 	}
 
 	f, err := dir.OpenFile(fileName, openFlags, 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			return Resolution{Status: Absent}, nil
+			return nil, Resolution{Status: Absent}, nil
 		case errors.Is(err, fs.ErrPermission):
-			return malformedFile("not readable (permission denied)"), nil
+			return nil, malformedFile("not readable (permission denied)"), nil
 		case changed(dir, fileName, info):
-			return malformedFile("changed while it was resolved"), nil
+			return nil, malformedFile("changed while it was resolved"), nil
 		}
-		return Resolution{}, fmt.Errorf("sentinel: %w", err)
+		return nil, Resolution{}, fmt.Errorf("sentinel: %w", err)
 	}
-	defer f.Close()
+	if res, ok, err := checkOpened(f, info); !ok {
+		f.Close()
+		return nil, res, err
+	}
+	return f, Resolution{}, nil
+}
+
+// checkOpened checks that the opened file f is still the regular file
+// described by info and no larger than MaxSize. When it is not, the
+// Resolution and error it returns are Resolve's.
+func checkOpened(f *os.File, info fs.FileInfo) (Resolution, bool, error) {
 	opened, err := f.Stat()
 	if err != nil {
-		return Resolution{}, fmt.Errorf("sentinel: %w", err)
+		return Resolution{}, false, fmt.Errorf("sentinel: %w", err)
 	}
 	if !opened.Mode().IsRegular() {
-		return malformedFile("not a regular file (" + typeName(opened.Mode()) + ")"), nil
+		return malformedFile("not a regular file (" + typeName(opened.Mode()) + ")"), false, nil
 	}
 	if !os.SameFile(info, opened) {
-		return malformedFile("changed while it was resolved"), nil
+		return malformedFile("changed while it was resolved"), false, nil
 	}
 	if opened.Size() > MaxSize {
-		return oversized(opened.Size()), nil
+		return oversized(opened.Size()), false, nil
 	}
+	return Resolution{}, true, nil
+}
 
+// readFile reads at most MaxSize bytes of f and parses them.
+func readFile(f *os.File) (Resolution, error) {
 	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return Resolution{}, fmt.Errorf("sentinel: read: %w", err)

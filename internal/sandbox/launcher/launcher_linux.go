@@ -56,160 +56,239 @@ func init() {
 
 func main() int {
 	// The launcher's own set-up runs on this one thread (init already
-	// runs locked to the main thread; this says so). The runtime is forked
-	// from another, locked thread (startRuntime).
+	// runs locked to the main thread; this says so). Every step below is
+	// called from it, in this order. The runtime is forked from another,
+	// locked thread (startRuntime).
 	runtime.LockOSThread()
-	out := os.NewFile(fdResult, "result")
-	var fds []int // received: stdout, stderr, the hold descriptor, binds
-	ctrl := fdControl
-	// ack sends the worker its receipt, once: one byte, Receipt, with
-	// ReceiptProxy and ReceiptWorkspace set when it carries the proxy
-	// listener and the workspace's own filesystem (in that order).
-	ack := func(ln, ws int) error {
-		if ctrl < 0 {
-			return nil
-		}
-		defer func() { syscall.Close(ctrl); ctrl = -1 }()
-		b := byte(Receipt)
-		var fds []int
-		if ln >= 0 {
-			b |= ReceiptProxy
-			fds = append(fds, ln)
-		}
-		if ws >= 0 {
-			b |= ReceiptWorkspace
-			fds = append(fds, ws)
-		}
-		var oob []byte
-		if len(fds) > 0 {
-			oob = syscall.UnixRights(fds...)
-		}
-		if err := syscall.Sendmsg(ctrl, []byte{b}, oob, nil, 0); err != nil {
-			return fmt.Errorf("launcher: receipt: %w", err)
-		}
-		return nil
-	}
-	report := func(r Result) int {
-		// The worker goes on as soon as it reads the report: what we
-		// hold of the run (the workspace lock first) is let go before.
-		for _, fd := range fds {
-			if fd >= 0 {
-				syscall.Close(fd)
-			}
-		}
-		_, _ = out.WriteString(r.Format())
-		return 0
-	}
-	fail := func(err error) int {
-		_ = ack(-1, -1)
-		return report(Result{ExitCode: -1, StartErr: err.Error()})
-	}
+	l := &launch{out: os.NewFile(fdResult, "result"), ctrl: fdControl}
 	if len(os.Args) != 2 || os.Args[1] != Protocol {
-		return fail(errors.New("launcher: this launcher does not speak " + Protocol + ": use the agora-sandbox of the worker's own build"))
+		return l.fail(errors.New("launcher: this launcher does not speak " + Protocol + ": use the agora-sandbox of the worker's own build"))
 	}
 	// Signals are caught from the first moment: a SIGTERM that arrives
 	// while the runtime starts still gives it its grace period.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 
-	msg, fds, err := receive(ctrl)
+	st, ok, err := l.receiveStart()
 	if err != nil {
-		return fail(err)
+		return l.fail(err)
 	}
-	if msg == nil {
+	if !ok {
 		return 0 // a spare the worker no longer needs
 	}
-	st, err := ParseStart(msg)
-	if err != nil {
-		return fail(err)
+	if err := l.prepare(st.Policy); err != nil {
+		return l.fail(err)
 	}
-	if len(fds) < 2 {
-		return fail(errors.New("launcher: the start message carries no stdout and stderr"))
+	devnull, pid1, err := l.lockDown(st.Policy)
+	if err != nil {
+		return l.fail(err)
+	}
+	pid, err := l.start(st, devnull)
+	if err != nil {
+		return l.fail(err)
+	}
+	ws := waitRuntime(pid, pid1, time.Duration(st.Grace), sigs)
+	return l.report(l.finish(ws, pid1, pid))
+}
+
+// launch is what the launcher holds of the run it starts, from the Start
+// message to the report.
+type launch struct {
+	out     *os.File // the result pipe
+	ctrl    int      // the control socket; -1 once the receipt is sent
+	fds     []int    // received: stdout, stderr, the hold descriptor, binds
+	applied []string // the layers set up, for the report
+}
+
+// ack sends the worker its receipt, once: one byte, Receipt, with
+// ReceiptProxy and ReceiptWorkspace set when it carries the proxy
+// listener and the workspace's own filesystem (in that order).
+func (l *launch) ack(ln, ws int) error {
+	if l.ctrl < 0 {
+		return nil
+	}
+	defer func() { syscall.Close(l.ctrl); l.ctrl = -1 }()
+	b := byte(Receipt)
+	var fds []int
+	if ln >= 0 {
+		b |= ReceiptProxy
+		fds = append(fds, ln)
+	}
+	if ws >= 0 {
+		b |= ReceiptWorkspace
+		fds = append(fds, ws)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = syscall.UnixRights(fds...)
+	}
+	if err := syscall.Sendmsg(l.ctrl, []byte{b}, oob, nil, 0); err != nil {
+		return fmt.Errorf("launcher: receipt: %w", err)
+	}
+	return nil
+}
+
+// report writes the result for the worker; main returns what it returns.
+func (l *launch) report(r Result) int {
+	// The worker goes on as soon as it reads the report: what we
+	// hold of the run (the workspace lock first) is let go before.
+	for _, fd := range l.fds {
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+	}
+	_, _ = l.out.WriteString(r.Format())
+	return 0
+}
+
+// fail sends the receipt if it is still owed and reports err as the
+// run's start error.
+func (l *launch) fail(err error) int {
+	_ = l.ack(-1, -1)
+	return l.report(Result{ExitCode: -1, StartErr: err.Error()})
+}
+
+// receiveStart reads the Start message and its descriptors. ok is false
+// for a spare the worker closed without sending one.
+func (l *launch) receiveStart() (st Start, ok bool, err error) {
+	msg, fds, err := receive(l.ctrl)
+	l.fds = fds
+	if err != nil {
+		return st, false, err
+	}
+	if msg == nil {
+		return st, false, nil
+	}
+	if st, err = ParseStart(msg); err != nil {
+		return st, false, err
+	}
+	if len(l.fds) < 2 {
+		return st, false, errors.New("launcher: the start message carries no stdout and stderr")
 	}
 	// fds[2], when sent, is the hold descriptor: it stays open (and
 	// close-on-exec) until the report, written once the tree is gone.
+	return st, true, nil
+}
 
-	// The run's network namespace: loopback, and the proxy's listener,
-	// which goes back to the worker with the receipt.
-	var applied []string
-	if st.Policy.Loopback {
-		if err := loopbackUp(); err != nil {
-			return fail(err)
-		}
-		applied = append(applied, "netns")
-	}
-	ln := -1
-	if st.Policy.ProxyPort != 0 {
-		if ln, err = listenProxy(st.Policy.ProxyPort); err != nil {
-			return fail(err)
-		}
-		applied = append(applied, "proxy")
+// prepare sets up the run's network and root, then sends the receipt
+// with what the worker gets of them.
+func (l *launch) prepare(p Policy) error {
+	ln, err := l.network(p)
+	if err != nil {
+		return err
 	}
 	// The run's root is built before the receipt, which carries the
 	// workspace's own filesystem when the launcher made it.
-	wsFD := -1
-	if st.Policy.Root {
-		if os.Getpid() != 1 {
-			return fail(errors.New("launcher: a root of its own needs the launcher's own PID and mount namespaces"))
-		}
-		if wsFD, err = buildRoot(st.Policy, fds); err != nil {
-			return fail(fmt.Errorf("launcher: %w", err))
-		}
-		applied = append(applied, "root", "proc")
-		if wsFD >= 0 {
-			applied = append(applied, "workspace-fs")
-		}
+	wsFD, err := l.root(p)
+	if err != nil {
+		return err
 	}
-	err = ack(ln, wsFD)
+	err = l.ack(ln, wsFD)
 	for _, fd := range []int{ln, wsFD} {
 		if fd >= 0 {
 			syscall.Close(fd)
 		}
 	}
-	if err != nil {
-		return fail(err)
-	}
+	return err
+}
 
+// network sets up the run's network namespace: loopback, and the proxy's
+// listener (-1 when there is none), which goes back to the worker with
+// the receipt.
+func (l *launch) network(p Policy) (ln int, err error) {
+	if p.Loopback {
+		if err := loopbackUp(); err != nil {
+			return -1, err
+		}
+		l.applied = append(l.applied, "netns")
+	}
+	ln = -1
+	if p.ProxyPort != 0 {
+		if ln, err = listenProxy(p.ProxyPort); err != nil {
+			return ln, err
+		}
+		l.applied = append(l.applied, "proxy")
+	}
+	return ln, nil
+}
+
+// root builds the run's root when the policy asks for one, and returns
+// the workspace's own filesystem (-1 when there is none).
+func (l *launch) root(p Policy) (wsFD int, err error) {
+	wsFD = -1
+	if !p.Root {
+		return wsFD, nil
+	}
+	if os.Getpid() != 1 {
+		return wsFD, errors.New("launcher: a root of its own needs the launcher's own PID and mount namespaces")
+	}
+	if wsFD, err = buildRoot(p, l.fds); err != nil {
+		return wsFD, fmt.Errorf("launcher: %w", err)
+	}
+	l.applied = append(l.applied, "root", "proc")
+	if wsFD >= 0 {
+		l.applied = append(l.applied, "workspace-fs")
+	}
+	return wsFD, nil
+}
+
+// lockDown confines the launcher before it starts the runtime, and opens
+// the runtime's stdin. pid1 tells whether the launcher is its PID
+// namespace's init.
+func (l *launch) lockDown(p Policy) (devnull int, pid1 bool, err error) {
 	// Nothing but stdin, stdout and stderr reaches the runtime: not our
 	// result pipe, the received descriptors or the hold descriptor, and
 	// not descriptors the worker itself inherited without close-on-exec.
 	closeInherited()
-	pid1 := os.Getpid() == 1
+	pid1 = os.Getpid() == 1
 	if !pid1 {
 		if err := prctl(prSetChildSubreaper, 1); err != nil {
-			return fail(fmt.Errorf("subreaper: %w", err))
+			return -1, pid1, fmt.Errorf("subreaper: %w", err)
 		}
 	}
 	// No setuid or file-capability binary can give the tree more
 	// privileges than the worker started it with.
 	if err := prctl(prSetNoNewPrivs, 1); err != nil {
-		return fail(fmt.Errorf("no_new_privs: %w", err))
+		return -1, pid1, fmt.Errorf("no_new_privs: %w", err)
 	}
-	devnull, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	devnull, err = syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return fail(fmt.Errorf("open %s: %w", os.DevNull, err))
+		return -1, pid1, fmt.Errorf("open %s: %w", os.DevNull, err)
 	}
-	more, err := apply(st.Policy, pid1)
+	more, err := apply(p, pid1)
 	if err != nil {
-		return fail(err)
+		return devnull, pid1, err
 	}
-	applied = append(applied, more...)
-	pid, caps, err := startRuntime(st, devnull, fds)
+	l.applied = append(l.applied, more...)
+	return devnull, pid1, nil
+}
+
+// start starts the runtime with devnull as its stdin and the received
+// stdout and stderr, which the launcher then lets go, and puts it under
+// the policy's limits.
+func (l *launch) start(st Start, devnull int) (int, error) {
+	pid, caps, err := startRuntime(st, devnull, l.fds)
 	syscall.Close(devnull)
-	syscall.Close(fds[0])
-	syscall.Close(fds[1])
-	fds[0], fds[1] = -1, -1
+	syscall.Close(l.fds[0])
+	syscall.Close(l.fds[1])
+	l.fds[0], l.fds[1] = -1, -1
 	if err != nil {
-		return fail(err)
+		return pid, err
 	}
 	if caps {
-		applied = append(applied, "no-capabilities")
+		l.applied = append(l.applied, "no-capabilities")
 	}
 	if err := limitChild(st.Policy, pid); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		_, _ = syscall.Wait4(pid, nil, 0, nil)
-		return fail(err)
+		return pid, err
 	}
+	return pid, nil
+}
+
+// waitRuntime waits for the runtime to end, passing on the worker's stop
+// (SIGTERM, then the grace period) and the worker's death (SIGHUP).
+func waitRuntime(pid int, pid1 bool, grace time.Duration, sigs <-chan os.Signal) syscall.WaitStatus {
 	done := make(chan syscall.WaitStatus, 1)
 	go func() {
 		var ws syscall.WaitStatus
@@ -223,19 +302,17 @@ func main() int {
 
 	var timer <-chan time.Time
 	stopping := false
-	var ws syscall.WaitStatus
-wait:
 	for {
 		select {
-		case ws = <-done:
-			break wait
+		case ws := <-done:
+			return ws
 		case s := <-sigs:
 			if s == syscall.SIGTERM && !stopping {
 				// The worker asks for a stop: the runtime's group gets
 				// SIGTERM and the grace period to end.
 				stopping = true
 				_ = syscall.Kill(-pid, syscall.SIGTERM)
-				timer = time.After(time.Duration(st.Grace))
+				timer = time.After(grace)
 				continue
 			}
 			// SIGHUP is the parent-death signal: the worker is gone, so
@@ -246,7 +323,12 @@ wait:
 			signalTree(pid1, pid)
 		}
 	}
-	r := Result{ExitCode: -1, Applied: strings.Join(applied, ",")}
+}
+
+// finish kills what is left of the run's tree and gives the result of
+// the run that ended with ws.
+func (l *launch) finish(ws syscall.WaitStatus, pid1 bool, pid int) Result {
+	r := Result{ExitCode: -1, Applied: strings.Join(l.applied, ",")}
 	if ws.Exited() {
 		r.ExitCode = ws.ExitStatus()
 	}
@@ -254,7 +336,7 @@ wait:
 		r.Signal = int(ws.Signal())
 	}
 	r.Killed = killTree(pid1, pid)
-	return report(r)
+	return r
 }
 
 // startRuntime forks and execs the runtime from a thread of its own,

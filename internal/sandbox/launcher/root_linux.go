@@ -56,17 +56,7 @@ func buildRoot(p Policy, fds []int) (wsFD int, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return wsFD, fmt.Errorf("root: make / a slave: %w", err)
 	}
-	// A worker that is not root sends plain descriptors, bound by their
-	// path: take a copy of each one's mount tree now, before the staged
-	// root covers /tmp (where a workspace root often is).
-	for _, b := range p.Binds {
-		if b.FD >= 0 && b.FD < len(fds) && fds[b.FD] >= 0 {
-			if tree, ok := cloneByPath(fds[b.FD]); ok {
-				unix.Close(fds[b.FD])
-				fds[b.FD] = tree
-			}
-		}
-	}
+	cloneBindTrees(p, fds)
 	if err := unix.Mount("tmpfs", stageRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=16384"); err != nil {
 		return wsFD, fmt.Errorf("root: tmpfs: %w", err)
 	}
@@ -75,29 +65,73 @@ func buildRoot(p Policy, fds []int) (wsFD int, err error) {
 		return wsFD, fmt.Errorf("root: %w", err)
 	}
 	defer unix.Close(rootFD)
-	// A fresh /proc for the run's PID namespace: it lists only the run's
-	// processes.
-	if err := mkdirIn(rootFD, "/proc"); err != nil {
+	if err := buildProc(rootFD); err != nil {
 		return wsFD, err
-	}
-	if err := unix.Mount("proc", stageRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return wsFD, fmt.Errorf("root: /proc: %w", err)
 	}
 	if err := buildDev(rootFD); err != nil {
 		return wsFD, err
 	}
-	tmp := p.TmpSize
-	if tmp == 0 {
-		tmp = defaultTmpSize
-	}
-	if err := mkdirIn(rootFD, "/tmp"); err != nil {
+	if err := buildTmp(rootFD, p.TmpSize); err != nil {
 		return wsFD, err
-	}
-	if err := unix.Mount("tmpfs", stageRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatUint(tmp, 10)+",nr_inodes="+strconv.Itoa(tmpInodes)); err != nil {
-		return wsFD, fmt.Errorf("root: /tmp: %w", err)
 	}
 	// The binds come last: one may lie under /tmp (a workspace root
 	// there) and must not be covered by the private /tmp.
+	if wsFD, err = placeBinds(rootFD, p, fds); err != nil {
+		return wsFD, err
+	}
+	if err := enterRoot(); err != nil {
+		return wsFD, err
+	}
+	return wsFD, nil
+}
+
+// cloneBindTrees takes a copy of the mount tree of each bind's plain
+// descriptor, in its place. A worker that is not root sends plain
+// descriptors, bound by their path: the copy is taken now, before the
+// staged root covers /tmp (where a workspace root often is).
+func cloneBindTrees(p Policy, fds []int) {
+	for _, b := range p.Binds {
+		if b.FD >= 0 && b.FD < len(fds) && fds[b.FD] >= 0 {
+			if tree, ok := cloneByPath(fds[b.FD]); ok {
+				unix.Close(fds[b.FD])
+				fds[b.FD] = tree
+			}
+		}
+	}
+}
+
+// buildProc mounts a fresh /proc for the run's PID namespace: it lists
+// only the run's processes.
+func buildProc(rootFD int) error {
+	if err := mkdirIn(rootFD, "/proc"); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", stageRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("root: /proc: %w", err)
+	}
+	return nil
+}
+
+// buildTmp mounts the run's private /tmp: a tmpfs of size bytes (0 means
+// defaultTmpSize) and at most tmpInodes files.
+func buildTmp(rootFD int, size uint64) error {
+	if size == 0 {
+		size = defaultTmpSize
+	}
+	if err := mkdirIn(rootFD, "/tmp"); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", stageRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatUint(size, 10)+",nr_inodes="+strconv.Itoa(tmpInodes)); err != nil {
+		return fmt.Errorf("root: /tmp: %w", err)
+	}
+	return nil
+}
+
+// placeBinds binds each of the policy's binds into the staged root, the
+// workspace as a tmpfs of its own, whose descriptor it returns (else -1),
+// also with an error: the caller closes it then.
+func placeBinds(rootFD int, p Policy, fds []int) (wsFD int, err error) {
+	wsFD = -1
 	for _, b := range p.Binds {
 		if b.FD < 0 || b.FD >= len(fds) || fds[b.FD] < 0 {
 			return wsFD, fmt.Errorf("root: bind %s: no descriptor %d", b.Target, b.FD)
@@ -112,23 +146,28 @@ func buildRoot(p Policy, fds []int) (wsFD int, err error) {
 			return wsFD, err
 		}
 	}
-	// Enter it; the host's root goes away with the old root's mounts.
+	return wsFD, nil
+}
+
+// enterRoot enters the staged root with pivot_root; the host's root goes
+// away with the old root's mounts, and the new root is made read-only.
+func enterRoot() error {
 	if err := unix.Chdir(stageRoot); err != nil {
-		return wsFD, fmt.Errorf("root: %w", err)
+		return fmt.Errorf("root: %w", err)
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return wsFD, fmt.Errorf("root: pivot_root: %w", err)
+		return fmt.Errorf("root: pivot_root: %w", err)
 	}
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return wsFD, fmt.Errorf("root: detach the old root: %w", err)
+		return fmt.Errorf("root: detach the old root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return wsFD, fmt.Errorf("root: %w", err)
+		return fmt.Errorf("root: %w", err)
 	}
 	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return wsFD, fmt.Errorf("root: make / read-only: %w", err)
+		return fmt.Errorf("root: make / read-only: %w", err)
 	}
-	return wsFD, nil
+	return nil
 }
 
 // buildDev makes the run's /dev: a tmpfs with the host's null, zero, full,
