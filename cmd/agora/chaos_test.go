@@ -3,6 +3,7 @@ package main_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 // A small chaos round through the real binary: separate service processes
@@ -11,7 +12,9 @@ func TestChaosSmallRound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos round: skipped with -short")
 	}
-	r := agoraWith(t, cleanEnv(), "chaos", "--threads", "12", "--fault-every", "800ms", "--fault-window", "4s", "--deadline", "50s", "--json")
+	// The deadline bounds the threads' ends; reading the doors' tasks,
+	// stopping the services and the audit come after it.
+	r := agoraWithin(t, 2*time.Minute, cleanEnv(), "chaos", "--threads", "12", "--fault-every", "800ms", "--fault-window", "4s", "--deadline", "50s", "--json")
 	var rep struct {
 		Threads    int            `json:"threads"`
 		Events     int            `json:"events_audited"`

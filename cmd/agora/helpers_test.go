@@ -220,10 +220,16 @@ func agora(t testing.TB, args ...string) result {
 	return agoraWith(t, agoraEnv(t), args...)
 }
 
-// agoraWith runs the binary with env.
+// agoraWith runs the binary with env, for at most a minute.
 func agoraWith(t testing.TB, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return agoraWithin(t, time.Minute, env, args...)
+}
+
+// agoraWithin runs the binary with env, for at most limit.
+func agoraWithin(t testing.TB, limit time.Duration, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, agoraBin, args...)
 	cmd.Env = env
@@ -239,7 +245,7 @@ func agoraWith(t testing.TB, env []string, args ...string) result {
 		t.Fatalf("agora %s: %v", strings.Join(args, " "), err)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("agora %s: still running after 60s\n%s", strings.Join(args, " "), r)
+		t.Fatalf("agora %s: still running after %s\n%s", strings.Join(args, " "), limit, r)
 	}
 	return r
 }

@@ -698,9 +698,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Report, error) {
 	// Each door must report its threads' ends, read before the services
 	// stop; the audit compares them with the threads' own.
 	// On a context of their own: a thread that never ended used up the
-	// run's, and the other threads' ends are read all the same.
+	// run's, and the other threads' ends are read all the same, within
+	// what is left of the run's deadline (at least one door call).
 	say("reading the doors' tasks")
-	rctx, rcancel := context.WithTimeout(context.Background(), endsWithin+doorCall)
+	within := endsWithin + doorCall
+	if d, ok := ctx.Deadline(); ok {
+		within = min(within, max(time.Until(d), doorCall))
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), within)
 	doorEnds := readDoorEnds(rctx, doors, threadDoor, doorErr)
 	rcancel()
 	say("threads done; stopping the services")
