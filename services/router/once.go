@@ -193,8 +193,11 @@ func (s *Service) seat(ctx context.Context, r *record, rev uint64) (*record, err
 			return r, err
 		}
 		next, openRev, err := s.moveOn(ctx, r, lid, errors.Is(err, errNoQuestion))
-		if err != nil || (next == "" && openRev == 0) {
-			return r, err // errJoinLater, a failure, or a conflict to read again
+		if err != nil {
+			return r, err // errJoinLater, or a failure
+		}
+		if next == "" && openRev == 0 {
+			continue // the match changed as it was claimed: look again
 		}
 		now := time.Now().UTC()
 		w, wrev, _, err := s.store.updateFrom(ctx, r.QuestionID, r, rev, func(x *record) (bool, error) {
