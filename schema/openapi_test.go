@@ -119,6 +119,7 @@ func TestOpenAPIDescribesWhatProgramsUse(t *testing.T) {
 		"getQuestion":       "get /inbox/api/questions/{id}",
 		"answerQuestion":    "post /inbox/api/questions/{id}/answer",
 		"createAnswerLinks": "post /inbox/api/questions/{id}/links",
+		"reverseSuggestion": "post /inbox/api/questions/{id}/reverse",
 		"getAnswerLink":     "get /inbox/a/{token}",
 		"useAnswerLink":     "post /inbox/a/{token}",
 		"login":             "post /inbox/api/login",

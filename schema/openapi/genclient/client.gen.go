@@ -23,6 +23,7 @@ import (
 const (
 	AnswerReplyStatusAccepted        AnswerReplyStatus = "accepted"
 	AnswerReplyStatusAlreadyAnswered AnswerReplyStatus = "already_answered"
+	AnswerReplyStatusChanged         AnswerReplyStatus = "changed"
 	AnswerReplyStatusInvalid         AnswerReplyStatus = "invalid"
 	AnswerReplyStatusNotFound        AnswerReplyStatus = "not_found"
 	AnswerReplyStatusRetry           AnswerReplyStatus = "retry"
@@ -34,6 +35,8 @@ func (e AnswerReplyStatus) Valid() bool {
 	case AnswerReplyStatusAccepted:
 		return true
 	case AnswerReplyStatusAlreadyAnswered:
+		return true
+	case AnswerReplyStatusChanged:
 		return true
 	case AnswerReplyStatusInvalid:
 		return true
@@ -67,6 +70,8 @@ const (
 	InboxQuestionEventAsked     InboxQuestionEvent = "asked"
 	InboxQuestionEventEscalated InboxQuestionEvent = "escalated"
 	InboxQuestionEventExpired   InboxQuestionEvent = "expired"
+	InboxQuestionEventJoined    InboxQuestionEvent = "joined"
+	InboxQuestionEventReversed  InboxQuestionEvent = "reversed"
 	InboxQuestionEventWithdrawn InboxQuestionEvent = "withdrawn"
 )
 
@@ -80,6 +85,10 @@ func (e InboxQuestionEvent) Valid() bool {
 	case InboxQuestionEventEscalated:
 		return true
 	case InboxQuestionEventExpired:
+		return true
+	case InboxQuestionEventJoined:
+		return true
+	case InboxQuestionEventReversed:
 		return true
 	case InboxQuestionEventWithdrawn:
 		return true
@@ -193,6 +202,48 @@ func (e RoundOutcome) Valid() bool {
 	}
 }
 
+// Defines values for StepHow.
+const (
+	StepHowAsked      StepHow = "asked"
+	StepHowDeclined   StepHow = "declined"
+	StepHowDefault    StepHow = "default"
+	StepHowJoined     StepHow = "joined"
+	StepHowMemory     StepHow = "memory"
+	StepHowPerson     StepHow = "person"
+	StepHowReversal   StepHow = "reversal"
+	StepHowSuggestion StepHow = "suggestion"
+	StepHowTimeout    StepHow = "timeout"
+	StepHowWithdrawn  StepHow = "withdrawn"
+)
+
+// Valid indicates whether the value is a known member of the StepHow enum.
+func (e StepHow) Valid() bool {
+	switch e {
+	case StepHowAsked:
+		return true
+	case StepHowDeclined:
+		return true
+	case StepHowDefault:
+		return true
+	case StepHowJoined:
+		return true
+	case StepHowMemory:
+		return true
+	case StepHowPerson:
+		return true
+	case StepHowReversal:
+		return true
+	case StepHowSuggestion:
+		return true
+	case StepHowTimeout:
+		return true
+	case StepHowWithdrawn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ThreadOutcome.
 const (
 	ThreadOutcomeAlreadyEnded     ThreadOutcome = "already-ended"
@@ -265,6 +316,8 @@ const (
 	QuestionEventAsked     QuestionEvent = "asked"
 	QuestionEventEscalated QuestionEvent = "escalated"
 	QuestionEventExpired   QuestionEvent = "expired"
+	QuestionEventJoined    QuestionEvent = "joined"
+	QuestionEventReversed  QuestionEvent = "reversed"
 	QuestionEventWithdrawn QuestionEvent = "withdrawn"
 )
 
@@ -278,6 +331,10 @@ func (e QuestionEvent) Valid() bool {
 	case QuestionEventEscalated:
 		return true
 	case QuestionEventExpired:
+		return true
+	case QuestionEventJoined:
+		return true
+	case QuestionEventReversed:
 		return true
 	case QuestionEventWithdrawn:
 		return true
@@ -445,6 +502,9 @@ type AnswerRequest struct {
 
 	// Decision The decision on an approval question.
 	Decision *CommonDecision `json:"decision,omitempty"`
+
+	// ShownDigest The question's shown_digest as the page or program showed it: the answer is refused (409, status changed) when the question no longer shows that.
+	ShownDigest *string `json:"shown_digest,omitempty"`
 }
 
 // Artifact A file the run left under .agora/artifacts/ (lifecycle.Artifact).
@@ -553,7 +613,7 @@ type EventRef struct {
 	Time time.Time `json:"time"`
 }
 
-// InboxQuestion A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds. A question several threads wait on lists them in waiting_threads (the asking thread first: their dispatch, thread and own question ids); the threads waiting are max(1, len(waiting_threads)). A question answered from a remembered decision names it in reused; a pending suggestion (accepted false) is the answer the inbox preselects.
+// InboxQuestion A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds. A question several threads wait on lists them in waiting_threads (the asking thread first: their dispatch, thread and own question ids); the threads waiting are max(1, len(waiting_threads)). A question answered from a remembered decision names it in reused; a pending suggestion (accepted false) is the answer the inbox preselects. An answer an accepted suggestion gave (answered_by suggested:<answerer>) is machine-made; once a person reversed it, reversal says who and when, and answer, decision and answered_by are the person's.
 type InboxQuestion struct {
 	Answer     *string    `json:"answer,omitempty"`
 	AnsweredAt *time.Time `json:"answered_at,omitempty"`
@@ -616,6 +676,9 @@ type InboxQuestion struct {
 	// Reused On a question answered from a remembered decision (answered_by memory:<question_id>): whose decision it reused and when it was made.
 	Reused *InboxQuestion_Reused `json:"reused,omitempty"`
 
+	// Reversal Set once a person reversed the accepted suggestion that answered the question: who and when, the suggestion reversed, the resumed dispatch cancelled and the dispatch carrying the person's answer.
+	Reversal *InboxQuestion_Reversal `json:"reversal,omitempty"`
+
 	// Revision The record's revision in the bucket.
 	Revision int `json:"revision"`
 
@@ -624,6 +687,9 @@ type InboxQuestion struct {
 
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
+
+	// ShownDigest The digest of what the question shows a person (text, context, kind, options, partial state): the decision log's shown_digest. A door sends it back with the answer; the router refuses an answer whose digest the question no longer shows (docs/answering.md, "Bound answers").
+	ShownDigest *string `json:"shown_digest,omitempty"`
 
 	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/router.md#ask-once).
 	Status InboxQuestionStatus `json:"status"`
@@ -655,6 +721,17 @@ type InboxQuestion_Reused struct {
 	AnsweredAt           time.Time              `json:"answered_at"`
 	AnsweredBy           string                 `json:"answered_by"`
 	QuestionId           string                 `json:"question_id"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// InboxQuestion_Reversal Set once a person reversed the accepted suggestion that answered the question: who and when, the suggestion reversed, the resumed dispatch cancelled and the dispatch carrying the person's answer.
+type InboxQuestion_Reversal struct {
+	At                   time.Time              `json:"at"`
+	By                   string                 `json:"by"`
+	CancelledDispatchId  string                 `json:"cancelled_dispatch_id"`
+	NextDispatchId       string                 `json:"next_dispatch_id"`
+	SuggestionAnswer     string                 `json:"suggestion_answer"`
+	SuggestionBy         string                 `json:"suggestion_by"`
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
@@ -772,14 +849,17 @@ type Problem struct {
 
 // QuestionDetail The body of GET /inbox/api/questions/{id} (answerers/inbox.Detail).
 type QuestionDetail struct {
-	// Earlier The questions of the thread's earlier rounds, in round order, with their answers.
+	// Earlier The questions of the thread's earlier rounds on routes the caller may see, in round order, with their answers.
 	Earlier []InboxQuestion `json:"earlier"`
 
-	// Question A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds. A question several threads wait on lists them in waiting_threads (the asking thread first: their dispatch, thread and own question ids); the threads waiting are max(1, len(waiting_threads)). A question answered from a remembered decision names it in reused; a pending suggestion (accepted false) is the answer the inbox preselects.
+	// Question A question record as the inbox shows it (answerers/inbox.Question): the record of the agora_questions bucket (the question event's data) and what the inbox adds. A question several threads wait on lists them in waiting_threads (the asking thread first: their dispatch, thread and own question ids); the threads waiting are max(1, len(waiting_threads)). A question answered from a remembered decision names it in reused; a pending suggestion (accepted false) is the answer the inbox preselects. An answer an accepted suggestion gave (answered_by suggested:<answerer>) is machine-made; once a person reversed it, reversal says who and when, and answer, decision and answered_by are the person's.
 	Question InboxQuestion `json:"question"`
 
 	// Thread The dispatcher's view of a thread, summarised.
 	Thread *InboxThread `json:"thread,omitempty"`
+
+	// Trail The thread's decision trail, oldest step first (at most 200 steps, the latest): every question the thread asked and each step the router recorded for it (docs/inbox.md, "Decision trail and machine-made answers").
+	Trail []Step `json:"trail"`
 }
 
 // QuestionList The body of GET /inbox/api/questions (answerers/inbox.List).
@@ -842,6 +922,25 @@ type Result struct {
 	Reason     *string     `json:"reason,omitempty"`
 }
 
+// ReverseReply The router's reply to a reversal it made (pkg/client.ReverseReply): the question's record now carries the person's answer and its reversal.
+type ReverseReply struct {
+	// CancelledDispatchId The dispatch the suggestion resumed, now cancelled.
+	CancelledDispatchId string `json:"cancelled_dispatch_id"`
+
+	// NextDispatchId The dispatch that resumes the thread with the person's answer.
+	NextDispatchId string `json:"next_dispatch_id"`
+	QuestionId     string `json:"question_id"`
+}
+
+// ReverseRequest A person's answer in place of the accepted suggestion that answered a question: free text or one of the options in answer; for an approval, decision. Unknown members are refused.
+type ReverseRequest struct {
+	Answer  *string `json:"answer,omitempty"`
+	Comment *string `json:"comment,omitempty"`
+
+	// Decision The decision on an approval question.
+	Decision *CommonDecision `json:"decision,omitempty"`
+}
+
 // Round One round of a thread: its record (Record), with the round's lifecycle CloudEvents as events.
 type Round struct {
 	AcceptedAt      *time.Time  `json:"accepted_at,omitempty"`
@@ -880,6 +979,40 @@ type Round struct {
 
 // RoundOutcome Set only on a cancel's answer: what that cancel did, from the dispatch's state when it arrived (docs/dispatcher.md, "Cancel"): cancelled, cancelling (running: its worker stops it), thread-cancelling (paused on a question: the router ends the thread) or already-ended (nothing was cancelled).
 type RoundOutcome string
+
+// Step One step of a thread's decision trail (answerers/inbox.Step): a question asked, or what became of it, from the question records the router keeps. A question on a route the viewer may not see is one asked step, hidden, with neither its id, route nor text.
+type Step struct {
+	// Answer The answer the step gave, cut to one line.
+	Answer *string   `json:"answer,omitempty"`
+	At     time.Time `json:"at"`
+
+	// Detail More about the step, cut to one line: the question asked, or the router's words (why it was declined, withdrawn or expired, what a reversal replaced).
+	Detail *string `json:"detail,omitempty"`
+
+	// Hidden The question is on a route the viewer may not see: the step says only that a question was asked in its round.
+	Hidden *bool `json:"hidden,omitempty"`
+
+	// How How the step came about: asked; answered by a person, from memory, by an accepted suggestion, with the route's default; timeout (the question expired); joined (the question joined one asked earlier, or was answered by it); declined; withdrawn; reversal (a person reversed the accepted suggestion).
+	How StepHow `json:"how"`
+
+	// Machine No person made the step: memory, an accepted suggestion, a route's default, a timeout.
+	Machine bool `json:"machine"`
+
+	// QuestionId The question of the step; absent on a hidden one.
+	QuestionId *string `json:"question_id,omitempty"`
+
+	// Round The round of the thread: 0 for a root dispatch, one more per answered question.
+	Round CommonRound `json:"round"`
+
+	// Route The route the step happened on; absent on a hidden one.
+	Route *string `json:"route,omitempty"`
+
+	// Who Who did it: the sub-agent that asked, the answerer, the person, agora for a timeout.
+	Who *string `json:"who,omitempty"`
+}
+
+// StepHow How the step came about: asked; answered by a person, from memory, by an accepted suggestion, with the route's default; timeout (the question expired); joined (the question joined one asked earlier, or was answered by it); declined; withdrawn; reversal (a person reversed the accepted suggestion).
+type StepHow string
 
 // Thread defines model for Thread.
 type Thread struct {
@@ -1032,11 +1165,17 @@ type Question struct {
 	// Reused On a question answered from a remembered decision (answered_by memory:<question_id>): whose decision it reused and when it was made.
 	Reused *Question_Reused `json:"reused,omitempty"`
 
+	// Reversal Set once a person reversed the accepted suggestion that answered the question: who and when, the suggestion reversed, the resumed dispatch cancelled and the dispatch carrying the person's answer.
+	Reversal *Question_Reversal `json:"reversal,omitempty"`
+
 	// Round The round of the thread: 0 for a root dispatch, one more per answered question.
 	Round CommonRound `json:"round"`
 
 	// Route The route the question travels on.
 	Route CommonToken `json:"route"`
+
+	// ShownDigest The digest of what the question shows a person (text, context, kind, options, partial state): the decision log's shown_digest. A door sends it back with the answer; the router refuses an answer whose digest the question no longer shows (docs/answering.md, "Bound answers").
+	ShownDigest *string `json:"shown_digest,omitempty"`
 
 	// Status The record's status after the step; an escalation leaves it asked. joined: the question joined one asked earlier on the same route that matches it, and ends as that one does (docs/router.md#ask-once).
 	Status QuestionStatus `json:"status"`
@@ -1064,6 +1203,17 @@ type Question_Reused struct {
 	AnsweredAt           time.Time              `json:"answered_at"`
 	AnsweredBy           string                 `json:"answered_by"`
 	QuestionId           string                 `json:"question_id"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// Question_Reversal Set once a person reversed the accepted suggestion that answered the question: who and when, the suggestion reversed, the resumed dispatch cancelled and the dispatch carrying the person's answer.
+type Question_Reversal struct {
+	At                   time.Time              `json:"at"`
+	By                   string                 `json:"by"`
+	CancelledDispatchId  string                 `json:"cancelled_dispatch_id"`
+	NextDispatchId       string                 `json:"next_dispatch_id"`
+	SuggestionAnswer     string                 `json:"suggestion_answer"`
+	SuggestionBy         string                 `json:"suggestion_by"`
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
@@ -1177,6 +1327,9 @@ type AnswerQuestionJSONRequestBody = AnswerRequest
 
 // CreateAnswerLinksJSONRequestBody defines body for CreateAnswerLinks for application/json ContentType.
 type CreateAnswerLinksJSONRequestBody = LinksRequest
+
+// ReverseSuggestionJSONRequestBody defines body for ReverseSuggestion for application/json ContentType.
+type ReverseSuggestionJSONRequestBody = ReverseRequest
 
 // DispatchJSONRequestBody defines body for Dispatch for application/json ContentType.
 type DispatchJSONRequestBody = DispatchRequested
@@ -1404,6 +1557,14 @@ func (a *InboxQuestion) UnmarshalJSON(b []byte) error {
 		delete(object, "reused")
 	}
 
+	if raw, found := object["reversal"]; found {
+		err = json.Unmarshal(raw, &a.Reversal)
+		if err != nil {
+			return fmt.Errorf("error reading 'reversal': %w", err)
+		}
+		delete(object, "reversal")
+	}
+
 	if raw, found := object["revision"]; found {
 		err = json.Unmarshal(raw, &a.Revision)
 		if err != nil {
@@ -1426,6 +1587,14 @@ func (a *InboxQuestion) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("error reading 'route': %w", err)
 		}
 		delete(object, "route")
+	}
+
+	if raw, found := object["shown_digest"]; found {
+		err = json.Unmarshal(raw, &a.ShownDigest)
+		if err != nil {
+			return fmt.Errorf("error reading 'shown_digest': %w", err)
+		}
+		delete(object, "shown_digest")
 	}
 
 	if raw, found := object["status"]; found {
@@ -1665,6 +1834,13 @@ func (a InboxQuestion) MarshalJSON() ([]byte, error) {
 		}
 	}
 
+	if a.Reversal != nil {
+		object["reversal"], err = json.Marshal(a.Reversal)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'reversal': %w", err)
+		}
+	}
+
 	object["revision"], err = json.Marshal(a.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'revision': %w", err)
@@ -1678,6 +1854,13 @@ func (a InboxQuestion) MarshalJSON() ([]byte, error) {
 	object["route"], err = json.Marshal(a.Route)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'route': %w", err)
+	}
+
+	if a.ShownDigest != nil {
+		object["shown_digest"], err = json.Marshal(a.ShownDigest)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'shown_digest': %w", err)
+		}
 	}
 
 	object["status"], err = json.Marshal(a.Status)
@@ -1818,6 +2001,137 @@ func (a InboxQuestion_Reused) MarshalJSON() ([]byte, error) {
 	object["question_id"], err = json.Marshal(a.QuestionId)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for InboxQuestion_Reversal. Returns the specified
+// element and whether it was found
+func (a InboxQuestion_Reversal) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for InboxQuestion_Reversal
+func (a *InboxQuestion_Reversal) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for InboxQuestion_Reversal to handle AdditionalProperties
+func (a *InboxQuestion_Reversal) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["at"]; found {
+		err = json.Unmarshal(raw, &a.At)
+		if err != nil {
+			return fmt.Errorf("error reading 'at': %w", err)
+		}
+		delete(object, "at")
+	}
+
+	if raw, found := object["by"]; found {
+		err = json.Unmarshal(raw, &a.By)
+		if err != nil {
+			return fmt.Errorf("error reading 'by': %w", err)
+		}
+		delete(object, "by")
+	}
+
+	if raw, found := object["cancelled_dispatch_id"]; found {
+		err = json.Unmarshal(raw, &a.CancelledDispatchId)
+		if err != nil {
+			return fmt.Errorf("error reading 'cancelled_dispatch_id': %w", err)
+		}
+		delete(object, "cancelled_dispatch_id")
+	}
+
+	if raw, found := object["next_dispatch_id"]; found {
+		err = json.Unmarshal(raw, &a.NextDispatchId)
+		if err != nil {
+			return fmt.Errorf("error reading 'next_dispatch_id': %w", err)
+		}
+		delete(object, "next_dispatch_id")
+	}
+
+	if raw, found := object["suggestion_answer"]; found {
+		err = json.Unmarshal(raw, &a.SuggestionAnswer)
+		if err != nil {
+			return fmt.Errorf("error reading 'suggestion_answer': %w", err)
+		}
+		delete(object, "suggestion_answer")
+	}
+
+	if raw, found := object["suggestion_by"]; found {
+		err = json.Unmarshal(raw, &a.SuggestionBy)
+		if err != nil {
+			return fmt.Errorf("error reading 'suggestion_by': %w", err)
+		}
+		delete(object, "suggestion_by")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for InboxQuestion_Reversal to handle AdditionalProperties
+func (a InboxQuestion_Reversal) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["at"], err = json.Marshal(a.At)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'at': %w", err)
+	}
+
+	object["by"], err = json.Marshal(a.By)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'by': %w", err)
+	}
+
+	object["cancelled_dispatch_id"], err = json.Marshal(a.CancelledDispatchId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'cancelled_dispatch_id': %w", err)
+	}
+
+	object["next_dispatch_id"], err = json.Marshal(a.NextDispatchId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'next_dispatch_id': %w", err)
+	}
+
+	object["suggestion_answer"], err = json.Marshal(a.SuggestionAnswer)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'suggestion_answer': %w", err)
+	}
+
+	object["suggestion_by"], err = json.Marshal(a.SuggestionBy)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'suggestion_by': %w", err)
 	}
 
 	for fieldName, field := range a.AdditionalProperties {
@@ -2400,6 +2714,14 @@ func (a *Question) UnmarshalJSON(b []byte) error {
 		delete(object, "reused")
 	}
 
+	if raw, found := object["reversal"]; found {
+		err = json.Unmarshal(raw, &a.Reversal)
+		if err != nil {
+			return fmt.Errorf("error reading 'reversal': %w", err)
+		}
+		delete(object, "reversal")
+	}
+
 	if raw, found := object["round"]; found {
 		err = json.Unmarshal(raw, &a.Round)
 		if err != nil {
@@ -2414,6 +2736,14 @@ func (a *Question) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("error reading 'route': %w", err)
 		}
 		delete(object, "route")
+	}
+
+	if raw, found := object["shown_digest"]; found {
+		err = json.Unmarshal(raw, &a.ShownDigest)
+		if err != nil {
+			return fmt.Errorf("error reading 'shown_digest': %w", err)
+		}
+		delete(object, "shown_digest")
 	}
 
 	if raw, found := object["status"]; found {
@@ -2609,6 +2939,13 @@ func (a Question) MarshalJSON() ([]byte, error) {
 		}
 	}
 
+	if a.Reversal != nil {
+		object["reversal"], err = json.Marshal(a.Reversal)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'reversal': %w", err)
+		}
+	}
+
 	object["round"], err = json.Marshal(a.Round)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'round': %w", err)
@@ -2617,6 +2954,13 @@ func (a Question) MarshalJSON() ([]byte, error) {
 	object["route"], err = json.Marshal(a.Route)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'route': %w", err)
+	}
+
+	if a.ShownDigest != nil {
+		object["shown_digest"], err = json.Marshal(a.ShownDigest)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'shown_digest': %w", err)
+		}
 	}
 
 	object["status"], err = json.Marshal(a.Status)
@@ -2745,6 +3089,137 @@ func (a Question_Reused) MarshalJSON() ([]byte, error) {
 	object["question_id"], err = json.Marshal(a.QuestionId)
 	if err != nil {
 		return nil, fmt.Errorf("error marshaling 'question_id': %w", err)
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for Question_Reversal. Returns the specified
+// element and whether it was found
+func (a Question_Reversal) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for Question_Reversal
+func (a *Question_Reversal) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for Question_Reversal to handle AdditionalProperties
+func (a *Question_Reversal) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["at"]; found {
+		err = json.Unmarshal(raw, &a.At)
+		if err != nil {
+			return fmt.Errorf("error reading 'at': %w", err)
+		}
+		delete(object, "at")
+	}
+
+	if raw, found := object["by"]; found {
+		err = json.Unmarshal(raw, &a.By)
+		if err != nil {
+			return fmt.Errorf("error reading 'by': %w", err)
+		}
+		delete(object, "by")
+	}
+
+	if raw, found := object["cancelled_dispatch_id"]; found {
+		err = json.Unmarshal(raw, &a.CancelledDispatchId)
+		if err != nil {
+			return fmt.Errorf("error reading 'cancelled_dispatch_id': %w", err)
+		}
+		delete(object, "cancelled_dispatch_id")
+	}
+
+	if raw, found := object["next_dispatch_id"]; found {
+		err = json.Unmarshal(raw, &a.NextDispatchId)
+		if err != nil {
+			return fmt.Errorf("error reading 'next_dispatch_id': %w", err)
+		}
+		delete(object, "next_dispatch_id")
+	}
+
+	if raw, found := object["suggestion_answer"]; found {
+		err = json.Unmarshal(raw, &a.SuggestionAnswer)
+		if err != nil {
+			return fmt.Errorf("error reading 'suggestion_answer': %w", err)
+		}
+		delete(object, "suggestion_answer")
+	}
+
+	if raw, found := object["suggestion_by"]; found {
+		err = json.Unmarshal(raw, &a.SuggestionBy)
+		if err != nil {
+			return fmt.Errorf("error reading 'suggestion_by': %w", err)
+		}
+		delete(object, "suggestion_by")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for Question_Reversal to handle AdditionalProperties
+func (a Question_Reversal) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["at"], err = json.Marshal(a.At)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'at': %w", err)
+	}
+
+	object["by"], err = json.Marshal(a.By)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'by': %w", err)
+	}
+
+	object["cancelled_dispatch_id"], err = json.Marshal(a.CancelledDispatchId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'cancelled_dispatch_id': %w", err)
+	}
+
+	object["next_dispatch_id"], err = json.Marshal(a.NextDispatchId)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'next_dispatch_id': %w", err)
+	}
+
+	object["suggestion_answer"], err = json.Marshal(a.SuggestionAnswer)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'suggestion_answer': %w", err)
+	}
+
+	object["suggestion_by"], err = json.Marshal(a.SuggestionBy)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'suggestion_by': %w", err)
 	}
 
 	for fieldName, field := range a.AdditionalProperties {
@@ -3203,6 +3678,24 @@ type ClientInterface interface {
 	// Corresponds with POST /inbox/api/questions/{id}/links (the `CreateAnswerLinks` operationId).
 	CreateAnswerLinks(ctx context.Context, id CommonToken, body CreateAnswerLinksJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReverseSuggestionWithBody Reverse an accepted suggestion
+	//
+	// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+	ReverseSuggestionWithBody(ctx context.Context, id CommonToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReverseSuggestion Reverse an accepted suggestion
+	//
+	// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+	ReverseSuggestion(ctx context.Context, id CommonToken, body ReverseSuggestionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DispatchWithBody Dispatch a sub-agent (one round of a thread)
 	//
 	// Accepts the request and queues it. The same dispatch_id again returns the first dispatch (200) if the request is the same, a 409 conflict if it is not. Unknown members are refused (422 naming the field).
@@ -3512,6 +4005,44 @@ func (c *Client) CreateAnswerLinksWithBody(ctx context.Context, id CommonToken, 
 // Corresponds with POST /inbox/api/questions/{id}/links (the `CreateAnswerLinks` operationId).
 func (c *Client) CreateAnswerLinks(ctx context.Context, id CommonToken, body CreateAnswerLinksJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateAnswerLinksRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReverseSuggestionWithBody Reverse an accepted suggestion
+//
+// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+func (c *Client) ReverseSuggestionWithBody(ctx context.Context, id CommonToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReverseSuggestionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReverseSuggestion Reverse an accepted suggestion
+//
+// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+func (c *Client) ReverseSuggestion(ctx context.Context, id CommonToken, body ReverseSuggestionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReverseSuggestionRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4198,6 +4729,53 @@ func NewCreateAnswerLinksRequestWithBody(server string, id CommonToken, contentT
 	return req, nil
 }
 
+// NewReverseSuggestionRequest calls the generic ReverseSuggestion builder with application/json body
+func NewReverseSuggestionRequest(server string, id CommonToken, body ReverseSuggestionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReverseSuggestionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewReverseSuggestionRequestWithBody constructs an http.Request for the ReverseSuggestion method, with any body, and a specified content type
+func NewReverseSuggestionRequestWithBody(server string, id CommonToken, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/inbox/api/questions/%s/reverse", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewDispatchRequest calls the generic Dispatch builder with application/json body
 func NewDispatchRequest(server string, params *DispatchParams, body DispatchJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4852,6 +5430,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /inbox/api/questions/{id}/links (the `CreateAnswerLinks` operationId).
 	CreateAnswerLinksWithResponse(ctx context.Context, id CommonToken, body CreateAnswerLinksJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateAnswerLinksResponse, error)
+
+	// ReverseSuggestionWithBodyWithResponse Reverse an accepted suggestion
+	//
+	// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+	ReverseSuggestionWithBodyWithResponse(ctx context.Context, id CommonToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReverseSuggestionResponse, error)
+
+	// ReverseSuggestionWithResponse Reverse an accepted suggestion
+	//
+	// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+	ReverseSuggestionWithResponse(ctx context.Context, id CommonToken, body ReverseSuggestionJSONRequestBody, reqEditors ...RequestEditorFn) (*ReverseSuggestionResponse, error)
 
 	// DispatchWithBodyWithResponse Dispatch a sub-agent (one round of a thread)
 	//
@@ -5559,6 +6155,96 @@ func (r CreateAnswerLinksResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateAnswerLinksResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReverseSuggestionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReverseReply
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReverseSuggestionResponse) GetJSON200() *ReverseReply {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReverseSuggestionResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReverseSuggestionResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReverseSuggestionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReverseSuggestionResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReverseSuggestionResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReverseSuggestionResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReverseSuggestionResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReverseSuggestionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReverseSuggestionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReverseSuggestionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReverseSuggestionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6469,6 +7155,36 @@ func (c *ClientWithResponses) CreateAnswerLinksWithResponse(ctx context.Context,
 	return ParseCreateAnswerLinksResponse(rsp)
 }
 
+// ReverseSuggestionWithBodyWithResponse Reverse an accepted suggestion
+//
+// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+func (c *ClientWithResponses) ReverseSuggestionWithBodyWithResponse(ctx context.Context, id CommonToken, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReverseSuggestionResponse, error) {
+	rsp, err := c.ReverseSuggestionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReverseSuggestionResponse(rsp)
+}
+
+// ReverseSuggestionWithResponse Reverse an accepted suggestion
+//
+// Reverses the accepted suggestion that answered the question (a machine-made answer), as the signed-in user, through the question's route door: the router cancels the dispatch the suggestion resumed and resumes the thread with the person's answer instead. Only while the thread has not gone on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an accepted suggestion"). A refusal is a problem document.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /inbox/api/questions/{id}/reverse (the `ReverseSuggestion` operationId).
+func (c *ClientWithResponses) ReverseSuggestionWithResponse(ctx context.Context, id CommonToken, body ReverseSuggestionJSONRequestBody, reqEditors ...RequestEditorFn) (*ReverseSuggestionResponse, error) {
+	rsp, err := c.ReverseSuggestion(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReverseSuggestionResponse(rsp)
+}
+
 // DispatchWithBodyWithResponse Dispatch a sub-agent (one round of a thread)
 //
 // Accepts the request and queues it. The same dispatch_id again returns the first dispatch (200) if the request is the same, a 409 conflict if it is not. Unknown members are refused (422 naming the field).
@@ -7064,6 +7780,81 @@ func ParseCreateAnswerLinksResponse(rsp *http.Response) (*CreateAnswerLinksRespo
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest LinksReply
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReverseSuggestionResponse parses an HTTP response from a ReverseSuggestionWithResponse call
+func ParseReverseSuggestionResponse(rsp *http.Response) (*ReverseSuggestionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReverseSuggestionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReverseReply
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -32,7 +32,8 @@ func (k tokens) InboxSession(context.Context, ogenclient.OperationName) (ogencli
 // A second, stricter generator reads the same document: ogen's client
 // (schema/openapi/ogenclient, generated from agora.json unmodified)
 // dispatches a sub-agent that asks, finds the question through the
-// inbox's JSON API, answers it, and reads the finished thread and its
+// inbox's JSON API, answers it, is refused a reversal of that answer
+// (no suggestion gave it), and reads the finished thread and its
 // output, every exchange checked against the document by the contract.
 func TestOgenClientAgainstAgora(t *testing.T) {
 	s := start(t)
@@ -80,6 +81,14 @@ func TestOgenClientAgainstAgora(t *testing.T) {
 	}
 	if ok, isOK := ar.(*ogenclient.AnswerQuestionOK); !isOK || ok.Status != ogenclient.AnswerReplyStatusAccepted {
 		t.Fatalf("answer answered %T %+v", ar, ar)
+	}
+	// A person answered it: a reversal has no suggestion to reverse.
+	rr, err := c.ReverseSuggestion(ctx, &ogenclient.ReverseRequest{Answer: ogenclient.NewOptString("no")}, ogenclient.ReverseSuggestionParams{ID: ogenclient.CommonToken(qid)})
+	if err != nil {
+		t.Fatalf("reverse: %v", err)
+	}
+	if p, ok := rr.(*ogenclient.ReverseSuggestionUnprocessableEntity); !ok || !strings.Contains(p.Detail.Or(""), "nothing to reverse") {
+		t.Errorf("a reversal of a person's answer answered %T %+v, want 422 nothing to reverse", rr, rr)
 	}
 
 	var th *ogenclient.Thread

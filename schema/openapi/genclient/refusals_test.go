@@ -263,4 +263,6 @@ func refusals(t *testing.T, s *stack, thread, lastRound string) {
 			t.Errorf("all questions: %d, want 3: %s", len(ls.JSON200.Questions), ls.Body)
 		}
 	})
+
+	t.Run("reverse", func(t *testing.T) { reversals(t, s) })
 }

@@ -47,6 +47,30 @@ fi`
 // sleeper runs until it is cancelled (or its timeout).
 const sleeper = `exec sleep 300`
 
+// slowOnSuggestion asks its input in round 0; in round 1 it runs on for a
+// minute when an accepted suggestion answered it (a reversal has time to
+// come), and finishes at once with a person's answer.
+const slowOnSuggestion = `if [ "$AGORA_ROUND" -lt 1 ]; then
+  cp "$AGORA_INPUT_FILE" "$AGORA_NEEDS_INPUT_FILE"
+elif grep -q '"answered_by":"suggested:' "$AGORA_INPUT_FILE"; then
+  sleep 60; cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"
+else
+  cp "$AGORA_INPUT_FILE" "$AGORA_OUTPUT_FILE"
+fi`
+
+// routes sends the bot-* sub-agents' questions to route bots, whose
+// answerer suggests and whose auto_accept takes a suggestion at 0.9 as
+// the answer; the rest goes to human.
+const routes = `routes:
+  - name: bots
+    match: {subagent: "bot-*"}
+    answerer: bot
+    auto_accept: 0.9
+    fallback: human
+  - name: human
+    answerer: human
+`
+
 func logger() *slog.Logger {
 	if testing.Verbose() && os.Getenv("AGORA_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -74,7 +98,7 @@ func start(t *testing.T) *stack {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	var defs []subagent.Definition
-	for name, script := range map[string]string{"asker": asker, "sleeper": sleeper} {
+	for name, script := range map[string]string{"asker": asker, "sleeper": sleeper, "bot-quick": asker, "bot-slow": slowOnSuggestion} {
 		defs = append(defs, subagent.Definition{Name: name, Runtime: subagent.RuntimeExec, Command: []string{"sh", "-c", script}, Timeout: "1m", EnvAllow: []string{"ASK_ROUNDS"}})
 	}
 	agora, err := agorastack.Start(t.Context(), agorastack.Options{
@@ -84,7 +108,7 @@ func start(t *testing.T) *stack {
 		Dispatcher: &dispatcher.Config{ShutdownTimeout: 5 * time.Second, APITokens: []string{apiToken}, PrincipalsFile: principalsFile(t)},
 		Workers: []worker.Config{{WorkspaceRoot: t.TempDir(), Concurrency: 4, PullExpiry: 500 * time.Millisecond,
 			KillGrace: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second}},
-		Router:       &router.Config{Tick: 100 * time.Millisecond, RecordWait: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		Router:       &router.Config{RoutesFile: routesFile(t), Tick: 100 * time.Millisecond, RecordWait: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
 		Inbox:        &inbox.Config{DevToken: true, LinkKey: base64.StdEncoding.EncodeToString(key)},
 		Logger:       logger(),
 		ReadyTimeout: waitFor,
@@ -117,6 +141,15 @@ func principalsFile(t *testing.T) string {
 	f := filepath.Join(t.TempDir(), "principals.yaml")
 	body := "principals:\n  - name: other-team\n    token_sha256: " + hex.EncodeToString(sum[:]) + "\n    dispatch: [sleeper]\n"
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func routesFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(f, []byte(routes), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return f

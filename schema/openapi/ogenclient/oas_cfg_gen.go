@@ -14,6 +14,7 @@ var regexMap = map[string]ogenregex.Regexp{
 	"^(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$":                        ogenregex.MustCompile("^(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$"),
 	"^[^.*> \x00-\x1f\x7f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000�]*$": ogenregex.MustCompile("^[^.*> \x00-\x1f\x7f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000�]*$"),
 	"^[^.*> \x00-\x1f\x7f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000�]+$": ogenregex.MustCompile("^[^.*> \x00-\x1f\x7f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000�]+$"),
+	"^sha256:[0-9a-f]{64}$": ogenregex.MustCompile("^sha256:[0-9a-f]{64}$"),
 }
 
 type (

@@ -204,6 +204,16 @@ type Invoker interface {
 	//
 	// POST /inbox/api/login
 	Login(ctx context.Context, request *LoginRequest, options ...RequestOption) (LoginRes, error)
+	// ReverseSuggestion invokes reverseSuggestion operation.
+	//
+	// Reverses the accepted suggestion that answered the question (a machine-made answer), as the
+	// signed-in user, through the question's route door: the router cancels the dispatch the suggestion
+	// resumed and resumes the thread with the person's answer instead. Only while the thread has not gone
+	// on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an
+	// accepted suggestion"). A refusal is a problem document.
+	//
+	// POST /inbox/api/questions/{id}/reverse
+	ReverseSuggestion(ctx context.Context, request *ReverseRequest, params ReverseSuggestionParams, options ...RequestOption) (ReverseSuggestionRes, error)
 	// UseAnswerLink invokes useAnswerLink operation.
 	//
 	// Answers with the link's option (an approval link sends its decision), or with the form's answer for
@@ -2483,6 +2493,150 @@ func (c *Client) sendLogin(ctx context.Context, request *LoginRequest, requestOp
 	}
 
 	result, err := decodeLoginResponse(resp)
+	if err != nil {
+		return res, errors.Wrap(err, "decode response")
+	}
+
+	return result, nil
+}
+
+// ReverseSuggestion invokes reverseSuggestion operation.
+//
+// Reverses the accepted suggestion that answered the question (a machine-made answer), as the
+// signed-in user, through the question's route door: the router cancels the dispatch the suggestion
+// resumed and resumes the thread with the person's answer instead. Only while the thread has not gone
+// on, and only for a suggestion that answered this thread alone (docs/answering.md, "Reversing an
+// accepted suggestion"). A refusal is a problem document.
+//
+// POST /inbox/api/questions/{id}/reverse
+func (c *Client) ReverseSuggestion(ctx context.Context, request *ReverseRequest, params ReverseSuggestionParams, options ...RequestOption) (ReverseSuggestionRes, error) {
+	res, err := c.sendReverseSuggestion(ctx, request, params, options...)
+	return res, err
+}
+
+func (c *Client) sendReverseSuggestion(ctx context.Context, request *ReverseRequest, params ReverseSuggestionParams, requestOptions ...RequestOption) (res ReverseSuggestionRes, err error) {
+	// Validate request before sending.
+	if err := func() error {
+		if err := request.Validate(); err != nil {
+			return err
+		}
+		return nil
+	}(); err != nil {
+		return res, errors.Wrap(err, "validate")
+	}
+
+	var reqCfg requestConfig
+	reqCfg.setDefaults(c.baseClient)
+	for _, o := range requestOptions {
+		o(&reqCfg)
+	}
+
+	u := c.serverURL
+	if override := reqCfg.ServerURL; override != nil {
+		u = override
+	}
+	u = uri.Clone(u)
+	var pathParts [3]string
+	pathParts[0] = "/inbox/api/questions/"
+	{
+		// Encode "id" parameter.
+		e := uri.NewPathEncoder(uri.PathEncoderConfig{
+			Param:   "id",
+			Style:   uri.PathStyleSimple,
+			Explode: false,
+		})
+		if err := func() error {
+			if unwrapped := string(params.ID); true {
+				return e.EncodeValue(conv.StringToString(unwrapped))
+			}
+			return nil
+		}(); err != nil {
+			return res, errors.Wrap(err, "encode path")
+		}
+		encoded, err := e.Result()
+		if err != nil {
+			return res, errors.Wrap(err, "encode path")
+		}
+		pathParts[1] = encoded
+	}
+	pathParts[2] = "/reverse"
+	uri.AddPathParts(u, pathParts[:]...)
+
+	r, err := ht.NewRequest(ctx, "POST", u)
+	if err != nil {
+		return res, errors.Wrap(err, "create request")
+	}
+	if err := encodeReverseSuggestionRequest(request, r); err != nil {
+		return res, errors.Wrap(err, "encode request")
+	}
+
+	{
+		type bitset = [1]uint8
+		var satisfied bitset
+		{
+
+			switch err := c.securityInboxAuth(ctx, ReverseSuggestionOperation, r); {
+			case err == nil: // if NO error
+				satisfied[0] |= 1 << 0
+			case errors.Is(err, ogenerrors.ErrSkipClientSecurity):
+				// Skip this security.
+			default:
+				return res, errors.Wrap(err, "security \"InboxAuth\"")
+			}
+		}
+		{
+
+			switch err := c.securityInboxSession(ctx, ReverseSuggestionOperation, r); {
+			case err == nil: // if NO error
+				satisfied[0] |= 1 << 1
+			case errors.Is(err, ogenerrors.ErrSkipClientSecurity):
+				// Skip this security.
+			default:
+				return res, errors.Wrap(err, "security \"InboxSession\"")
+			}
+		}
+
+		if ok := func() bool {
+		nextRequirement:
+			for _, requirement := range []bitset{
+				{0b00000001},
+				{0b00000010},
+			} {
+				for i, mask := range requirement {
+					if satisfied[i]&mask != mask {
+						continue nextRequirement
+					}
+				}
+				return true
+			}
+			return false
+		}(); !ok {
+			return res, ogenerrors.ErrSecurityRequirementIsNotSatisfied
+		}
+	}
+
+	if err := reqCfg.onRequest(r); err != nil {
+		return res, errors.Wrap(err, "edit request")
+	}
+
+	resp, err := reqCfg.Client.Do(r)
+	if err != nil {
+		return res, errors.Wrap(err, "do request")
+	}
+	body := resp.Body
+	defer func() {
+		// Drain the body to EOF before closing, so the underlying
+		// connection can be reused by the Transport regardless of the
+		// response status code. See https://github.com/ogen-go/ogen/issues/1670.
+		_, _ = io.Copy(io.Discard, body)
+		_ = body.Close()
+	}()
+
+	if err := reqCfg.onResponse(resp); err != nil {
+		return res, errors.Wrap(err, "edit response")
+	}
+
+	result, err := decodeReverseSuggestionResponse(resp)
 	if err != nil {
 		return res, errors.Wrap(err, "decode response")
 	}

@@ -69,6 +69,10 @@ type LoginRes interface {
 	loginRes()
 }
 
+type ReverseSuggestionRes interface {
+	reverseSuggestionRes()
+}
+
 type UseAnswerLinkRes interface {
 	useAnswerLinkRes()
 }

@@ -24,5 +24,6 @@ const (
 	ListDecisionsOperation     OperationName = "ListDecisions"
 	ListQuestionsOperation     OperationName = "ListQuestions"
 	LoginOperation             OperationName = "Login"
+	ReverseSuggestionOperation OperationName = "ReverseSuggestion"
 	UseAnswerLinkOperation     OperationName = "UseAnswerLink"
 )

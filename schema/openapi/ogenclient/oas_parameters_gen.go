@@ -125,6 +125,12 @@ type ListQuestionsParams struct {
 	Cursor OptString `json:",omitempty,omitzero"`
 }
 
+// ReverseSuggestionParams is parameters of reverseSuggestion operation.
+type ReverseSuggestionParams struct {
+	// The question id (q-<dispatch_id>).
+	ID CommonToken
+}
+
 // UseAnswerLinkParams is parameters of useAnswerLink operation.
 type UseAnswerLinkParams struct {
 	// The sealed token of the link (the last segment of its URL).

@@ -110,6 +110,20 @@ func encodeLoginRequest(
 	return nil
 }
 
+func encodeReverseSuggestionRequest(
+	req *ReverseRequest,
+	r *http.Request,
+) error {
+	const contentType = "application/json"
+	e := new(jx.Encoder)
+	{
+		req.Encode(e)
+	}
+	encoded := e.Bytes()
+	ht.SetBody(r, bytes.NewReader(encoded), contentType)
+	return nil
+}
+
 func encodeUseAnswerLinkRequest(
 	req OptLinkForm,
 	r *http.Request,

@@ -148,6 +148,7 @@ type AnswerReplyStatus string
 const (
 	AnswerReplyStatusAccepted        AnswerReplyStatus = "accepted"
 	AnswerReplyStatusAlreadyAnswered AnswerReplyStatus = "already_answered"
+	AnswerReplyStatusChanged         AnswerReplyStatus = "changed"
 	AnswerReplyStatusInvalid         AnswerReplyStatus = "invalid"
 	AnswerReplyStatusNotFound        AnswerReplyStatus = "not_found"
 	AnswerReplyStatusRetry           AnswerReplyStatus = "retry"
@@ -158,6 +159,7 @@ func (AnswerReplyStatus) AllValues() []AnswerReplyStatus {
 	return []AnswerReplyStatus{
 		AnswerReplyStatusAccepted,
 		AnswerReplyStatusAlreadyAnswered,
+		AnswerReplyStatusChanged,
 		AnswerReplyStatusInvalid,
 		AnswerReplyStatusNotFound,
 		AnswerReplyStatusRetry,
@@ -170,6 +172,8 @@ func (s AnswerReplyStatus) MarshalText() ([]byte, error) {
 	case AnswerReplyStatusAccepted:
 		return []byte(s), nil
 	case AnswerReplyStatusAlreadyAnswered:
+		return []byte(s), nil
+	case AnswerReplyStatusChanged:
 		return []byte(s), nil
 	case AnswerReplyStatusInvalid:
 		return []byte(s), nil
@@ -190,6 +194,9 @@ func (s *AnswerReplyStatus) UnmarshalText(data []byte) error {
 		return nil
 	case AnswerReplyStatusAlreadyAnswered:
 		*s = AnswerReplyStatusAlreadyAnswered
+		return nil
+	case AnswerReplyStatusChanged:
+		*s = AnswerReplyStatusChanged
 		return nil
 	case AnswerReplyStatusInvalid:
 		*s = AnswerReplyStatusInvalid
@@ -212,6 +219,9 @@ type AnswerRequest struct {
 	Answer   OptString         `json:"answer"`
 	Comment  OptString         `json:"comment"`
 	Decision OptCommonDecision `json:"decision"`
+	// The question's shown_digest as the page or program showed it: the answer is refused (409, status
+	// changed) when the question no longer shows that.
+	ShownDigest OptString `json:"shown_digest"`
 }
 
 // GetAnswer returns the value of Answer.
@@ -229,6 +239,11 @@ func (s *AnswerRequest) GetDecision() OptCommonDecision {
 	return s.Decision
 }
 
+// GetShownDigest returns the value of ShownDigest.
+func (s *AnswerRequest) GetShownDigest() OptString {
+	return s.ShownDigest
+}
+
 // SetAnswer sets the value of Answer.
 func (s *AnswerRequest) SetAnswer(val OptString) {
 	s.Answer = val
@@ -242,6 +257,11 @@ func (s *AnswerRequest) SetComment(val OptString) {
 // SetDecision sets the value of Decision.
 func (s *AnswerRequest) SetDecision(val OptCommonDecision) {
 	s.Decision = val
+}
+
+// SetShownDigest sets the value of ShownDigest.
+func (s *AnswerRequest) SetShownDigest(val OptString) {
+	s.ShownDigest = val
 }
 
 // A file the run left under .agora/artifacts/ (lifecycle.Artifact).
@@ -1899,8 +1919,15 @@ type InboxQuestion struct {
 	// On a question answered from a remembered decision (answered_by memory:<question_id>): whose decision
 	// it reused and when it was made.
 	Reused OptInboxQuestionReused `json:"reused"`
+	// Set once a person reversed the accepted suggestion that answered the question: who and when, the
+	// suggestion reversed, the resumed dispatch cancelled and the dispatch carrying the person's answer.
+	Reversal OptInboxQuestionReversal `json:"reversal"`
 	// The route the question travels on.
 	Route CommonToken `json:"route"`
+	// The digest of what the question shows a person (text, context, kind, options, partial state): the
+	// decision log's shown_digest. A door sends it back with the answer; the router refuses an answer
+	// whose digest the question no longer shows (docs/answering.md, "Bound answers").
+	ShownDigest OptString `json:"shown_digest"`
 	// The record's status after the step; an escalation leaves it asked. joined: the question joined one
 	// asked earlier on the same route that matches it, and ends as that one does
 	// (docs/router.md#ask-once).
@@ -2044,9 +2071,19 @@ func (s *InboxQuestion) GetReused() OptInboxQuestionReused {
 	return s.Reused
 }
 
+// GetReversal returns the value of Reversal.
+func (s *InboxQuestion) GetReversal() OptInboxQuestionReversal {
+	return s.Reversal
+}
+
 // GetRoute returns the value of Route.
 func (s *InboxQuestion) GetRoute() CommonToken {
 	return s.Route
+}
+
+// GetShownDigest returns the value of ShownDigest.
+func (s *InboxQuestion) GetShownDigest() OptString {
+	return s.ShownDigest
 }
 
 // GetStatus returns the value of Status.
@@ -2224,9 +2261,19 @@ func (s *InboxQuestion) SetReused(val OptInboxQuestionReused) {
 	s.Reused = val
 }
 
+// SetReversal sets the value of Reversal.
+func (s *InboxQuestion) SetReversal(val OptInboxQuestionReversal) {
+	s.Reversal = val
+}
+
 // SetRoute sets the value of Route.
 func (s *InboxQuestion) SetRoute(val CommonToken) {
 	s.Route = val
+}
+
+// SetShownDigest sets the value of ShownDigest.
+func (s *InboxQuestion) SetShownDigest(val OptString) {
+	s.ShownDigest = val
 }
 
 // SetStatus sets the value of Status.
@@ -2309,6 +2356,8 @@ const (
 	InboxQuestionEventExpired   InboxQuestionEvent = "expired"
 	InboxQuestionEventWithdrawn InboxQuestionEvent = "withdrawn"
 	InboxQuestionEventEscalated InboxQuestionEvent = "escalated"
+	InboxQuestionEventJoined    InboxQuestionEvent = "joined"
+	InboxQuestionEventReversed  InboxQuestionEvent = "reversed"
 )
 
 // AllValues returns all InboxQuestionEvent values.
@@ -2319,6 +2368,8 @@ func (InboxQuestionEvent) AllValues() []InboxQuestionEvent {
 		InboxQuestionEventExpired,
 		InboxQuestionEventWithdrawn,
 		InboxQuestionEventEscalated,
+		InboxQuestionEventJoined,
+		InboxQuestionEventReversed,
 	}
 }
 
@@ -2334,6 +2385,10 @@ func (s InboxQuestionEvent) MarshalText() ([]byte, error) {
 	case InboxQuestionEventWithdrawn:
 		return []byte(s), nil
 	case InboxQuestionEventEscalated:
+		return []byte(s), nil
+	case InboxQuestionEventJoined:
+		return []byte(s), nil
+	case InboxQuestionEventReversed:
 		return []byte(s), nil
 	default:
 		return nil, errors.Errorf("invalid value: %q", s)
@@ -2357,6 +2412,12 @@ func (s *InboxQuestionEvent) UnmarshalText(data []byte) error {
 		return nil
 	case InboxQuestionEventEscalated:
 		*s = InboxQuestionEventEscalated
+		return nil
+	case InboxQuestionEventJoined:
+		*s = InboxQuestionEventJoined
+		return nil
+	case InboxQuestionEventReversed:
+		*s = InboxQuestionEventReversed
 		return nil
 	default:
 		return errors.Errorf("invalid value: %q", data)
@@ -2415,6 +2476,99 @@ func (s *InboxQuestionReused) SetAdditionalProps(val InboxQuestionReusedAddition
 type InboxQuestionReusedAdditional map[string]jx.Raw
 
 func (s *InboxQuestionReusedAdditional) init() InboxQuestionReusedAdditional {
+	m := *s
+	if m == nil {
+		m = map[string]jx.Raw{}
+		*s = m
+	}
+	return m
+}
+
+// Set once a person reversed the accepted suggestion that answered the question: who and when, the
+// suggestion reversed, the resumed dispatch cancelled and the dispatch carrying the person's answer.
+type InboxQuestionReversal struct {
+	At                  time.Time `json:"at"`
+	By                  string    `json:"by"`
+	CancelledDispatchID string    `json:"cancelled_dispatch_id"`
+	NextDispatchID      string    `json:"next_dispatch_id"`
+	SuggestionAnswer    string    `json:"suggestion_answer"`
+	SuggestionBy        string    `json:"suggestion_by"`
+	AdditionalProps     InboxQuestionReversalAdditional
+}
+
+// GetAt returns the value of At.
+func (s *InboxQuestionReversal) GetAt() time.Time {
+	return s.At
+}
+
+// GetBy returns the value of By.
+func (s *InboxQuestionReversal) GetBy() string {
+	return s.By
+}
+
+// GetCancelledDispatchID returns the value of CancelledDispatchID.
+func (s *InboxQuestionReversal) GetCancelledDispatchID() string {
+	return s.CancelledDispatchID
+}
+
+// GetNextDispatchID returns the value of NextDispatchID.
+func (s *InboxQuestionReversal) GetNextDispatchID() string {
+	return s.NextDispatchID
+}
+
+// GetSuggestionAnswer returns the value of SuggestionAnswer.
+func (s *InboxQuestionReversal) GetSuggestionAnswer() string {
+	return s.SuggestionAnswer
+}
+
+// GetSuggestionBy returns the value of SuggestionBy.
+func (s *InboxQuestionReversal) GetSuggestionBy() string {
+	return s.SuggestionBy
+}
+
+// GetAdditionalProps returns the value of AdditionalProps.
+func (s *InboxQuestionReversal) GetAdditionalProps() InboxQuestionReversalAdditional {
+	return s.AdditionalProps
+}
+
+// SetAt sets the value of At.
+func (s *InboxQuestionReversal) SetAt(val time.Time) {
+	s.At = val
+}
+
+// SetBy sets the value of By.
+func (s *InboxQuestionReversal) SetBy(val string) {
+	s.By = val
+}
+
+// SetCancelledDispatchID sets the value of CancelledDispatchID.
+func (s *InboxQuestionReversal) SetCancelledDispatchID(val string) {
+	s.CancelledDispatchID = val
+}
+
+// SetNextDispatchID sets the value of NextDispatchID.
+func (s *InboxQuestionReversal) SetNextDispatchID(val string) {
+	s.NextDispatchID = val
+}
+
+// SetSuggestionAnswer sets the value of SuggestionAnswer.
+func (s *InboxQuestionReversal) SetSuggestionAnswer(val string) {
+	s.SuggestionAnswer = val
+}
+
+// SetSuggestionBy sets the value of SuggestionBy.
+func (s *InboxQuestionReversal) SetSuggestionBy(val string) {
+	s.SuggestionBy = val
+}
+
+// SetAdditionalProps sets the value of AdditionalProps.
+func (s *InboxQuestionReversal) SetAdditionalProps(val InboxQuestionReversalAdditional) {
+	s.AdditionalProps = val
+}
+
+type InboxQuestionReversalAdditional map[string]jx.Raw
+
+func (s *InboxQuestionReversalAdditional) init() InboxQuestionReversalAdditional {
 	m := *s
 	if m == nil {
 		m = map[string]jx.Raw{}
@@ -3977,6 +4131,52 @@ func (o OptInboxQuestionReused) Or(d InboxQuestionReused) InboxQuestionReused {
 	return d
 }
 
+// NewOptInboxQuestionReversal returns new OptInboxQuestionReversal with value set to v.
+func NewOptInboxQuestionReversal(v InboxQuestionReversal) OptInboxQuestionReversal {
+	return OptInboxQuestionReversal{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptInboxQuestionReversal is optional InboxQuestionReversal.
+type OptInboxQuestionReversal struct {
+	Value InboxQuestionReversal
+	Set   bool
+}
+
+// IsSet returns true if OptInboxQuestionReversal was set.
+func (o OptInboxQuestionReversal) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptInboxQuestionReversal) Reset() {
+	var v InboxQuestionReversal
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptInboxQuestionReversal) SetTo(v InboxQuestionReversal) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptInboxQuestionReversal) Get() (v InboxQuestionReversal, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptInboxQuestionReversal) Or(d InboxQuestionReversal) InboxQuestionReversal {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
 // NewOptInboxQuestionSuggestion returns new OptInboxQuestionSuggestion with value set to v.
 func NewOptInboxQuestionSuggestion(v InboxQuestionSuggestion) OptInboxQuestionSuggestion {
 	return OptInboxQuestionSuggestion{
@@ -4578,10 +4778,15 @@ func (*ProblemHeaders) loginRes() {}
 // The body of GET /inbox/api/questions/{id} (answerers/inbox.Detail).
 // Ref: #/components/schemas/QuestionDetail
 type QuestionDetail struct {
-	// The questions of the thread's earlier rounds, in round order, with their answers.
+	// The questions of the thread's earlier rounds on routes the caller may see, in round order, with
+	// their answers.
 	Earlier  []InboxQuestion `json:"earlier"`
 	Question InboxQuestion   `json:"question"`
 	Thread   OptInboxThread  `json:"thread"`
+	// The thread's decision trail, oldest step first (at most 200 steps, the latest): every question the
+	// thread asked and each step the router recorded for it (docs/inbox.md, "Decision trail and
+	// machine-made answers").
+	Trail []Step `json:"trail"`
 }
 
 // GetEarlier returns the value of Earlier.
@@ -4599,6 +4804,11 @@ func (s *QuestionDetail) GetThread() OptInboxThread {
 	return s.Thread
 }
 
+// GetTrail returns the value of Trail.
+func (s *QuestionDetail) GetTrail() []Step {
+	return s.Trail
+}
+
 // SetEarlier sets the value of Earlier.
 func (s *QuestionDetail) SetEarlier(val []InboxQuestion) {
 	s.Earlier = val
@@ -4612,6 +4822,11 @@ func (s *QuestionDetail) SetQuestion(val InboxQuestion) {
 // SetThread sets the value of Thread.
 func (s *QuestionDetail) SetThread(val OptInboxThread) {
 	s.Thread = val
+}
+
+// SetTrail sets the value of Trail.
+func (s *QuestionDetail) SetTrail(val []Step) {
+	s.Trail = val
 }
 
 func (*QuestionDetail) getQuestionRes() {}
@@ -5078,6 +5293,116 @@ func (s *Result) SetReason(val OptString) {
 	s.Reason = val
 }
 
+// The router's reply to a reversal it made (pkg/client.ReverseReply): the question's record now
+// carries the person's answer and its reversal.
+// Ref: #/components/schemas/ReverseReply
+type ReverseReply struct {
+	// The dispatch the suggestion resumed, now cancelled.
+	CancelledDispatchID string `json:"cancelled_dispatch_id"`
+	// The dispatch that resumes the thread with the person's answer.
+	NextDispatchID string `json:"next_dispatch_id"`
+	QuestionID     string `json:"question_id"`
+}
+
+// GetCancelledDispatchID returns the value of CancelledDispatchID.
+func (s *ReverseReply) GetCancelledDispatchID() string {
+	return s.CancelledDispatchID
+}
+
+// GetNextDispatchID returns the value of NextDispatchID.
+func (s *ReverseReply) GetNextDispatchID() string {
+	return s.NextDispatchID
+}
+
+// GetQuestionID returns the value of QuestionID.
+func (s *ReverseReply) GetQuestionID() string {
+	return s.QuestionID
+}
+
+// SetCancelledDispatchID sets the value of CancelledDispatchID.
+func (s *ReverseReply) SetCancelledDispatchID(val string) {
+	s.CancelledDispatchID = val
+}
+
+// SetNextDispatchID sets the value of NextDispatchID.
+func (s *ReverseReply) SetNextDispatchID(val string) {
+	s.NextDispatchID = val
+}
+
+// SetQuestionID sets the value of QuestionID.
+func (s *ReverseReply) SetQuestionID(val string) {
+	s.QuestionID = val
+}
+
+func (*ReverseReply) reverseSuggestionRes() {}
+
+// A person's answer in place of the accepted suggestion that answered a question: free text or one of
+// the options in answer; for an approval, decision. Unknown members are refused.
+// Ref: #/components/schemas/ReverseRequest
+type ReverseRequest struct {
+	Answer   OptString         `json:"answer"`
+	Comment  OptString         `json:"comment"`
+	Decision OptCommonDecision `json:"decision"`
+}
+
+// GetAnswer returns the value of Answer.
+func (s *ReverseRequest) GetAnswer() OptString {
+	return s.Answer
+}
+
+// GetComment returns the value of Comment.
+func (s *ReverseRequest) GetComment() OptString {
+	return s.Comment
+}
+
+// GetDecision returns the value of Decision.
+func (s *ReverseRequest) GetDecision() OptCommonDecision {
+	return s.Decision
+}
+
+// SetAnswer sets the value of Answer.
+func (s *ReverseRequest) SetAnswer(val OptString) {
+	s.Answer = val
+}
+
+// SetComment sets the value of Comment.
+func (s *ReverseRequest) SetComment(val OptString) {
+	s.Comment = val
+}
+
+// SetDecision sets the value of Decision.
+func (s *ReverseRequest) SetDecision(val OptCommonDecision) {
+	s.Decision = val
+}
+
+type ReverseSuggestionConflict Problem
+
+func (*ReverseSuggestionConflict) reverseSuggestionRes() {}
+
+type ReverseSuggestionForbidden Problem
+
+func (*ReverseSuggestionForbidden) reverseSuggestionRes() {}
+
+type ReverseSuggestionNotFound Problem
+
+func (*ReverseSuggestionNotFound) reverseSuggestionRes() {}
+
+type ReverseSuggestionRequestEntityTooLarge Problem
+
+func (*ReverseSuggestionRequestEntityTooLarge) reverseSuggestionRes() {}
+
+type ReverseSuggestionServiceUnavailable Problem
+
+func (*ReverseSuggestionServiceUnavailable) reverseSuggestionRes() {}
+
+type ReverseSuggestionUnauthorized Problem
+
+func (*ReverseSuggestionUnauthorized) reverseSuggestionRes() {}
+
+type ReverseSuggestionUnprocessableEntity Problem
+
+func (*ReverseSuggestionUnprocessableEntity) reverseSuggestionRes() {}
+
 // One round of a thread: its record (Record), with the round's lifecycle CloudEvents as events.
 // Ref: #/components/schemas/Round
 type Round struct {
@@ -5386,6 +5711,235 @@ func (s *RoundOutcome) UnmarshalText(data []byte) error {
 		return nil
 	case RoundOutcomeAlreadyEnded:
 		*s = RoundOutcomeAlreadyEnded
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
+}
+
+// One step of a thread's decision trail (answerers/inbox.Step): a question asked, or what became of
+// it, from the question records the router keeps. A question on a route the viewer may not see is one
+// asked step, hidden, with neither its id, route nor text.
+// Ref: #/components/schemas/Step
+type Step struct {
+	// The answer the step gave, cut to one line.
+	Answer OptString `json:"answer"`
+	At     time.Time `json:"at"`
+	// More about the step, cut to one line: the question asked, or the router's words (why it was
+	// declined, withdrawn or expired, what a reversal replaced).
+	Detail OptString `json:"detail"`
+	// The question is on a route the viewer may not see: the step says only that a question was asked in
+	// its round.
+	Hidden OptBool `json:"hidden"`
+	// How the step came about: asked; answered by a person, from memory, by an accepted suggestion, with
+	// the route's default; timeout (the question expired); joined (the question joined one asked earlier,
+	// or was answered by it); declined; withdrawn; reversal (a person reversed the accepted suggestion).
+	How StepHow `json:"how"`
+	// No person made the step: memory, an accepted suggestion, a route's default, a timeout.
+	Machine bool `json:"machine"`
+	// The question of the step; absent on a hidden one.
+	QuestionID OptString   `json:"question_id"`
+	Round      CommonRound `json:"round"`
+	// The route the step happened on; absent on a hidden one.
+	Route OptString `json:"route"`
+	// Who did it: the sub-agent that asked, the answerer, the person, agora for a timeout.
+	Who OptString `json:"who"`
+}
+
+// GetAnswer returns the value of Answer.
+func (s *Step) GetAnswer() OptString {
+	return s.Answer
+}
+
+// GetAt returns the value of At.
+func (s *Step) GetAt() time.Time {
+	return s.At
+}
+
+// GetDetail returns the value of Detail.
+func (s *Step) GetDetail() OptString {
+	return s.Detail
+}
+
+// GetHidden returns the value of Hidden.
+func (s *Step) GetHidden() OptBool {
+	return s.Hidden
+}
+
+// GetHow returns the value of How.
+func (s *Step) GetHow() StepHow {
+	return s.How
+}
+
+// GetMachine returns the value of Machine.
+func (s *Step) GetMachine() bool {
+	return s.Machine
+}
+
+// GetQuestionID returns the value of QuestionID.
+func (s *Step) GetQuestionID() OptString {
+	return s.QuestionID
+}
+
+// GetRound returns the value of Round.
+func (s *Step) GetRound() CommonRound {
+	return s.Round
+}
+
+// GetRoute returns the value of Route.
+func (s *Step) GetRoute() OptString {
+	return s.Route
+}
+
+// GetWho returns the value of Who.
+func (s *Step) GetWho() OptString {
+	return s.Who
+}
+
+// SetAnswer sets the value of Answer.
+func (s *Step) SetAnswer(val OptString) {
+	s.Answer = val
+}
+
+// SetAt sets the value of At.
+func (s *Step) SetAt(val time.Time) {
+	s.At = val
+}
+
+// SetDetail sets the value of Detail.
+func (s *Step) SetDetail(val OptString) {
+	s.Detail = val
+}
+
+// SetHidden sets the value of Hidden.
+func (s *Step) SetHidden(val OptBool) {
+	s.Hidden = val
+}
+
+// SetHow sets the value of How.
+func (s *Step) SetHow(val StepHow) {
+	s.How = val
+}
+
+// SetMachine sets the value of Machine.
+func (s *Step) SetMachine(val bool) {
+	s.Machine = val
+}
+
+// SetQuestionID sets the value of QuestionID.
+func (s *Step) SetQuestionID(val OptString) {
+	s.QuestionID = val
+}
+
+// SetRound sets the value of Round.
+func (s *Step) SetRound(val CommonRound) {
+	s.Round = val
+}
+
+// SetRoute sets the value of Route.
+func (s *Step) SetRoute(val OptString) {
+	s.Route = val
+}
+
+// SetWho sets the value of Who.
+func (s *Step) SetWho(val OptString) {
+	s.Who = val
+}
+
+// How the step came about: asked; answered by a person, from memory, by an accepted suggestion, with
+// the route's default; timeout (the question expired); joined (the question joined one asked earlier,
+// or was answered by it); declined; withdrawn; reversal (a person reversed the accepted suggestion).
+type StepHow string
+
+const (
+	StepHowAsked      StepHow = "asked"
+	StepHowPerson     StepHow = "person"
+	StepHowMemory     StepHow = "memory"
+	StepHowSuggestion StepHow = "suggestion"
+	StepHowDefault    StepHow = "default"
+	StepHowTimeout    StepHow = "timeout"
+	StepHowJoined     StepHow = "joined"
+	StepHowDeclined   StepHow = "declined"
+	StepHowWithdrawn  StepHow = "withdrawn"
+	StepHowReversal   StepHow = "reversal"
+)
+
+// AllValues returns all StepHow values.
+func (StepHow) AllValues() []StepHow {
+	return []StepHow{
+		StepHowAsked,
+		StepHowPerson,
+		StepHowMemory,
+		StepHowSuggestion,
+		StepHowDefault,
+		StepHowTimeout,
+		StepHowJoined,
+		StepHowDeclined,
+		StepHowWithdrawn,
+		StepHowReversal,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s StepHow) MarshalText() ([]byte, error) {
+	switch s {
+	case StepHowAsked:
+		return []byte(s), nil
+	case StepHowPerson:
+		return []byte(s), nil
+	case StepHowMemory:
+		return []byte(s), nil
+	case StepHowSuggestion:
+		return []byte(s), nil
+	case StepHowDefault:
+		return []byte(s), nil
+	case StepHowTimeout:
+		return []byte(s), nil
+	case StepHowJoined:
+		return []byte(s), nil
+	case StepHowDeclined:
+		return []byte(s), nil
+	case StepHowWithdrawn:
+		return []byte(s), nil
+	case StepHowReversal:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *StepHow) UnmarshalText(data []byte) error {
+	switch StepHow(data) {
+	case StepHowAsked:
+		*s = StepHowAsked
+		return nil
+	case StepHowPerson:
+		*s = StepHowPerson
+		return nil
+	case StepHowMemory:
+		*s = StepHowMemory
+		return nil
+	case StepHowSuggestion:
+		*s = StepHowSuggestion
+		return nil
+	case StepHowDefault:
+		*s = StepHowDefault
+		return nil
+	case StepHowTimeout:
+		*s = StepHowTimeout
+		return nil
+	case StepHowJoined:
+		*s = StepHowJoined
+		return nil
+	case StepHowDeclined:
+		*s = StepHowDeclined
+		return nil
+	case StepHowWithdrawn:
+		*s = StepHowWithdrawn
+		return nil
+	case StepHowReversal:
+		*s = StepHowReversal
 		return nil
 	default:
 		return errors.Errorf("invalid value: %q", data)

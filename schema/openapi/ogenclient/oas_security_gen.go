@@ -66,6 +66,7 @@ var operationRolesInboxAuth = map[string][]string{
 	GetQuestionOperation:       []string{},
 	ListDecisionsOperation:     []string{},
 	ListQuestionsOperation:     []string{},
+	ReverseSuggestionOperation: []string{},
 }
 
 // GetRolesForInboxAuth returns the required roles for the given operation.
@@ -97,6 +98,7 @@ var operationRolesInboxSession = map[string][]string{
 	GetQuestionOperation:       []string{},
 	ListDecisionsOperation:     []string{},
 	ListQuestionsOperation:     []string{},
+	ReverseSuggestionOperation: []string{},
 }
 
 // GetRolesForInboxSession returns the required roles for the given operation.
