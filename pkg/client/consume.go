@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,7 +16,7 @@ import (
 // server), until each returns false (follow returns nil) or ctx ends
 // (ctx's error). Any other error is wrapped with what.
 func (c *Client) follow(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig, what string, each func(jetstream.Msg) bool) error {
-	cons, err := c.js.OrderedConsumer(ctx, stream, cfg)
+	cons, err := c.js.OrderedConsumer(ctx, stream, shortLived(cfg))
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", what, err)
 	}
@@ -42,7 +43,7 @@ func (c *Client) follow(ctx context.Context, stream string, cfg jetstream.Ordere
 // stream order, and returns once the stream has none left to give or each
 // returns false. It never waits for new messages.
 func (c *Client) readKept(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig, what string, each func(jetstream.Msg) bool) error {
-	cons, err := c.js.OrderedConsumer(ctx, stream, cfg)
+	cons, err := c.js.OrderedConsumer(ctx, stream, shortLived(cfg))
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", what, err)
 	}
@@ -65,6 +66,21 @@ func (c *Client) readKept(ctx context.Context, stream string, cfg jetstream.Orde
 			return nil
 		}
 	}
+}
+
+// orderedInactive is how long the server keeps an ordered consumer nobody
+// pulls from (nats.go's default is 5 minutes). A follow pulls all along,
+// so only the consumers of follows that ended wait it out; nats-server
+// allows 1,000 consumers per stream by default, which the follows of a
+// few hundred threads a minute would otherwise fill.
+const orderedInactive = 30 * time.Second
+
+// shortLived is cfg with orderedInactive, unless it sets its own.
+func shortLived(cfg jetstream.OrderedConsumerConfig) jetstream.OrderedConsumerConfig {
+	if cfg.InactiveThreshold == 0 {
+		cfg.InactiveThreshold = orderedInactive
+	}
+	return cfg
 }
 
 // decode reads a message's stream sequence, event and data; ok is false

@@ -314,7 +314,7 @@ func (s *Service) threadEvents(ctx context.Context, b *bindings, threadID string
 		return nil, fmt.Errorf("dispatcher: events of thread %s: %w", threadID, err)
 	}
 	cons, err := b.js.OrderedConsumer(ctx, lifecycle.StreamLifecycle, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: orderedInactive,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: events of thread %s: %w", threadID, err)

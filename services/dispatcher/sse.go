@@ -92,6 +92,12 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// orderedInactive is how long the server keeps an ordered consumer of an
+// events stream that ended (docs/storage.md, "Consuming a stream"):
+// nats-server allows 1,000 consumers per stream by default, which
+// nats.go's 5 minutes would let ended streams fill.
+const orderedInactive = 30 * time.Second
+
 // openSources opens the ordered consumers a stream reads: on
 // AGORA_LIFECYCLE, on AGORA_PROGRESS, or both. From the moment one is
 // open nothing published is missed. The sources opened are returned also
@@ -99,6 +105,7 @@ func (s *Service) httpEvents(w http.ResponseWriter, r *http.Request) {
 func openSources(ctx context.Context, b *bindings, r *http.Request, cfg jetstream.OrderedConsumerConfig, want sseKinds) ([]jetstream.MessagesContext, error) {
 	var sources []jetstream.MessagesContext
 	open := func(stream string, c jetstream.OrderedConsumerConfig) error {
+		c.InactiveThreshold = orderedInactive
 		cons, err := b.js.OrderedConsumer(ctx, stream, c)
 		if err != nil {
 			return fmt.Errorf("dispatcher: events: %w", err)
