@@ -184,7 +184,7 @@ func TestConnectWaitsOutASlowServer(t *testing.T) {
 			go func() { _, _ = io.Copy(c, s); c.Close() }()
 		}
 	}()
-	logs := &strings.Builder{}
+	logs := &testkit.Buffer{}
 	nc, err := svc.Connect("test", "1", "nats://"+ln.Addr().String(), "", slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("a server slow to answer once: %v", err)
