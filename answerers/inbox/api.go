@@ -12,6 +12,7 @@ import (
 	"github.com/agora-dispatch/agora/internal/problem"
 
 	"github.com/agora-dispatch/agora/pkg/client"
+	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // ProblemForbidden is the problem type of a 403: a route the user may not
@@ -213,7 +214,7 @@ func (s *Server) apiAnswer(w http.ResponseWriter, r *http.Request, id *identity)
 	if !ok {
 		return
 	}
-	rep, code := s.submit(r.Context(), id.user, q, in)
+	rep, code := s.submit(r.Context(), id.user, q, in, lifecycle.DoorInbox)
 	writeJSON(w, code, rep)
 }
 

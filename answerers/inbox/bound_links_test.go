@@ -57,4 +57,7 @@ func TestAnswerLinkBound(t *testing.T) {
 	if !strings.Contains(string(e.Value()), `"bound_digest":"`+now+`"`) {
 		t.Errorf("the record does not say the link's answer was bound to %s: %s", now, e.Value())
 	}
+	if !strings.Contains(string(e.Value()), `"named_door":"link"`) {
+		t.Errorf("the record does not say the answer came through a link: %s", e.Value())
+	}
 }

@@ -663,6 +663,11 @@ func TestAPI(t *testing.T) {
 	if det.Question.AnsweredBy != "alice" || det.Question.Answer != "A" || det.Question.Comment != "A is smaller" || det.Question.Outcome != "redispatched" {
 		t.Errorf("answered question = %+v", det.Question)
 	}
+	if e, err := s.bucket(lifecycle.BucketQuestions).Get(t.Context(), qid); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(string(e.Value()), `"named_door":"inbox"`) {
+		t.Errorf("the record does not say the answer came through the inbox: %s", e.Value())
+	}
 	if st, body := s.apiCall(http.MethodGet, "/inbox/api/questions?status=answered", nil, auth); st != http.StatusOK || !strings.Contains(body, qid) || strings.Contains(body, qFree) {
 		t.Errorf("list answered: %d %s", st, body)
 	}

@@ -212,7 +212,7 @@ func (s *Server) linkAnswer(w http.ResponseWriter, r *http.Request) {
 	}
 
 	by := c.AnsweredBy()
-	rep, status := s.submit(r.Context(), &user{name: by}, q, in)
+	rep, status := s.submit(r.Context(), &user{name: by}, q, in, lifecycle.DoorLink)
 	switch rep.Status {
 	case client.AnswerAccepted:
 		log.Info("answered through a link")

@@ -386,14 +386,16 @@ type answerInput struct {
 
 // submit sends an answer to the router as u and returns the router's
 // reply and the HTTP status that goes with it.
-func (s *Server) submit(ctx context.Context, u *user, q *Question, in answerInput) (client.AnswerReply, int) {
+// door is the door the answer names: lifecycle.DoorInbox for the page and
+// the API, lifecycle.DoorLink for a signed link.
+func (s *Server) submit(ctx context.Context, u *user, q *Question, in answerInput, door string) (client.AnswerReply, int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 	defer cancel()
 	ctx, span := telemetry.Tracer().Start(telemetry.Remote(ctx, q.Traceparent), "agora.inbox.answer", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(telemetry.KeyQuestionID.String(q.QuestionID), telemetry.KeyRoute.String(q.Route), telemetry.KeyAnsweredBy.String(u.name)))
 	defer span.End()
 	a := lifecycle.Answer{Route: q.Route, Answer: strings.TrimSpace(in.Answer), Decision: strings.TrimSpace(in.Decision),
-		AnsweredBy: u.name, Comment: strings.TrimSpace(in.Comment), ShownDigest: strings.TrimSpace(in.ShownDigest)}
+		AnsweredBy: u.name, Comment: strings.TrimSpace(in.Comment), ShownDigest: strings.TrimSpace(in.ShownDigest), Door: door}
 	log := s.log.With("question_id", q.QuestionID, "route", q.Route, "answered_by", u.name)
 	var opts []client.AnswerOption
 	if s.routes != nil {
@@ -467,7 +469,7 @@ func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id *identity
 	if r.PostForm.Get("free") == "1" {
 		in.Answer = in.Free
 	}
-	rep, status := s.submit(r.Context(), id.user, q, in)
+	rep, status := s.submit(r.Context(), id.user, q, in, lifecycle.DoorInbox)
 	if rep.Status == client.AnswerAccepted {
 		http.Redirect(w, r, questionURL(q.QuestionID)+"?sent=1", http.StatusSeeOther)
 		return

@@ -67,6 +67,9 @@ func TestClickBound(t *testing.T) {
 	if !strings.Contains(string(e.Value()), `"bound_digest":"`+now+`"`) {
 		t.Errorf("the record does not say the click was bound to %s: %s", now, e.Value())
 	}
+	if !strings.Contains(string(e.Value()), `"named_door":"slack"`) {
+		t.Errorf("the record does not say the click came through Slack: %s", e.Value())
+	}
 }
 
 // TestModalBound: the modal "Answer…" opens carries the message's digest.

@@ -301,6 +301,7 @@ func modalErrors(msg string) any {
 func (s *Server) submit(ctx context.Context, route, qid string, a lifecycle.Answer) (*client.AnswerReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	a.Door = lifecycle.DoorSlack
 	rep, err := s.c.Answer(ctx, qid, a, client.AnswerVia(route))
 	s.metrics.answers.WithLabelValues(statusOf(rep, err)).Inc()
 	return rep, err

@@ -14,7 +14,7 @@ import (
 // question asked anew reworded, that line is refused as changed (exit
 // 1, saying how to see it as it stands) and answers nothing; questions
 // show prints the new digest, and the answer with it is taken, bound to
-// it.
+// it, and the record names the CLI as its door.
 func TestAnswerBound(t *testing.T) {
 	t.Parallel()
 	applyShell(t, "bound-approver", `if grep -q decision "$AGORA_INPUT_FILE"; then echo '{"ok":true}' > "$AGORA_OUTPUT_FILE"; else echo '{"question":"Rotate the staging keys?","kind":"approval"}' > "$AGORA_NEEDS_INPUT_FILE"; fi`)
@@ -46,5 +46,8 @@ func TestAnswerBound(t *testing.T) {
 	}
 	if !strings.Contains(string(e.Value()), `"bound_digest":"`+now+`"`) {
 		t.Errorf("the record does not say the answer was bound to %s: %s", now, e.Value())
+	}
+	if !strings.Contains(string(e.Value()), `"named_door":"cli"`) {
+		t.Errorf("the record does not say the answer came through the CLI: %s", e.Value())
 	}
 }

@@ -491,7 +491,7 @@ func runAnswer(cmd *cobra.Command, g *globals, o answerOptions, qid, answer stri
 		return err
 	}
 	defer done()
-	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: by, ShownDigest: o.shown}
+	a := lifecycle.Answer{Answer: answer, Decision: o.decision, Comment: o.comment, AnsweredBy: by, ShownDigest: o.shown, Door: lifecycle.DoorCLI}
 	reply, err := answerWithRetry(ctx, c, qid, a)
 	out := safeOut(cmd)
 	var ae *client.AnswerError

@@ -222,6 +222,9 @@ type Submission struct {
 	// that; empty answers the question as it stands (docs/answering.md,
 	// "Bound answers").
 	ShownDigest string `json:"shown_digest,omitempty"`
+	// Door names the door the answer was given through (lifecycle.Answer's
+	// Door): 1 to 32 of [a-z0-9-], or empty.
+	Door string `json:"door,omitempty"`
 }
 
 // answerSubject is the router endpoint an answer or decline goes to: a

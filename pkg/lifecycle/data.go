@@ -283,7 +283,22 @@ type Answer struct {
 	// person saw it; the router refuses the answer when the question no
 	// longer shows that. Empty answers the question as it stands.
 	ShownDigest string `json:"shown_digest,omitempty"`
+	// Door is the door the answer was given through, as it names itself
+	// (DoorInbox, DoorLink, ...; another answerer program may name itself
+	// with any short token, 1 to 32 of [a-z0-9-]). The router records it
+	// and the decision log's answered entry names it. Empty: not named.
+	Door string `json:"door,omitempty"`
 }
+
+// The doors Agora's own answerers name themselves with (Answer.Door).
+const (
+	DoorInbox = "inbox"
+	DoorLink  = "link"
+	DoorSlack = "slack"
+	DoorMCP   = "mcp"
+	DoorA2A   = "a2a"
+	DoorCLI   = "cli"
+)
 
 // Data is the payload of an Agora CloudEvent: one of *Request, *Accepted,
 // *Started, *Finished, *NeedsInput, *Failed, *Cancelled, *Question or

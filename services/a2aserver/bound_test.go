@@ -66,4 +66,7 @@ func TestAnswerBound(t *testing.T) {
 	if !strings.Contains(string(e2.Value()), `"bound_digest":"`+now+`"`) {
 		t.Errorf("the record does not say the answer was bound to %s: %s", now, e2.Value())
 	}
+	if !strings.Contains(string(e2.Value()), `"named_door":"a2a"`) {
+		t.Errorf("the record does not say the answer came through A2A: %s", e2.Value())
+	}
 }

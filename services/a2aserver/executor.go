@@ -134,7 +134,7 @@ func (s *Service) answer(ctx context.Context, who *principal.Principal, msg *a2a
 	if err != nil {
 		return resume{}, err
 	}
-	a.AnsweredBy = answeredBy(who)
+	a.AnsweredBy, a.Door = answeredBy(who), lifecycle.DoorA2A
 	_, err = s.c.Answer(ctx, q.QuestionID, a, via...)
 	var ae *client.AnswerError
 	switch {

@@ -29,9 +29,12 @@ type record struct {
 	PartialStateRef string          `json:"partial_state_ref"`
 	BoundDigest     string          `json:"bound_digest"`
 	History         []struct {
-		Via    string `json:"via"`
-		Door   string `json:"door"`
-		Result string `json:"result"`
+		Via  string `json:"via"`
+		Door string `json:"door"`
+		// NamedDoor is the door the answer named itself with (inbox,
+		// link, slack, mcp, a2a, cli, ...); empty when it named none.
+		NamedDoor string `json:"named_door"`
+		Result    string `json:"result"`
 	} `json:"history"`
 }
 
@@ -140,7 +143,8 @@ func (w *writer) question(ctx context.Context, e *audit.Entry, q *lifecycle.Ques
 
 // door names the way an accepted answer came: memory, suggestion, or the
 // door of the accepted attempt in the record's history (api, api-route,
-// stream, with its subject).
+// stream, with its subject), led by the name the answer gave its door
+// when it gave one: "inbox: api agora.api.answer".
 func door(q *lifecycle.Question, rec record) string {
 	switch {
 	case strings.HasPrefix(q.AnsweredBy, memoryPrefix):
@@ -150,10 +154,14 @@ func door(q *lifecycle.Question, rec record) string {
 	}
 	for i := len(rec.History) - 1; i >= 0; i-- {
 		if a := rec.History[i]; a.Result == "accepted" {
+			how := a.Via
 			if a.Door != "" {
-				return a.Via + " " + a.Door
+				how += " " + a.Door
 			}
-			return a.Via
+			if a.NamedDoor != "" {
+				how = a.NamedDoor + ": " + how
+			}
+			return how
 		}
 	}
 	return ""

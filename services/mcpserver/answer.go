@@ -42,7 +42,7 @@ func (t *tools) answer(ctx context.Context, _ *mcp.CallToolRequest, in AnswerArg
 			return nil, nil, err
 		}
 	}
-	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy(), ShownDigest: in.ShownDigest}, via...)
+	rep, err := t.s.c.Answer(ctx, in.QuestionID, lifecycle.Answer{Answer: in.Answer, Decision: in.Decision, Comment: in.Comment, AnsweredBy: t.answeredBy(), ShownDigest: in.ShownDigest, Door: lifecycle.DoorMCP}, via...)
 	var ae *client.AnswerError
 	if errors.As(err, &ae) {
 		switch ae.Reply.Status {

@@ -86,7 +86,7 @@ func (t *tools) answered(ctx context.Context, req *mcp.CallToolRequest, st state
 			Next: fmt.Sprintf("the user did not answer (%s); the question stays open: answer with agora_answer (question_id %q), cancel with agora_cancel, or call agora_dispatch with thread_id %q to be asked again", action, qid, threadID)}, nil
 	}
 	a := answerOf(er.Content, st.Kind)
-	a.AnsweredBy, a.ShownDigest = t.answeredBy(), st.Shown
+	a.AnsweredBy, a.ShownDigest, a.Door = t.answeredBy(), st.Shown, lifecycle.DoorMCP
 	_, err := t.s.c.Answer(ctx, qid, a)
 	var ae *client.AnswerError
 	switch {

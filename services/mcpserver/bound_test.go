@@ -17,14 +17,14 @@ import (
 )
 
 // boundTo reports whether question qid's record says its answer was
-// bound to digest.
+// bound to digest, and came through the door MCP names.
 func boundTo(t *testing.T, js jetstream.JetStream, qid, digest string) bool {
 	t.Helper()
 	e, err := natstest.KeyValue(t, js, lifecycle.BucketQuestions).Get(t.Context(), qid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Contains(string(e.Value()), `"bound_digest":"`+digest+`"`)
+	return strings.Contains(string(e.Value()), `"bound_digest":"`+digest+`"`) && strings.Contains(string(e.Value()), `"named_door":"mcp"`)
 }
 
 // TestInputRequiredBound: the requestState of an input-required result

@@ -57,7 +57,7 @@ func (t *tools) answerTask(ctx context.Context, q lifecycle.Question, resp mcp.I
 		}
 	}
 	a := answerOf(er.Content, string(q.Kind))
-	a.AnsweredBy = t.answeredBy()
+	a.AnsweredBy, a.Door = t.answeredBy(), lifecycle.DoorMCP
 	_, err := t.s.c.Answer(ctx, q.QuestionID, a, via...)
 	var ae *client.AnswerError
 	switch {

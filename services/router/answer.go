@@ -99,6 +99,9 @@ func (s *Service) submitAnswer(ctx context.Context, sub Submission, d door) clie
 	if err := lifecycle.ValidToken(qid); err != nil {
 		return s.reply(d.via, client.AnswerReply{Status: client.AnswerInvalid, Reason: "question_id: " + err.Error()})
 	}
+	if reason := validDoor(sub.Door); reason != "" {
+		return s.reply(d.via, client.AnswerReply{Status: client.AnswerInvalid, Reason: reason})
+	}
 	log := s.log.With("question_id", qid, "via", d.via, "answered_by", sub.AnsweredBy)
 	if d.route != "" {
 		log = log.With("door_route", d.route)
@@ -207,10 +210,30 @@ func (an *answering) decide(ctx context.Context, r *record) (bool, error) {
 	return true, an.accept(r, a, now)
 }
 
+// MaxDoorBytes is the longest door name an answer may carry.
+const MaxDoorBytes = 32
+
+// validDoor says why an answer's door name is refused, or "": empty (not
+// named) or 1 to MaxDoorBytes of [a-z0-9-] (lifecycle.DoorInbox, ...).
+func validDoor(name string) string {
+	if name == "" {
+		return ""
+	}
+	if len(name) > MaxDoorBytes {
+		return fmt.Sprintf("door is %d bytes; the limit is %d", len(name), MaxDoorBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return fmt.Sprintf("door %q: want a short name of a-z, 0-9 and -, such as inbox, link, slack, mcp, a2a or cli", clip.String(name, MaxDoorBytes))
+		}
+	}
+	return ""
+}
+
 // attempt is the history entry of the submission as it came.
 func (an *answering) attempt(now time.Time) attempt {
 	sub := &an.sub
-	return attempt{At: now, Via: an.d.via, Door: an.d.subject, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
+	return attempt{At: now, Via: an.d.via, Door: an.d.subject, NamedDoor: sub.Door, Route: clip.String(sub.Route, 64), AnsweredBy: clip.String(sub.AnsweredBy, MaxAnsweredByBytes),
 		Answer: clip.String(sub.Answer, 256), Decision: clip.String(sub.Decision, 32), ShownDigest: clip.String(sub.ShownDigest, 80)}
 }
 

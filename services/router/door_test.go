@@ -159,6 +159,27 @@ func TestGenericDoorAnswersAnyRoute(t *testing.T) {
 	}
 }
 
+// TestNamedDoor: an answer names the door it was given through; the
+// router keeps the name on the attempt, and refuses a name that is not a
+// short token without touching the question.
+func TestNamedDoor(t *testing.T) {
+	e, qid := askedOnHuman(t)
+	for _, bad := range []string{"Inbox", "my door", "inbox:web", strings.Repeat("d", 33), "ünï"} {
+		rep := e.answer(router.Submission{QuestionID: qid, Answer: "yes", AnsweredBy: "alice", Door: bad})
+		if rep.Status != client.AnswerInvalid || !strings.Contains(rep.Reason, "door") {
+			t.Errorf("door %q: %+v, want invalid naming the door", bad, rep)
+		}
+	}
+	e.waitStatus(qid, "asked")
+	if rep := e.answer(router.Submission{QuestionID: qid, Answer: "yes", AnsweredBy: "alice", Door: lifecycle.DoorInbox}); rep.Status != client.AnswerAccepted {
+		t.Fatalf("answer through the inbox = %+v", rep)
+	}
+	r, _ := e.record(qid)
+	if h := r.History[len(r.History)-1]; h.NamedDoor != "inbox" || h.Via != "api" || h.Door != lifecycle.APIAnswer || h.Result != "accepted" {
+		t.Errorf("history = %+v, want the accepted attempt naming door inbox", h)
+	}
+}
+
 // An answer with a misspelt field is refused, naming it, and the question
 // still waits: "anwser" is not read as an empty answer.
 func TestAnswerWithUnknownFieldIsRefused(t *testing.T) {

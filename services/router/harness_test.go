@@ -224,6 +224,7 @@ type questionRecord struct {
 	History         []struct {
 		Via         string `json:"via"`
 		Door        string `json:"door"`
+		NamedDoor   string `json:"named_door"`
 		Route       string `json:"route"`
 		AnsweredBy  string `json:"answered_by"`
 		Answer      string `json:"answer"`

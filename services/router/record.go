@@ -107,6 +107,9 @@ type attempt struct {
 	// Door is the subject the attempt came through: agora.api.answer,
 	// agora.api.answer.<route> or agora.answers.<route>.<question_id>.
 	Door string `json:"door,omitempty"`
+	// NamedDoor is the door the answer named itself with (Submission.Door:
+	// inbox, link, slack, mcp, a2a, cli or an answerer's own token).
+	NamedDoor string `json:"named_door,omitempty"`
 	// Route is the route the door is scoped to (api-route, stream), or
 	// the one the sender named (api); a decline records the route it left.
 	Route      string `json:"route,omitempty"`
