@@ -2,17 +2,13 @@ package auditlog
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/agora-dispatch/agora/internal/statedigest"
 	"github.com/agora-dispatch/agora/pkg/audit"
 	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
@@ -188,27 +184,8 @@ func (w *writer) record(ctx context.Context, qid string) (record, bool) {
 	return r, true
 }
 
-// partialState is the digest of the question's partial state: of its JSON
-// as the record holds it, or, for a large state kept in agora_state, the
-// object's own SHA-256. Never the state itself.
+// partialState is the digest of the question's partial state
+// (statedigest.Of, as the router computes it). Never the state itself.
 func (w *writer) partialState(ctx context.Context, rec record) string {
-	switch {
-	case len(rec.PartialState) > 0 && string(rec.PartialState) != "null":
-		return audit.Digest(rec.PartialState)
-	case rec.PartialStateRef == "":
-		return ""
-	}
-	obs, err := w.js.ObjectStore(ctx, lifecycle.BucketState)
-	if err != nil {
-		return "unavailable:" + rec.PartialStateRef
-	}
-	info, err := obs.GetInfo(ctx, rec.PartialStateRef)
-	if errors.Is(err, jetstream.ErrObjectNotFound) || err != nil {
-		return "unavailable:" + rec.PartialStateRef
-	}
-	// The object store names it SHA-256=<base64url>.
-	if b, err := base64.URLEncoding.DecodeString(strings.TrimPrefix(info.Digest, "SHA-256=")); err == nil {
-		return "sha256:" + hex.EncodeToString(b)
-	}
-	return "unavailable:" + rec.PartialStateRef
+	return statedigest.Of(ctx, w.js, rec.PartialState, rec.PartialStateRef)
 }

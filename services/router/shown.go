@@ -1,18 +1,13 @@
 package router
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/agora-dispatch/agora/internal/clip"
+	"github.com/agora-dispatch/agora/internal/statedigest"
 	"github.com/agora-dispatch/agora/pkg/audit"
 	"github.com/agora-dispatch/agora/pkg/client"
-	"github.com/agora-dispatch/agora/pkg/lifecycle"
 )
 
 // Bound answers (docs/answering.md, "Bound answers"): a question carries
@@ -29,34 +24,9 @@ func (s *Service) shownDigest(ctx context.Context, r *record) string {
 	return audit.ShownDigest(r.Question.Question, r.Context, string(r.Kind), r.Options, s.partialStateDigest(ctx, r))
 }
 
-// partialStateDigest is the digest of r's partial state: of its JSON, or,
-// for a large state kept in agora_state, the object's SHA-256;
-// unavailable:<ref> when the object cannot be read, "" for none.
+// partialStateDigest is the digest of r's partial state (statedigest.Of).
 func (s *Service) partialStateDigest(ctx context.Context, r *record) string {
-	if len(r.PartialState) > 0 && string(r.PartialState) != "null" {
-		var b bytes.Buffer
-		if err := json.Compact(&b, r.PartialState); err != nil {
-			return audit.Digest(r.PartialState)
-		}
-		return audit.Digest(b.Bytes())
-	}
-	if r.PartialStateRef == "" {
-		return ""
-	}
-	unavailable := "unavailable:" + r.PartialStateRef
-	obs, err := s.js.ObjectStore(ctx, lifecycle.BucketState)
-	if err != nil {
-		return unavailable
-	}
-	info, err := obs.GetInfo(ctx, r.PartialStateRef)
-	if err != nil {
-		return unavailable
-	}
-	sum, err := base64.URLEncoding.DecodeString(strings.TrimPrefix(info.Digest, "SHA-256="))
-	if err != nil {
-		return unavailable
-	}
-	return "sha256:" + hex.EncodeToString(sum)
+	return statedigest.Of(ctx, s.js, r.PartialState, r.PartialStateRef)
 }
 
 // staleShown says why sub, bound to what its door showed, may not answer
