@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/hook"
 	"github.com/agora-dispatch/agora/pkg/seal"
 )
 
@@ -93,15 +94,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s=%q: with %s, want the inbox's http or https URL (the links point there)", v("InboxURL"), c.InboxURL, v("LinkKey")))
 		}
 	}
-	if c.Attempts < 1 || c.Attempts > 100 {
-		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 100", v("Attempts"), c.Attempts))
-	}
-	if c.Backoff < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("%s=%s: want at least 10ms", v("Backoff"), c.Backoff))
-	}
-	if c.Timeout < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("Timeout"), c.Timeout))
-	}
+	errs = append(errs, hook.CheckDelivery(c.Attempts, c.Backoff, c.Timeout, v("Attempts"), v("Backoff"), v("Timeout"))...)
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port", v("HTTPAddr"), c.HTTPAddr))

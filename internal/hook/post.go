@@ -113,3 +113,21 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// CheckDelivery checks the settings of a delivery that POSTs with retries,
+// as every door that does checks them: attempts from 1 to 100, a first
+// backoff of at least 10ms, a timeout of at least 100ms. The names are
+// the settings' own, for the errors.
+func CheckDelivery(attempts int, backoff, timeout time.Duration, attemptsName, backoffName, timeoutName string) []error {
+	var errs []error
+	if attempts < 1 || attempts > 100 {
+		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 100", attemptsName, attempts))
+	}
+	if backoff < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 10ms", backoffName, backoff))
+	}
+	if timeout < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", timeoutName, timeout))
+	}
+	return errs
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agora-dispatch/agora/internal/config"
+	"github.com/agora-dispatch/agora/internal/hook"
 	"github.com/agora-dispatch/agora/internal/principal"
 )
 
@@ -67,14 +68,6 @@ func (c Config) Validate() error {
 	if c.PushSecret != "" && len(c.PushSecret) < 16 {
 		errs = append(errs, fmt.Errorf("%s: want a secret of at least 16 bytes (it signs every push notification)", v("PushSecret")))
 	}
-	if c.PushAttempts < 1 || c.PushAttempts > 100 {
-		errs = append(errs, fmt.Errorf("%s=%d: want 1 to 100", v("PushAttempts"), c.PushAttempts))
-	}
-	if c.PushBackoff < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("%s=%s: want at least 10ms", v("PushBackoff"), c.PushBackoff))
-	}
-	if c.PushTimeout < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("%s=%s: want at least 100ms", v("PushTimeout"), c.PushTimeout))
-	}
+	errs = append(errs, hook.CheckDelivery(c.PushAttempts, c.PushBackoff, c.PushTimeout, v("PushAttempts"), v("PushBackoff"), v("PushTimeout"))...)
 	return errors.Join(errs...)
 }
