@@ -73,7 +73,7 @@ func (c *Client) readKept(ctx context.Context, stream string, cfg jetstream.Orde
 // so only the consumers of follows that ended wait it out; nats-server
 // allows 1,000 consumers per stream by default, which the follows of a
 // few hundred threads a minute would otherwise fill.
-const orderedInactive = 30 * time.Second
+var orderedInactive = 30 * time.Second
 
 // shortLived is cfg with orderedInactive, unless it sets its own.
 func shortLived(cfg jetstream.OrderedConsumerConfig) jetstream.OrderedConsumerConfig {
