@@ -171,7 +171,15 @@ func (an *answering) decide(ctx context.Context, r *record) (bool, error) {
 	an.outcome, an.joinedTo = "", ""
 	if r.Status == lifecycle.StatusJoined && r.JoinedTo != "" {
 		// Answered through the question it joined (docs/router.md, "Ask
-		// once").
+		// once"). A door that follows this thread showed this question:
+		// a bound answer is checked against it here, and goes on
+		// unbound, since the question it joined shows another thread's
+		// partial state (docs/answering.md, "Bound answers").
+		if reason := staleShown(r, &an.sub); reason != "" {
+			an.refuse(r, a, changedReply(reason))
+			return true, nil
+		}
+		an.sub.ShownDigest = ""
 		an.joinedTo = r.JoinedTo
 		return false, nil
 	}

@@ -125,3 +125,25 @@ func TestShownDigestOfALargeState(t *testing.T) {
 		t.Errorf("shown_digest of a state whose object is gone %s, want %s", rec.ShownDigest, want)
 	}
 }
+
+// TestBoundAnswerOnAJoinedQuestion: a door that follows a thread shows
+// that thread's own question, joined to another; an answer bound to what
+// the joined question shows answers the question it joined (and so every
+// thread waiting on it), one bound to something else is refused as
+// changed.
+func TestBoundAnswerOnAJoinedQuestion(t *testing.T) {
+	e := newEnv(t, "routes:\n  - name: default\n")
+	e.startRouter(e.config())
+	qids := e.askGroup(sameQuestion, 2)
+	lead, joined := e.asked(qids[0]), e.asked(qids[1])
+	if joined.ShownDigest == "" || joined.ShownDigest == lead.ShownDigest {
+		t.Fatalf("joined question's shown_digest %q, the lead's %q: want its own", joined.ShownDigest, lead.ShownDigest)
+	}
+	if rep := e.answer(router.Submission{QuestionID: qids[1], Answer: "readConfig", AnsweredBy: "alice", ShownDigest: lead.ShownDigest + "0"}); rep.Status != client.AnswerChanged {
+		t.Fatalf("an answer on the joined question bound to something else: %+v, want changed", rep)
+	}
+	if rep := e.answer(router.Submission{QuestionID: qids[1], Answer: "readConfig", AnsweredBy: "alice", ShownDigest: joined.ShownDigest}); rep.Status != client.AnswerAccepted {
+		t.Fatalf("an answer bound to what the joined question shows: %+v, want accepted", rep)
+	}
+	e.checkResumed(qids, "readConfig")
+}
